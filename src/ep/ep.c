@@ -1,0 +1,157 @@
+/* OrtEp: GetCapability (snapshot -> claim -> clusters -> AddNodesToFuse) and Compile (snapshot of
+ * each fused graph -> plan). The shell never names an op: claiming and lowering live in src/ops. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ep/ep_internal.h"
+#include "graph/snapshot.h"
+#include "partition/partition.h"
+
+static ep_instance *ep_of(const OrtEp *e) { return (ep_instance *)e; }
+
+static const char *ORT_API_CALL ep_get_name(const OrtEp *e) { return EP_NAME; }
+
+static void write_report(ep_instance *ep, const ir_graph *g, const partition *p, const char *graph_name) {
+  const char *dest = ep->opts.report_path;
+  if (!*dest) return;
+  char title[512];
+  snprintf(title, sizeof title, "graph '%s' (GetCapability call %d)", graph_name ? graph_name : "", ep->capability_calls);
+  if (!strcmp(dest, "stderr") || !strcmp(dest, "1")) {
+    partition_write_report(g, p, title, stderr);
+    return;
+  }
+  if (!strcmp(dest, "stdout")) {
+    partition_write_report(g, p, title, stdout);
+    return;
+  }
+  FILE *f = fopen(dest, "a");
+  if (!f) return; /* a report is diagnostics: never fail the session for it */
+  partition_write_report(g, p, title, f);
+  fclose(f);
+}
+
+/* Nodes ORT already gave to another EP must not be claimed again (GetCapability is re-run). */
+static int mark_assigned(const ep_runtime *rt, const OrtNode *const *nodes, size_t n, bool *assigned, diag *d) {
+  for (size_t i = 0; i < n; i++) {
+    const char *ep_name = NULL;
+    OrtStatus *st = rt->api->Node_GetEpName(nodes[i], &ep_name);
+    if (st) return ir_ort_status_to_diag(rt->api, st, d, "Node_GetEpName");
+    assigned[i] = ep_name && *ep_name && strcmp(ep_name, EP_NAME);
+  }
+  return 0;
+}
+
+static OrtStatus *add_clusters(ep_instance *ep, const partition *p, const OrtNode *const *nodes,
+                               OrtEpGraphSupportInfo *info) {
+  const ep_runtime *rt = &ep->factory->rt;
+  const OrtNode **members = malloc(sizeof *members * ((size_t)p->n_nodes + 1));
+  if (!members) return ep_status_msg(rt, ORT_FAIL, EP_NAME ": out of memory");
+  OrtNodeFusionOptions fusion = {0};
+  fusion.ort_version_supported = rt->api_version;
+  fusion.drop_constant_initializers = true; /* Compile copies constants into MLX */
+  OrtStatus *st = NULL;
+  for (int k = 0; k < p->n_clusters && !st; k++) {
+    size_t count = 0;
+    for (int i = 0; i < p->n_nodes; i++)
+      if (p->cluster_of[i] == k) members[count++] = nodes[i];
+    if (count) st = rt->ep_api->EpGraphSupportInfo_AddNodesToFuse(info, members, count, &fusion);
+  }
+  free(members);
+  return st;
+}
+
+static OrtStatus *ORT_API_CALL ep_get_capability(OrtEp *this_ptr, const OrtGraph *graph, OrtEpGraphSupportInfo *info) {
+  ep_instance *ep = ep_of(this_ptr);
+  const ep_runtime *rt = &ep->factory->rt;
+  diag d;
+  diag_init(&d);
+  ir_graph *g = NULL;
+  partition *p = NULL;
+  const OrtNode **nodes = NULL;
+  bool *assigned = NULL;
+  OrtStatus *st = NULL;
+  ep->capability_calls++;
+  if (ir_graph_from_ort(rt->api, graph, &g, &d)) goto fail;
+  nodes = calloc((size_t)g->n_nodes + 1, sizeof *nodes);
+  assigned = calloc((size_t)g->n_nodes + 1, sizeof *assigned);
+  if (!nodes || !assigned) {
+    diag_fail(&d, "out of memory");
+    goto fail;
+  }
+  if (g->n_nodes && (st = rt->api->Graph_GetNodes(graph, nodes, (size_t)g->n_nodes))) goto done;
+  if (mark_assigned(rt, nodes, (size_t)g->n_nodes, assigned, &d)) goto fail;
+  if (partition_graph(g, ep->opts.device, assigned, &p, &d)) goto fail;
+  const char *graph_name = NULL;
+  OrtStatus *name_st = rt->api->Graph_GetName(graph, &graph_name);
+  if (name_st) rt->api->ReleaseStatus(name_st);
+  write_report(ep, g, p, graph_name);
+  st = add_clusters(ep, p, nodes, info);
+  goto done;
+fail:
+  st = ep_status_from_diag(rt, &d);
+done:
+  partition_free(p);
+  ir_graph_free(g);
+  free(nodes);
+  free(assigned);
+  return st;
+}
+
+static OrtStatus *compile_one(ep_instance *ep, const OrtGraph *graph, const OrtNode *fused, OrtNodeComputeInfo **out) {
+  const ep_runtime *rt = &ep->factory->rt;
+  diag d;
+  diag_init(&d);
+  const char *name = NULL;
+  OrtStatus *st = rt->api->Node_GetName(fused, &name);
+  if (st) return st;
+  ir_graph *g = NULL;
+  plan *p = NULL;
+  if (ir_graph_from_ort(rt->api, graph, &g, &d) || plan_create(g, ep->opts.device, name, &p, &d)) {
+    diag_prefix(&d, "compiling '%s': ", name ? name : "");
+    return ep_status_from_diag(rt, &d);
+  }
+  st = ep_compute_create(ep, p, out);
+  if (st) plan_free(p);
+  return st;
+}
+
+static void ORT_API_CALL ep_release_node_compute_infos(OrtEp *this_ptr, OrtNodeComputeInfo **infos, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ep_compute *c = (ep_compute *)infos[i];
+    if (!c) continue;
+    plan_free(c->plan);
+    free(c);
+  }
+}
+
+static OrtStatus *ORT_API_CALL ep_compile(OrtEp *this_ptr, const OrtGraph **graphs, const OrtNode **fused_nodes,
+                                          size_t count, OrtNodeComputeInfo **infos, OrtNode **ep_context_nodes) {
+  ep_instance *ep = ep_of(this_ptr);
+  for (size_t i = 0; i < count; i++) infos[i] = NULL;
+  for (size_t i = 0; i < count; i++) {
+    OrtStatus *st = compile_one(ep, graphs[i], fused_nodes[i], &infos[i]);
+    if (st) {
+      ep_release_node_compute_infos(this_ptr, infos, i);
+      for (size_t k = 0; k < count; k++) infos[k] = NULL;
+      return st;
+    }
+  }
+  return NULL;
+}
+
+static OrtStatus *ORT_API_CALL ep_is_concurrent_run_supported(OrtEp *this_ptr, bool *is_supported) {
+  *is_supported = true; /* plans are immutable; each Run builds and evaluates on its own thread */
+  return NULL;
+}
+
+void ep_instance_init(ep_instance *ep, ep_factory *f) {
+  ep->factory = f;
+  OrtEp *b = &ep->base;
+  b->ort_version_supported = f->rt.api_version;
+  b->GetName = ep_get_name;
+  b->GetCapability = ep_get_capability;
+  b->Compile = ep_compile;
+  b->ReleaseNodeComputeInfos = ep_release_node_compute_infos;
+  if (f->rt.api_version >= 24) b->IsConcurrentRunSupported = ep_is_concurrent_run_supported;
+}

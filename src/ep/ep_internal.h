@@ -1,0 +1,58 @@
+/* Shared state of the ORT ABI shell: the negotiated API tables, the factory, the EP object and
+ * the compiled-node objects. ORT objects are C structs whose first member is ORT's vtable struct,
+ * allocated zeroed so optional callbacks stay NULL; trampolines cast back. */
+#ifndef EP_MLX_EP_INTERNAL_H
+#define EP_MLX_EP_INTERNAL_H
+
+#include <onnxruntime_c_api.h>
+
+#include "common/diag.h"
+#include "mlx/bridge.h"
+#include "runtime/plan.h"
+
+#define EP_NAME "MLXExecutionProvider"
+#define EP_VENDOR "onnxruntime-ep-mlx"
+#ifndef EP_MLX_VERSION
+#define EP_MLX_VERSION "0.0.0"
+#endif
+#define EP_MIN_API_VERSION 23
+
+typedef struct ep_runtime {
+  const OrtApi *api;       /* negotiated; never NULL once the library is loaded */
+  const OrtEpApi *ep_api;
+  uint32_t api_version;    /* the version GetApi accepted, written to ort_version_supported */
+} ep_runtime;
+
+typedef struct ep_factory {
+  OrtEpFactory base;       /* must stay first */
+  ep_runtime rt;
+  const OrtLogger *logger; /* ORT's default logger (borrowed for the factory's lifetime) */
+} ep_factory;
+
+typedef struct ep_options {
+  mlxb_device device;      /* where clusters run */
+  char report_path[1024];  /* claim report destination: "", "stderr", "stdout" or a file */
+} ep_options;
+
+typedef struct ep_instance {
+  OrtEp base;              /* must stay first */
+  ep_factory *factory;
+  ep_options opts;
+  int capability_calls;    /* numbers claim reports */
+} ep_instance;
+
+typedef struct ep_compute {
+  OrtNodeComputeInfo base; /* must stay first */
+  ep_instance *ep;
+  plan *plan;              /* owned; immutable, shared by concurrent Runs */
+} ep_compute;
+
+/* An OrtStatus from a failed diag (message prefixed with the EP name). */
+OrtStatus *ep_status_from_diag(const ep_runtime *rt, const diag *d);
+OrtStatus *ep_status_msg(const ep_runtime *rt, OrtErrorCode code, const char *msg);
+
+int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_options *out, diag *d);
+void ep_instance_init(ep_instance *ep, ep_factory *f);
+OrtStatus *ep_compute_create(ep_instance *ep, plan *p, OrtNodeComputeInfo **out);
+
+#endif

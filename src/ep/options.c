@@ -1,0 +1,63 @@
+/* EP options. ORT hands them over as session config entries "ep.<ep name lower-cased>.<key>";
+ * the environment variable ORT_EP_MLX_REPORT sets the claim report's destination too. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ep/ep_internal.h"
+
+#define OPTION_PREFIX "ep.mlxexecutionprovider."
+
+/* Reads option `key` into buf; returns 1 when present, 0 when absent, -1 on failure. */
+static int read_option(const ep_runtime *rt, const OrtSessionOptions *so, const char *key, char *buf, size_t len,
+                       diag *d) {
+  char full[256];
+  snprintf(full, sizeof full, OPTION_PREFIX "%s", key);
+  int has = 0;
+  OrtStatus *st = rt->api->HasSessionConfigEntry(so, full, &has);
+  if (st) {
+    diag_fail(d, "reading option %s: %s", key, rt->api->GetErrorMessage(st));
+    rt->api->ReleaseStatus(st);
+    return -1;
+  }
+  if (!has) return 0;
+  size_t size = len;
+  st = rt->api->GetSessionConfigEntry(so, full, buf, &size);
+  if (st) {
+    diag_fail(d, "option %s: %s", key, rt->api->GetErrorMessage(st));
+    rt->api->ReleaseStatus(st);
+    return -1;
+  }
+  return 1;
+}
+
+static int parse_device(const char *v, mlxb_device *out, diag *d) {
+  if (!strcmp(v, "auto") || !*v) {
+    *out = mlxb_gpu_available() ? MLXB_DEVICE_GPU : MLXB_DEVICE_CPU;
+    return 0;
+  }
+  if (!strcmp(v, "cpu")) {
+    *out = MLXB_DEVICE_CPU;
+    return 0;
+  }
+  if (!strcmp(v, "gpu")) {
+    if (!mlxb_gpu_available()) return diag_fail(d, "option device=gpu, but MLX has no GPU on this machine");
+    *out = MLXB_DEVICE_GPU;
+    return 0;
+  }
+  return diag_fail(d, "option device='%s' is invalid (expected cpu, gpu or auto)", v);
+}
+
+int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_options *out, diag *d) {
+  memset(out, 0, sizeof *out);
+  char buf[1024] = "";
+  int rc = read_option(rt, so, "device", buf, sizeof buf, d);
+  if (rc < 0) return -1;
+  if (parse_device(rc ? buf : "auto", &out->device, d)) return -1;
+  const char *env = getenv("ORT_EP_MLX_REPORT");
+  if (env) snprintf(out->report_path, sizeof out->report_path, "%s", env);
+  rc = read_option(rt, so, "report", buf, sizeof buf, d);
+  if (rc < 0) return -1;
+  if (rc) snprintf(out->report_path, sizeof out->report_path, "%s", buf);
+  return 0;
+}

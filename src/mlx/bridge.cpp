@@ -1,0 +1,922 @@
+/* The C ABI over MLX's C++ API (see bridge.h): scopes own arrays in a deque so handles stay
+ * stable, every op runs on the scope's device (never a global default, as several threads build
+ * graphs at once), and every exception becomes the scope's sticky error. */
+#include "mlx/bridge.h"
+
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mlx/mlx.h"
+
+namespace mx = mlx::core;
+
+struct mlxb_scope {
+  std::deque<mx::array> arrays; /* owned arrays; a deque never moves its elements */
+  mx::Device device;            /* where ops of this scope run */
+  bool force_cpu;               /* run later ops on the CPU whatever the device */
+  std::string error;            /* first error; empty when ok */
+
+  explicit mlxb_scope(mx::Device d) : device(d), force_cpu(false) {}
+};
+
+namespace {
+
+/* Thrown inside a bridge function when a required array argument is NULL. */
+struct null_arg {};
+
+/* Thrown for argument errors the bridge itself detects. */
+struct bridge_error : std::exception {
+  std::string msg;
+  explicit bridge_error(std::string m) : msg(std::move(m)) {}
+  const char *what() const noexcept override { return msg.c_str(); }
+};
+
+void scope_fail(mlxb_scope *s, const char *fn, const char *what) {
+  if (!s || !s->error.empty()) return;
+  try {
+    s->error = std::string(fn) + ": " + (what && *what ? what : "unknown error");
+  } catch (...) {
+  }
+}
+
+void scope_fail_null(mlxb_scope *s, const char *fn) {
+  if (!s || !s->error.empty()) return;
+  try {
+    s->error = std::string("null array argument to ") + fn;
+  } catch (...) {
+  }
+}
+
+mx::StreamOrDevice scope_dev(const mlxb_scope *s) {
+  if (s->force_cpu) return mx::Device(mx::Device::cpu);
+  return s->device;
+}
+
+const mx::array &arr(const mlxb_array *a) {
+  if (!a) throw null_arg{};
+  return *reinterpret_cast<const mx::array *>(a);
+}
+
+std::optional<mx::array> opt(const mlxb_array *a) {
+  if (!a) return std::nullopt;
+  return *reinterpret_cast<const mx::array *>(a);
+}
+
+mlxb_array *scope_keep(mlxb_scope *s, mx::array a) {
+  s->arrays.push_back(std::move(a));
+  return reinterpret_cast<mlxb_array *>(&s->arrays.back());
+}
+
+/* Runs f (returning an mx::array) and keeps its result in s; errors become s's error. */
+template <class F>
+mlxb_array *guard(mlxb_scope *s, const char *fn, F &&f) noexcept {
+  if (!s) return nullptr;
+  try {
+    return scope_keep(s, f());
+  } catch (const null_arg &) {
+    scope_fail_null(s, fn);
+  } catch (const std::exception &e) {
+    scope_fail(s, fn, e.what());
+  } catch (...) {
+    scope_fail(s, fn, "unknown exception");
+  }
+  return nullptr;
+}
+
+/* Runs f (returning void) and maps errors to -1. */
+template <class F>
+int guard_status(mlxb_scope *s, const char *fn, F &&f) noexcept {
+  if (!s) return -1;
+  try {
+    f();
+    return 0;
+  } catch (const null_arg &) {
+    scope_fail_null(s, fn);
+  } catch (const std::exception &e) {
+    scope_fail(s, fn, e.what());
+  } catch (...) {
+    scope_fail(s, fn, "unknown exception");
+  }
+  return -1;
+}
+
+mx::Dtype to_mx(mlxb_dtype t) {
+  switch (t) {
+  case MLXB_BOOL: return mx::bool_;
+  case MLXB_U8: return mx::uint8;
+  case MLXB_U16: return mx::uint16;
+  case MLXB_U32: return mx::uint32;
+  case MLXB_U64: return mx::uint64;
+  case MLXB_I8: return mx::int8;
+  case MLXB_I16: return mx::int16;
+  case MLXB_I32: return mx::int32;
+  case MLXB_I64: return mx::int64;
+  case MLXB_F16: return mx::float16;
+  case MLXB_BF16: return mx::bfloat16;
+  case MLXB_F32: return mx::float32;
+  case MLXB_F64: return mx::float64;
+  case MLXB_C64: return mx::complex64;
+  default: break;
+  }
+  throw bridge_error("unknown dtype " + std::to_string(static_cast<int>(t)));
+}
+
+mlxb_dtype from_mx(mx::Dtype t) {
+  switch (t.val()) {
+  case mx::Dtype::Val::bool_: return MLXB_BOOL;
+  case mx::Dtype::Val::uint8: return MLXB_U8;
+  case mx::Dtype::Val::uint16: return MLXB_U16;
+  case mx::Dtype::Val::uint32: return MLXB_U32;
+  case mx::Dtype::Val::uint64: return MLXB_U64;
+  case mx::Dtype::Val::int8: return MLXB_I8;
+  case mx::Dtype::Val::int16: return MLXB_I16;
+  case mx::Dtype::Val::int32: return MLXB_I32;
+  case mx::Dtype::Val::int64: return MLXB_I64;
+  case mx::Dtype::Val::float16: return MLXB_F16;
+  case mx::Dtype::Val::bfloat16: return MLXB_BF16;
+  case mx::Dtype::Val::float32: return MLXB_F32;
+  case mx::Dtype::Val::float64: return MLXB_F64;
+  case mx::Dtype::Val::complex64: return MLXB_C64;
+  }
+  return MLXB_DTYPE_COUNT;
+}
+
+int32_t to_i32(int64_t v, const char *what) {
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    throw bridge_error(std::string(what) + " " + std::to_string(v) + " does not fit in int32");
+  return static_cast<int32_t>(v);
+}
+
+mx::Shape to_shape(const int64_t *dims, int rank) {
+  if (rank < 0) throw bridge_error("negative rank");
+  if (rank > 0 && !dims) throw bridge_error("null dims");
+  mx::Shape shape;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] < 0) throw bridge_error("negative dimension " + std::to_string(dims[i]));
+    shape.push_back(to_i32(dims[i], "dimension"));
+  }
+  return shape;
+}
+
+std::vector<int> to_ints(const int *v, int n) {
+  if (n < 0) throw bridge_error("negative count");
+  if (n > 0 && !v) throw bridge_error("null list");
+  return std::vector<int>(v, v + n);
+}
+
+/* Every axis of a, for reductions given no axes. */
+std::vector<int> all_axes(const mx::array &a) {
+  std::vector<int> axes(a.ndim());
+  for (size_t i = 0; i < axes.size(); i++) axes[i] = static_cast<int>(i);
+  return axes;
+}
+
+std::vector<int> reduce_axes(const mx::array &a, const int *axes, int naxes) {
+  if (naxes == 0 && !axes) return all_axes(a);
+  return to_ints(axes, naxes);
+}
+
+std::vector<mx::array> to_arrays(const mlxb_array *const *xs, int n) {
+  if (n < 0) throw bridge_error("negative count");
+  if (n > 0 && !xs) throw null_arg{};
+  std::vector<mx::array> out;
+  out.reserve(n);
+  for (int i = 0; i < n; i++) out.push_back(arr(xs[i]));
+  return out;
+}
+
+/* A copy of host bytes as an array: typed pointers make MLX copy values, not convert them. */
+mx::array array_from_bytes(const void *data, mx::Shape shape, mlxb_dtype t) {
+  switch (t) {
+  /* Bytes other than 0/1 become true rather than being read as an invalid bool. */
+  case MLXB_BOOL: return mx::array(static_cast<const uint8_t *>(data), std::move(shape), mx::bool_);
+  case MLXB_U8: return mx::array(static_cast<const uint8_t *>(data), std::move(shape), mx::uint8);
+  case MLXB_U16: return mx::array(static_cast<const uint16_t *>(data), std::move(shape), mx::uint16);
+  case MLXB_U32: return mx::array(static_cast<const uint32_t *>(data), std::move(shape), mx::uint32);
+  case MLXB_U64: return mx::array(static_cast<const uint64_t *>(data), std::move(shape), mx::uint64);
+  case MLXB_I8: return mx::array(static_cast<const int8_t *>(data), std::move(shape), mx::int8);
+  case MLXB_I16: return mx::array(static_cast<const int16_t *>(data), std::move(shape), mx::int16);
+  case MLXB_I32: return mx::array(static_cast<const int32_t *>(data), std::move(shape), mx::int32);
+  case MLXB_I64: return mx::array(static_cast<const int64_t *>(data), std::move(shape), mx::int64);
+  case MLXB_F16: return mx::array(static_cast<const mx::float16_t *>(data), std::move(shape), mx::float16);
+  case MLXB_BF16: return mx::array(static_cast<const mx::bfloat16_t *>(data), std::move(shape), mx::bfloat16);
+  case MLXB_F32: return mx::array(static_cast<const float *>(data), std::move(shape), mx::float32);
+  case MLXB_F64: return mx::array(static_cast<const double *>(data), std::move(shape), mx::float64);
+  case MLXB_C64: return mx::array(static_cast<const mx::complex64_t *>(data), std::move(shape), mx::complex64);
+  default: break;
+  }
+  throw bridge_error("unknown dtype " + std::to_string(static_cast<int>(t)));
+}
+
+/* Copies an evaluated array's elements row-major into dst. */
+void array_copy_out(mlxb_scope *s, const mx::array &a, void *dst, size_t bytes) {
+  size_t want = a.size() * a.itemsize();
+  if (bytes != want)
+    throw bridge_error("buffer holds " + std::to_string(bytes) + " bytes, array needs " + std::to_string(want));
+  if (want == 0) return;
+  if (!dst) throw bridge_error("null destination");
+  mx::array src = a;
+  src.eval();
+  if (!src.flags().row_contiguous) {
+    src = mx::contiguous(src, false, scope_dev(s));
+    src.eval();
+    if (!src.flags().row_contiguous) throw bridge_error("array is not row-contiguous after contiguous()");
+  }
+  std::memcpy(dst, src.data<uint8_t>(), want);
+}
+
+/* Elements of one axis visited by start, start+step, ... while short of stop. */
+int64_t slice_count(int64_t start, int64_t stop, int64_t step) {
+  if (step > 0) return stop > start ? (stop - start + step - 1) / step : 0;
+  return start > stop ? (start - stop - step - 1) / (-step) : 0;
+}
+
+/* A positive-stride form of a full-rank slice, with the axes to flip where the step was negative. */
+struct slice_plan {
+  mx::Shape start, stop, strides;
+  std::vector<int> flip_axes;
+};
+
+slice_plan slice_plan_make(const mx::array &x, const int64_t *start, const int64_t *stop, const int64_t *strides) {
+  int nd = static_cast<int>(x.ndim());
+  if (nd > 0 && (!start || !stop || !strides)) throw bridge_error("null start/stop/strides");
+  slice_plan p;
+  for (int i = 0; i < nd; i++) {
+    int64_t step = strides[i];
+    if (step == 0) throw bridge_error("zero stride on axis " + std::to_string(i));
+    int64_t n = slice_count(start[i], stop[i], step);
+    int64_t dim = x.shape(i);
+    if (n == 0) {
+      p.start.push_back(0), p.stop.push_back(0), p.strides.push_back(1);
+      continue;
+    }
+    int64_t first = start[i], last = start[i] + (n - 1) * step;
+    if (step < 0) std::swap(first, last);
+    if (first < 0 || last >= dim)
+      throw bridge_error("slice [" + std::to_string(start[i]) + ":" + std::to_string(stop[i]) + ":" +
+                         std::to_string(step) + "] out of range for axis " + std::to_string(i) + " of size " +
+                         std::to_string(dim));
+    int64_t astep = step < 0 ? -step : step;
+    p.start.push_back(to_i32(first, "slice start"));
+    p.stop.push_back(to_i32(last + 1, "slice stop"));
+    p.strides.push_back(to_i32(astep, "slice stride"));
+    if (step < 0 && n > 1) p.flip_axes.push_back(i);
+  }
+  return p;
+}
+
+mx::array unary_apply(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d) {
+  switch (op) {
+  case MLXB_ABS: return mx::abs(x, d);
+  case MLXB_NEG: return mx::negative(x, d);
+  case MLXB_SQRT: return mx::sqrt(x, d);
+  case MLXB_RSQRT: return mx::rsqrt(x, d);
+  case MLXB_RECIPROCAL: return mx::reciprocal(x, d);
+  case MLXB_SQUARE: return mx::square(x, d);
+  case MLXB_EXP: return mx::exp(x, d);
+  case MLXB_EXPM1: return mx::expm1(x, d);
+  case MLXB_LOG: return mx::log(x, d);
+  case MLXB_LOG1P: return mx::log1p(x, d);
+  case MLXB_LOG2: return mx::log2(x, d);
+  case MLXB_LOG10: return mx::log10(x, d);
+  case MLXB_ERF: return mx::erf(x, d);
+  case MLXB_ERFINV: return mx::erfinv(x, d);
+  case MLXB_TANH: return mx::tanh(x, d);
+  case MLXB_SIGMOID: return mx::sigmoid(x, d);
+  case MLXB_SIN: return mx::sin(x, d);
+  case MLXB_COS: return mx::cos(x, d);
+  case MLXB_TAN: return mx::tan(x, d);
+  case MLXB_ASIN: return mx::arcsin(x, d);
+  case MLXB_ACOS: return mx::arccos(x, d);
+  case MLXB_ATAN: return mx::arctan(x, d);
+  case MLXB_SINH: return mx::sinh(x, d);
+  case MLXB_COSH: return mx::cosh(x, d);
+  case MLXB_ASINH: return mx::arcsinh(x, d);
+  case MLXB_ACOSH: return mx::arccosh(x, d);
+  case MLXB_ATANH: return mx::arctanh(x, d);
+  case MLXB_CEIL: return mx::ceil(x, d);
+  case MLXB_FLOOR: return mx::floor(x, d);
+  case MLXB_ROUND: return mx::round(x, 0, d);
+  case MLXB_SIGN: return mx::sign(x, d);
+  case MLXB_LOGICAL_NOT: return mx::logical_not(x, d);
+  case MLXB_BITWISE_INVERT: return mx::bitwise_invert(x, d);
+  case MLXB_ISNAN: return mx::isnan(x, d);
+  case MLXB_ISINF: return mx::isinf(x, d);
+  case MLXB_ISPOSINF: return mx::isposinf(x, d);
+  case MLXB_ISNEGINF: return mx::isneginf(x, d);
+  case MLXB_ISFINITE: return mx::isfinite(x, d);
+  case MLXB_STOP_GRADIENT: return mx::stop_gradient(x, d);
+  default: break;
+  }
+  throw bridge_error("unknown unary op " + std::to_string(static_cast<int>(op)));
+}
+
+/* MLX's int32/int64 floor_divide and remainder kill the process (SIGFPE) on INT_MIN / -1; a
+ * divisor of -1 is answered here instead: the wrapped negation, remainder 0. */
+mx::array int_divmod_safe(bool rem, const mx::array &a, const mx::array &b, mx::StreamOrDevice d) {
+  mx::Dtype t = mx::promote_types(a.dtype(), b.dtype());
+  if (t != mx::int32 && t != mx::int64)
+    return rem ? mx::remainder(a, b, d) : mx::floor_divide(a, b, d);
+  mx::array at = mx::astype(a, t, d), bt = mx::astype(b, t, d);
+  mx::array minus_one = mx::equal(bt, mx::array(-1, t), d);
+  mx::array b_safe = mx::where(minus_one, mx::array(1, t), bt, d);
+  if (rem) return mx::where(minus_one, mx::array(0, t), mx::remainder(at, b_safe, d), d);
+  mx::array neg = mx::subtract(mx::array(0, t), at, d);
+  return mx::where(minus_one, neg, mx::floor_divide(at, b_safe, d), d);
+}
+
+mx::array binary_apply(mlxb_binary_op op, const mx::array &a, const mx::array &b, mx::StreamOrDevice d) {
+  switch (op) {
+  case MLXB_ADD: return mx::add(a, b, d);
+  case MLXB_SUB: return mx::subtract(a, b, d);
+  case MLXB_MUL: return mx::multiply(a, b, d);
+  case MLXB_DIV: return mx::divide(a, b, d);
+  case MLXB_POW: return mx::power(a, b, d);
+  case MLXB_MAXIMUM: return mx::maximum(a, b, d);
+  case MLXB_MINIMUM: return mx::minimum(a, b, d);
+  case MLXB_REMAINDER: return int_divmod_safe(true, a, b, d);
+  case MLXB_FLOOR_DIVIDE: return int_divmod_safe(false, a, b, d);
+  case MLXB_EQUAL: return mx::equal(a, b, d);
+  case MLXB_NOT_EQUAL: return mx::not_equal(a, b, d);
+  case MLXB_LESS: return mx::less(a, b, d);
+  case MLXB_LESS_EQUAL: return mx::less_equal(a, b, d);
+  case MLXB_GREATER: return mx::greater(a, b, d);
+  case MLXB_GREATER_EQUAL: return mx::greater_equal(a, b, d);
+  case MLXB_LOGICAL_AND: return mx::logical_and(a, b, d);
+  case MLXB_LOGICAL_OR: return mx::logical_or(a, b, d);
+  case MLXB_BITWISE_AND: return mx::bitwise_and(a, b, d);
+  case MLXB_BITWISE_OR: return mx::bitwise_or(a, b, d);
+  case MLXB_BITWISE_XOR: return mx::bitwise_xor(a, b, d);
+  case MLXB_LEFT_SHIFT: return mx::left_shift(a, b, d);
+  case MLXB_RIGHT_SHIFT: return mx::right_shift(a, b, d);
+  case MLXB_ATAN2: return mx::arctan2(a, b, d);
+  case MLXB_LOGADDEXP: return mx::logaddexp(a, b, d);
+  default: break;
+  }
+  throw bridge_error("unknown binary op " + std::to_string(static_cast<int>(op)));
+}
+
+mx::array reduce_apply(mlxb_reduce_op op, const mx::array &x, const std::vector<int> &axes, bool keep,
+                       mx::StreamOrDevice d) {
+  switch (op) {
+  case MLXB_RSUM: return mx::sum(x, axes, keep, d);
+  case MLXB_RPROD: return mx::prod(x, axes, keep, d);
+  case MLXB_RMAX: return mx::max(x, axes, keep, d);
+  case MLXB_RMIN: return mx::min(x, axes, keep, d);
+  case MLXB_RMEAN: return mx::mean(x, axes, keep, d);
+  case MLXB_RLOGSUMEXP: return mx::logsumexp(x, axes, keep, d);
+  case MLXB_RANY: return mx::any(x, axes, keep, d);
+  case MLXB_RALL: return mx::all(x, axes, keep, d);
+  default: break;
+  }
+  throw bridge_error("unknown reduce op " + std::to_string(static_cast<int>(op)));
+}
+
+mx::array scatter_apply(mlxb_scatter_mode mode, const mx::array &x, const std::vector<mx::array> &idx,
+                        const mx::array &upd, const std::vector<int> &axes, mx::StreamOrDevice d) {
+  switch (mode) {
+  case MLXB_SCATTER_SET: return mx::scatter(x, idx, upd, axes, d);
+  case MLXB_SCATTER_ADD: return mx::scatter_add(x, idx, upd, axes, d);
+  case MLXB_SCATTER_PROD: return mx::scatter_prod(x, idx, upd, axes, d);
+  case MLXB_SCATTER_MAX: return mx::scatter_max(x, idx, upd, axes, d);
+  case MLXB_SCATTER_MIN: return mx::scatter_min(x, idx, upd, axes, d);
+  default: break;
+  }
+  throw bridge_error("unknown scatter mode " + std::to_string(static_cast<int>(mode)));
+}
+
+} // namespace
+
+extern "C" {
+
+/* ---- library ---------------------------------------------------------------------------- */
+
+const char *mlxb_version(void) {
+  try {
+    static const std::string v = mx::version();
+    return v.c_str();
+  } catch (...) {
+    return "unknown";
+  }
+}
+
+bool mlxb_gpu_available(void) {
+  try {
+    return mx::is_available(mx::Device(mx::Device::gpu));
+  } catch (...) {
+    return false;
+  }
+}
+
+size_t mlxb_dtype_size(mlxb_dtype t) {
+  try {
+    return to_mx(t).size();
+  } catch (...) {
+    return 0;
+  }
+}
+
+int mlxb_init(char *err, size_t err_len) {
+  /* Nothing process-wide is needed yet: streams are per thread and per device since MLX 0.32. */
+  if (err && err_len) err[0] = '\0';
+  return 0;
+}
+
+/* ---- scopes ----------------------------------------------------------------------------- */
+
+mlxb_scope *mlxb_scope_new(mlxb_device dev) {
+  try {
+    return new mlxb_scope(mx::Device(dev == MLXB_DEVICE_GPU ? mx::Device::gpu : mx::Device::cpu));
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void mlxb_scope_free(mlxb_scope *s) {
+  try {
+    delete s;
+  } catch (...) {
+  }
+}
+
+bool mlxb_ok(const mlxb_scope *s) { return s && s->error.empty(); }
+
+const char *mlxb_error(const mlxb_scope *s) {
+  if (!s) return "null scope";
+  return s->error.c_str();
+}
+
+void mlxb_set_error(mlxb_scope *s, const char *msg) {
+  if (!s || !s->error.empty()) return;
+  try {
+    s->error = msg && *msg ? msg : "unknown error";
+  } catch (...) {
+  }
+}
+
+void mlxb_clear_error(mlxb_scope *s) {
+  if (s) s->error.clear();
+}
+
+mlxb_device mlxb_scope_device(const mlxb_scope *s) {
+  if (!s) return MLXB_DEVICE_CPU;
+  return s->device == mx::Device::gpu ? MLXB_DEVICE_GPU : MLXB_DEVICE_CPU;
+}
+
+bool mlxb_scope_force_cpu(mlxb_scope *s, bool force) {
+  if (!s) return false;
+  bool old = s->force_cpu;
+  s->force_cpu = force;
+  return old;
+}
+
+/* ---- creation and queries ---------------------------------------------------------------- */
+
+mlxb_array *mlxb_from_data(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t) {
+  return guard(s, "mlxb_from_data", [&] {
+    mx::Shape shape = to_shape(dims, rank);
+    size_t n = 1;
+    for (int d : shape) n *= static_cast<size_t>(d);
+    if (n == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
+    if (!data) throw bridge_error("null data for a non-empty array");
+    return array_from_bytes(data, std::move(shape), t);
+  });
+}
+
+mlxb_array *mlxb_scalar_f64(mlxb_scope *s, double v, mlxb_dtype t) {
+  return guard(s, "mlxb_scalar_f64", [&] { return mx::array(v, to_mx(t)); });
+}
+
+mlxb_array *mlxb_scalar_i64(mlxb_scope *s, int64_t v, mlxb_dtype t) {
+  return guard(s, "mlxb_scalar_i64", [&] {
+    /* Through uint64 so unsigned targets wrap exactly rather than via a float. */
+    if (t == MLXB_U64) return mx::array(static_cast<uint64_t>(v), mx::uint64);
+    return mx::array(v, to_mx(t));
+  });
+}
+
+mlxb_array *mlxb_full(mlxb_scope *s, const int64_t *dims, int rank, const mlxb_array *value, mlxb_dtype t) {
+  return guard(s, "mlxb_full", [&] { return mx::full(to_shape(dims, rank), arr(value), to_mx(t), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_zeros(mlxb_scope *s, const int64_t *dims, int rank, mlxb_dtype t) {
+  return guard(s, "mlxb_zeros", [&] { return mx::zeros(to_shape(dims, rank), to_mx(t), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_arange(mlxb_scope *s, double start, double stop, double step, mlxb_dtype t) {
+  return guard(s, "mlxb_arange", [&] { return mx::arange(start, stop, step, to_mx(t), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_eye(mlxb_scope *s, int64_t n, int64_t m, int64_t k, mlxb_dtype t) {
+  return guard(s, "mlxb_eye", [&] {
+    return mx::eye(to_i32(n, "eye n"), to_i32(m, "eye m"), to_i32(k, "eye k"), to_mx(t), scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_ref(mlxb_scope *s, const mlxb_array *a) {
+  return guard(s, "mlxb_ref", [&] { return arr(a); });
+}
+
+int mlxb_ndim(const mlxb_array *a) {
+  if (!a) return -1;
+  return static_cast<int>(reinterpret_cast<const mx::array *>(a)->ndim());
+}
+
+int64_t mlxb_dim(const mlxb_array *a, int axis) {
+  if (!a) return -1;
+  const mx::array &x = *reinterpret_cast<const mx::array *>(a);
+  int nd = static_cast<int>(x.ndim());
+  if (axis < 0) axis += nd;
+  if (axis < 0 || axis >= nd) return -1;
+  return x.shape(axis);
+}
+
+void mlxb_shape(const mlxb_array *a, int64_t *dims_out) {
+  if (!a || !dims_out) return;
+  const mx::array &x = *reinterpret_cast<const mx::array *>(a);
+  for (size_t i = 0; i < x.ndim(); i++) dims_out[i] = x.shape(static_cast<int>(i));
+}
+
+mlxb_dtype mlxb_type(const mlxb_array *a) {
+  if (!a) return MLXB_DTYPE_COUNT;
+  return from_mx(reinterpret_cast<const mx::array *>(a)->dtype());
+}
+
+size_t mlxb_size(const mlxb_array *a) {
+  if (!a) return 0;
+  return reinterpret_cast<const mx::array *>(a)->size();
+}
+
+/* ---- evaluation and host access ---------------------------------------------------------- */
+
+int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n) {
+  return guard_status(s, "mlxb_eval", [&] {
+    if (n > 0 && !arrays) throw null_arg{};
+    std::vector<mx::array> xs;
+    xs.reserve(n);
+    for (size_t i = 0; i < n; i++) xs.push_back(arr(arrays[i]));
+    mx::eval(xs);
+  });
+}
+
+int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes) {
+  return guard_status(s, "mlxb_read", [&] { array_copy_out(s, arr(a), dst, bytes); });
+}
+
+int mlxb_read_i64(mlxb_scope *s, const mlxb_array *a, int64_t *dst, size_t n) {
+  return guard_status(s, "mlxb_read_i64", [&] {
+    const mx::array &x = arr(a);
+    if (mx::issubdtype(x.dtype(), mx::inexact)) throw bridge_error("array is not of an integer or bool type");
+    array_copy_out(s, mx::astype(x, mx::int64, scope_dev(s)), dst, n * sizeof(int64_t));
+  });
+}
+
+int mlxb_read_f64(mlxb_scope *s, const mlxb_array *a, double *dst, size_t n) {
+  return guard_status(s, "mlxb_read_f64", [&] {
+    /* float64 work runs on the CPU only in MLX. */
+    array_copy_out(s, mx::astype(arr(a), mx::float64, mx::Device(mx::Device::cpu)), dst, n * sizeof(double));
+  });
+}
+
+/* ---- elementwise ------------------------------------------------------------------------- */
+
+mlxb_array *mlxb_unary(mlxb_scope *s, mlxb_unary_op op, const mlxb_array *x) {
+  return guard(s, "mlxb_unary", [&] { return unary_apply(op, arr(x), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_binary(mlxb_scope *s, mlxb_binary_op op, const mlxb_array *a, const mlxb_array *b) {
+  return guard(s, "mlxb_binary", [&] { return binary_apply(op, arr(a), arr(b), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_where(mlxb_scope *s, const mlxb_array *cond, const mlxb_array *a, const mlxb_array *b) {
+  return guard(s, "mlxb_where", [&] { return mx::where(arr(cond), arr(a), arr(b), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_astype(mlxb_scope *s, const mlxb_array *x, mlxb_dtype t) {
+  return guard(s, "mlxb_astype", [&] { return mx::astype(arr(x), to_mx(t), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_view(mlxb_scope *s, const mlxb_array *x, mlxb_dtype t) {
+  return guard(s, "mlxb_view", [&] { return mx::view(arr(x), to_mx(t), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_clip(mlxb_scope *s, const mlxb_array *x, const mlxb_array *lo_or_null, const mlxb_array *hi_or_null) {
+  return guard(s, "mlxb_clip", [&] {
+    const mx::array &in = arr(x);
+    /* MLX's clip refuses two missing bounds; that clip is the identity. */
+    if (!lo_or_null && !hi_or_null) return in;
+    return mx::clip(in, opt(lo_or_null), opt(hi_or_null), scope_dev(s));
+  });
+}
+
+/* ---- reductions and scans ---------------------------------------------------------------- */
+
+mlxb_array *mlxb_reduce(mlxb_scope *s, mlxb_reduce_op op, const mlxb_array *x, const int *axes, int naxes, bool keepdims) {
+  return guard(s, "mlxb_reduce", [&] {
+    const mx::array &in = arr(x);
+    return reduce_apply(op, in, reduce_axes(in, axes, naxes), keepdims, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_var(mlxb_scope *s, const mlxb_array *x, const int *axes, int naxes, bool keepdims, int ddof) {
+  return guard(s, "mlxb_var", [&] {
+    const mx::array &in = arr(x);
+    return mx::var(in, reduce_axes(in, axes, naxes), keepdims, ddof, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_argmax(mlxb_scope *s, const mlxb_array *x, int axis, bool keepdims) {
+  return guard(s, "mlxb_argmax", [&] { return mx::argmax(arr(x), axis, keepdims, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_argmin(mlxb_scope *s, const mlxb_array *x, int axis, bool keepdims) {
+  return guard(s, "mlxb_argmin", [&] { return mx::argmin(arr(x), axis, keepdims, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_cumulative(mlxb_scope *s, mlxb_reduce_op op, const mlxb_array *x, int axis, bool reverse, bool inclusive) {
+  return guard(s, "mlxb_cumulative", [&] {
+    const mx::array &in = arr(x);
+    mx::StreamOrDevice d = scope_dev(s);
+    switch (op) {
+    case MLXB_RSUM: return mx::cumsum(in, axis, reverse, inclusive, std::nullopt, d);
+    case MLXB_RPROD: return mx::cumprod(in, axis, reverse, inclusive, std::nullopt, d);
+    case MLXB_RMAX: return mx::cummax(in, axis, reverse, inclusive, d);
+    case MLXB_RMIN: return mx::cummin(in, axis, reverse, inclusive, d);
+    default: break;
+    }
+    throw bridge_error("unsupported cumulative op " + std::to_string(static_cast<int>(op)));
+  });
+}
+
+mlxb_array *mlxb_softmax(mlxb_scope *s, const mlxb_array *x, const int *axes, int naxes, bool precise) {
+  return guard(s, "mlxb_softmax", [&] {
+    const mx::array &in = arr(x);
+    return mx::softmax(in, reduce_axes(in, axes, naxes), precise, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_sort(mlxb_scope *s, const mlxb_array *x, int axis) {
+  return guard(s, "mlxb_sort", [&] { return mx::sort(arr(x), axis, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_argsort(mlxb_scope *s, const mlxb_array *x, int axis) {
+  return guard(s, "mlxb_argsort", [&] { return mx::argsort(arr(x), axis, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_topk(mlxb_scope *s, const mlxb_array *x, int k, int axis) {
+  return guard(s, "mlxb_topk", [&] { return mx::topk(arr(x), k, axis, scope_dev(s)); });
+}
+
+/* ---- shape and indexing ------------------------------------------------------------------ */
+
+mlxb_array *mlxb_reshape(mlxb_scope *s, const mlxb_array *x, const int64_t *dims, int rank) {
+  return guard(s, "mlxb_reshape", [&] { return mx::reshape(arr(x), to_shape(dims, rank), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_transpose(mlxb_scope *s, const mlxb_array *x, const int *perm, int n) {
+  return guard(s, "mlxb_transpose", [&] {
+    const mx::array &in = arr(x);
+    if (!perm && n == 0) return mx::transpose(in, scope_dev(s));
+    return mx::transpose(in, to_ints(perm, n), scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_broadcast_to(mlxb_scope *s, const mlxb_array *x, const int64_t *dims, int rank) {
+  return guard(s, "mlxb_broadcast_to", [&] { return mx::broadcast_to(arr(x), to_shape(dims, rank), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_expand_dims(mlxb_scope *s, const mlxb_array *x, const int *axes, int n) {
+  return guard(s, "mlxb_expand_dims", [&] { return mx::expand_dims(arr(x), to_ints(axes, n), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_squeeze(mlxb_scope *s, const mlxb_array *x, const int *axes, int n) {
+  return guard(s, "mlxb_squeeze", [&] {
+    const mx::array &in = arr(x);
+    if (!axes && n == 0) return mx::squeeze(in, scope_dev(s));
+    return mx::squeeze(in, to_ints(axes, n), scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_concat(mlxb_scope *s, const mlxb_array *const *xs, int n, int axis) {
+  return guard(s, "mlxb_concat", [&] { return mx::concatenate(to_arrays(xs, n), axis, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_stack(mlxb_scope *s, const mlxb_array *const *xs, int n, int axis) {
+  return guard(s, "mlxb_stack", [&] { return mx::stack(to_arrays(xs, n), axis, scope_dev(s)); });
+}
+
+int mlxb_split(mlxb_scope *s, const mlxb_array *x, const int64_t *indices, int n_indices, int axis, mlxb_array **outs) {
+  if (outs && n_indices >= 0)
+    for (int i = 0; i <= n_indices; i++) outs[i] = nullptr;
+  return guard_status(s, "mlxb_split", [&] {
+    const mx::array &in = arr(x);
+    if (!outs) throw bridge_error("null outs");
+    if (n_indices < 0) throw bridge_error("negative index count");
+    if (n_indices > 0 && !indices) throw bridge_error("null indices");
+    mx::Shape idx;
+    for (int i = 0; i < n_indices; i++) idx.push_back(to_i32(indices[i], "split index"));
+    std::vector<mx::array> parts =
+        n_indices == 0 ? std::vector<mx::array>{in} : mx::split(in, idx, axis, scope_dev(s));
+    if (parts.size() != static_cast<size_t>(n_indices) + 1)
+      throw bridge_error("split gave " + std::to_string(parts.size()) + " parts");
+    for (size_t i = 0; i < parts.size(); i++) outs[i] = scope_keep(s, parts[i]);
+  });
+}
+
+mlxb_array *mlxb_slice(mlxb_scope *s, const mlxb_array *x, const int64_t *start, const int64_t *stop, const int64_t *strides) {
+  return guard(s, "mlxb_slice", [&] {
+    const mx::array &in = arr(x);
+    slice_plan p = slice_plan_make(in, start, stop, strides);
+    mx::array out = mx::slice(in, p.start, p.stop, p.strides, scope_dev(s));
+    if (!p.flip_axes.empty()) out = mx::flip(out, p.flip_axes, scope_dev(s));
+    return out;
+  });
+}
+
+mlxb_array *mlxb_slice_update(mlxb_scope *s, const mlxb_array *dst, const mlxb_array *update,
+                              const int64_t *start, const int64_t *stop, const int64_t *strides) {
+  return guard(s, "mlxb_slice_update", [&] {
+    const mx::array &in = arr(dst);
+    mx::array upd = arr(update);
+    slice_plan p = slice_plan_make(in, start, stop, strides);
+    /* The positive-stride window visits a negative-step slice backwards: reverse the update. */
+    if (!p.flip_axes.empty()) {
+      if (upd.ndim() > in.ndim()) throw bridge_error("update has more axes than the destination");
+      std::vector<int> axes;
+      int lead = static_cast<int>(in.ndim() - upd.ndim());
+      for (int a : p.flip_axes)
+        if (a >= lead && upd.shape(a - lead) > 1) axes.push_back(a - lead);
+      if (!axes.empty()) upd = mx::flip(upd, axes, scope_dev(s));
+    }
+    return mx::slice_update(in, upd, p.start, p.stop, p.strides, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_take(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, int axis) {
+  return guard(s, "mlxb_take", [&] { return mx::take(arr(x), arr(indices), axis, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_take_along_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, int axis) {
+  return guard(s, "mlxb_take_along_axis", [&] { return mx::take_along_axis(arr(x), arr(indices), axis, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_put_along_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, const mlxb_array *values, int axis) {
+  return guard(s, "mlxb_put_along_axis", [&] {
+    return mx::put_along_axis(arr(x), arr(indices), arr(values), axis, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_scatter_add_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, const mlxb_array *values, int axis) {
+  return guard(s, "mlxb_scatter_add_axis", [&] {
+    return mx::scatter_add_axis(arr(x), arr(indices), arr(values), axis, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_gather(mlxb_scope *s, const mlxb_array *x, const mlxb_array *const *indices, int n,
+                        const int *axes, const int64_t *slice_sizes) {
+  return guard(s, "mlxb_gather", [&] {
+    const mx::array &in = arr(x);
+    std::vector<mx::array> idx = to_arrays(indices, n);
+    return mx::gather(in, idx, to_ints(axes, n), to_shape(slice_sizes, static_cast<int>(in.ndim())), scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_scatter(mlxb_scope *s, mlxb_scatter_mode mode, const mlxb_array *x, const mlxb_array *const *indices, int n,
+                         const mlxb_array *updates, const int *axes) {
+  return guard(s, "mlxb_scatter", [&] {
+    const mx::array &in = arr(x);
+    std::vector<mx::array> idx = to_arrays(indices, n);
+    return scatter_apply(mode, in, idx, arr(updates), to_ints(axes, n), scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_pad(mlxb_scope *s, const mlxb_array *x, const int64_t *lo, const int64_t *hi,
+                     const mlxb_array *pad_value, const char *mode) {
+  return guard(s, "mlxb_pad", [&] {
+    const mx::array &in = arr(x);
+    int nd = static_cast<int>(in.ndim());
+    if (nd > 0 && (!lo || !hi)) throw bridge_error("null lo/hi");
+    std::vector<int> axes = all_axes(in);
+    mx::Shape lo_s, hi_s;
+    for (int i = 0; i < nd; i++) {
+      lo_s.push_back(to_i32(lo[i], "pad"));
+      hi_s.push_back(to_i32(hi[i], "pad"));
+    }
+    mx::array value = pad_value ? arr(pad_value) : mx::array(0, in.dtype());
+    return mx::pad(in, axes, lo_s, hi_s, value, mode ? std::string(mode) : std::string("constant"), scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_tile(mlxb_scope *s, const mlxb_array *x, const int64_t *reps, int n) {
+  return guard(s, "mlxb_tile", [&] {
+    if (n < 0 || (n > 0 && !reps)) throw bridge_error("bad reps");
+    std::vector<int> r;
+    for (int i = 0; i < n; i++) {
+      if (reps[i] < 0) throw bridge_error("negative repeat");
+      r.push_back(to_i32(reps[i], "repeat"));
+    }
+    return mx::tile(arr(x), r, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_repeat(mlxb_scope *s, const mlxb_array *x, int repeats, int axis) {
+  return guard(s, "mlxb_repeat", [&] { return mx::repeat(arr(x), repeats, axis, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_tril(mlxb_scope *s, const mlxb_array *x, int k) {
+  return guard(s, "mlxb_tril", [&] { return mx::tril(arr(x), k, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_triu(mlxb_scope *s, const mlxb_array *x, int k) {
+  return guard(s, "mlxb_triu", [&] { return mx::triu(arr(x), k, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_as_strided(mlxb_scope *s, const mlxb_array *x, const int64_t *dims, const int64_t *strides, int rank, int64_t offset) {
+  return guard(s, "mlxb_as_strided", [&] {
+    const mx::array &in = arr(x);
+    mx::Shape shape = to_shape(dims, rank);
+    if (rank > 0 && !strides) throw bridge_error("null strides");
+    if (offset < 0) throw bridge_error("negative offset");
+    mx::Strides st(strides, strides + rank);
+    return mx::as_strided(in, std::move(shape), std::move(st), static_cast<size_t>(offset), scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_contiguous(mlxb_scope *s, const mlxb_array *x) {
+  return guard(s, "mlxb_contiguous", [&] { return mx::contiguous(arr(x), false, scope_dev(s)); });
+}
+
+/* ---- linear algebra and neural-network ops ------------------------------------------------ */
+
+mlxb_array *mlxb_matmul(mlxb_scope *s, const mlxb_array *a, const mlxb_array *b) {
+  return guard(s, "mlxb_matmul", [&] { return mx::matmul(arr(a), arr(b), scope_dev(s)); });
+}
+
+mlxb_array *mlxb_addmm(mlxb_scope *s, const mlxb_array *c, const mlxb_array *a, const mlxb_array *b, float alpha, float beta) {
+  return guard(s, "mlxb_addmm", [&] { return mx::addmm(arr(c), arr(a), arr(b), alpha, beta, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, int nspatial,
+                              const int *strides, const int *pad_lo, const int *pad_hi,
+                              const int *kernel_dilation, const int *input_dilation, int groups, bool flip) {
+  return guard(s, "mlxb_conv_general", [&] {
+    const mx::array &in = arr(x), &wt = arr(w);
+    /* A NULL list means the default (stride 1, no padding, no dilation) on every axis. */
+    auto list = [&](const int *v, int dflt) {
+      if (nspatial < 0) throw bridge_error("negative nspatial");
+      return v ? std::vector<int>(v, v + nspatial) : std::vector<int>(nspatial, dflt);
+    };
+    return mx::conv_general(in, wt, list(strides, 1), list(pad_lo, 0), list(pad_hi, 0), list(kernel_dilation, 1),
+                            list(input_dilation, 1), groups, flip, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps) {
+  return guard(s, "mlxb_layer_norm", [&] {
+    return mx::fast::layer_norm(arr(x), opt(weight), opt(bias), eps, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, float eps) {
+  return guard(s, "mlxb_rms_norm", [&] { return mx::fast::rms_norm(arr(x), opt(weight), eps, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
+                      const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks) {
+  return guard(s, "mlxb_sdpa", [&] {
+    const mx::array &qa = arr(q), &ka = arr(k), &va = arr(v);
+    std::string mode = mask_mode ? mask_mode : "";
+    if (mask && mode.empty()) mode = "array";
+    return mx::fast::scaled_dot_product_attention(qa, ka, va, scale, mode, opt(mask), opt(sinks), false, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
+                                  const mlxb_array *biases, bool transpose, int group_size, int bits) {
+  return guard(s, "mlxb_quantized_matmul", [&] {
+    return mx::quantized_matmul(arr(x), arr(w), arr(scales), opt(biases), transpose, group_size, bits, "affine",
+                                scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_dequantize(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
+                            int group_size, int bits, mlxb_dtype out) {
+  return guard(s, "mlxb_dequantize", [&] {
+    return mx::dequantize(arr(w), arr(scales), opt(biases), group_size, bits, "affine", std::nullopt, to_mx(out),
+                          scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_einsum(mlxb_scope *s, const char *subscripts, const mlxb_array *const *xs, int n) {
+  return guard(s, "mlxb_einsum", [&] {
+    if (!subscripts) throw bridge_error("null subscripts");
+    return mx::einsum(subscripts, to_arrays(xs, n), scope_dev(s));
+  });
+}
+
+} /* extern "C" */

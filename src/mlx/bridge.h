@@ -1,0 +1,184 @@
+/* The C ABI over MLX's C++ API: the only door from the C code of the project into MLX.
+ *
+ * Arrays are opaque handles owned by a scope (an arena of arrays with a device and a sticky
+ * error). Op functions return a new handle, or NULL on failure; a NULL argument where an array is
+ * required makes the function return NULL at once, so a lowering can chain calls and test once
+ * (`mlxb_ok`). Every C++ exception is caught inside the bridge and becomes the scope's error.
+ * A scope is used by one thread at a time; handles of another scope (e.g. a plan's constants,
+ * evaluated at Compile) may be read as inputs from any thread. */
+#ifndef EP_MLX_BRIDGE_H
+#define EP_MLX_BRIDGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mlxb_scope mlxb_scope;
+typedef struct mlxb_array mlxb_array;
+
+typedef enum mlxb_dtype {
+  MLXB_BOOL, MLXB_U8, MLXB_U16, MLXB_U32, MLXB_U64,
+  MLXB_I8, MLXB_I16, MLXB_I32, MLXB_I64,
+  MLXB_F16, MLXB_BF16, MLXB_F32, MLXB_F64, MLXB_C64,
+  MLXB_DTYPE_COUNT
+} mlxb_dtype;
+
+typedef enum mlxb_device { MLXB_DEVICE_CPU, MLXB_DEVICE_GPU } mlxb_device;
+
+/* ---- library ---------------------------------------------------------------------------- */
+const char *mlxb_version(void);
+bool mlxb_gpu_available(void);
+size_t mlxb_dtype_size(mlxb_dtype t);
+/* Process-wide MLX settings applied once at load (e.g. cache sizes); 0 on success. */
+int mlxb_init(char *err, size_t err_len);
+
+/* ---- scopes ----------------------------------------------------------------------------- */
+mlxb_scope *mlxb_scope_new(mlxb_device dev); /* NULL when out of memory */
+void mlxb_scope_free(mlxb_scope *s);         /* frees every handle of the scope; accepts NULL */
+bool mlxb_ok(const mlxb_scope *s);
+const char *mlxb_error(const mlxb_scope *s); /* "" when ok */
+void mlxb_set_error(mlxb_scope *s, const char *msg); /* first error sticks */
+void mlxb_clear_error(mlxb_scope *s);
+mlxb_device mlxb_scope_device(const mlxb_scope *s);
+/* Places later ops of this scope on the CPU (float64 work on a GPU scope); returns the old value. */
+bool mlxb_scope_force_cpu(mlxb_scope *s, bool force);
+
+/* ---- creation and queries ---------------------------------------------------------------- */
+/* Copies `data` (row-major, dims[rank]) into a new array. data may be NULL when the size is 0. */
+mlxb_array *mlxb_from_data(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t);
+mlxb_array *mlxb_scalar_f64(mlxb_scope *s, double v, mlxb_dtype t);
+mlxb_array *mlxb_scalar_i64(mlxb_scope *s, int64_t v, mlxb_dtype t);
+mlxb_array *mlxb_full(mlxb_scope *s, const int64_t *dims, int rank, const mlxb_array *value, mlxb_dtype t);
+mlxb_array *mlxb_zeros(mlxb_scope *s, const int64_t *dims, int rank, mlxb_dtype t);
+mlxb_array *mlxb_arange(mlxb_scope *s, double start, double stop, double step, mlxb_dtype t);
+mlxb_array *mlxb_eye(mlxb_scope *s, int64_t n, int64_t m, int64_t k, mlxb_dtype t);
+/* A handle of this scope that refers to the same array (to adopt a handle of another scope). */
+mlxb_array *mlxb_ref(mlxb_scope *s, const mlxb_array *a);
+
+int mlxb_ndim(const mlxb_array *a);
+int64_t mlxb_dim(const mlxb_array *a, int axis); /* negative axis counts from the end */
+void mlxb_shape(const mlxb_array *a, int64_t *dims_out); /* ndim entries */
+mlxb_dtype mlxb_type(const mlxb_array *a);
+size_t mlxb_size(const mlxb_array *a); /* element count */
+
+/* ---- evaluation and host access ---------------------------------------------------------- */
+int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n); /* 0 ok, -1 error in scope */
+/* Copies an array's elements, row-major, into dst (bytes must equal size*itemsize).
+ * Evaluates first when needed. 0 ok, -1 error in scope. */
+int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes);
+/* Reads an integer or bool array as int64 values (n must equal its size). */
+int mlxb_read_i64(mlxb_scope *s, const mlxb_array *a, int64_t *dst, size_t n);
+int mlxb_read_f64(mlxb_scope *s, const mlxb_array *a, double *dst, size_t n);
+
+/* ---- elementwise ------------------------------------------------------------------------- */
+typedef enum mlxb_unary_op {
+  MLXB_ABS, MLXB_NEG, MLXB_SQRT, MLXB_RSQRT, MLXB_RECIPROCAL, MLXB_SQUARE,
+  MLXB_EXP, MLXB_EXPM1, MLXB_LOG, MLXB_LOG1P, MLXB_LOG2, MLXB_LOG10,
+  MLXB_ERF, MLXB_ERFINV, MLXB_TANH, MLXB_SIGMOID,
+  MLXB_SIN, MLXB_COS, MLXB_TAN, MLXB_ASIN, MLXB_ACOS, MLXB_ATAN,
+  MLXB_SINH, MLXB_COSH, MLXB_ASINH, MLXB_ACOSH, MLXB_ATANH,
+  MLXB_CEIL, MLXB_FLOOR, MLXB_ROUND, MLXB_SIGN,
+  MLXB_LOGICAL_NOT, MLXB_BITWISE_INVERT,
+  MLXB_ISNAN, MLXB_ISINF, MLXB_ISPOSINF, MLXB_ISNEGINF, MLXB_ISFINITE,
+  MLXB_STOP_GRADIENT, MLXB_UNARY_COUNT
+} mlxb_unary_op;
+
+typedef enum mlxb_binary_op {
+  MLXB_ADD, MLXB_SUB, MLXB_MUL, MLXB_DIV, MLXB_POW, MLXB_MAXIMUM, MLXB_MINIMUM,
+  MLXB_REMAINDER,   /* sign of divisor (Python %) */
+  MLXB_FLOOR_DIVIDE,
+  MLXB_EQUAL, MLXB_NOT_EQUAL, MLXB_LESS, MLXB_LESS_EQUAL, MLXB_GREATER, MLXB_GREATER_EQUAL,
+  MLXB_LOGICAL_AND, MLXB_LOGICAL_OR,
+  MLXB_BITWISE_AND, MLXB_BITWISE_OR, MLXB_BITWISE_XOR, MLXB_LEFT_SHIFT, MLXB_RIGHT_SHIFT,
+  MLXB_ATAN2, MLXB_LOGADDEXP, MLXB_BINARY_COUNT
+} mlxb_binary_op;
+
+mlxb_array *mlxb_unary(mlxb_scope *s, mlxb_unary_op op, const mlxb_array *x);
+/* Broadcasting binary op. MLX type promotion applies; MLXB_DIV of integers gives floats. */
+mlxb_array *mlxb_binary(mlxb_scope *s, mlxb_binary_op op, const mlxb_array *a, const mlxb_array *b);
+mlxb_array *mlxb_where(mlxb_scope *s, const mlxb_array *cond, const mlxb_array *a, const mlxb_array *b);
+mlxb_array *mlxb_astype(mlxb_scope *s, const mlxb_array *x, mlxb_dtype t);
+mlxb_array *mlxb_view(mlxb_scope *s, const mlxb_array *x, mlxb_dtype t); /* reinterpret bits */
+mlxb_array *mlxb_clip(mlxb_scope *s, const mlxb_array *x, const mlxb_array *lo_or_null, const mlxb_array *hi_or_null);
+
+/* ---- reductions and scans ---------------------------------------------------------------- */
+typedef enum mlxb_reduce_op {
+  MLXB_RSUM, MLXB_RPROD, MLXB_RMAX, MLXB_RMIN, MLXB_RMEAN, MLXB_RLOGSUMEXP, MLXB_RANY, MLXB_RALL,
+  MLXB_REDUCE_COUNT
+} mlxb_reduce_op;
+
+/* naxes == 0 with axes == NULL reduces over every axis. */
+mlxb_array *mlxb_reduce(mlxb_scope *s, mlxb_reduce_op op, const mlxb_array *x, const int *axes, int naxes, bool keepdims);
+mlxb_array *mlxb_var(mlxb_scope *s, const mlxb_array *x, const int *axes, int naxes, bool keepdims, int ddof);
+mlxb_array *mlxb_argmax(mlxb_scope *s, const mlxb_array *x, int axis, bool keepdims);
+mlxb_array *mlxb_argmin(mlxb_scope *s, const mlxb_array *x, int axis, bool keepdims);
+/* op is MLXB_RSUM, MLXB_RPROD, MLXB_RMAX or MLXB_RMIN. */
+mlxb_array *mlxb_cumulative(mlxb_scope *s, mlxb_reduce_op op, const mlxb_array *x, int axis, bool reverse, bool inclusive);
+mlxb_array *mlxb_softmax(mlxb_scope *s, const mlxb_array *x, const int *axes, int naxes, bool precise);
+mlxb_array *mlxb_sort(mlxb_scope *s, const mlxb_array *x, int axis);
+mlxb_array *mlxb_argsort(mlxb_scope *s, const mlxb_array *x, int axis); /* stable, ascending, uint32 */
+mlxb_array *mlxb_topk(mlxb_scope *s, const mlxb_array *x, int k, int axis);
+
+/* ---- shape and indexing ------------------------------------------------------------------ */
+mlxb_array *mlxb_reshape(mlxb_scope *s, const mlxb_array *x, const int64_t *dims, int rank);
+mlxb_array *mlxb_transpose(mlxb_scope *s, const mlxb_array *x, const int *perm, int n);
+mlxb_array *mlxb_broadcast_to(mlxb_scope *s, const mlxb_array *x, const int64_t *dims, int rank);
+mlxb_array *mlxb_expand_dims(mlxb_scope *s, const mlxb_array *x, const int *axes, int n);
+mlxb_array *mlxb_squeeze(mlxb_scope *s, const mlxb_array *x, const int *axes, int n);
+mlxb_array *mlxb_concat(mlxb_scope *s, const mlxb_array *const *xs, int n, int axis);
+mlxb_array *mlxb_stack(mlxb_scope *s, const mlxb_array *const *xs, int n, int axis);
+/* Splits at the given indices along axis into n_indices + 1 parts written to outs. 0 ok. */
+int mlxb_split(mlxb_scope *s, const mlxb_array *x, const int64_t *indices, int n_indices, int axis, mlxb_array **outs);
+/* Full-rank strided slice; strides may be negative (start/stop then follow Python semantics
+ * after the caller has clamped them: elements start, start+step, ... while != stop). */
+mlxb_array *mlxb_slice(mlxb_scope *s, const mlxb_array *x, const int64_t *start, const int64_t *stop, const int64_t *strides);
+mlxb_array *mlxb_slice_update(mlxb_scope *s, const mlxb_array *dst, const mlxb_array *update,
+                              const int64_t *start, const int64_t *stop, const int64_t *strides);
+mlxb_array *mlxb_take(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, int axis);
+mlxb_array *mlxb_take_along_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, int axis);
+mlxb_array *mlxb_put_along_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, const mlxb_array *values, int axis);
+mlxb_array *mlxb_scatter_add_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, const mlxb_array *values, int axis);
+/* MLX gather: indices[i] indexes axes[i]; slice_sizes has ndim(x) entries. */
+mlxb_array *mlxb_gather(mlxb_scope *s, const mlxb_array *x, const mlxb_array *const *indices, int n,
+                        const int *axes, const int64_t *slice_sizes);
+typedef enum mlxb_scatter_mode { MLXB_SCATTER_SET, MLXB_SCATTER_ADD, MLXB_SCATTER_PROD, MLXB_SCATTER_MAX, MLXB_SCATTER_MIN } mlxb_scatter_mode;
+mlxb_array *mlxb_scatter(mlxb_scope *s, mlxb_scatter_mode mode, const mlxb_array *x, const mlxb_array *const *indices, int n,
+                         const mlxb_array *updates, const int *axes);
+/* mode: "constant", "edge", "reflect" or "symmetric"; pad_value used by "constant". */
+mlxb_array *mlxb_pad(mlxb_scope *s, const mlxb_array *x, const int64_t *lo, const int64_t *hi,
+                     const mlxb_array *pad_value, const char *mode);
+mlxb_array *mlxb_tile(mlxb_scope *s, const mlxb_array *x, const int64_t *reps, int n);
+mlxb_array *mlxb_repeat(mlxb_scope *s, const mlxb_array *x, int repeats, int axis);
+mlxb_array *mlxb_tril(mlxb_scope *s, const mlxb_array *x, int k);
+mlxb_array *mlxb_triu(mlxb_scope *s, const mlxb_array *x, int k);
+mlxb_array *mlxb_as_strided(mlxb_scope *s, const mlxb_array *x, const int64_t *dims, const int64_t *strides, int rank, int64_t offset);
+mlxb_array *mlxb_contiguous(mlxb_scope *s, const mlxb_array *x);
+
+/* ---- linear algebra and neural-network ops ------------------------------------------------ */
+mlxb_array *mlxb_matmul(mlxb_scope *s, const mlxb_array *a, const mlxb_array *b);
+/* alpha * (a @ b) + beta * c */
+mlxb_array *mlxb_addmm(mlxb_scope *s, const mlxb_array *c, const mlxb_array *a, const mlxb_array *b, float alpha, float beta);
+/* Channels-last convolution: x [N, spatial..., Cin], w [Cout, spatial..., Cin/groups]. */
+mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, int nspatial,
+                              const int *strides, const int *pad_lo, const int *pad_hi,
+                              const int *kernel_dilation, const int *input_dilation, int groups, bool flip);
+/* Last-axis norms; weight/bias may be NULL. */
+mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps);
+mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, float eps);
+/* q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; mask_mode "" or "causal"; mask and sinks may be NULL. */
+mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
+                      const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks);
+mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
+                                  const mlxb_array *biases, bool transpose, int group_size, int bits);
+mlxb_array *mlxb_dequantize(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
+                            int group_size, int bits, mlxb_dtype out);
+mlxb_array *mlxb_einsum(mlxb_scope *s, const char *subscripts, const mlxb_array *const *xs, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

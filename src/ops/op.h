@@ -1,0 +1,122 @@
+/* The op registry: one table whose rows answer both "can this node run on MLX exactly?" (claim)
+ * and "build it in MLX" (lower). Each op family lives in one file of src/ops/ and exports one
+ * table with OPS_FAMILY(); registry.c lists the families. The partitioner, the plan builder and
+ * the generated docs/OPERATORS.md all read this table, so "claimed" always means "translatable". */
+#ifndef EP_MLX_OP_H
+#define EP_MLX_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/ir.h"
+#include "mlx/bridge.h"
+
+/* ---- dtype sets (bit n = ONNX data type n) ------------------------------------------------ */
+#define DT(t) (1ull << (t))
+#define DT_F32 DT(ONNX_FLOAT)
+#define DT_F16 DT(ONNX_FLOAT16)
+#define DT_BF16 DT(ONNX_BFLOAT16)
+#define DT_F64 DT(ONNX_DOUBLE)
+#define DT_BOOL DT(ONNX_BOOL)
+#define DT_SINT (DT(ONNX_INT8) | DT(ONNX_INT16) | DT(ONNX_INT32) | DT(ONNX_INT64))
+#define DT_UINT (DT(ONNX_UINT8) | DT(ONNX_UINT16) | DT(ONNX_UINT32) | DT(ONNX_UINT64))
+#define DT_INT (DT_SINT | DT_UINT)
+#define DT_FLOAT (DT_F32 | DT_F16 | DT_BF16 | DT_F64)
+#define DT_NUMERIC (DT_FLOAT | DT_INT)
+#define DT_ALL (DT_NUMERIC | DT_BOOL) /* every dtype MLX represents */
+
+typedef struct op_def op_def;
+typedef struct claim_ctx claim_ctx;
+typedef struct op_ctx op_ctx;
+
+/* ---- claiming (reads only the graph snapshot; never touches MLX) --------------------------- */
+struct claim_ctx {
+  const ir_graph *graph;
+  const ir_node *node;
+  mlxb_device device;  /* where the cluster will run */
+  char reason[256];    /* why the node was declined */
+};
+
+/* Records why the node is declined and returns false. */
+bool claim_decline(claim_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const ir_value *claim_input(const claim_ctx *c, int i);   /* NULL when absent */
+const ir_value *claim_output(const claim_ctx *c, int i);  /* NULL when absent */
+int32_t claim_input_dtype(const claim_ctx *c, int i);     /* ONNX_UNDEFINED when absent */
+bool claim_input_is_const(const claim_ctx *c, int i);     /* initializer with data available */
+/* Reads an integer constant input (any int dtype) into out[max]; returns count or -1. */
+int claim_const_ints(const claim_ctx *c, int i, int64_t *out, int max);
+
+/* ---- lowering (runs while a cluster's MLX graph is built) ---------------------------------- */
+mlxb_scope *op_scope(op_ctx *c);
+const ir_node *op_node(const op_ctx *c);
+const ir_graph *op_graph(const op_ctx *c);
+int op_num_inputs(const op_ctx *c);
+int op_num_outputs(const op_ctx *c);
+bool op_has_input(const op_ctx *c, int i);
+bool op_has_output(const op_ctx *c, int i);  /* output present (consumed or a graph output) */
+mlxb_array *op_input(op_ctx *c, int i);      /* NULL when absent (no error is recorded) */
+int32_t op_input_dtype(const op_ctx *c, int i);
+int32_t op_output_dtype(const op_ctx *c, int i); /* from the graph; ONNX_UNDEFINED if unknown */
+/* Integer values of input i read on the host: constants and shape-derived values are known
+ * without evaluation; anything else is evaluated (data-dependent). Returns the count or -1. */
+int op_input_ints(op_ctx *c, int i, int64_t *out, int max);
+/* Same for floating-point scalars/vectors. */
+int op_input_doubles(op_ctx *c, int i, double *out, int max);
+/* Sets output i (a NULL array means a bridge error: returns op_check's failure). Fails when the
+ * array's dtype differs from the dtype the graph declares for the output. 0 or -1. */
+int op_set_output(op_ctx *c, int i, mlxb_array *a);
+/* Marks an output as host-known (e.g. Shape's result) so consumers need no evaluation. */
+int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64_t *dims, int rank, int32_t dtype);
+/* Records a failure (node and op are prefixed by the caller) and returns -1. */
+int op_fail(op_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* -1 with the bridge's message when the scope has an error, else 0. */
+int op_check(op_ctx *c);
+
+/* Maps between ONNX and MLX dtypes; -1 when MLX has no such dtype. */
+int op_mlx_dtype(int32_t onnx_dtype);
+int32_t op_onnx_dtype(mlxb_dtype t);
+
+/* ---- the table ---------------------------------------------------------------------------- */
+typedef bool (*op_claim_fn)(claim_ctx *c, const op_def *def);
+typedef int (*op_lower_fn)(op_ctx *c, const op_def *def);
+
+enum {
+  OP_FLAG_NONE = 0,
+  OP_FLAG_ANY_DTYPE = 1 << 0,   /* op handles dtypes MLX lacks itself (Cast to int4, ...) */
+  OP_FLAG_HOST_VALUES = 1 << 1, /* reads input values on the host (Reshape shape, Slice starts) */
+};
+
+struct op_def {
+  const char *domain;  /* "" (ai.onnx), "com.microsoft", "ai.onnx.ml" */
+  const char *op_type;
+  int since_min;       /* opset range this row covers, inclusive */
+  int since_max;
+  uint64_t dtypes;     /* allowed dtypes of input 0 (DT_* set); 0 = no check */
+  op_claim_fn claim;   /* extra checks; NULL = dtype check only */
+  op_lower_fn lower;
+  int arg;             /* per-row data for shared workers (e.g. an mlxb_unary_op) */
+  unsigned flags;      /* OP_FLAG_* */
+  const char *doc;     /* forms and constraints, for docs/OPERATORS.md */
+};
+
+typedef struct op_family {
+  const char *name;    /* file stem, e.g. "elementwise" */
+  const op_def *defs;
+  size_t count;
+} op_family;
+
+#define OPS_FAMILY(stem, table) \
+  const op_family ops_family_##stem = {#stem, table, sizeof(table) / sizeof((table)[0])}
+
+/* Finds the row for (domain, op_type, since_version); NULL when none. */
+const op_def *op_registry_find(const char *domain, const char *op_type, int since_version);
+/* Whether any row exists for (domain, op_type), whatever the opset. */
+bool op_registry_knows(const char *domain, const char *op_type);
+size_t op_registry_family_count(void);
+const op_family *op_registry_family(size_t i);
+
+/* Generic claim: dtype checks of the row plus every value MLX-representable, then def->claim. */
+bool op_claim_node(claim_ctx *c, const op_def *def);
+
+#endif

@@ -1,0 +1,106 @@
+/* Plan creation: re-checks every claim, copies constants out of ORT's memory into MLX (and small
+ * integer constants into the snapshot's arena for host reads), evaluates them once. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/plan_internal.h"
+
+static int upload_constant(plan *p, int v, diag *d) {
+  ir_value *val = &p->g->values[v];
+  int t = op_mlx_dtype(val->dtype);
+  if (t < 0) {
+    val->const_data = NULL; /* a dtype only some ops understand; they read the host copy */
+    return 0;
+  }
+  size_t esz = mlxb_dtype_size((mlxb_dtype)t);
+  int64_t count = ir_value_static_size(val);
+  if (count < 0 || (size_t)count * esz != val->const_bytes)
+    return diag_fail(d, "constant '%s': %zu bytes do not match its shape", val->name, val->const_bytes);
+  mlxb_array *a = mlxb_from_data(p->consts, val->const_data, val->dims, val->rank, (mlxb_dtype)t);
+  if (!a) return diag_fail(d, "constant '%s': %s", val->name, mlxb_error(p->consts));
+  p->const_arrays[v] = a;
+  bool keep_host = (val->dtype != ONNX_FLOAT && val->dtype != ONNX_FLOAT16 && val->dtype != ONNX_BFLOAT16)
+                   ? count <= PLAN_HOST_CONST_MAX : count <= 64;
+  if (keep_host) {
+    val->const_data = arena_memdup(p->g->mem, val->const_data, val->const_bytes ? val->const_bytes : 1);
+    if (!val->const_data) return diag_fail(d, "out of memory");
+  } else {
+    val->const_data = NULL;
+  }
+  val->const_borrowed = false;
+  return 0;
+}
+
+static int upload_constants(plan *p, diag *d) {
+  ir_graph *g = p->g;
+  int n_consts = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    if (!g->values[v].is_const || !g->values[v].const_borrowed) continue;
+    if (upload_constant(p, v, d)) return -1;
+    n_consts++;
+  }
+  if (!n_consts) return 0;
+  mlxb_array **all = malloc(sizeof *all * (size_t)n_consts);
+  if (!all) return diag_fail(d, "out of memory");
+  int k = 0;
+  for (int v = 0; v < g->n_values; v++)
+    if (p->const_arrays[v]) all[k++] = p->const_arrays[v];
+  int rc = mlxb_eval(p->consts, all, (size_t)k);
+  free(all);
+  if (rc) return diag_fail(d, "evaluating constants: %s", mlxb_error(p->consts));
+  return 0;
+}
+
+static int check_claims(plan *p, diag *d) {
+  const ir_graph *g = p->g;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    claim_ctx c = {.graph = g, .node = n, .device = p->device};
+    const op_def *def = op_registry_find(n->domain, n->op_type, n->since_version);
+    if (!def) return diag_fail(d, "node '%s' (%s): no lowering for opset %d", n->name, n->op_type, n->since_version);
+    if (!op_claim_node(&c, def))
+      return diag_fail(d, "node '%s' (%s): claim no longer holds at Compile: %s", n->name, n->op_type, c.reason);
+    p->defs[i] = def;
+  }
+  return 0;
+}
+
+int plan_create(ir_graph *g, mlxb_device dev, const char *name, plan **out, diag *d) {
+  *out = NULL;
+  plan *p = calloc(1, sizeof *p);
+  if (!p) {
+    ir_graph_free(g);
+    return diag_fail(d, "out of memory");
+  }
+  p->g = g;
+  p->device = dev;
+  p->name = malloc(strlen(name ? name : "") + 1);
+  p->defs = calloc((size_t)g->n_nodes + 1, sizeof *p->defs);
+  p->const_arrays = calloc((size_t)g->n_values + 1, sizeof *p->const_arrays);
+  p->consts = mlxb_scope_new(dev);
+  if (!p->name || !p->defs || !p->const_arrays || !p->consts) {
+    plan_free(p);
+    return diag_fail(d, "out of memory");
+  }
+  strcpy(p->name, name ? name : "");
+  if (check_claims(p, d) || upload_constants(p, d)) {
+    plan_free(p);
+    return -1;
+  }
+  *out = p;
+  return 0;
+}
+
+void plan_free(plan *p) {
+  if (!p) return;
+  mlxb_scope_free(p->consts);
+  free(p->const_arrays);
+  free(p->defs);
+  free(p->name);
+  ir_graph_free(p->g);
+  free(p);
+}
+
+int plan_num_inputs(const plan *p) { return p->g->n_inputs; }
+int plan_num_outputs(const plan *p) { return p->g->n_outputs; }
+const char *plan_name(const plan *p) { return p->name; }

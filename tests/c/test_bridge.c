@@ -1,0 +1,417 @@
+/* Checks the MLX bridge (src/mlx/bridge.h) from plain C: creation, elementwise ops, reductions,
+ * shapes, slicing with negative steps, gathers, linear algebra, reading back, and the error path.
+ * Built against libmlx and bridge.o alone; prints one line per failed check, exits 1 on failure. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mlx/bridge.h"
+
+static int failures;
+static int checks;
+
+#define CHECK(cond, ...)                                                                             \
+  do {                                                                                               \
+    checks++;                                                                                        \
+    if (!(cond)) {                                                                                   \
+      failures++;                                                                                    \
+      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                              \
+      fprintf(stderr, __VA_ARGS__);                                                                  \
+      fprintf(stderr, "\n");                                                                         \
+    }                                                                                                \
+  } while (0)
+
+/* Reads a as float32 and compares with want[n]. */
+static void expect_f32(mlxb_scope *s, const mlxb_array *a, const float *want, size_t n, float tol, const char *what) {
+  float got[64];
+  CHECK(a != NULL, "%s: NULL array (%s)", what, mlxb_error(s));
+  if (!a) return;
+  CHECK(mlxb_size(a) == n, "%s: size %zu, want %zu", what, mlxb_size(a), n);
+  if (mlxb_size(a) != n || n > 64) return;
+  const mlxb_array *f = mlxb_type(a) == MLXB_F32 ? a : mlxb_astype(s, a, MLXB_F32);
+  int rc = mlxb_read(s, f, got, n * sizeof(float));
+  CHECK(rc == 0, "%s: read failed (%s)", what, mlxb_error(s));
+  if (rc) return;
+  for (size_t i = 0; i < n; i++)
+    CHECK(fabsf(got[i] - want[i]) <= tol || (isnan(got[i]) && isnan(want[i])), "%s[%zu] = %g, want %g", what, i,
+          got[i], want[i]);
+}
+
+static void expect_i64(mlxb_scope *s, const mlxb_array *a, const int64_t *want, size_t n, const char *what) {
+  int64_t got[64];
+  CHECK(a != NULL, "%s: NULL array (%s)", what, mlxb_error(s));
+  if (!a) return;
+  CHECK(mlxb_size(a) == n, "%s: size %zu, want %zu", what, mlxb_size(a), n);
+  if (mlxb_size(a) != n || n > 64) return;
+  int rc = mlxb_read_i64(s, a, got, n);
+  CHECK(rc == 0, "%s: read failed (%s)", what, mlxb_error(s));
+  if (rc) return;
+  for (size_t i = 0; i < n; i++)
+    CHECK(got[i] == want[i], "%s[%zu] = %lld, want %lld", what, i, (long long)got[i], (long long)want[i]);
+}
+
+static void expect_shape(const mlxb_array *a, const int64_t *want, int rank, const char *what) {
+  int64_t got[8];
+  CHECK(a && mlxb_ndim(a) == rank, "%s: rank %d, want %d", what, a ? mlxb_ndim(a) : -1, rank);
+  if (!a || mlxb_ndim(a) != rank) return;
+  mlxb_shape(a, got);
+  for (int i = 0; i < rank; i++) CHECK(got[i] == want[i], "%s: dim %d = %lld, want %lld", what, i, (long long)got[i], (long long)want[i]);
+}
+
+static mlxb_array *f32(mlxb_scope *s, const float *v, const int64_t *dims, int rank) {
+  return mlxb_from_data(s, v, dims, rank, MLXB_F32);
+}
+
+static void test_library(void) {
+  char err[64] = "x";
+  CHECK(mlxb_init(err, sizeof err) == 0 && err[0] == '\0', "init: %s", err);
+  CHECK(strlen(mlxb_version()) > 0, "empty version");
+  CHECK(mlxb_dtype_size(MLXB_BOOL) == 1 && mlxb_dtype_size(MLXB_BF16) == 2 && mlxb_dtype_size(MLXB_C64) == 8,
+        "dtype sizes");
+  printf("mlx %s, gpu available: %d\n", mlxb_version(), (int)mlxb_gpu_available());
+}
+
+static void test_creation(mlxb_scope *s) {
+  int64_t d23[] = {2, 3};
+  float v[] = {1, 2, 3, 4, 5, 6};
+  mlxb_array *a = f32(s, v, d23, 2);
+  expect_shape(a, d23, 2, "from_data shape");
+  expect_f32(s, a, v, 6, 0, "from_data");
+  CHECK(mlxb_dim(a, -1) == 3 && mlxb_dim(a, 0) == 2 && mlxb_dim(a, 2) == -1, "mlxb_dim");
+
+  uint8_t bools[] = {0, 1, 2, 0};
+  int64_t d4[] = {4};
+  mlxb_array *b = mlxb_from_data(s, bools, d4, 1, MLXB_BOOL);
+  CHECK(b && mlxb_type(b) == MLXB_BOOL, "bool type");
+  expect_i64(s, b, (int64_t[]){0, 1, 1, 0}, 4, "bool from bytes");
+
+  uint16_t halves[] = {0x3C00, 0xC000}; /* 1.0, -2.0 */
+  int64_t d2[] = {2};
+  expect_f32(s, mlxb_from_data(s, halves, d2, 1, MLXB_F16), (float[]){1, -2}, 2, 0, "f16 from bits");
+  uint16_t bf[] = {0x3F80, 0x4040}; /* 1.0, 3.0 */
+  expect_f32(s, mlxb_from_data(s, bf, d2, 1, MLXB_BF16), (float[]){1, 3}, 2, 0, "bf16 from bits");
+
+  int64_t big[] = {INT64_MIN, INT64_MAX, -1};
+  int64_t d3[] = {3};
+  expect_i64(s, mlxb_from_data(s, big, d3, 1, MLXB_I64), big, 3, "i64 round trip");
+  uint64_t ubig = UINT64_MAX, ugot = 0;
+  int64_t d1[] = {1};
+  mlxb_array *u = mlxb_from_data(s, &ubig, d1, 1, MLXB_U64);
+  CHECK(mlxb_read(s, u, &ugot, sizeof ugot) == 0 && ugot == UINT64_MAX, "u64 round trip");
+
+  int64_t d0[] = {0, 3};
+  mlxb_array *e = mlxb_from_data(s, NULL, d0, 2, MLXB_F32);
+  CHECK(e && mlxb_size(e) == 0, "empty array (%s)", mlxb_error(s));
+  CHECK(mlxb_read(s, e, NULL, 0) == 0, "read empty (%s)", mlxb_error(s));
+  expect_shape(mlxb_reduce(s, MLXB_RSUM, e, (int[]){0}, 1, false), (int64_t[]){3}, 1, "sum over empty axis");
+  expect_f32(s, mlxb_reduce(s, MLXB_RSUM, e, (int[]){0}, 1, false), (float[]){0, 0, 0}, 3, 0, "sum over empty axis");
+
+  mlxb_array *sc = mlxb_scalar_f64(s, 2.5, MLXB_F32);
+  CHECK(sc && mlxb_ndim(sc) == 0 && mlxb_type(sc) == MLXB_F32, "scalar f64");
+  expect_f32(s, sc, (float[]){2.5f}, 1, 0, "scalar value");
+  expect_i64(s, mlxb_scalar_i64(s, -1, MLXB_U8), (int64_t[]){255}, 1, "scalar i64 -> u8 wraps");
+  mlxb_array *um = mlxb_scalar_i64(s, -1, MLXB_U64);
+  CHECK(mlxb_read(s, um, &ugot, sizeof ugot) == 0 && ugot == UINT64_MAX, "scalar i64 -1 -> u64");
+  expect_i64(s, mlxb_scalar_i64(s, INT64_MAX, MLXB_I64), (int64_t[]){INT64_MAX}, 1, "scalar i64 max");
+
+  expect_f32(s, mlxb_full(s, d23, 2, sc, MLXB_F32), (float[]){2.5f, 2.5f, 2.5f, 2.5f, 2.5f, 2.5f}, 6, 0, "full");
+  expect_f32(s, mlxb_zeros(s, d2, 1, MLXB_I32), (float[]){0, 0}, 2, 0, "zeros");
+  expect_i64(s, mlxb_arange(s, 0, 10, 3, MLXB_I64), (int64_t[]){0, 3, 6, 9}, 4, "arange");
+  expect_f32(s, mlxb_eye(s, 2, 3, 1, MLXB_F32), (float[]){0, 1, 0, 0, 0, 1}, 6, 0, "eye k=1");
+
+  /* A handle adopted into another scope outlives the first scope. */
+  mlxb_scope *t = mlxb_scope_new(MLXB_DEVICE_CPU);
+  mlxb_array *r = mlxb_ref(t, a);
+  CHECK(r != NULL, "ref");
+  mlxb_scope_free(t);
+  expect_f32(s, a, v, 6, 0, "array still readable after other scope freed");
+}
+
+static void test_elementwise(mlxb_scope *s) {
+  int64_t d4[] = {4};
+  mlxb_array *x = f32(s, (float[]){-1.5f, 0, 2.5f, 4}, d4, 1);
+  expect_f32(s, mlxb_unary(s, MLXB_ABS, x), (float[]){1.5f, 0, 2.5f, 4}, 4, 0, "abs");
+  expect_f32(s, mlxb_unary(s, MLXB_NEG, x), (float[]){1.5f, 0, -2.5f, -4}, 4, 0, "neg");
+  expect_f32(s, mlxb_unary(s, MLXB_EXP, x), (float[]){expf(-1.5f), 1, expf(2.5f), expf(4)}, 4, 1e-4f, "exp");
+  expect_f32(s, mlxb_unary(s, MLXB_ROUND, x), (float[]){-2, 0, 2, 4}, 4, 0, "round half to even");
+  expect_f32(s, mlxb_unary(s, MLXB_FLOOR, x), (float[]){-2, 0, 2, 4}, 4, 0, "floor");
+  expect_f32(s, mlxb_unary(s, MLXB_SIGMOID, x), (float[]){1 / (1 + expf(1.5f)), 0.5f, 1 / (1 + expf(-2.5f)), 1 / (1 + expf(-4))}, 4, 1e-6f, "sigmoid");
+
+  mlxb_array *y = f32(s, (float[]){2, 2, 2, 2}, d4, 1);
+  expect_f32(s, mlxb_binary(s, MLXB_ADD, x, y), (float[]){0.5f, 2, 4.5f, 6}, 4, 0, "add");
+  expect_f32(s, mlxb_binary(s, MLXB_POW, y, x), (float[]){powf(2, -1.5f), 1, powf(2, 2.5f), 16}, 4, 1e-5f, "pow");
+  mlxb_array *sc = mlxb_scalar_f64(s, 10, MLXB_F32);
+  expect_f32(s, mlxb_binary(s, MLXB_MUL, x, sc), (float[]){-15, 0, 25, 40}, 4, 0, "broadcast scalar mul");
+  expect_i64(s, mlxb_binary(s, MLXB_LESS, x, y), (int64_t[]){1, 1, 0, 0}, 4, "less");
+
+  int32_t ai[] = {7, -7, 7, -7, INT32_MIN, INT32_MIN};
+  int32_t bi[] = {2, 2, -2, -2, -1, 0};
+  int64_t d6[] = {6};
+  mlxb_array *a = mlxb_from_data(s, ai, d6, 1, MLXB_I32), *b = mlxb_from_data(s, bi, d6, 1, MLXB_I32);
+  mlxb_array *fd = mlxb_binary(s, MLXB_FLOOR_DIVIDE, a, b);
+  CHECK(fd && mlxb_type(fd) == MLXB_I32, "floor_divide keeps int32");
+  expect_i64(s, fd, (int64_t[]){3, -4, -4, 3, INT32_MIN, 0}, 6, "floor_divide (INT_MIN/-1 wraps, /0 gives 0)");
+  expect_i64(s, mlxb_binary(s, MLXB_REMAINDER, a, b), (int64_t[]){1, 1, -1, -1, 0, INT32_MIN}, 6,
+             "remainder sign of divisor (x%0 gives x)");
+  int64_t al[] = {INT64_MIN, 9}, bl[] = {-1, -1};
+  int64_t d2[] = {2};
+  mlxb_array *la = mlxb_from_data(s, al, d2, 1, MLXB_I64), *lb = mlxb_from_data(s, bl, d2, 1, MLXB_I64);
+  expect_i64(s, mlxb_binary(s, MLXB_FLOOR_DIVIDE, la, lb), (int64_t[]){INT64_MIN, -9}, 2, "i64 floor_divide by -1");
+  expect_i64(s, mlxb_binary(s, MLXB_REMAINDER, la, lb), (int64_t[]){0, 0}, 2, "i64 remainder by -1");
+  mlxb_array *dv = mlxb_binary(s, MLXB_DIV, a, b);
+  CHECK(dv && mlxb_type(dv) == MLXB_F32, "integer DIV gives float32");
+
+  int8_t i8[] = {127, -128};
+  mlxb_array *c8 = mlxb_from_data(s, i8, d2, 1, MLXB_I8);
+  expect_i64(s, mlxb_binary(s, MLXB_ADD, c8, mlxb_scalar_i64(s, 1, MLXB_I8)), (int64_t[]){-128, -127}, 2, "int8 add wraps");
+
+  mlxb_array *cond = mlxb_from_data(s, (uint8_t[]){1, 0, 1, 0}, d4, 1, MLXB_BOOL);
+  expect_f32(s, mlxb_where(s, cond, x, y), (float[]){-1.5f, 2, 2.5f, 2}, 4, 0, "where");
+  expect_f32(s, mlxb_clip(s, x, mlxb_scalar_f64(s, 0, MLXB_F32), NULL), (float[]){0, 0, 2.5f, 4}, 4, 0, "clip lo");
+  expect_f32(s, mlxb_clip(s, x, NULL, NULL), (float[]){-1.5f, 0, 2.5f, 4}, 4, 0, "clip none");
+  expect_i64(s, mlxb_astype(s, x, MLXB_I32), (int64_t[]){-1, 0, 2, 4}, 4, "astype truncates");
+  mlxb_array *bits = mlxb_view(s, f32(s, (float[]){1.0f}, (int64_t[]){1}, 1), MLXB_I32);
+  expect_i64(s, bits, (int64_t[]){0x3F800000}, 1, "view bits");
+}
+
+static void test_reduce(mlxb_scope *s) {
+  int64_t d23[] = {2, 3};
+  mlxb_array *x = f32(s, (float[]){1, 2, 3, 4, 5, 6}, d23, 2);
+  expect_f32(s, mlxb_reduce(s, MLXB_RSUM, x, NULL, 0, false), (float[]){21}, 1, 0, "sum all");
+  expect_f32(s, mlxb_reduce(s, MLXB_RSUM, x, (int[]){1}, 1, false), (float[]){6, 15}, 2, 0, "sum axis 1");
+  mlxb_array *k = mlxb_reduce(s, MLXB_RMAX, x, (int[]){0}, 1, true);
+  expect_shape(k, (int64_t[]){1, 3}, 2, "max keepdims");
+  expect_f32(s, k, (float[]){4, 5, 6}, 3, 0, "max axis 0");
+  expect_f32(s, mlxb_reduce(s, MLXB_RMEAN, x, (int[]){-1}, 1, false), (float[]){2, 5}, 2, 0, "mean");
+  expect_f32(s, mlxb_reduce(s, MLXB_RPROD, x, (int[]){1}, 1, false), (float[]){6, 120}, 2, 0, "prod");
+  expect_f32(s, mlxb_var(s, x, (int[]){1}, 1, false, 1), (float[]){1, 1}, 2, 1e-6f, "var ddof 1");
+  mlxb_array *am = mlxb_argmax(s, x, 1, false);
+  CHECK(am && mlxb_type(am) == MLXB_U32, "argmax gives uint32");
+  expect_i64(s, am, (int64_t[]){2, 2}, 2, "argmax");
+  expect_i64(s, mlxb_argmin(s, x, 0, true), (int64_t[]){0, 0, 0}, 3, "argmin");
+  expect_f32(s, mlxb_cumulative(s, MLXB_RSUM, x, 1, false, true), (float[]){1, 3, 6, 4, 9, 15}, 6, 0, "cumsum");
+  expect_f32(s, mlxb_cumulative(s, MLXB_RSUM, x, 1, true, false), (float[]){5, 3, 0, 11, 6, 0}, 6, 0,
+             "cumsum reverse exclusive");
+  mlxb_array *sm = mlxb_softmax(s, x, (int[]){1}, 1, true);
+  float e1 = expf(-2), e2 = expf(-1), z = e1 + e2 + 1;
+  expect_f32(s, sm, (float[]){e1 / z, e2 / z, 1 / z, e1 / z, e2 / z, 1 / z}, 6, 1e-6f, "softmax");
+
+  int64_t d6[] = {6};
+  mlxb_array *v = f32(s, (float[]){3, 1, 2, 1, 3, 1}, d6, 1);
+  expect_i64(s, mlxb_argsort(s, v, 0), (int64_t[]){1, 3, 5, 2, 0, 4}, 6, "argsort stable");
+  expect_f32(s, mlxb_sort(s, v, 0), (float[]){1, 1, 1, 2, 3, 3}, 6, 0, "sort");
+  mlxb_array *tk = mlxb_topk(s, v, 2, 0);
+  expect_shape(tk, (int64_t[]){2}, 1, "topk shape");
+  expect_f32(s, tk, (float[]){3, 3}, 2, 0, "topk");
+}
+
+static void test_shapes(mlxb_scope *s) {
+  int64_t d23[] = {2, 3};
+  mlxb_array *x = f32(s, (float[]){1, 2, 3, 4, 5, 6}, d23, 2);
+  mlxb_array *r = mlxb_reshape(s, x, (int64_t[]){3, 2}, 2);
+  expect_shape(r, (int64_t[]){3, 2}, 2, "reshape");
+  mlxb_array *t = mlxb_transpose(s, x, (int[]){1, 0}, 2);
+  expect_shape(t, (int64_t[]){3, 2}, 2, "transpose shape");
+  expect_f32(s, t, (float[]){1, 4, 2, 5, 3, 6}, 6, 0, "transpose read is row-major");
+  mlxb_array *bc = mlxb_broadcast_to(s, f32(s, (float[]){7, 8}, (int64_t[]){2, 1}, 2), (int64_t[]){2, 3}, 2);
+  expect_f32(s, bc, (float[]){7, 7, 7, 8, 8, 8}, 6, 0, "broadcast read");
+  mlxb_array *ed = mlxb_expand_dims(s, x, (int[]){0, 3}, 2);
+  expect_shape(ed, (int64_t[]){1, 2, 3, 1}, 4, "expand_dims");
+  expect_shape(mlxb_squeeze(s, ed, NULL, 0), d23, 2, "squeeze all");
+  expect_shape(mlxb_squeeze(s, ed, (int[]){0}, 1), (int64_t[]){2, 3, 1}, 3, "squeeze one");
+  const mlxb_array *pair[] = {x, x};
+  expect_shape(mlxb_concat(s, pair, 2, 1), (int64_t[]){2, 6}, 2, "concat");
+  expect_shape(mlxb_stack(s, pair, 2, 0), (int64_t[]){2, 2, 3}, 3, "stack");
+
+  mlxb_array *parts[3];
+  int64_t at[] = {1, 2};
+  CHECK(mlxb_split(s, x, at, 2, 1, parts) == 0, "split (%s)", mlxb_error(s));
+  expect_f32(s, parts[0], (float[]){1, 4}, 2, 0, "split part 0");
+  expect_f32(s, parts[1], (float[]){2, 5}, 2, 0, "split part 1");
+  expect_f32(s, parts[2], (float[]){3, 6}, 2, 0, "split part 2");
+  mlxb_array *one[1];
+  CHECK(mlxb_split(s, x, NULL, 0, 1, one) == 0 && one[0], "split with no indices");
+
+  int64_t d8[] = {8};
+  mlxb_array *v = mlxb_arange(s, 0, 8, 1, MLXB_F32);
+  expect_shape(v, d8, 1, "arange 8");
+  expect_f32(s, mlxb_slice(s, v, (int64_t[]){1}, (int64_t[]){7}, (int64_t[]){2}), (float[]){1, 3, 5}, 3, 0, "slice step 2");
+  expect_f32(s, mlxb_slice(s, v, (int64_t[]){7}, (int64_t[]){-1}, (int64_t[]){-1}), (float[]){7, 6, 5, 4, 3, 2, 1, 0}, 8, 0,
+             "slice reverse all");
+  expect_f32(s, mlxb_slice(s, v, (int64_t[]){6}, (int64_t[]){0}, (int64_t[]){-3}), (float[]){6, 3}, 2, 0, "slice step -3");
+  expect_f32(s, mlxb_slice(s, v, (int64_t[]){6}, (int64_t[]){-1}, (int64_t[]){-3}), (float[]){6, 3, 0}, 3, 0,
+             "slice step -3 through 0");
+  mlxb_array *es = mlxb_slice(s, v, (int64_t[]){3}, (int64_t[]){3}, (int64_t[]){-1});
+  CHECK(es && mlxb_size(es) == 0, "empty negative slice");
+  expect_f32(s, mlxb_slice(s, x, (int64_t[]){1, 2}, (int64_t[]){-1, -1}, (int64_t[]){-1, -2}), (float[]){6, 4, 3, 1}, 4,
+             0, "2-d negative slice");
+  mlxb_array *upd = f32(s, (float[]){10, 20, 30}, (int64_t[]){3}, 1);
+  expect_f32(s, mlxb_slice_update(s, v, upd, (int64_t[]){6}, (int64_t[]){-1}, (int64_t[]){-3}),
+             (float[]){30, 1, 2, 20, 4, 5, 10, 7}, 8, 0, "slice_update negative step");
+  expect_f32(s, mlxb_slice_update(s, v, upd, (int64_t[]){0}, (int64_t[]){6}, (int64_t[]){2}),
+             (float[]){10, 1, 20, 3, 30, 5, 6, 7}, 8, 0, "slice_update step 2");
+
+  int32_t idx[] = {2, 0, -1};
+  mlxb_array *ix = mlxb_from_data(s, idx, (int64_t[]){3}, 1, MLXB_I32);
+  expect_f32(s, mlxb_take(s, x, ix, 1), (float[]){3, 1, 3, 6, 4, 6}, 6, 0, "take axis 1 (negative wraps)");
+  mlxb_array *ia = mlxb_from_data(s, (int32_t[]){2, 0}, (int64_t[]){2, 1}, 2, MLXB_I32);
+  expect_f32(s, mlxb_take_along_axis(s, x, ia, 1), (float[]){3, 4}, 2, 0, "take_along_axis");
+  expect_f32(s, mlxb_put_along_axis(s, x, ia, mlxb_scalar_f64(s, 0, MLXB_F32), 1), (float[]){1, 2, 0, 0, 5, 6}, 6, 0,
+             "put_along_axis");
+  mlxb_array *ga = mlxb_from_data(s, (int32_t[]){1, 0}, (int64_t[]){2}, 1, MLXB_I32);
+  const mlxb_array *gi[] = {ga};
+  mlxb_array *g = mlxb_gather(s, x, gi, 1, (int[]){0}, (int64_t[]){1, 3});
+  expect_shape(g, (int64_t[]){2, 1, 3}, 3, "gather shape");
+  expect_f32(s, g, (float[]){4, 5, 6, 1, 2, 3}, 6, 0, "gather rows");
+  mlxb_array *su = f32(s, (float[]){1, 1, 1}, (int64_t[]){1, 1, 3}, 3);
+  const mlxb_array *si[] = {mlxb_from_data(s, (int32_t[]){1}, (int64_t[]){1}, 1, MLXB_I32)};
+  expect_f32(s, mlxb_scatter(s, MLXB_SCATTER_ADD, x, si, 1, su, (int[]){0}), (float[]){1, 2, 3, 5, 6, 7}, 6, 0,
+             "scatter add row 1");
+
+  mlxb_array *p = mlxb_pad(s, x, (int64_t[]){0, 1}, (int64_t[]){1, 0}, mlxb_scalar_f64(s, 9, MLXB_F32), "constant");
+  expect_shape(p, (int64_t[]){3, 4}, 2, "pad shape");
+  expect_f32(s, p, (float[]){9, 1, 2, 3, 9, 4, 5, 6, 9, 9, 9, 9}, 12, 0, "pad constant");
+  expect_f32(s, mlxb_pad(s, v, (int64_t[]){2}, (int64_t[]){1}, NULL, "edge"), (float[]){0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 7},
+             11, 0, "pad edge");
+  expect_f32(s, mlxb_tile(s, f32(s, (float[]){1, 2}, (int64_t[]){2}, 1), (int64_t[]){2}, 1), (float[]){1, 2, 1, 2}, 4, 0,
+             "tile");
+  expect_f32(s, mlxb_repeat(s, f32(s, (float[]){1, 2}, (int64_t[]){2}, 1), 2, 0), (float[]){1, 1, 2, 2}, 4, 0, "repeat");
+  expect_f32(s, mlxb_triu(s, x, 1), (float[]){0, 2, 3, 0, 0, 6}, 6, 0, "triu");
+  expect_f32(s, mlxb_as_strided(s, v, (int64_t[]){3, 2}, (int64_t[]){2, 1}, 2, 1), (float[]){1, 2, 3, 4, 5, 6}, 6, 0,
+             "as_strided");
+  expect_f32(s, mlxb_contiguous(s, t), (float[]){1, 4, 2, 5, 3, 6}, 6, 0, "contiguous");
+}
+
+static void test_linalg(mlxb_scope *s) {
+  mlxb_array *a = f32(s, (float[]){1, 2, 3, 4, 5, 6}, (int64_t[]){2, 3}, 2);
+  mlxb_array *b = f32(s, (float[]){1, 0, 0, 1, 1, 1}, (int64_t[]){3, 2}, 2);
+  expect_f32(s, mlxb_matmul(s, a, b), (float[]){4, 5, 10, 11}, 4, 0, "matmul");
+  mlxb_array *c = f32(s, (float[]){1, 1}, (int64_t[]){2}, 1);
+  expect_f32(s, mlxb_addmm(s, c, a, b, 2, 3), (float[]){11, 13, 23, 25}, 4, 0, "addmm");
+  const mlxb_array *ops[] = {a, b};
+  expect_f32(s, mlxb_einsum(s, "ij,jk->ik", ops, 2), (float[]){4, 5, 10, 11}, 4, 1e-6f, "einsum");
+
+  /* 1-d conv, channels last: x [1, 4, 1], w [1, 2, 1]. */
+  mlxb_array *x = f32(s, (float[]){1, 2, 3, 4}, (int64_t[]){1, 4, 1}, 3);
+  mlxb_array *w = f32(s, (float[]){1, -1}, (int64_t[]){1, 2, 1}, 3);
+  expect_f32(s, mlxb_conv_general(s, x, w, 1, (int[]){1}, (int[]){0}, (int[]){0}, (int[]){1}, (int[]){1}, 1, false),
+             (float[]){-1, -1, -1}, 3, 0, "conv1d");
+  expect_f32(s, mlxb_conv_general(s, x, w, 1, NULL, (int[]){1}, (int[]){0}, NULL, NULL, 1, false), (float[]){-1, -1, -1, -1},
+             4, 0, "conv1d pad lo");
+
+  mlxb_array *ln = mlxb_layer_norm(s, f32(s, (float[]){1, 3}, (int64_t[]){1, 2}, 2), NULL, NULL, 0);
+  expect_f32(s, ln, (float[]){-1, 1}, 2, 1e-5f, "layer_norm");
+  mlxb_array *rn = mlxb_rms_norm(s, f32(s, (float[]){3, 4}, (int64_t[]){1, 2}, 2), NULL, 0);
+  float rms = sqrtf(12.5f);
+  expect_f32(s, rn, (float[]){3 / rms, 4 / rms}, 2, 1e-5f, "rms_norm");
+
+  /* sdpa with one key: the output is v whatever the scores. */
+  int64_t d[] = {1, 1, 2, 2};
+  mlxb_array *q = f32(s, (float[]){1, 0, 0, 1}, d, 4);
+  mlxb_array *k = f32(s, (float[]){1, 0, 0, 1}, d, 4);
+  mlxb_array *v = f32(s, (float[]){1, 2, 3, 4}, d, 4);
+  mlxb_array *o = mlxb_sdpa(s, q, k, v, 1.0f, "causal", NULL, NULL);
+  float w1 = expf(0) / (expf(0) + expf(1));
+  expect_f32(s, o, (float[]){1, 2, w1 * 1 + (1 - w1) * 3, w1 * 2 + (1 - w1) * 4}, 4, 1e-5f, "sdpa causal");
+  mlxb_array *mask = mlxb_from_data(s, (uint8_t[]){1, 0, 1, 1}, (int64_t[]){2, 2}, 2, MLXB_BOOL);
+  expect_f32(s, mlxb_sdpa(s, q, k, v, 1.0f, "", mask, NULL), (float[]){1, 2, w1 * 1 + (1 - w1) * 3, w1 * 2 + (1 - w1) * 4},
+             4, 1e-5f, "sdpa bool mask");
+}
+
+static void test_errors(void) {
+  mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
+  mlxb_array *x = f32(s, (float[]){1, 2, 3, 4, 5, 6}, (int64_t[]){2, 3}, 2);
+  CHECK(mlxb_ok(s) && strcmp(mlxb_error(s), "") == 0, "fresh scope ok");
+  mlxb_array *bad = mlxb_reshape(s, x, (int64_t[]){4}, 1);
+  CHECK(bad == NULL && !mlxb_ok(s), "reshape to wrong size fails");
+  CHECK(strstr(mlxb_error(s), "mlxb_reshape") && strstr(mlxb_error(s), "reshape"), "message names op: %s", mlxb_error(s));
+  printf("reshape error: %s\n", mlxb_error(s));
+  /* Chaining through NULL keeps the first error. */
+  mlxb_array *chained = mlxb_unary(s, MLXB_EXP, bad);
+  CHECK(chained == NULL && strstr(mlxb_error(s), "mlxb_reshape"), "first error sticks: %s", mlxb_error(s));
+  mlxb_clear_error(s);
+  CHECK(mlxb_ok(s), "clear error");
+  CHECK(mlxb_unary(s, MLXB_EXP, NULL) == NULL && strstr(mlxb_error(s), "null array argument to mlxb_unary"),
+        "null argument message: %s", mlxb_error(s));
+  mlxb_clear_error(s);
+  CHECK(mlxb_reshape(s, x, (int64_t[]){(int64_t)1 << 40}, 1) == NULL && strstr(mlxb_error(s), "int32"),
+        "huge dim rejected: %s", mlxb_error(s));
+  mlxb_clear_error(s);
+  float buf[5];
+  CHECK(mlxb_read(s, x, buf, sizeof buf) == -1 && !mlxb_ok(s), "read with wrong size fails");
+  mlxb_clear_error(s);
+  CHECK(mlxb_slice(s, x, (int64_t[]){0, 0}, (int64_t[]){2, 3}, (int64_t[]){1, 0}) == NULL, "zero stride fails");
+  mlxb_clear_error(s);
+  CHECK(mlxb_matmul(s, x, x) == NULL && !mlxb_ok(s), "matmul shape mismatch fails");
+  mlxb_set_error(s, "later");
+  CHECK(strstr(mlxb_error(s), "matmul") != NULL, "set_error keeps first: %s", mlxb_error(s));
+  mlxb_clear_error(s);
+  mlxb_array *outs[2];
+  CHECK(mlxb_split(s, NULL, (int64_t[]){1}, 1, 0, outs) == -1 && outs[0] == NULL && outs[1] == NULL, "split null");
+  CHECK(mlxb_ndim(NULL) == -1 && mlxb_size(NULL) == 0, "queries on NULL");
+  CHECK(!mlxb_scope_force_cpu(s, true) && mlxb_scope_force_cpu(s, false), "force_cpu returns old value");
+  CHECK(mlxb_scope_device(s) == MLXB_DEVICE_CPU, "scope device");
+  mlxb_scope_free(s);
+  mlxb_scope_free(NULL);
+  CHECK(!mlxb_ok(NULL) && mlxb_unary(NULL, MLXB_EXP, NULL) == NULL, "NULL scope");
+}
+
+/* Several threads build and evaluate graphs at once, each in its own scope, sharing one
+ * constant of the main thread's scope (the way plans share evaluated constants). */
+enum { THREADS = 4, ROUNDS = 50 };
+struct worker {
+  const mlxb_array *shared; /* evaluated constant of another scope */
+  int id;                   /* thread number, scales the data */
+  int bad;                  /* wrong results seen */
+};
+
+static void *worker_run(void *arg) {
+  struct worker *w = arg;
+  for (int r = 0; r < ROUNDS; r++) {
+    mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
+    float v[64];
+    for (int i = 0; i < 64; i++) v[i] = (float)(w->id + i);
+    mlxb_array *x = mlxb_from_data(s, v, (int64_t[]){8, 8}, 2, MLXB_F32);
+    mlxb_array *y = mlxb_matmul(s, x, w->shared); /* shared is the identity */
+    y = mlxb_binary(s, MLXB_ADD, y, mlxb_scalar_f64(s, 1, MLXB_F32));
+    mlxb_array *sum = mlxb_reduce(s, MLXB_RSUM, y, NULL, 0, false);
+    double got = 0;
+    if (mlxb_read_f64(s, sum, &got, 1) != 0 || got != 64.0 * w->id + 2016 + 64) w->bad++;
+    mlxb_scope_free(s);
+  }
+  return NULL;
+}
+
+static void test_threads(mlxb_scope *s) {
+  mlxb_array *eye = mlxb_eye(s, 8, 8, 0, MLXB_F32);
+  CHECK(mlxb_eval(s, &eye, 1) == 0, "eval shared constant");
+  pthread_t th[THREADS];
+  struct worker w[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    w[i] = (struct worker){eye, i, 0};
+    CHECK(pthread_create(&th[i], NULL, worker_run, &w[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(th[i], NULL);
+    CHECK(w[i].bad == 0, "thread %d: %d wrong results", i, w[i].bad);
+  }
+}
+
+int main(void) {
+  test_library();
+  mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
+  CHECK(s != NULL, "scope_new");
+  if (!s) return 1;
+  test_creation(s);
+  test_elementwise(s);
+  test_reduce(s);
+  test_shapes(s);
+  test_linalg(s);
+  test_threads(s);
+  CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
+  mlxb_scope_free(s);
+  test_errors();
+  printf("%d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}
