@@ -13,22 +13,27 @@ static ep_instance *ep_of(const OrtEp *e) { return (ep_instance *)e; }
 static const char *ORT_API_CALL ep_get_name(const OrtEp *e) { return EP_NAME; }
 
 static void write_report(ep_instance *ep, const ir_graph *g, const partition *p, const char *graph_name) {
-  const char *dest = ep->opts.report_path;
-  if (!*dest) return;
+  FILE *f = ep_report_open(&ep->opts);
+  if (!f) return;
   char title[512];
   snprintf(title, sizeof title, "graph '%s' (GetCapability call %d)", graph_name ? graph_name : "", ep->capability_calls);
-  if (!strcmp(dest, "stderr") || !strcmp(dest, "1")) {
-    partition_write_report(g, p, title, stderr);
-    return;
-  }
-  if (!strcmp(dest, "stdout")) {
-    partition_write_report(g, p, title, stdout);
-    return;
-  }
-  FILE *f = fopen(dest, "a");
-  if (!f) return; /* a report is diagnostics: never fail the session for it */
   partition_write_report(g, p, title, f);
-  fclose(f);
+  ep_report_close(f);
+}
+
+/* Run statistics of one cluster, written when the session releases it. */
+static void write_run_report(ep_instance *ep, const plan *p) {
+  FILE *f = ep_report_open(&ep->opts);
+  if (!f) return;
+  plan_stats st;
+  plan_get_stats(p, &st);
+  fprintf(f,
+          "MLXExecutionProvider run report: cluster '%s' (%d nodes): runs %llu, signature hits %llu, misses %llu, "
+          "evictions %llu, traces %llu, compiled runs %llu, eager runs %llu, host reads %llu\n",
+          plan_name(p), plan_num_nodes(p), (unsigned long long)st.runs, (unsigned long long)st.sig_hits,
+          (unsigned long long)st.sig_misses, (unsigned long long)st.evictions, (unsigned long long)st.traces,
+          (unsigned long long)st.compiled_runs, (unsigned long long)st.eager_runs, (unsigned long long)st.host_reads);
+  ep_report_close(f);
 }
 
 /* Nodes ORT already gave to another EP must not be claimed again (GetCapability is re-run). */
@@ -107,7 +112,8 @@ static OrtStatus *compile_one(ep_instance *ep, const OrtGraph *graph, const OrtN
   if (st) return st;
   ir_graph *g = NULL;
   plan *p = NULL;
-  if (ir_graph_from_ort(rt->api, graph, &g, &d) || plan_create(g, ep->opts.device, name, &p, &d)) {
+  plan_config cfg = {ep->opts.device, ep->opts.compile, ep->opts.cache_size};
+  if (ir_graph_from_ort(rt->api, graph, &g, &d) || plan_create(g, &cfg, name, &p, &d)) {
     diag_prefix(&d, "compiling '%s': ", name ? name : "");
     return ep_status_from_diag(rt, &d);
   }
@@ -120,6 +126,7 @@ static void ORT_API_CALL ep_release_node_compute_infos(OrtEp *this_ptr, OrtNodeC
   for (size_t i = 0; i < n; i++) {
     ep_compute *c = (ep_compute *)infos[i];
     if (!c) continue;
+    if (c->plan) write_run_report(ep_of(this_ptr), c->plan);
     plan_free(c->plan);
     free(c);
   }

@@ -6,6 +6,8 @@
 
 #include <onnxruntime_c_api.h>
 
+#include <stdio.h>
+
 #include "common/diag.h"
 #include "mlx/bridge.h"
 #include "runtime/plan.h"
@@ -31,6 +33,8 @@ typedef struct ep_factory {
 
 typedef struct ep_options {
   mlxb_device device;      /* where clusters run */
+  plan_compile_mode compile; /* option compile=0|1|auto */
+  int cache_size;          /* option cache_size: input signatures kept per cluster */
   char report_path[1024];  /* claim report destination: "", "stderr", "stdout" or a file */
 } ep_options;
 
@@ -54,5 +58,8 @@ OrtStatus *ep_status_msg(const ep_runtime *rt, OrtErrorCode code, const char *ms
 int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_options *out, diag *d);
 void ep_instance_init(ep_instance *ep, ep_factory *f);
 OrtStatus *ep_compute_create(ep_instance *ep, plan *p, OrtNodeComputeInfo **out);
+/* Opens the report destination (NULL when none); ep_report_close closes it. */
+FILE *ep_report_open(const ep_options *opts);
+void ep_report_close(FILE *f);
 
 #endif

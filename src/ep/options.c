@@ -48,12 +48,46 @@ static int parse_device(const char *v, mlxb_device *out, diag *d) {
   return diag_fail(d, "option device='%s' is invalid (expected cpu, gpu or auto)", v);
 }
 
+static int parse_compile(const char *v, plan_compile_mode *out, diag *d) {
+  if (!*v || !strcmp(v, "auto")) *out = PLAN_COMPILE_AUTO;
+  else if (!strcmp(v, "1") || !strcmp(v, "on")) *out = PLAN_COMPILE_ON;
+  else if (!strcmp(v, "0") || !strcmp(v, "off")) *out = PLAN_COMPILE_OFF;
+  else return diag_fail(d, "option compile='%s' is invalid (expected 0, 1 or auto)", v);
+  return 0;
+}
+
+static int parse_cache_size(const char *v, int *out, diag *d) {
+  char *end = NULL;
+  long n = strtol(v, &end, 10);
+  if (!*v || *end || n < 1 || n > 4096) return diag_fail(d, "option cache_size='%s' is invalid (1..4096)", v);
+  *out = (int)n;
+  return 0;
+}
+
+FILE *ep_report_open(const ep_options *opts) {
+  const char *dest = opts->report_path;
+  if (!*dest) return NULL;
+  if (!strcmp(dest, "stderr") || !strcmp(dest, "1")) return stderr;
+  if (!strcmp(dest, "stdout")) return stdout;
+  return fopen(dest, "a"); /* diagnostics only: a failure to open just means no report */
+}
+
+void ep_report_close(FILE *f) {
+  if (f && f != stderr && f != stdout) fclose(f);
+  else if (f) fflush(f);
+}
+
 int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_options *out, diag *d) {
   memset(out, 0, sizeof *out);
   char buf[1024] = "";
   int rc = read_option(rt, so, "device", buf, sizeof buf, d);
   if (rc < 0) return -1;
   if (parse_device(rc ? buf : "auto", &out->device, d)) return -1;
+  rc = read_option(rt, so, "compile", buf, sizeof buf, d);
+  if (rc < 0 || parse_compile(rc ? buf : "auto", &out->compile, d)) return -1;
+  out->cache_size = 32;
+  rc = read_option(rt, so, "cache_size", buf, sizeof buf, d);
+  if (rc < 0 || (rc && parse_cache_size(buf, &out->cache_size, d))) return -1;
   const char *env = getenv("ORT_EP_MLX_REPORT");
   if (env) snprintf(out->report_path, sizeof out->report_path, "%s", env);
   rc = read_option(rt, so, "report", buf, sizeof buf, d);

@@ -178,6 +178,21 @@ mlxb_array *mlxb_dequantize(mlxb_scope *s, const mlxb_array *w, const mlxb_array
                             int group_size, int bits, mlxb_dtype out);
 mlxb_array *mlxb_einsum(mlxb_scope *s, const char *subscripts, const mlxb_array *const *xs, int n);
 
+
+/* ---- compiled programs (MLX compile) ------------------------------------------------------- */
+typedef struct mlxb_program mlxb_program;
+/* Builds the program's graph from placeholder inputs when MLX traces it (once per input shapes
+ * and thread). Returns 0, or -1 after recording a message with mlxb_set_error(s, ...). */
+typedef int (*mlxb_trace_fn)(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs,
+                             mlxb_array **outputs, int n_outputs);
+/* user must outlive the program. NULL on failure (message in err). */
+mlxb_program *mlxb_compile(mlxb_device dev, mlxb_trace_fn trace, void *user, int n_outputs, bool shapeless,
+                           char *err, size_t err_len);
+/* Calls the program (tracing on first use); outputs are handles of s. 0 ok, -1 error in s. */
+int mlxb_program_call(mlxb_scope *s, mlxb_program *p, mlxb_array *const *inputs, int n_inputs,
+                      mlxb_array **outputs, int n_outputs);
+void mlxb_program_free(mlxb_program *p); /* accepts NULL */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,8 @@
-/* One Run of a plan on the calling thread: host inputs become MLX arrays, every node is lowered
- * in topological order into one MLX graph, the cluster outputs are evaluated once and copied
- * into ORT's buffers. Also implements the op_ctx interface the lowerings use. */
+/* One Run of a plan on the calling thread: host inputs become MLX arrays; either every node is
+ * lowered in topological order into one MLX graph (eager) or the signature's compiled program is
+ * replayed; the cluster outputs are evaluated once and copied into ORT's buffers. The first Run
+ * of a signature is always eager and records the shape-derived values it read on the host, so
+ * later Runs (and traces) need no evaluation for them. Also implements op_ctx for lowerings. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,18 +10,15 @@
 
 #include "runtime/plan_internal.h"
 
-typedef struct host_value {
-  int64_t *ints; /* host copy of an integer value (NULL when unknown) */
-  int n;
-} host_value;
-
 struct op_ctx {
-  const plan *plan;
+  plan *plan;
   const ir_graph *g;
   const ir_node *node;
   mlxb_scope *s;
   mlxb_array **vals;  /* per value: its array in this Run */
-  host_value *host;   /* per value: host-known integers */
+  host_value *host;   /* per value: host integers found in this Run (owned by the Run) */
+  const host_value *known; /* per value: shape-derived integers of the signature, or NULL */
+  bool tracing;       /* inside an MLX compile trace: nothing may be evaluated */
   diag *d;
 };
 
@@ -102,8 +101,16 @@ int op_input_ints(op_ctx *c, int i, int64_t *out, int max) {
     int n = const_host_ints(val, out, max);
     return n >= 0 ? n : op_fail(c, "input %d has more than %d values", i, max);
   }
+  if (c->known && c->known[v].ints) {
+    const host_value *k = &c->known[v];
+    if (k->n > max) return op_fail(c, "input %d has %d values (at most %d)", i, k->n, max);
+    memcpy(out, k->ints, sizeof(int64_t) * (size_t)k->n);
+    return k->n;
+  }
   host_value *h = &c->host[v];
   if (!h->ints) {
+    if (c->tracing) return op_fail(c, "input %d is read on the host but depends on data", i);
+    PLAN_STAT_ADD(c->plan, host_reads, 1);
     mlxb_array *a = c->vals[v];
     if (!a) return op_fail(c, "input %d has no value", i);
     size_t n = mlxb_size(a);
@@ -125,6 +132,8 @@ int op_input_ints(op_ctx *c, int i, int64_t *out, int max) {
 int op_input_doubles(op_ctx *c, int i, double *out, int max) {
   mlxb_array *a = op_input(c, i);
   if (!a) return op_fail(c, "input %d is absent", i);
+  if (c->tracing) return op_fail(c, "input %d is read on the host inside a trace", i);
+  PLAN_STAT_ADD(c->plan, host_reads, 1);
   size_t n = mlxb_size(a);
   if (n > (size_t)max) return op_fail(c, "input %d has %zu values (at most %d)", i, n, max);
   if (mlxb_read_f64(c->s, a, out, n)) return op_check(c);
@@ -146,8 +155,7 @@ int op_set_output(op_ctx *c, int i, mlxb_array *a) {
 int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64_t *dims, int rank, int32_t dtype) {
   int t = op_mlx_dtype(dtype);
   if (t < 0) return op_fail(c, "output %d: dtype %s", i, ir_dtype_name(dtype));
-  mlxb_array *a = mlxb_from_data(c->s, NULL, dims, rank, MLXB_I64);
-  if (n > 0) a = mlxb_from_data(c->s, vals, dims, rank, MLXB_I64);
+  mlxb_array *a = mlxb_from_data(c->s, n > 0 ? vals : NULL, dims, rank, MLXB_I64);
   if (a && t != MLXB_I64) a = mlxb_astype(c->s, a, (mlxb_dtype)t);
   if (op_set_output(c, i, a)) return -1;
   int v = c->node->outputs[i];
@@ -170,40 +178,55 @@ typedef struct run_state {
   int n_values;
 } run_state;
 
-static void run_state_free(run_state *r) {
-  if (r->host)
-    for (int v = 0; v < r->n_values; v++) free(r->host[v].ints);
-  free(r->host);
-  free(r->vals);
-  mlxb_scope_free(r->s);
+static int run_state_init(run_state *r, const plan *p, mlxb_scope *s) {
+  r->n_values = p->g->n_values;
+  r->s = s;
+  r->vals = calloc((size_t)r->n_values + 1, sizeof *r->vals);
+  r->host = calloc((size_t)r->n_values + 1, sizeof *r->host);
+  if (!r->vals || !r->host) return -1;
+  for (int v = 0; v < r->n_values; v++)
+    if (p->const_arrays[v]) r->vals[v] = p->const_arrays[v];
+  return 0;
 }
 
-static int bind_inputs(const plan *p, run_state *r, const rt_tensor *inputs, int n_inputs, diag *d) {
+static void run_state_free(run_state *r) {
+  host_values_free(r->host, r->n_values);
+  free(r->vals);
+}
+
+static int check_input(const plan *p, const ir_value *val, const rt_tensor *t, diag *d) {
+  if (val->dtype != ONNX_UNDEFINED && t->dtype != val->dtype)
+    return diag_fail(d, "%s: input '%s' has dtype %s, expected %s", p->name, val->name, ir_dtype_name(t->dtype),
+                     ir_dtype_name(val->dtype));
+  if (val->rank >= 0 && t->rank != val->rank)
+    return diag_fail(d, "%s: input '%s' has rank %d, expected %d", p->name, val->name, t->rank, val->rank);
+  for (int k = 0; val->rank >= 0 && k < t->rank; k++)
+    if (val->dims[k] >= 0 && val->dims[k] != t->dims[k])
+      return diag_fail(d, "%s: input '%s' has dimension %d = %lld, expected %lld", p->name, val->name, k,
+                       (long long)t->dims[k], (long long)val->dims[k]);
+  if (op_mlx_dtype(t->dtype) < 0)
+    return diag_fail(d, "%s: input '%s' has dtype %s, which MLX lacks", p->name, val->name, ir_dtype_name(t->dtype));
+  return 0;
+}
+
+static int bind_inputs(const plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_inputs, mlxb_array **arrays,
+                       diag *d) {
   const ir_graph *g = p->g;
   if (n_inputs != g->n_inputs)
     return diag_fail(d, "%s: expected %d inputs, got %d", p->name, g->n_inputs, n_inputs);
   for (int i = 0; i < n_inputs; i++) {
     const ir_value *val = &g->values[g->inputs[i]];
     const rt_tensor *t = &inputs[i];
-    if (val->dtype != ONNX_UNDEFINED && t->dtype != val->dtype)
-      return diag_fail(d, "%s: input '%s' has dtype %s, expected %s", p->name, val->name, ir_dtype_name(t->dtype),
-                       ir_dtype_name(val->dtype));
-    if (val->rank >= 0 && t->rank != val->rank)
-      return diag_fail(d, "%s: input '%s' has rank %d, expected %d", p->name, val->name, t->rank, val->rank);
-    for (int k = 0; val->rank >= 0 && k < t->rank; k++)
-      if (val->dims[k] >= 0 && val->dims[k] != t->dims[k])
-        return diag_fail(d, "%s: input '%s' has dimension %d = %lld, expected %lld", p->name, val->name, k,
-                         (long long)t->dims[k], (long long)val->dims[k]);
-    int mt = op_mlx_dtype(t->dtype);
-    if (mt < 0) return diag_fail(d, "%s: input '%s' has dtype %s, which MLX lacks", p->name, val->name, ir_dtype_name(t->dtype));
-    r->vals[g->inputs[i]] = mlxb_from_data(r->s, t->data, t->dims, t->rank, (mlxb_dtype)mt);
-    if (!r->vals[g->inputs[i]]) return diag_fail(d, "%s: input '%s': %s", p->name, val->name, mlxb_error(r->s));
+    if (check_input(p, val, t, d)) return -1;
+    arrays[i] = mlxb_from_data(s, t->data, t->dims, t->rank, (mlxb_dtype)op_mlx_dtype(t->dtype));
+    if (!arrays[i]) return diag_fail(d, "%s: input '%s': %s", p->name, val->name, mlxb_error(s));
   }
   return 0;
 }
 
-static int lower_nodes(const plan *p, run_state *r, diag *d) {
-  op_ctx c = {.plan = p, .g = p->g, .s = r->s, .vals = r->vals, .host = r->host, .d = d};
+static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, diag *d) {
+  op_ctx c = {.plan = p, .g = p->g, .s = r->s, .vals = r->vals, .host = r->host, .known = known,
+              .tracing = tracing, .d = d};
   for (int i = 0; i < p->g->n_nodes; i++) {
     c.node = &p->g->nodes[i];
     if (p->defs[i]->lower(&c, p->defs[i]) || !mlxb_ok(r->s)) {
@@ -222,63 +245,141 @@ static int lower_nodes(const plan *p, run_state *r, diag *d) {
 
 enum { MAX_RANK = 64 };
 
-static int write_outputs(const plan *p, run_state *r, rt_output_alloc_fn alloc, void *user, diag *d) {
-  const ir_graph *g = p->g;
-  int n = g->n_outputs;
-  mlxb_array **outs = calloc((size_t)n + 1, sizeof *outs);
-  if (!outs) return diag_fail(d, "out of memory");
-  int rc = -1;
+/* Evaluates the outputs once and copies them into the buffers the caller hands out. */
+static int write_outputs(const plan *p, mlxb_scope *s, mlxb_array **results, rt_output_alloc_fn alloc, void *user,
+                         diag *d) {
+  int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
-    mlxb_array *a = r->vals[g->outputs[i]];
-    if (!a) {
-      diag_fail(d, "%s: output '%s' was not computed", p->name, g->values[g->outputs[i]].name);
-      goto done;
-    }
-    outs[i] = mlxb_contiguous(r->s, a);
+    if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
+    results[i] = mlxb_contiguous(s, results[i]);
   }
-  if (mlxb_eval(r->s, outs, (size_t)n)) {
-    diag_fail(d, "%s: %s", p->name, mlxb_error(r->s));
-    goto done;
-  }
+  if (mlxb_eval(s, results, (size_t)n)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   for (int i = 0; i < n; i++) {
     int64_t dims[MAX_RANK];
-    int rank = mlxb_ndim(outs[i]);
-    if (rank > MAX_RANK) {
-      diag_fail(d, "%s: output rank %d is too large", p->name, rank);
-      goto done;
-    }
-    mlxb_shape(outs[i], dims);
-    int32_t dtype = op_onnx_dtype(mlxb_type(outs[i]));
+    int rank = mlxb_ndim(results[i]);
+    if (rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, rank);
+    mlxb_shape(results[i], dims);
     void *dst = NULL;
-    if (alloc(user, i, dtype, dims, rank, &dst, d)) goto done;
-    size_t bytes = mlxb_size(outs[i]) * mlxb_dtype_size(mlxb_type(outs[i]));
-    if (bytes && mlxb_read(r->s, outs[i], dst, bytes)) {
-      diag_fail(d, "%s: %s", p->name, mlxb_error(r->s));
-      goto done;
-    }
+    if (alloc(user, i, op_onnx_dtype(mlxb_type(results[i])), dims, rank, &dst, d)) return -1;
+    size_t bytes = mlxb_size(results[i]) * mlxb_dtype_size(mlxb_type(results[i]));
+    if (bytes && mlxb_read(s, results[i], dst, bytes)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   }
-  rc = 0;
-done:
-  free(outs);
-  return rc;
+  return 0;
 }
 
-int plan_execute(const plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc_fn alloc, void *user, diag *d) {
-  run_state r = {.n_values = p->g->n_values};
-  r.s = mlxb_scope_new(p->device);
-  r.vals = calloc((size_t)r.n_values + 1, sizeof *r.vals);
-  r.host = calloc((size_t)r.n_values + 1, sizeof *r.host);
+/* Keeps, for a new signature entry, the shape-derived values this Run read on the host. */
+static host_value *take_shape_derived(const plan *p, host_value *host) {
+  host_value *kept = calloc((size_t)p->g->n_values + 1, sizeof *kept);
+  if (!kept) return NULL;
+  for (int v = 0; v < p->g->n_values; v++) {
+    if (!p->shape_derived[v] || !host[v].ints) continue;
+    kept[v] = host[v];
+    host[v].ints = NULL;
+  }
+  return kept;
+}
+
+static int run_eager(plan *p, mlxb_scope *s, mlxb_array *const *in, const sig_entry *e, mlxb_array **results,
+                     host_value **derived_out, diag *d) {
+  run_state r;
   int rc = -1;
-  if (!r.s || !r.vals || !r.host) {
+  if (run_state_init(&r, p, s)) {
     diag_fail(d, "out of memory");
     goto done;
   }
-  for (int v = 0; v < r.n_values; v++)
-    if (p->const_arrays[v]) r.vals[v] = p->const_arrays[v];
-  if (bind_inputs(p, &r, inputs, n_inputs, d) || lower_nodes(p, &r, d) || write_outputs(p, &r, alloc, user, d))
-    goto done;
+  for (int i = 0; i < p->g->n_inputs; i++) r.vals[p->g->inputs[i]] = in[i];
+  if (lower_nodes(p, &r, e ? e->host : NULL, false, d)) goto done;
+  for (int i = 0; i < p->g->n_outputs; i++) results[i] = r.vals[p->g->outputs[i]];
+  if (derived_out) *derived_out = take_shape_derived(p, r.host);
   rc = 0;
 done:
   run_state_free(&r);
+  PLAN_STAT_ADD(p, eager_runs, 1);
+  return rc;
+}
+
+/* The trace callback of compiled programs: lowers the cluster on MLX's placeholder inputs. */
+static int trace_cluster(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
+                         int n_outputs) {
+  sig_entry *e = user;
+  plan *p = e->owner;
+  diag d;
+  diag_init(&d);
+  run_state r;
+  int rc = -1;
+  if (run_state_init(&r, p, s)) {
+    diag_fail(&d, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < n_inputs && i < p->g->n_inputs; i++) r.vals[p->g->inputs[i]] = inputs[i];
+  if (lower_nodes(p, &r, e->host, true, &d)) goto done;
+  for (int i = 0; i < n_outputs; i++) outputs[i] = r.vals[p->g->outputs[i]];
+  PLAN_STAT_ADD(p, traces, 1);
+  rc = 0;
+done:
+  if (rc) mlxb_set_error(s, d.msg);
+  run_state_free(&r);
+  return rc;
+}
+
+/* Replays (tracing if needed) the entry's program; returns 1 when the cluster cannot be
+ * compiled and the caller should run it eagerly, 0 on success, -1 on error. */
+static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry *e, mlxb_array **results, diag *d) {
+  pthread_mutex_lock(&p->lock);
+  if (!e->program && !e->uncompilable) {
+    char err[256];
+    e->program = mlxb_compile(p->cfg.device, trace_cluster, e, p->g->n_outputs, false, err, sizeof err);
+    if (!e->program) e->uncompilable = true;
+  }
+  mlxb_program *prog = e->uncompilable ? NULL : e->program;
+  pthread_mutex_unlock(&p->lock);
+  if (!prog) return 1;
+  if (mlxb_program_call(s, prog, in, p->g->n_inputs, results, p->g->n_outputs)) {
+    pthread_mutex_lock(&p->lock);
+    e->uncompilable = true; /* e.g. a Reshape fed by data: this cluster runs eagerly */
+    pthread_mutex_unlock(&p->lock);
+    mlxb_clear_error(s);
+    return 1;
+  }
+  PLAN_STAT_ADD(p, compiled_runs, 1);
+  return 0;
+}
+
+int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc_fn alloc, void *user, diag *d) {
+  int64_t *key = NULL;
+  int key_len = 0;
+  uint64_t hash = 0;
+  sig_entry *e = NULL;
+  host_value *derived = NULL;
+  int rc = -1;
+  PLAN_STAT_ADD(p, runs, 1);
+  mlxb_scope *s = mlxb_scope_new(p->cfg.device);
+  mlxb_array **in = calloc((size_t)n_inputs + 1, sizeof *in);
+  mlxb_array **results = calloc((size_t)p->g->n_outputs + 1, sizeof *results);
+  if (!s || !in || !results || sig_key_make(inputs, n_inputs, &key, &key_len, &hash)) {
+    diag_fail(d, "out of memory");
+    goto done;
+  }
+  if (bind_inputs(p, s, inputs, n_inputs, in, d)) goto done;
+  e = sig_lookup(p, key, key_len, hash);
+  PLAN_STAT_ADD(p, sig_hits, e ? 1 : 0);
+  PLAN_STAT_ADD(p, sig_misses, e ? 0 : 1);
+  int compiled = e && p->compile ? run_compiled(p, s, in, e, results, d) : 1;
+  if (compiled < 0) goto done;
+  if (compiled > 0 && run_eager(p, s, in, e, results, e ? NULL : &derived, d)) goto done;
+  if (write_outputs(p, s, results, alloc, user, d)) goto done;
+  if (!e && derived) {
+    e = sig_insert(p, key, key_len, hash, derived);
+    key = NULL;
+    derived = NULL;
+  }
+  rc = 0;
+done:
+  sig_release(p, e);
+  host_values_free(derived, p->g->n_values);
+  free(key);
+  free(in);
+  free(results);
+  mlxb_scope_free(s);
   return rc;
 }

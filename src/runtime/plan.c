@@ -55,7 +55,7 @@ static int check_claims(plan *p, diag *d) {
   const ir_graph *g = p->g;
   for (int i = 0; i < g->n_nodes; i++) {
     const ir_node *n = &g->nodes[i];
-    claim_ctx c = {.graph = g, .node = n, .device = p->device};
+    claim_ctx c = {.graph = g, .node = n, .device = p->cfg.device};
     const op_def *def = op_registry_find(n->domain, n->op_type, n->since_version);
     if (!def) return diag_fail(d, "node '%s' (%s): no lowering for opset %d", n->name, n->op_type, n->since_version);
     if (!op_claim_node(&c, def))
@@ -65,7 +65,28 @@ static int check_claims(plan *p, diag *d) {
   return 0;
 }
 
-int plan_create(ir_graph *g, mlxb_device dev, const char *name, plan **out, diag *d) {
+/* A value is shape-derived when input shapes and constants alone determine it: Shape/Size
+ * results, constants, and anything computed only from such values. */
+static void mark_shape_derived(plan *p) {
+  const ir_graph *g = p->g;
+  for (int v = 0; v < g->n_values; v++) p->shape_derived[v] = g->values[v].is_const;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    bool derived = !strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size");
+    if (!derived) {
+      derived = n->n_implicit_inputs == 0;
+      for (int k = 0; k < n->n_inputs && derived; k++)
+        derived = n->inputs[k] < 0 || p->shape_derived[n->inputs[k]];
+    }
+    if (!strncmp(n->op_type, "Random", 6) || !strcmp(n->op_type, "Bernoulli") || !strcmp(n->op_type, "Multinomial"))
+      derived = false; /* not a function of its inputs */
+    for (int k = 0; k < n->n_outputs; k++)
+      if (n->outputs[k] >= 0) p->shape_derived[n->outputs[k]] = derived;
+  }
+}
+
+int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **out, diag *d) {
+  mlxb_device dev = cfg->device;
   *out = NULL;
   plan *p = calloc(1, sizeof *p);
   if (!p) {
@@ -73,12 +94,16 @@ int plan_create(ir_graph *g, mlxb_device dev, const char *name, plan **out, diag
     return diag_fail(d, "out of memory");
   }
   p->g = g;
-  p->device = dev;
+  p->cfg = *cfg;
+  if (p->cfg.cache_size < 1) p->cfg.cache_size = 1;
+  p->compile = cfg->compile == PLAN_COMPILE_ON || (cfg->compile == PLAN_COMPILE_AUTO && dev == MLXB_DEVICE_GPU);
+  pthread_mutex_init(&p->lock, NULL);
   p->name = malloc(strlen(name ? name : "") + 1);
   p->defs = calloc((size_t)g->n_nodes + 1, sizeof *p->defs);
   p->const_arrays = calloc((size_t)g->n_values + 1, sizeof *p->const_arrays);
+  p->shape_derived = calloc((size_t)g->n_values + 1, sizeof *p->shape_derived);
   p->consts = mlxb_scope_new(dev);
-  if (!p->name || !p->defs || !p->const_arrays || !p->consts) {
+  if (!p->name || !p->defs || !p->const_arrays || !p->shape_derived || !p->consts) {
     plan_free(p);
     return diag_fail(d, "out of memory");
   }
@@ -87,13 +112,17 @@ int plan_create(ir_graph *g, mlxb_device dev, const char *name, plan **out, diag
     plan_free(p);
     return -1;
   }
+  mark_shape_derived(p);
   *out = p;
   return 0;
 }
 
 void plan_free(plan *p) {
   if (!p) return;
+  sig_cache_clear(p);
+  pthread_mutex_destroy(&p->lock);
   mlxb_scope_free(p->consts);
+  free(p->shape_derived);
   free(p->const_arrays);
   free(p->defs);
   free(p->name);
@@ -104,3 +133,15 @@ void plan_free(plan *p) {
 int plan_num_inputs(const plan *p) { return p->g->n_inputs; }
 int plan_num_outputs(const plan *p) { return p->g->n_outputs; }
 const char *plan_name(const plan *p) { return p->name; }
+int plan_num_nodes(const plan *p) { return p->g->n_nodes; }
+
+void plan_get_stats(const plan *p, plan_stats *out) {
+  out->runs = __atomic_load_n(&p->stats.runs, __ATOMIC_RELAXED);
+  out->sig_hits = __atomic_load_n(&p->stats.sig_hits, __ATOMIC_RELAXED);
+  out->sig_misses = __atomic_load_n(&p->stats.sig_misses, __ATOMIC_RELAXED);
+  out->evictions = __atomic_load_n(&p->stats.evictions, __ATOMIC_RELAXED);
+  out->traces = __atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED);
+  out->compiled_runs = __atomic_load_n(&p->stats.compiled_runs, __ATOMIC_RELAXED);
+  out->eager_runs = __atomic_load_n(&p->stats.eager_runs, __ATOMIC_RELAXED);
+  out->host_reads = __atomic_load_n(&p->stats.host_reads, __ATOMIC_RELAXED);
+}

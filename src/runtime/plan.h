@@ -1,7 +1,8 @@
 /* A plan is the owned, compiled form of one cluster: its graph snapshot (nodes in topological
  * order, typed attributes), the op row of every node, and its constants uploaded to MLX and
- * evaluated once at Compile. Plans are immutable after creation, so any number of threads may
- * execute one plan at the same time; all per-Run state lives on the executing thread. */
+ * evaluated once at Compile. Runs keep their state on the calling thread; the only shared mutable
+ * part is the signature cache (host-known shape values and compiled programs per input
+ * signature), guarded by the plan's lock, so any number of threads may execute one plan. */
 #ifndef EP_MLX_PLAN_H
 #define EP_MLX_PLAN_H
 
@@ -20,17 +21,43 @@ typedef struct rt_tensor {
   const void *data;
 } rt_tensor;
 
+typedef enum plan_compile_mode {
+  PLAN_COMPILE_OFF,     /* build and evaluate the MLX graph at every Run */
+  PLAN_COMPILE_ON,      /* MLX compile() once per input signature, replay afterwards */
+  PLAN_COMPILE_AUTO     /* ON on a GPU; OFF on the CPU, where MLX's compile JIT-builds every
+                           fused kernel with g++ (seconds each) for no measured gain */
+} plan_compile_mode;
+
+typedef struct plan_config {
+  mlxb_device device;
+  plan_compile_mode compile;
+  int cache_size;       /* input signatures remembered per plan (LRU) */
+} plan_config;
+
+typedef struct plan_stats {
+  uint64_t runs;          /* plan_execute calls */
+  uint64_t sig_hits;      /* Runs whose input signature was cached */
+  uint64_t sig_misses;
+  uint64_t evictions;     /* signatures dropped by the LRU */
+  uint64_t traces;        /* MLX traces of the cluster (compile mode) */
+  uint64_t compiled_runs; /* Runs that replayed a compiled program */
+  uint64_t eager_runs;    /* Runs that built the graph node by node */
+  uint64_t host_reads;    /* values evaluated to read them on the host */
+} plan_stats;
+
 /* Asks the caller (the EP shell) for the buffer of output `index`; 0 ok, -1 with d set. */
 typedef int (*rt_output_alloc_fn)(void *user, int index, int32_t dtype, const int64_t *dims, int rank,
                                   void **data, diag *d);
 
 /* Takes ownership of g (freed with the plan, also on failure). Copies every borrowed constant. */
-int plan_create(ir_graph *g, mlxb_device dev, const char *name, plan **out, diag *d);
+int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **out, diag *d);
 void plan_free(plan *p); /* accepts NULL */
 int plan_num_inputs(const plan *p);
 int plan_num_outputs(const plan *p);
 const char *plan_name(const plan *p);
+int plan_num_nodes(const plan *p);
+void plan_get_stats(const plan *p, plan_stats *out);
 
-int plan_execute(const plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc_fn alloc, void *user, diag *d);
+int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc_fn alloc, void *user, diag *d);
 
 #endif

@@ -1,6 +1,10 @@
-/* Plan internals shared by plan.c (creation) and execute.c (Run); not for other layers. */
+/* Plan internals shared by plan.c (creation), sigcache.c (signature cache) and execute.c (Run);
+ * not for other layers. */
 #ifndef EP_MLX_PLAN_INTERNAL_H
 #define EP_MLX_PLAN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
 
 #include "ops/op.h"
 #include "runtime/plan.h"
@@ -8,13 +12,50 @@
 /* Integer constants up to this many elements keep a host copy for op_input_ints. */
 enum { PLAN_HOST_CONST_MAX = 4096 };
 
+typedef struct host_value {
+  int64_t *ints; /* host copy of an integer value (NULL when unknown) */
+  int n;
+} host_value;
+
+/* What one input signature (dtypes and shapes of the cluster inputs) determines: the values
+ * computed from shapes and constants alone, and the compiled program. Immutable once listed,
+ * except `program`/`uncompilable`, which change under the plan's lock. */
+typedef struct sig_entry {
+  struct sig_entry *next; /* LRU order, most recent first */
+  struct plan *owner;
+  uint64_t hash;
+  int key_len;
+  int64_t *key;           /* per input: dtype, rank, dims... */
+  host_value *host;       /* per value: shape-derived host ints */
+  mlxb_program *program;  /* NULL until first compiled Run */
+  bool uncompilable;      /* tracing failed (data-dependent host read): always eager */
+  int refs;               /* 1 while listed + Runs in flight; freed at 0 */
+} sig_entry;
+
 struct plan {
   char *name;              /* fused node name, for messages */
   ir_graph *g;             /* owned snapshot of the cluster; constants no longer borrowed */
   const op_def **defs;     /* per node: the row that lowers it */
   mlxb_scope *consts;      /* owns the constant arrays */
   mlxb_array **const_arrays; /* per value: evaluated constant, or NULL */
-  mlxb_device device;
+  bool *shape_derived;     /* per value: a function of input shapes and constants only */
+  plan_config cfg;
+  bool compile;            /* cfg.compile resolved for the device */
+  pthread_mutex_t lock;    /* guards the signature cache */
+  sig_entry *lru;
+  int n_entries;
+  plan_stats stats;        /* updated with atomics */
 };
+
+/* Signature cache (sigcache.c). */
+int sig_key_make(const rt_tensor *inputs, int n, int64_t **key, int *len, uint64_t *hash);
+sig_entry *sig_lookup(plan *p, const int64_t *key, int len, uint64_t hash); /* +1 ref or NULL */
+/* Lists a new entry (taking ownership of key and host); returns it with +1 ref, or NULL. */
+sig_entry *sig_insert(plan *p, int64_t *key, int len, uint64_t hash, host_value *host);
+void sig_release(plan *p, sig_entry *e); /* accepts NULL */
+void sig_cache_clear(plan *p);
+void host_values_free(host_value *h, int n);
+
+#define PLAN_STAT_ADD(p, field, n) __atomic_add_fetch(&(p)->stats.field, (n), __ATOMIC_RELAXED)
 
 #endif
