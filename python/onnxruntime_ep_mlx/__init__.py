@@ -87,4 +87,6 @@ def session(model, options: dict | None = None, strict: bool = False, sess_optio
     if ort is None:
         import onnxruntime as ort
     so = session_options(options, strict, sess_options, ort)
-    return ort.InferenceSession(model, sess_options=so)
+    # enable_fallback=0: ORT's Python wrapper would otherwise retry a failed session creation on
+    # the CPU EP alone, hiding the EP's error (e.g. an invalid option).
+    return ort.InferenceSession(model, sess_options=so, enable_fallback=0)

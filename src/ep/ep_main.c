@@ -9,9 +9,19 @@
 OrtStatus *ep_factory_create(const ep_runtime *rt, const OrtLogger *logger, OrtEpFactory **out);
 void ep_factory_destroy(OrtEpFactory *f);
 
+/* The API version to ask for first: the runtime's minor version ("1.23.2" -> 23) when our
+ * headers know it, so older runtimes are not asked (and do not complain) for newer ones. */
+static uint32_t first_version(const OrtApiBase *base) {
+  const char *s = base->GetVersionString ? base->GetVersionString() : NULL;
+  const char *dot = s ? strchr(s, '.') : NULL;
+  long minor = dot ? strtol(dot + 1, NULL, 10) : 0;
+  if (minor >= EP_MIN_API_VERSION && minor < ORT_API_VERSION) return (uint32_t)minor;
+  return ORT_API_VERSION;
+}
+
 static int negotiate(const OrtApiBase *base, ep_runtime *rt) {
   if (!base || !base->GetApi) return -1;
-  for (uint32_t v = ORT_API_VERSION; v >= EP_MIN_API_VERSION; v--) {
+  for (uint32_t v = first_version(base); v >= EP_MIN_API_VERSION; v--) {
     const OrtApi *api = base->GetApi(v);
     if (!api) continue;
     rt->api = api;

@@ -50,7 +50,7 @@ typedef struct ir_attr {
 typedef struct ir_value {
   const char *name;
   int32_t dtype;       /* ONNX data type; ONNX_UNDEFINED when not a tensor or unknown */
-  int rank;            /* -1 when unknown */
+  int rank;            /* -1 when unknown (ORT cannot tell a missing shape from rank 0) */
   int64_t *dims;       /* rank entries; -1 marks a dynamic dimension */
   int producer;        /* index of the producing node, -1 for graph inputs and constants */
   int n_consumers;     /* nodes reading this value (implicit inputs included) */
@@ -90,6 +90,7 @@ typedef struct ir_graph {
   int n_outputs;
   int *outputs;
   int opset_onnx;       /* ai.onnx opset imported by the model (0 when unknown) */
+  bool is_subgraph;     /* body of a control-flow node (If/Loop/Scan) */
   void *name_index;     /* private: name -> value index */
 } ir_graph;
 

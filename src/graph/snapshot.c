@@ -49,6 +49,10 @@ static int read_type(builder *b, const OrtValueInfo *vi, ir_value *v) {
   if (rank) ORT_CHECK(b, b->api->GetDimensions(tsi, v->dims, rank));
   for (size_t i = 0; i < rank; i++)
     if (v->dims[i] < 0) v->dims[i] = -1;
+  /* ORT reports a missing shape as zero dimensions; only a constant's rank 0 is certain. */
+  bool is_const = false;
+  ORT_CHECK(b, b->api->ValueInfo_IsConstantInitializer(vi, &is_const));
+  if (rank == 0 && !is_const) v->rank = -1;
   return 0;
 }
 
@@ -397,6 +401,12 @@ int ir_graph_from_ort(const OrtApi *api, const OrtGraph *graph, ir_graph **out, 
   for (size_t i = 0; i < n_nodes; i++)
     if (read_node(&b, nodes[i], (int)i)) goto fail;
   if (read_graph_io(&b, graph, false) || read_opsets(&b, graph)) goto fail;
+  const OrtNode *parent = NULL;
+  if ((st = api->Graph_GetParentNode(graph, &parent))) {
+    ir_ort_status_to_diag(api, st, d, "Graph_GetParentNode");
+    goto fail;
+  }
+  b.g->is_subgraph = parent != NULL;
   count_consumers(b.g);
   free(nodes);
   *out = b.g;

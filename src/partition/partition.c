@@ -24,6 +24,8 @@ static int claim_all(const ir_graph *g, mlxb_device dev, const bool *skip, parti
     const op_def *def = op_registry_find(n->domain, n->op_type, n->since_version);
     if (skip && skip[i]) {
       snprintf(c.reason, sizeof c.reason, "already assigned to another execution provider");
+    } else if (g->is_subgraph) {
+      snprintf(c.reason, sizeof c.reason, "inside a control-flow body (left to ORT for now)");
     } else if (!def) {
       if (op_registry_knows(n->domain, n->op_type))
         snprintf(c.reason, sizeof c.reason, "opset version %d is not covered", n->since_version);

@@ -159,12 +159,12 @@ int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64
   if (a && t != MLXB_I64) a = mlxb_astype(c->s, a, (mlxb_dtype)t);
   if (op_set_output(c, i, a)) return -1;
   int v = c->node->outputs[i];
-  if (v < 0 || n <= 0) return 0;
+  if (v < 0 || n < 0) return 0;
   host_value *h = &c->host[v];
   free(h->ints);
-  h->ints = malloc(sizeof(int64_t) * (size_t)n);
+  h->ints = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
   if (!h->ints) return op_fail(c, "out of memory");
-  memcpy(h->ints, vals, sizeof(int64_t) * (size_t)n);
+  if (n) memcpy(h->ints, vals, sizeof(int64_t) * (size_t)n);
   h->n = n;
   return 0;
 }

@@ -22,7 +22,8 @@ static int upload_constant(plan *p, int v, diag *d) {
   bool keep_host = (val->dtype != ONNX_FLOAT && val->dtype != ONNX_FLOAT16 && val->dtype != ONNX_BFLOAT16)
                    ? count <= PLAN_HOST_CONST_MAX : count <= 64;
   if (keep_host) {
-    val->const_data = arena_memdup(p->g->mem, val->const_data, val->const_bytes ? val->const_bytes : 1);
+    val->const_data = val->const_bytes ? arena_memdup(p->g->mem, val->const_data, val->const_bytes)
+                                       : arena_alloc(p->g->mem, 1); /* empty: data may be NULL */
     if (!val->const_data) return diag_fail(d, "out of memory");
   } else {
     val->const_data = NULL;

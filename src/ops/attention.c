@@ -1,0 +1,343 @@
+/* Attention operators: ai.onnx Attention (opsets 23-24) and the com.microsoft MultiHeadAttention,
+ * GroupQueryAttention and Attention (fused QKV projection) contrib ops. Every op reshapes its
+ * inputs to [batch, heads, sequence, head_size], builds its masks the way ORT's CPU kernel does,
+ * and runs one shared core: scores in float32, softcap, additive bias, masking, softmax in
+ * float32, then the weighted sum of V. Plain float32 self-attention goes through MLX's fused
+ * scaled_dot_product_attention, whose semantics match there. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+/* Defined in rotary.c: rotates the first rot_dim channels of x's last axis. */
+mlxb_array *rotary_embed(mlxb_scope *s, mlxb_array *x, mlxb_array *cos, mlxb_array *sin, int64_t rot_dim,
+                         bool interleaved);
+
+#define ATTN_F32_LOWEST (-3.4028234663852886e38)
+#define ATTN_F16_LOWEST (-65504.0)
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static bool attn_is_half(mlxb_dtype t) { return t == MLXB_F16 || t == MLXB_BF16; }
+
+/* The most negative finite value of t: what ORT writes into masked score positions. */
+static double attn_lowest(mlxb_dtype t) { return t == MLXB_F32 ? ATTN_F32_LOWEST : ATTN_F16_LOWEST; }
+
+static mlxb_array *attn_cast(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
+  if (!x || mlxb_type(x) == t) return x;
+  return mlxb_astype(s, x, t);
+}
+
+/* Rounds float32 values to t and back, where ORT stores an intermediate in the input dtype. */
+static mlxb_array *attn_round(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
+  if (!x || !attn_is_half(t)) return x;
+  return mlxb_astype(s, mlxb_astype(s, x, t), MLXB_F32);
+}
+
+static mlxb_array *attn_f32(mlxb_scope *s, double v) { return mlxb_scalar_f64(s, v, MLXB_F32); }
+
+static mlxb_array *attn_reshape4(mlxb_scope *s, mlxb_array *x, int64_t a, int64_t b, int64_t c, int64_t d) {
+  int64_t dims[4] = {a, b, c, d};
+  return mlxb_reshape(s, x, dims, 4);
+}
+
+static mlxb_array *attn_transpose0213(mlxb_scope *s, mlxb_array *x) {
+  static const int perm[4] = {0, 2, 1, 3};
+  return mlxb_transpose(s, x, perm, 4);
+}
+
+/* [B, S, N*H] -> [B, N, S, H] */
+static mlxb_array *attn_to_bnsh(mlxb_scope *s, mlxb_array *x, int64_t heads) {
+  if (!x) return NULL;
+  int64_t b = mlxb_dim(x, 0), seq = mlxb_dim(x, 1), hidden = mlxb_dim(x, 2);
+  return attn_transpose0213(s, attn_reshape4(s, x, b, seq, heads, hidden / heads));
+}
+
+/* [B, N, S, H] -> [B, S, N*H] */
+static mlxb_array *attn_from_bnsh(mlxb_scope *s, mlxb_array *x) {
+  if (!x) return NULL;
+  int64_t dims[3] = {mlxb_dim(x, 0), mlxb_dim(x, 2), mlxb_dim(x, 1) * mlxb_dim(x, 3)};
+  return mlxb_reshape(s, attn_transpose0213(s, x), dims, 3);
+}
+
+/* Slice [start, stop) of one axis. */
+__attribute__((unused)) static mlxb_array *attn_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop) {
+  if (!x) return NULL;
+  int rank = mlxb_ndim(x);
+  int64_t lo[8], hi[8], st[8];
+  if (rank > 8) return NULL;
+  mlxb_shape(x, hi);
+  for (int i = 0; i < rank; i++) {
+    lo[i] = 0;
+    st[i] = 1;
+  }
+  lo[axis] = start;
+  hi[axis] = stop;
+  return mlxb_slice(s, x, lo, hi, st);
+}
+
+static mlxb_array *attn_concat2(mlxb_scope *s, mlxb_array *a, mlxb_array *b, int axis) {
+  const mlxb_array *parts[2] = {a, b};
+  if (!a || !b) return NULL;
+  return mlxb_concat(s, parts, 2, axis);
+}
+
+/* keep[.., s, t] = t <= s + offset, with offset a scalar or a [B] int array (-> [B, 1, S, T]). */
+static mlxb_array *attn_causal_keep(mlxb_scope *s, int64_t seq, int64_t total, int64_t offset, mlxb_array *offsets) {
+  int64_t col[2] = {1, total}, row[2] = {seq, 1};
+  mlxb_array *t = mlxb_reshape(s, mlxb_arange(s, 0, (double)total, 1, MLXB_I64), col, 2);
+  mlxb_array *q = mlxb_reshape(s, mlxb_arange(s, (double)offset, (double)(offset + seq), 1, MLXB_I64), row, 2);
+  if (!offsets) return mlxb_binary(s, MLXB_LESS_EQUAL, t, q);
+  mlxb_array *off = attn_reshape4(s, attn_cast(s, offsets, MLXB_I64), mlxb_dim(offsets, 0), 1, 1, 1);
+  return mlxb_binary(s, MLXB_LESS_EQUAL, t, mlxb_binary(s, MLXB_ADD, q, off));
+}
+
+/* keep[b, 1, 1, t] = t < lengths[b] */
+static mlxb_array *attn_length_keep(mlxb_scope *s, mlxb_array *lengths, int64_t total) {
+  mlxb_array *t = attn_reshape4(s, mlxb_arange(s, 0, (double)total, 1, MLXB_I64), 1, 1, 1, total);
+  mlxb_array *len = attn_reshape4(s, attn_cast(s, lengths, MLXB_I64), mlxb_dim(lengths, 0), 1, 1, 1);
+  return mlxb_binary(s, MLXB_LESS, t, len);
+}
+
+/* ---- the shared core ---------------------------------------------------------------------- */
+
+enum { ATTN_QK_RAW, ATTN_QK_SOFTCAP, ATTN_QK_MASKED, ATTN_QK_SOFTMAX, ATTN_QK_COUNT };
+
+typedef struct attn_args {
+  mlxb_array *q, *k, *v;  /* [B, Hq, S, Dk], [B, Hkv, T, Dk], [B, Hkv, T, Dv]; one float dtype */
+  float scale;
+  float softcap;          /* > 0: cap * tanh(score / cap) before the bias */
+  mlxb_array *bias;       /* float32, broadcastable to [B, Hq, S, T], added after softcap; NULL */
+  mlxb_array *keep;       /* bool, broadcastable; false positions become `fill` after the bias; NULL */
+  double fill;
+  mlxb_array *sink;       /* float32 [Hq]: smooth-softmax sink logit per head; NULL */
+  bool smooth;            /* smooth softmax (sink logit 0 unless `sink`) */
+  bool round_half;        /* round scores and probabilities to the input dtype as ORT stores them */
+  bool zero_masked_rows;  /* rows whose largest score is <= lowest(dtype) give zero probabilities */
+  unsigned want_qk;       /* bit ATTN_QK_*: snapshots wanted in qk[] (in the input dtype) */
+  mlxb_array *qk[ATTN_QK_COUNT];
+} attn_args;
+
+/* MLX's fused kernel computes softmax((q * scale) k^T + bias) v in float32, which is ORT's
+ * float32 result up to rounding; it has no softcap, sinks of this kind, snapshots or the zeroed
+ * rows, so only the plain form goes there. */
+static bool attn_can_fuse(const attn_args *a) {
+  return mlxb_type(a->q) == MLXB_F32 && a->softcap <= 0 && !a->keep && !a->sink && !a->smooth && !a->want_qk &&
+         !a->zero_masked_rows;
+}
+
+/* Softmax over the last axis with an extra sink logit per head (ORT's smooth softmax):
+ * exp(x - m) / (sum exp(x - m) + exp(sink - m)), m = max(max x, sink). */
+static mlxb_array *attn_smooth_softmax(mlxb_scope *s, mlxb_array *x, mlxb_array *sink) {
+  int last = -1;
+  mlxb_array *sk = sink ? attn_reshape4(s, sink, 1, mlxb_dim(sink, 0), 1, 1) : attn_f32(s, 0.0);
+  mlxb_array *m = mlxb_binary(s, MLXB_MAXIMUM, mlxb_reduce(s, MLXB_RMAX, x, &last, 1, true), sk);
+  mlxb_array *e = mlxb_unary(s, MLXB_EXP, mlxb_binary(s, MLXB_SUB, x, m));
+  mlxb_array *sum = mlxb_binary(s, MLXB_ADD, mlxb_reduce(s, MLXB_RSUM, e, &last, 1, true),
+                                mlxb_unary(s, MLXB_EXP, mlxb_binary(s, MLXB_SUB, sk, m)));
+  return mlxb_binary(s, MLXB_DIV, e, sum);
+}
+
+/* Returns [B, Hq, S, Dv] in the input dtype. */
+static mlxb_array *attn_compute(mlxb_scope *s, attn_args *a) {
+  if (!a->q || !a->k || !a->v) return NULL;
+  mlxb_dtype t = mlxb_type(a->q);
+  int64_t b = mlxb_dim(a->q, 0), hq = mlxb_dim(a->q, 1), sq = mlxb_dim(a->q, 2), dk = mlxb_dim(a->q, 3);
+  int64_t hkv = mlxb_dim(a->k, 1), tk = mlxb_dim(a->k, 2), dv = mlxb_dim(a->v, 3);
+  if (hkv <= 0 || hq % hkv) {
+    mlxb_set_error(s, "attention: query heads are not a multiple of key/value heads");
+    return NULL;
+  }
+  if (attn_can_fuse(a))
+    return mlxb_sdpa(s, a->q, a->k, a->v, a->scale, "", a->bias, NULL);
+
+  int64_t g = hq / hkv;
+  /* Query heads h use key/value head h / g (ORT and ONNX agree): split Hq into [Hkv, g]. */
+  int64_t q5[5] = {b, hkv, g, sq, dk}, k5[5] = {b, hkv, 1, tk, dk}, v5[5] = {b, hkv, 1, tk, dv};
+  mlxb_array *q = mlxb_reshape(s, attn_cast(s, a->q, MLXB_F32), q5, 5);
+  mlxb_array *k = mlxb_reshape(s, attn_cast(s, a->k, MLXB_F32), k5, 5);
+  mlxb_array *v = mlxb_reshape(s, attn_cast(s, a->v, MLXB_F32), v5, 5);
+  static const int kt[5] = {0, 1, 2, 4, 3};
+  mlxb_array *x = mlxb_matmul(s, q, mlxb_transpose(s, k, kt, 5));
+  x = attn_reshape4(s, x, b, hq, sq, tk);
+  x = mlxb_binary(s, MLXB_MUL, x, attn_f32(s, a->scale));
+  if (a->round_half) x = attn_round(s, x, t);
+  if (a->want_qk & (1u << ATTN_QK_RAW)) a->qk[ATTN_QK_RAW] = attn_cast(s, x, t);
+  if (a->softcap > 0) {
+    mlxb_array *cap = attn_f32(s, a->softcap);
+    x = mlxb_binary(s, MLXB_MUL, mlxb_unary(s, MLXB_TANH, mlxb_binary(s, MLXB_DIV, x, cap)), cap);
+    if (a->round_half) x = attn_round(s, x, t);
+  }
+  if (a->want_qk & (1u << ATTN_QK_SOFTCAP)) a->qk[ATTN_QK_SOFTCAP] = attn_cast(s, x, t);
+  if (a->bias) {
+    x = mlxb_binary(s, MLXB_ADD, x, attn_cast(s, a->bias, MLXB_F32));
+    if (a->round_half) x = attn_round(s, x, t);
+  }
+  if (a->keep) x = mlxb_where(s, a->keep, x, attn_f32(s, a->fill));
+  if (a->want_qk & (1u << ATTN_QK_MASKED)) a->qk[ATTN_QK_MASKED] = attn_cast(s, x, t);
+
+  int last = -1;
+  mlxb_array *p = (a->smooth || a->sink) ? attn_smooth_softmax(s, x, a->sink) : mlxb_softmax(s, x, &last, 1, true);
+  if (a->zero_masked_rows) {
+    mlxb_array *rowmax = mlxb_reduce(s, MLXB_RMAX, x, &last, 1, true);
+    mlxb_array *dead = mlxb_binary(s, MLXB_LESS_EQUAL, rowmax, attn_f32(s, attn_lowest(t)));
+    p = mlxb_where(s, dead, attn_f32(s, 0.0), p);
+  }
+  if (a->round_half) p = attn_round(s, p, t);
+  if (a->want_qk & (1u << ATTN_QK_SOFTMAX)) a->qk[ATTN_QK_SOFTMAX] = attn_cast(s, p, t);
+
+  int64_t p5[5] = {b, hkv, g, sq, tk};
+  mlxb_array *y = mlxb_matmul(s, mlxb_reshape(s, p, p5, 5), v);
+  return attn_cast(s, attn_reshape4(s, y, b, hq, sq, dv), t);
+}
+
+/* ---- claim helpers ------------------------------------------------------------------------ */
+
+/* Inputs listed in `same` (absent ones skipped) must share input 0's dtype, float32 or float16. */
+static bool attn_claim_dtypes(claim_ctx *c, const int *same, int n) {
+  int32_t t = claim_input_dtype(c, 0);
+  if (t != ONNX_FLOAT && t != ONNX_FLOAT16)
+    return claim_decline(c, "dtype %s (ORT's CPU EP implements float32 and float16 only)", ir_dtype_name(t));
+  for (int i = 0; i < n; i++) {
+    int32_t u = claim_input_dtype(c, same[i]);
+    if (u != ONNX_UNDEFINED && u != t) return claim_decline(c, "input %d has dtype %s, input 0 %s", same[i],
+                                                            ir_dtype_name(u), ir_dtype_name(t));
+  }
+  return true;
+}
+
+static bool attn_claim_rank(claim_ctx *c, int i, int lo, int hi, const char *what) {
+  const ir_value *v = claim_input(c, i);
+  if (v && v->rank >= 0 && (v->rank < lo || v->rank > hi))
+    return claim_decline(c, "%s has rank %d (expected %d..%d)", what, v->rank, lo, hi);
+  return true;
+}
+
+static int attn_set_optional(op_ctx *c, int i, mlxb_array *a) {
+  if (!op_has_output(c, i)) return 0;
+  return op_set_output(c, i, a);
+}
+
+/* ---- ai.onnx Attention -------------------------------------------------------------------- */
+
+static bool claim_onnx_attention(claim_ctx *c, const op_def *def) {
+  static const int same[] = {1, 2, 4, 5};
+  if (!attn_claim_dtypes(c, same, 4)) return false;
+  const ir_value *q = claim_input(c, 0), *m = claim_input(c, 3);
+  if (!claim_input(c, 1) || !claim_input(c, 2)) return claim_decline(c, "K and V are required");
+  if (!attn_claim_rank(c, 0, 3, 4, "Q") || !attn_claim_rank(c, 3, 2, 4, "attn_mask")) return false;
+  if (m && m->dtype != ONNX_BOOL && m->dtype != q->dtype) return claim_decline(c, "attn_mask dtype differs from Q's");
+  if ((claim_input(c, 4) == NULL) != (claim_input(c, 5) == NULL))
+    return claim_decline(c, "past_key and past_value must come together");
+  if (claim_input(c, 6) && claim_input(c, 4)) return claim_decline(c, "nonpad_kv_seqlen with past_key (ORT rejects it)");
+  if (claim_input(c, 6) && claim_input_dtype(c, 6) != ONNX_INT64) return claim_decline(c, "nonpad_kv_seqlen is not int64");
+  if (q->rank == 3 && (ir_attr_int(c->node, "q_num_heads", 0) <= 0 || ir_attr_int(c->node, "kv_num_heads", 0) <= 0))
+    return claim_decline(c, "3-D inputs without q_num_heads/kv_num_heads");
+  int64_t mode = ir_attr_int(c->node, "qk_matmul_output_mode", 0);
+  if (mode < 0 || mode > 3) return claim_decline(c, "qk_matmul_output_mode %lld", (long long)mode);
+  float scale = ir_attr_float(c->node, "scale", 1.0f);
+  if (ir_node_attr(c->node, "scale") && !(scale > 0)) return claim_decline(c, "scale must be > 0 (ORT rejects it)");
+  return true;
+}
+
+/* The additive mask ORT builds: a bool mask becomes 0 / lowest(T), then causal positions are
+ * overwritten with lowest(T). Returns NULL (no error) when there is nothing to add. */
+static mlxb_array *onnx_attention_mask(op_ctx *c, mlxb_dtype t, int64_t sq, int64_t total, mlxb_array *causal_keep) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *low = attn_f32(s, attn_lowest(t));
+  mlxb_array *m = op_input(c, 3);
+  if (m && mlxb_type(m) == MLXB_BOOL) m = mlxb_where(s, m, attn_f32(s, 0.0), low);
+  else m = attn_cast(s, m, MLXB_F32);
+  if (m && mlxb_dim(m, -1) < total) {
+    /* The spec pads a short mask with masked (-inf / false) columns; ORT's CPU EP rejects
+     * such a mask, so this only widens what runs. */
+    int rank = mlxb_ndim(m);
+    int64_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+    hi[rank - 1] = total - mlxb_dim(m, -1);
+    m = mlxb_pad(s, m, lo, hi, low, "constant");
+  }
+  if (causal_keep) m = mlxb_where(s, causal_keep, m ? m : attn_f32(s, 0.0), low);
+  return m;
+}
+
+static int lower_onnx_attention(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  mlxb_array *q = op_input(c, 0), *k = op_input(c, 1), *v = op_input(c, 2);
+  mlxb_array *pk = op_input(c, 4), *pv = op_input(c, 5), *mask = op_input(c, 3), *nonpad = op_input(c, 6);
+  if (!q || !k || !v) return op_fail(c, "Q, K and V are required");
+  int rank = mlxb_ndim(q);
+  if (rank != mlxb_ndim(k) || rank != mlxb_ndim(v) || (rank != 3 && rank != 4))
+    return op_fail(c, "Q, K and V must all be 3-D or all 4-D");
+  mlxb_dtype t = mlxb_type(q);
+  if (rank == 3) {
+    int64_t hq = ir_attr_int(n, "q_num_heads", 0), hkv = ir_attr_int(n, "kv_num_heads", 0);
+    if (mlxb_dim(q, 2) % hq || mlxb_dim(k, 2) % hkv || mlxb_dim(v, 2) % hkv)
+      return op_fail(c, "hidden sizes are not multiples of the head counts");
+    q = attn_to_bnsh(s, q, hq);
+    k = attn_to_bnsh(s, k, hkv);
+    v = attn_to_bnsh(s, v, hkv);
+  }
+  int64_t b = mlxb_dim(q, 0), sq = mlxb_dim(q, 2), dk = mlxb_dim(q, 3);
+  if (mlxb_dim(k, 3) != dk || mlxb_dim(k, 2) != mlxb_dim(v, 2) || mlxb_dim(k, 1) != mlxb_dim(v, 1))
+    return op_fail(c, "inconsistent K/V shapes");
+  int64_t past = 0;
+  if (pk && pv) {
+    if (mlxb_ndim(pk) != 4 || mlxb_ndim(pv) != 4 || mlxb_dim(pk, 2) != mlxb_dim(pv, 2))
+      return op_fail(c, "past_key/past_value must be 4-D with one sequence length");
+    past = mlxb_dim(pk, 2);
+    k = attn_concat2(s, pk, k, 2);
+    v = attn_concat2(s, pv, v, 2);
+  }
+  int64_t total = mlxb_dim(k, 2);
+  if (mask && (mlxb_dim(mask, -1) > total || mlxb_dim(mask, -2) != sq))
+    return op_fail(c, "attn_mask must end in [q_sequence_length, <= total_sequence_length]");
+  if (nonpad && (mlxb_ndim(nonpad) != 1 || mlxb_dim(nonpad, 0) != b))
+    return op_fail(c, "nonpad_kv_seqlen must be [batch]");
+
+  /* ORT skips the causal mask for a single query after a past (decode); with nonpad_kv_seqlen
+   * the causal frontier is per batch: key t is visible to query s when t <= s + len - S. */
+  mlxb_array *causal = NULL;
+  if (ir_attr_int(n, "is_causal", 0) && !(sq == 1 && past > 0)) {
+    if (nonpad) {
+      mlxb_array *off = mlxb_binary(s, MLXB_SUB, attn_cast(s, nonpad, MLXB_I64), mlxb_scalar_i64(s, sq, MLXB_I64));
+      causal = attn_causal_keep(s, sq, total, 0, off);
+    } else {
+      causal = attn_causal_keep(s, sq, total, past, NULL);
+    }
+  }
+  int64_t mode = ir_attr_int(n, "qk_matmul_output_mode", 0);
+  bool want_qk = op_has_output(c, 3);
+  attn_args a = {.q = q, .k = k, .v = v};
+  a.scale = ir_node_attr(n, "scale") ? ir_attr_float(n, "scale", 1.0f) : (float)(1.0 / sqrt((double)dk));
+  a.softcap = ir_attr_float(n, "softcap", 0.0f);
+  a.bias = onnx_attention_mask(c, t, sq, total, causal);
+  if (nonpad) {
+    a.keep = attn_length_keep(s, nonpad, total);
+    a.fill = attn_lowest(t);
+  }
+  a.round_half = true;
+  /* a causal mask alone never hides a whole row (key 0 is always visible) */
+  a.zero_masked_rows = mask || nonpad;
+  a.want_qk = want_qk ? 1u << mode : 0;
+  mlxb_array *y = attn_compute(s, &a);
+  if (rank == 3) y = attn_from_bnsh(s, y);
+  if (op_set_output(c, 0, y)) return -1;
+  if (attn_set_optional(c, 1, k) || attn_set_optional(c, 2, v)) return -1;
+  if (want_qk && attn_set_optional(c, 3, a.qk[mode])) return -1;
+  return op_check(c);
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+static const op_def defs[] = {
+    {"", "Attention", 23, 24, DT_F32 | DT_F16, claim_onnx_attention, lower_onnx_attention, 0, 0,
+     "float32/float16 (bfloat16 declined: no ORT CPU kernel); 3-D with q_num_heads/kv_num_heads or 4-D; "
+     "GQA; attn_mask bool or additive, broadcast over batch/heads; is_causal aligned as ORT (offset = past "
+     "length, per batch nonpad_kv_seqlen - S with opset 24's nonpad_kv_seqlen, none for one query after a past); "
+     "past_key/past_value -> present; scale; softcap (before the mask, as ORT and the current spec); "
+     "qk_matmul_output_mode 0-3; fully masked rows give zeros as on ORT; float16 rounds scores and "
+     "probabilities where ORT stores them in float16; softmax_precision accepted (softmax is float32 anyway)"},
+};
+
+OPS_FAMILY(attention, defs);

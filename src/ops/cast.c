@@ -1,0 +1,38 @@
+/* Cast and CastLike between the dtypes MLX represents. MLX's astype is C++'s static_cast, as in
+ * ORT's CPU kernels: float-to-integer truncates toward zero, nonzero (and NaN) becomes true, and
+ * out-of-range or NaN float-to-integer values follow the same CPU conversion instructions. */
+#include "ops/op.h"
+
+static bool claim_cast(claim_ctx *c, const op_def *def) {
+  int64_t to = ir_attr_int(c->node, "to", ONNX_UNDEFINED);
+  if (to <= ONNX_UNDEFINED || to > INT32_MAX || op_mlx_dtype((int32_t)to) < 0)
+    return claim_decline(c, "target dtype %s is not an MLX dtype (float8/int4 come later)",
+                         ir_dtype_name((int32_t)to));
+  return true;
+}
+
+/* Converts input 0 to the ONNX dtype `to`. */
+static int cast_input(op_ctx *c, int32_t to) {
+  mlxb_array *x = op_input(c, 0);
+  if (!x) return op_fail(c, "input 0 is missing");
+  int t = op_mlx_dtype(to);
+  if (t < 0) return op_fail(c, "target dtype %s is not an MLX dtype", ir_dtype_name(to));
+  if (mlxb_type(x) == (mlxb_dtype)t) return op_set_output(c, 0, mlxb_ref(op_scope(c), x));
+  return op_set_output(c, 0, mlxb_astype(op_scope(c), x, (mlxb_dtype)t));
+}
+
+static int lower_cast(op_ctx *c, const op_def *def) {
+  return cast_input(c, (int32_t)ir_attr_int(op_node(c), "to", ONNX_UNDEFINED));
+}
+
+static int lower_cast_like(op_ctx *c, const op_def *def) { return cast_input(c, op_input_dtype(c, 1)); }
+
+static const op_def defs[] = {
+    {"", "Cast", 6, 28, DT_ALL, claim_cast, lower_cast, 0, 0,
+     "every pair of MLX dtypes (bool, ints, float16/bfloat16/float/double); float-to-int truncates; "
+     "declined: string, float8, int4 and other dtypes MLX lacks (saturate only concerns float8)"},
+    {"", "CastLike", 15, 25, DT_ALL, NULL, lower_cast_like, 0, 0,
+     "every pair of MLX dtypes, as Cast; declined: dtypes MLX lacks"},
+};
+
+OPS_FAMILY(cast, defs);

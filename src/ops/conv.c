@@ -1,0 +1,487 @@
+/* Convolutions: Conv, ConvTranspose, ConvInteger and QLinearConv lowered onto MLX's channels-last
+ * conv_general (NCHW is transposed to NHWC and OIHW to OHWI around it). Output shapes and pads
+ * are computed on the host with ORT's formulas; half-precision inputs are computed in float32
+ * and rounded once (ORT runs them through float32 too), integer ones exactly in float64. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+#define CONV_MAX_SP 3 /* MLX convolves 1 to 3 spatial axes */
+#define CONV_MAX_RANK (CONV_MAX_SP + 2)
+
+typedef enum conv_pad { CONV_PAD_NOTSET, CONV_PAD_VALID, CONV_PAD_SAME_UPPER, CONV_PAD_SAME_LOWER, CONV_PAD_BAD } conv_pad;
+
+/* Geometry of one convolution, all per spatial axis. */
+typedef struct conv_geom {
+  int nsp;                      /* spatial rank */
+  int64_t n, c, m;              /* batch, input channels, output channels */
+  int64_t group;
+  int64_t in[CONV_MAX_SP];      /* input extent */
+  int64_t k[CONV_MAX_SP];       /* kernel extent */
+  int64_t stride[CONV_MAX_SP];
+  int64_t dil[CONV_MAX_SP];
+  int64_t pad_lo[CONV_MAX_SP];
+  int64_t pad_hi[CONV_MAX_SP];
+  int64_t adj[CONV_MAX_SP];     /* ConvTranspose output_padding */
+  int64_t out[CONV_MAX_SP];
+} conv_geom;
+
+/* ---- attributes --------------------------------------------------------------------------- */
+
+static conv_pad conv_auto_pad(const ir_node *n) {
+  const char *s = ir_attr_string(n, "auto_pad", "NOTSET");
+  if (!strcmp(s, "NOTSET") || !*s) return CONV_PAD_NOTSET;
+  if (!strcmp(s, "VALID")) return CONV_PAD_VALID;
+  if (!strcmp(s, "SAME_UPPER")) return CONV_PAD_SAME_UPPER;
+  if (!strcmp(s, "SAME_LOWER")) return CONV_PAD_SAME_LOWER;
+  return CONV_PAD_BAD;
+}
+
+/* Fills out[n] from an ints attribute, or with dflt when it is absent or empty. Returns false when
+ * the attribute has a count other than n. */
+static bool conv_attr_ints(const ir_node *node, const char *name, int64_t *out, int n, int64_t dflt) {
+  const int64_t *v;
+  size_t cnt = ir_attr_ints(node, name, &v);
+  if (cnt == 0) {
+    for (int i = 0; i < n; i++) out[i] = dflt;
+    return true;
+  }
+  if (cnt != (size_t)n) return false;
+  memcpy(out, v, (size_t)n * sizeof *out);
+  return true;
+}
+
+/* Attribute checks shared by every conv row; rank is the input rank when known (else -1),
+ * w_input the index of the weight input. */
+static bool conv_claim_attrs(claim_ctx *c, int rank, int w_input) {
+  const ir_node *n = c->node;
+  if (conv_auto_pad(n) == CONV_PAD_BAD) return claim_decline(c, "auto_pad '%s' is unknown", ir_attr_string(n, "auto_pad", ""));
+  if (ir_attr_int(n, "group", 1) < 1) return claim_decline(c, "group must be >= 1");
+  if (rank >= 0 && (rank < 3 || rank > CONV_MAX_RANK))
+    return claim_decline(c, "input rank %d (MLX convolves 1 to 3 spatial axes)", rank);
+  const ir_value *w = claim_input(c, w_input);
+  if (w && w->rank >= 0 && (w->rank < 3 || w->rank > CONV_MAX_RANK))
+    return claim_decline(c, "weight rank %d (MLX convolves 1 to 3 spatial axes)", w->rank);
+  if (rank < 0 && w) rank = w->rank;
+  if (rank < 0) return true;
+  int nsp = rank - 2;
+  const char *lists[] = {"kernel_shape", "strides", "dilations", "output_padding"};
+  for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+    const int64_t *v;
+    size_t cnt = ir_attr_ints(n, lists[i], &v);
+    if (cnt && cnt != (size_t)nsp) return claim_decline(c, "%s has %zu values for %d spatial axes", lists[i], cnt, nsp);
+    for (size_t j = 0; j < cnt; j++)
+      if (v[j] < (strcmp(lists[i], "output_padding") ? 1 : 0))
+        return claim_decline(c, "%s holds %lld", lists[i], (long long)v[j]);
+  }
+  const int64_t *p;
+  size_t np = ir_attr_ints(n, "pads", &p);
+  if (np && np != (size_t)(2 * nsp)) return claim_decline(c, "pads has %zu values for %d spatial axes", np, nsp);
+  for (size_t j = 0; j < np; j++)
+    if (p[j] < 0) return claim_decline(c, "negative pads");
+  return true;
+}
+
+/* ---- geometry ----------------------------------------------------------------------------- */
+
+/* Reads shapes and attributes of x [N, C, in...] and w into g (everything but pads and out).
+ * transpose: w is [C, M/group, k...] (ConvTranspose) rather than [M, C/group, k...]. */
+static int conv_geom_read(op_ctx *c, const mlxb_array *x, const mlxb_array *w, bool transpose, conv_geom *g) {
+  const ir_node *n = op_node(c);
+  int rank = mlxb_ndim(x);
+  if (rank < 3 || rank > CONV_MAX_RANK) return op_fail(c, "input rank %d (MLX convolves 1 to 3 spatial axes)", rank);
+  if (mlxb_ndim(w) != rank) return op_fail(c, "weight rank %d differs from input rank %d", mlxb_ndim(w), rank);
+  memset(g, 0, sizeof *g);
+  g->nsp = rank - 2;
+  g->n = mlxb_dim(x, 0);
+  g->c = mlxb_dim(x, 1);
+  g->group = ir_attr_int(n, "group", 1);
+  if (g->group < 1) return op_fail(c, "group must be >= 1");
+  for (int i = 0; i < g->nsp; i++) g->in[i] = mlxb_dim(x, i + 2), g->k[i] = mlxb_dim(w, i + 2);
+  if (transpose) {
+    if (mlxb_dim(w, 0) != g->c) return op_fail(c, "weight has %lld input channels, input %lld", (long long)mlxb_dim(w, 0), (long long)g->c);
+    if (g->c % g->group) return op_fail(c, "input channels %lld not divisible by group %lld", (long long)g->c, (long long)g->group);
+    g->m = mlxb_dim(w, 1) * g->group;
+  } else {
+    g->m = mlxb_dim(w, 0);
+    if (g->c != mlxb_dim(w, 1) * g->group)
+      return op_fail(c, "input channels %lld != weight channels %lld * group %lld", (long long)g->c,
+                     (long long)mlxb_dim(w, 1), (long long)g->group);
+    if (g->m % g->group) return op_fail(c, "output channels %lld not divisible by group %lld", (long long)g->m, (long long)g->group);
+  }
+  int64_t ks[CONV_MAX_SP];
+  const int64_t *kv;
+  if (ir_attr_ints(n, "kernel_shape", &kv)) {
+    if (!conv_attr_ints(n, "kernel_shape", ks, g->nsp, 1)) return op_fail(c, "kernel_shape does not match the weight rank");
+    for (int i = 0; i < g->nsp; i++)
+      if (ks[i] != g->k[i]) return op_fail(c, "kernel_shape does not match the weight shape");
+  }
+  if (!conv_attr_ints(n, "strides", g->stride, g->nsp, 1) || !conv_attr_ints(n, "dilations", g->dil, g->nsp, 1) ||
+      !conv_attr_ints(n, "output_padding", g->adj, g->nsp, 0))
+    return op_fail(c, "strides, dilations or output_padding do not match the spatial rank %d", g->nsp);
+  int64_t pads[2 * CONV_MAX_SP];
+  if (!conv_attr_ints(n, "pads", pads, 2 * g->nsp, 0)) return op_fail(c, "pads do not match the spatial rank %d", g->nsp);
+  for (int i = 0; i < g->nsp; i++) {
+    if (g->stride[i] < 1 || g->dil[i] < 1 || g->k[i] < 1) return op_fail(c, "strides, dilations and kernel must be >= 1");
+    g->pad_lo[i] = pads[i], g->pad_hi[i] = pads[i + g->nsp];
+  }
+  return 0;
+}
+
+/* Conv pads and output extent (ORT's ComputePadAndOutputShape, float division included). */
+static int conv_geom_forward(op_ctx *c, conv_geom *g) {
+  conv_pad ap = conv_auto_pad(op_node(c));
+  for (int i = 0; i < g->nsp; i++) {
+    int64_t dk = g->dil[i] * (g->k[i] - 1) + 1, in = g->in[i], s = g->stride[i];
+    if (ap == CONV_PAD_NOTSET) {
+      g->out[i] = (int64_t)((float)(in + g->pad_lo[i] + g->pad_hi[i] - dk) / (float)s + 1);
+    } else if (ap == CONV_PAD_VALID) {
+      g->pad_lo[i] = g->pad_hi[i] = 0;
+      g->out[i] = (in - dk) / s + 1;
+    } else {
+      int64_t target = (in + s - 1) / s;
+      int64_t needed = (target - 1) * s + dk - in;
+      g->out[i] = (in + needed - dk) / s + 1;
+      g->pad_lo[i] = ap == CONV_PAD_SAME_LOWER ? (needed + 1) / 2 : needed / 2;
+      g->pad_hi[i] = needed - g->pad_lo[i];
+    }
+    if (g->out[i] <= 0) return op_fail(c, "spatial axis %d: output extent %lld is not positive", i, (long long)g->out[i]);
+  }
+  return 0;
+}
+
+/* ConvTranspose pads and output extent (ORT's ComputeTransposePadAndOutputShape): an explicit
+ * output_shape, or SAME_* (target extent input * stride), turns the excess length into pads,
+ * the larger half at the tail for SAME_UPPER and at the head otherwise (ORT 1.2x, the spec). */
+static int conv_geom_transpose(op_ctx *c, conv_geom *g) {
+  const ir_node *n = op_node(c);
+  conv_pad ap = conv_auto_pad(n);
+  const int64_t *os;
+  size_t nos = ir_attr_ints(n, "output_shape", &os);
+  if (nos && nos != (size_t)g->nsp && nos != (size_t)g->nsp + 2)
+    return op_fail(c, "output_shape has %zu values for %d spatial axes", nos, g->nsp);
+  for (int i = 0; i < g->nsp; i++) {
+    int64_t full = (g->in[i] - 1) * g->stride[i] + g->dil[i] * (g->k[i] - 1) + 1 + g->adj[i];
+    int64_t want = -1;
+    if (nos) {
+      want = nos == (size_t)g->nsp ? os[i] : os[i + 2];
+      if (want < 0) return op_fail(c, "negative output_shape");
+    } else if (ap == CONV_PAD_SAME_UPPER || ap == CONV_PAD_SAME_LOWER) {
+      want = g->in[i] * g->stride[i];
+    }
+    if (want >= 0) {
+      int64_t total = full - want > 0 ? full - want : 0;
+      if (ap == CONV_PAD_SAME_UPPER) g->pad_lo[i] = total / 2, g->pad_hi[i] = total - total / 2;
+      else g->pad_lo[i] = total - total / 2, g->pad_hi[i] = total / 2;
+    }
+    g->out[i] = nos ? want : full - g->pad_lo[i] - g->pad_hi[i];
+    if (g->out[i] <= 0) return op_fail(c, "spatial axis %d: output extent %lld is not positive", i, (long long)g->out[i]);
+  }
+  return 0;
+}
+
+/* ---- MLX building blocks ------------------------------------------------------------------ */
+
+/* [N, C, s...] -> [N, s..., C] (to_last) or back. */
+static mlxb_array *conv_move_channels(mlxb_scope *s, const mlxb_array *x, bool to_last) {
+  int rank = mlxb_ndim(x), perm[CONV_MAX_RANK];
+  perm[0] = 0;
+  for (int i = 1; i < rank; i++) perm[i] = to_last ? (i == rank - 1 ? 1 : i + 1) : (i == 1 ? rank - 1 : i - 1);
+  return mlxb_transpose(s, x, perm, rank);
+}
+
+static bool conv_fits_int(int64_t v) { return v >= -(1ll << 30) && v <= (1ll << 30); }
+
+/* Slices axis `axis` of x to [start, stop). */
+static mlxb_array *conv_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop) {
+  int rank = mlxb_ndim(x);
+  int64_t lo[CONV_MAX_RANK], hi[CONV_MAX_RANK], st[CONV_MAX_RANK];
+  mlxb_shape(x, hi);
+  for (int i = 0; i < rank; i++) lo[i] = 0, st[i] = 1;
+  lo[axis] = start, hi[axis] = stop;
+  return mlxb_slice(s, x, lo, hi, st);
+}
+
+/* One convolution, split into groups where MLX cannot group. */
+static mlxb_array *conv_call(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_geom *g, const int *st,
+                             const int *pl, const int *ph, const int *kd, const int *id, bool flip) {
+  mlxb_scope *s = op_scope(c);
+  /* MLX groups only 1-D and 2-D convolutions, and none in float64: one convolution per group. */
+  if (g->group == 1 || (g->nsp < 3 && mlxb_type(x) != MLXB_F64))
+    return mlxb_conv_general(s, x, w, g->nsp, st, pl, ph, kd, id, (int)g->group, flip);
+  int rank = g->nsp + 2;
+  int64_t cg = g->c / g->group, mg = g->m / g->group;
+  mlxb_array **parts = calloc((size_t)g->group, sizeof *parts);
+  if (!parts) {
+    op_fail(c, "out of memory");
+    return NULL;
+  }
+  for (int64_t k = 0; k < g->group; k++) {
+    mlxb_array *xk = conv_slice_axis(s, x, rank - 1, k * cg, (k + 1) * cg);
+    mlxb_array *wk = conv_slice_axis(s, w, 0, k * mg, (k + 1) * mg);
+    parts[k] = mlxb_conv_general(s, xk, wk, g->nsp, st, pl, ph, kd, id, 1, flip);
+  }
+  mlxb_array *y = mlxb_concat(s, (const mlxb_array *const *)parts, (int)g->group, rank - 1);
+  free(parts);
+  return y;
+}
+
+/* Channels-last convolution of x [N, s..., C] with pads lo/hi (negative values crop) giving the
+ * extents g->out. MLX mishandles negative padding with input dilation, so pads reach it
+ * non-negative: a forward convolution crops its input instead, a stride-1 one over a dilated
+ * input (ConvTranspose) crops its output. */
+static mlxb_array *conv_run(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_geom *g, const int64_t *lo,
+                            const int64_t *hi, const int64_t *stride, const int64_t *in_dil, bool flip) {
+  mlxb_scope *s = op_scope(c);
+  int st[CONV_MAX_SP], pl[CONV_MAX_SP], ph[CONV_MAX_SP], kd[CONV_MAX_SP], id[CONV_MAX_SP];
+  int64_t crop[CONV_MAX_SP] = {0};
+  for (int i = 0; i < g->nsp; i++) {
+    if (!conv_fits_int(lo[i]) || !conv_fits_int(hi[i]) || !conv_fits_int(stride[i]) || !conv_fits_int(g->dil[i]) ||
+        !conv_fits_int(in_dil[i])) {
+      op_fail(c, "pads, strides or dilations exceed 32 bits");
+      return NULL;
+    }
+    int64_t l = lo[i], h = hi[i];
+    if (in_dil[i] == 1 && (l < 0 || h < 0)) {
+      int64_t start = l < 0 ? -l : 0, stop = mlxb_dim(x, i + 1) + (h < 0 ? h : 0);
+      if (stop <= start) {
+        op_fail(c, "pads crop spatial axis %d to nothing", i);
+        return NULL;
+      }
+      x = conv_slice_axis(s, x, i + 1, start, stop);
+    } else if (l < 0) {
+      crop[i] = -l;
+    }
+    st[i] = (int)stride[i], pl[i] = l < 0 ? 0 : (int)l, ph[i] = h < 0 ? 0 : (int)h;
+    kd[i] = (int)g->dil[i], id[i] = (int)in_dil[i];
+  }
+  mlxb_array *y = conv_call(c, x, w, g, st, pl, ph, kd, id, flip);
+  for (int i = 0; i < g->nsp && y; i++) {
+    if (mlxb_dim(y, i + 1) < crop[i] + g->out[i]) {
+      op_fail(c, "spatial axis %d: convolution gave %lld values, %lld expected", i, (long long)mlxb_dim(y, i + 1),
+              (long long)(crop[i] + g->out[i]));
+      return NULL;
+    }
+    if (crop[i] || mlxb_dim(y, i + 1) != g->out[i]) y = conv_slice_axis(s, y, i + 1, crop[i], crop[i] + g->out[i]);
+  }
+  return y;
+}
+
+static bool conv_is_half(mlxb_dtype t) { return t == MLXB_F16 || t == MLXB_BF16; }
+
+/* Adds a bias [M] to a channels-last result. */
+static mlxb_array *conv_add_bias(op_ctx *c, mlxb_array *y, int input, mlxb_dtype t, int64_t m) {
+  if (!op_has_input(c, input)) return y;
+  mlxb_array *b = op_input(c, input);
+  if (!b) return NULL;
+  if (mlxb_ndim(b) != 1 || mlxb_dim(b, 0) != m) {
+    op_fail(c, "bias must have shape [%lld]", (long long)m);
+    return NULL;
+  }
+  mlxb_scope *s = op_scope(c);
+  if (mlxb_type(b) != t) b = mlxb_astype(s, b, t);
+  return mlxb_binary(s, MLXB_ADD, y, b);
+}
+
+/* ---- Conv --------------------------------------------------------------------------------- */
+
+static bool claim_conv(claim_ctx *c, const op_def *def) {
+  const ir_value *x = claim_input(c, 0);
+  if (claim_input_dtype(c, 1) != claim_input_dtype(c, 0)) return claim_decline(c, "weight dtype differs from input dtype");
+  return conv_claim_attrs(c, x ? x->rank : -1, 1);
+}
+
+static int lower_conv(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
+  if (!x || !w) return op_check(c) ? -1 : op_fail(c, "X and W are required");
+  conv_geom g;
+  if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
+  mlxb_dtype t = mlxb_type(x), ct = conv_is_half(t) ? MLXB_F32 : t;
+  mlxb_array *xl = mlxb_astype(s, conv_move_channels(s, x, true), ct);
+  mlxb_array *wl = mlxb_astype(s, conv_move_channels(s, w, true), ct);
+  int64_t ones[CONV_MAX_SP] = {1, 1, 1};
+  mlxb_array *y = conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
+  y = conv_add_bias(c, y, 2, ct, g.m);
+  if (!y) return op_check(c) ? -1 : -1;
+  y = conv_move_channels(s, y, false);
+  return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
+}
+
+/* ---- ConvTranspose ------------------------------------------------------------------------ */
+
+/* w [C, M/group, k...] -> [M, k..., C/group], the layout of a forward convolution over the
+ * stride-dilated input (the kernel flip is conv_general's flag). */
+static mlxb_array *conv_transpose_weight(mlxb_scope *s, mlxb_array *w, const conv_geom *g) {
+  int rank = g->nsp + 2;
+  int64_t d5[CONV_MAX_RANK + 1], d4[CONV_MAX_RANK];
+  int perm[CONV_MAX_RANK + 1];
+  d5[0] = g->group, d5[1] = g->c / g->group, d5[2] = g->m / g->group;
+  for (int i = 0; i < g->nsp; i++) d5[3 + i] = g->k[i];
+  /* [g, C/g, M/g, k...] -> [g, M/g, k..., C/g] */
+  perm[0] = 0, perm[1] = 2;
+  for (int i = 0; i < g->nsp; i++) perm[2 + i] = 3 + i;
+  perm[rank] = 1;
+  d4[0] = g->m;
+  for (int i = 0; i < g->nsp; i++) d4[1 + i] = g->k[i];
+  d4[rank - 1] = g->c / g->group;
+  mlxb_array *r = mlxb_transpose(s, mlxb_reshape(s, w, d5, rank + 1), perm, rank + 1);
+  return mlxb_reshape(s, r, d4, rank);
+}
+
+static int lower_conv_transpose(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
+  if (!x || !w) return op_check(c) ? -1 : op_fail(c, "X and W are required");
+  conv_geom g;
+  if (conv_geom_read(c, x, w, true, &g) < 0 || conv_geom_transpose(c, &g) < 0) return -1;
+  /* A forward convolution over the input dilated by the stride, padded by d*(k-1) minus the
+   * ONNX pads (negative values crop), with the flipped kernel. The tail also takes what the
+   * requested output extent adds beyond the natural one. */
+  int64_t lo[CONV_MAX_SP], hi[CONV_MAX_SP], ones[CONV_MAX_SP] = {1, 1, 1};
+  for (int i = 0; i < g.nsp; i++) {
+    int64_t span = g.dil[i] * (g.k[i] - 1);
+    lo[i] = span - g.pad_lo[i];
+    hi[i] = g.out[i] - ((g.in[i] - 1) * g.stride[i] + 1 + lo[i] - span);
+  }
+  mlxb_dtype t = mlxb_type(x), ct = conv_is_half(t) ? MLXB_F32 : t;
+  mlxb_array *xl = mlxb_astype(s, conv_move_channels(s, x, true), ct);
+  mlxb_array *wl = mlxb_astype(s, conv_transpose_weight(s, w, &g), ct);
+  mlxb_array *y = conv_run(c, xl, wl, &g, lo, hi, ones, g.stride, true);
+  y = conv_add_bias(c, y, 2, ct, g.m);
+  if (!y) return op_check(c) ? -1 : -1;
+  y = conv_move_channels(s, y, false);
+  return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
+}
+
+/* ---- ConvInteger and QLinearConv ---------------------------------------------------------- */
+
+#define DT_Q8 (DT(ONNX_INT8) | DT(ONNX_UINT8))
+
+/* A zero point or scale input: absent gives `dflt`; else a scalar or (per_channel) a vector of
+ * `m`, returned reshaped to broadcast over a channels-last result. */
+static mlxb_array *conv_channel_param(op_ctx *c, int input, int64_t m, bool per_channel, double dflt, mlxb_dtype t) {
+  mlxb_scope *s = op_scope(c);
+  if (!op_has_input(c, input)) return mlxb_scalar_f64(s, dflt, t);
+  mlxb_array *v = op_input(c, input);
+  if (!v) return NULL;
+  size_t n = mlxb_size(v);
+  if (n == 1) return mlxb_astype(s, mlxb_reshape(s, v, NULL, 0), t);
+  if (!per_channel || (int64_t)n != m || mlxb_ndim(v) != 1) {
+    op_fail(c, "input %d must be a scalar%s", input, per_channel ? " or hold one value per output channel" : "");
+    return NULL;
+  }
+  return mlxb_astype(s, v, t);
+}
+
+/* Exact integer convolution of (x - xz) and (w - wz) as float64 in a channels-last layout
+ * (float64 holds every sum below 2^53; the products of 8-bit values are at most 2^16). */
+static mlxb_array *conv_integer_core(op_ctx *c, mlxb_array *x, mlxb_array *xz, mlxb_array *w, mlxb_array *wz,
+                                     conv_geom *g) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *xl = mlxb_binary(s, MLXB_SUB, mlxb_astype(s, conv_move_channels(s, x, true), MLXB_F64), xz);
+  /* wz is a scalar or one value per output channel: the leading axis of [M, k..., C/g]. */
+  mlxb_array *wl = mlxb_astype(s, conv_move_channels(s, w, true), MLXB_F64);
+  if (wz && mlxb_ndim(wz) == 1) {
+    int64_t d[CONV_MAX_RANK] = {g->m, 1, 1, 1, 1};
+    wz = mlxb_reshape(s, wz, d, g->nsp + 2);
+  }
+  wl = mlxb_binary(s, MLXB_SUB, wl, wz);
+  int64_t ones[CONV_MAX_SP] = {1, 1, 1};
+  return conv_run(c, xl, wl, g, g->pad_lo, g->pad_hi, g->stride, ones, false);
+}
+
+static bool claim_conv_integer(claim_ctx *c, const op_def *def) {
+  if (!(DT_Q8 & DT(claim_input_dtype(c, 1)))) return claim_decline(c, "weight must be int8 or uint8");
+  const ir_value *x = claim_input(c, 0);
+  return conv_claim_attrs(c, x ? x->rank : -1, 1);
+}
+
+static int lower_conv_integer(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
+  if (!x || !w) return op_check(c) ? -1 : op_fail(c, "x and w are required");
+  conv_geom g;
+  if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
+  bool old = mlxb_scope_force_cpu(s, true); /* float64 work */
+  mlxb_array *xz = conv_channel_param(c, 2, g.m, false, 0, MLXB_F64);
+  mlxb_array *wz = conv_channel_param(c, 3, g.m, true, 0, MLXB_F64);
+  mlxb_array *y = xz && wz ? conv_integer_core(c, x, xz, w, wz, &g) : NULL;
+  /* int32 accumulation wraps in ORT; int64 then int32 wraps the same way. */
+  y = mlxb_astype(s, mlxb_astype(s, y, MLXB_I64), MLXB_I32);
+  y = conv_move_channels(s, y, false);
+  mlxb_scope_force_cpu(s, old);
+  if (!y) return op_check(c) ? -1 : -1;
+  return op_set_output(c, 0, y);
+}
+
+static bool claim_qlinear_conv(claim_ctx *c, const op_def *def) {
+  if (!(DT_Q8 & DT(claim_input_dtype(c, 3)))) return claim_decline(c, "weight must be int8 or uint8");
+  if (claim_input_dtype(c, 7) != claim_input_dtype(c, 0)) return claim_decline(c, "y_zero_point dtype differs from x");
+  if (claim_input_dtype(c, 1) != ONNX_FLOAT || claim_input_dtype(c, 4) != ONNX_FLOAT || claim_input_dtype(c, 6) != ONNX_FLOAT)
+    return claim_decline(c, "scales must be float32");
+  const ir_value *x = claim_input(c, 0);
+  return conv_claim_attrs(c, x ? x->rank : -1, 3);
+}
+
+/* QLinearConv as ORT computes it: an exact int32 accumulator (plus the int32 bias), converted
+ * to float32, times the float32 scale x_scale * w_scale / y_scale, rounded half to even, plus
+ * the output zero point, saturated to the output type. */
+static int lower_qlinear_conv(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *w = op_input(c, 3);
+  if (!x || !w) return op_check(c) ? -1 : op_fail(c, "x and w are required");
+  conv_geom g;
+  if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
+  mlxb_dtype ot = mlxb_type(x);
+  bool old = mlxb_scope_force_cpu(s, true); /* float64 work */
+  mlxb_array *xz = conv_channel_param(c, 2, g.m, false, 0, MLXB_F64);
+  mlxb_array *wz = conv_channel_param(c, 5, g.m, true, 0, MLXB_F64);
+  mlxb_array *xs = conv_channel_param(c, 1, g.m, false, 1, MLXB_F32);
+  mlxb_array *ws = conv_channel_param(c, 4, g.m, true, 1, MLXB_F32);
+  mlxb_array *ys = conv_channel_param(c, 6, g.m, false, 1, MLXB_F32);
+  mlxb_array *yz = conv_channel_param(c, 7, g.m, false, 0, MLXB_F32);
+  mlxb_array *acc = xz && wz && xs && ws && ys && yz ? conv_integer_core(c, x, xz, w, wz, &g) : NULL;
+  acc = mlxb_astype(s, mlxb_astype(s, acc, MLXB_I64), MLXB_I32);
+  if (op_has_input(c, 8)) {
+    mlxb_array *b = op_input(c, 8);
+    if (b && (mlxb_ndim(b) != 1 || mlxb_dim(b, 0) != g.m)) {
+      mlxb_scope_force_cpu(s, old);
+      return op_fail(c, "bias must have shape [%lld]", (long long)g.m);
+    }
+    acc = mlxb_binary(s, MLXB_ADD, acc, mlxb_astype(s, b, MLXB_I32));
+  }
+  mlxb_array *scale = mlxb_binary(s, MLXB_DIV, mlxb_binary(s, MLXB_MUL, xs, ws), ys);
+  mlxb_array *v = mlxb_binary(s, MLXB_MUL, mlxb_astype(s, acc, MLXB_F32), scale);
+  v = mlxb_binary(s, MLXB_ADD, mlxb_unary(s, MLXB_ROUND, v), yz);
+  double lo = ot == MLXB_U8 ? 0 : -128, hi = ot == MLXB_U8 ? 255 : 127;
+  v = mlxb_clip(s, v, mlxb_scalar_f64(s, lo, MLXB_F32), mlxb_scalar_f64(s, hi, MLXB_F32));
+  mlxb_array *y = conv_move_channels(s, mlxb_astype(s, v, ot), false);
+  mlxb_scope_force_cpu(s, old);
+  if (!y) return op_check(c) ? -1 : -1;
+  return op_set_output(c, 0, y);
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+#define DT_CONV (DT_F32 | DT_F16 | DT_BF16 | DT_F64)
+
+static const op_def defs[] = {
+    {"", "Conv", 1, 22, DT_CONV, claim_conv, lower_conv, 0, 0,
+     "1-D to 3-D; group, dilations, strides, pads, auto_pad NOTSET/VALID/SAME_UPPER/SAME_LOWER, optional "
+     "bias, weight constant or runtime; float16/bfloat16 computed in float32; 4-D+ spatial declined (MLX)"},
+    {"", "ConvTranspose", 1, 22, DT_CONV, claim_conv, lower_conv_transpose, 0, 0,
+     "1-D to 3-D; group, dilations, strides, pads, output_padding, output_shape, auto_pad (ORT's pad split); "
+     "float16/bfloat16 computed in float32; 4-D+ spatial declined (MLX)"},
+    {"", "ConvInteger", 10, 10, DT_Q8, claim_conv_integer, lower_conv_integer, 0, 0,
+     "int8/uint8 x and w, scalar x_zero_point, scalar or per-channel w_zero_point; exact (float64 on the "
+     "CPU), int32 result wraps like ORT"},
+    {"", "QLinearConv", 10, 10, DT_Q8, claim_qlinear_conv, lower_qlinear_conv, 0, 0,
+     "int8/uint8; scalar or per-channel w scale/zero point, int32 bias; exact accumulator, requantized in "
+     "float32 like ORT (round half to even, saturate); exact where ORT's AVX2 u8s8 kernel saturates int16 "
+     "pair sums (weights beyond 7 bits)"},
+};
+
+OPS_FAMILY(conv, defs);

@@ -1,0 +1,359 @@
+/* Elementwise ops: unary math, binary arithmetic with ONNX's integer semantics (truncating Div,
+ * both Mod flavours, guarded BitShift), logic, comparisons, Where and the variadic
+ * Min/Max/Mean/Sum. MLX broadcasts like NumPy, which is ONNX's multidirectional broadcasting. */
+#include <limits.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static bool dtype_is_float(mlxb_dtype t) {
+  return t == MLXB_F16 || t == MLXB_BF16 || t == MLXB_F32 || t == MLXB_F64;
+}
+
+static bool dtype_is_signed_int(mlxb_dtype t) { return t >= MLXB_I8 && t <= MLXB_I64; }
+
+/* A 0-d array of dtype t holding v (exact for integers). */
+static mlxb_array *scalar_of(mlxb_scope *s, double v, mlxb_dtype t) {
+  if (dtype_is_float(t)) return mlxb_scalar_f64(s, v, t);
+  return mlxb_scalar_i64(s, (int64_t)v, t);
+}
+
+/* Half-precision sums are accumulated in float32 and rounded once, as ORT's CPU kernels do. */
+static mlxb_dtype accumulate_type(mlxb_dtype t) {
+  return (t == MLXB_F16 || t == MLXB_BF16) ? MLXB_F32 : t;
+}
+
+static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
+  if (!x || mlxb_type(x) == t) return x;
+  return mlxb_astype(s, x, t);
+}
+
+/* Fails cleanly when a required input is missing instead of passing NULL on. */
+static int inputs_present(op_ctx *c, int n) {
+  for (int i = 0; i < n; i++)
+    if (!op_input(c, i)) return op_fail(c, "input %d is missing", i);
+  return 0;
+}
+
+/* ---- unary -------------------------------------------------------------------------------- */
+
+static int lower_unary(op_ctx *c, const op_def *def) {
+  mlxb_array *y = mlxb_unary(op_scope(c), (mlxb_unary_op)def->arg, op_input(c, 0));
+  return op_set_output(c, 0, y);
+}
+
+/* MLX's float64 exp runs at float32 precision; its expm1 does not. Float64 exp is therefore
+ * expm1(x) + 1 for x >= 0 and (1 / (expm1(-x/2) + 1))^2 below (the square reaches the
+ * subnormals): a few ulp everywhere. (activation.c builds its float64 sigmoid the same way.) */
+static int lower_exp(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0);
+  if (inputs_present(c, 1)) return -1;
+  mlxb_dtype t = mlxb_type(x);
+  if (t != MLXB_F64) return op_set_output(c, 0, mlxb_unary(s, MLXB_EXP, x));
+  mlxb_array *one = mlxb_scalar_f64(s, 1.0, t);
+  mlxb_array *up = mlxb_binary(s, MLXB_ADD, mlxb_unary(s, MLXB_EXPM1, x), one);
+  mlxb_array *half_neg = mlxb_binary(s, MLXB_MUL, x, mlxb_scalar_f64(s, -0.5, t));
+  mlxb_array *r = mlxb_binary(s, MLXB_DIV, one, mlxb_binary(s, MLXB_ADD, mlxb_unary(s, MLXB_EXPM1, half_neg), one));
+  mlxb_array *pos = mlxb_binary(s, MLXB_GREATER_EQUAL, x, mlxb_scalar_f64(s, 0.0, t));
+  return op_set_output(c, 0, mlxb_where(s, pos, up, mlxb_binary(s, MLXB_MUL, r, r)));
+}
+
+/* MLX's float64 sin, cos and erf run at float32 precision, with no exact rebuild from other ops. */
+static bool claim_not_f64(claim_ctx *c, const op_def *def) {
+  if (claim_input_dtype(c, 0) == ONNX_DOUBLE)
+    return claim_decline(c, "MLX's float64 %s runs at float32 precision", c->node->op_type);
+  return true;
+}
+
+/* MLX's sign maps NaN to 0; ONNX (and ORT) keep the NaN. */
+static int lower_sign(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0);
+  if (inputs_present(c, 1)) return -1;
+  mlxb_array *y = mlxb_unary(s, MLXB_SIGN, x);
+  if (dtype_is_float(mlxb_type(x))) y = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, x), x, y);
+  return op_set_output(c, 0, y);
+}
+
+static int lower_isinf(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  bool pos = ir_attr_int(n, "detect_positive", 1) != 0;
+  bool neg = ir_attr_int(n, "detect_negative", 1) != 0;
+  mlxb_array *x = op_input(c, 0);
+  mlxb_array *y;
+  if (pos && neg) y = mlxb_unary(s, MLXB_ISINF, x);
+  else if (pos) y = mlxb_unary(s, MLXB_ISPOSINF, x);
+  else if (neg) y = mlxb_unary(s, MLXB_ISNEGINF, x);
+  else y = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_unary(s, MLXB_ISINF, x), mlxb_scalar_i64(s, 0, MLXB_BOOL));
+  return op_set_output(c, 0, y);
+}
+
+/* ---- binary ------------------------------------------------------------------------------- */
+
+static int lower_binary(op_ctx *c, const op_def *def) {
+  mlxb_array *y = mlxb_binary(op_scope(c), (mlxb_binary_op)def->arg, op_input(c, 0), op_input(c, 1));
+  return op_set_output(c, 0, y);
+}
+
+/* a / b rounded toward zero (C, ORT) for integers, built from MLX's floor division: the two
+ * differ by one where the remainder is nonzero and the operands' signs differ. The bridge
+ * already answers INT_MIN / -1 without trapping. */
+static mlxb_array *int_div_trunc(mlxb_scope *s, mlxb_array *a, mlxb_array *b, mlxb_dtype t) {
+  mlxb_array *q = mlxb_binary(s, MLXB_FLOOR_DIVIDE, a, b);
+  if (!dtype_is_signed_int(t)) return q;
+  mlxb_array *zero = mlxb_scalar_i64(s, 0, t);
+  mlxb_array *r = mlxb_binary(s, MLXB_REMAINDER, a, b);
+  mlxb_array *inexact = mlxb_binary(s, MLXB_NOT_EQUAL, r, zero);
+  mlxb_array *signs_differ =
+      mlxb_binary(s, MLXB_NOT_EQUAL, mlxb_binary(s, MLXB_LESS, a, zero), mlxb_binary(s, MLXB_LESS, b, zero));
+  mlxb_array *fix = mlxb_binary(s, MLXB_LOGICAL_AND, inexact, signs_differ);
+  return mlxb_where(s, fix, mlxb_binary(s, MLXB_ADD, q, mlxb_scalar_i64(s, 1, t)), q);
+}
+
+static int lower_div(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
+  if (inputs_present(c, 2)) return -1;
+  mlxb_dtype t = mlxb_type(a);
+  if (dtype_is_float(t)) return op_set_output(c, 0, mlxb_binary(s, MLXB_DIV, a, b));
+  return op_set_output(c, 0, int_div_trunc(s, a, b, t));
+}
+
+/* C's fmod for floats: MLX's remainder of the magnitudes is fmod(|a|, |b|) exactly (the IEEE
+ * remainder plus |b| when negative, a sum whose exact value is representable), then a's sign. */
+static mlxb_array *float_fmod(mlxb_scope *s, mlxb_array *a, mlxb_array *b, mlxb_dtype t) {
+  mlxb_array *r = mlxb_binary(s, MLXB_REMAINDER, mlxb_unary(s, MLXB_ABS, a), mlxb_unary(s, MLXB_ABS, b));
+  mlxb_array *a_neg = mlxb_binary(s, MLXB_LESS, a, mlxb_scalar_f64(s, 0.0, t));
+  return mlxb_where(s, a_neg, mlxb_unary(s, MLXB_NEG, r), r);
+}
+
+/* C's % for signed integers (sign of the dividend) from MLX's remainder (sign of the divisor). */
+static mlxb_array *int_fmod(mlxb_scope *s, mlxb_array *a, mlxb_array *b, mlxb_dtype t) {
+  mlxb_array *r = mlxb_binary(s, MLXB_REMAINDER, a, b);
+  if (!dtype_is_signed_int(t)) return r;
+  mlxb_array *zero = mlxb_scalar_i64(s, 0, t);
+  mlxb_array *nonzero = mlxb_binary(s, MLXB_NOT_EQUAL, r, zero);
+  mlxb_array *signs_differ =
+      mlxb_binary(s, MLXB_NOT_EQUAL, mlxb_binary(s, MLXB_LESS, r, zero), mlxb_binary(s, MLXB_LESS, a, zero));
+  mlxb_array *fix = mlxb_binary(s, MLXB_LOGICAL_AND, nonzero, signs_differ);
+  return mlxb_where(s, fix, mlxb_binary(s, MLXB_SUB, r, b), r);
+}
+
+static bool claim_mod(claim_ctx *c, const op_def *def) {
+  int32_t t = claim_input_dtype(c, 0);
+  bool is_float = t == ONNX_FLOAT || t == ONNX_FLOAT16 || t == ONNX_BFLOAT16 || t == ONNX_DOUBLE;
+  if (is_float && ir_attr_int(c->node, "fmod", 0) == 0)
+    return claim_decline(c, "fmod=0 on a float type (the spec requires fmod=1; ORT rejects it)");
+  return true;
+}
+
+static int lower_mod(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
+  if (inputs_present(c, 2)) return -1;
+  mlxb_dtype t = mlxb_type(a);
+  bool fmod = ir_attr_int(op_node(c), "fmod", 0) != 0;
+  if (dtype_is_float(t)) {
+    if (!fmod) return op_fail(c, "fmod=0 is not defined for floats");
+    return op_set_output(c, 0, float_fmod(s, a, b, t));
+  }
+  mlxb_array *y = fmod ? int_fmod(s, a, b, t) : mlxb_binary(s, MLXB_REMAINDER, a, b);
+  return op_set_output(c, 0, y);
+}
+
+/* Integer power with ORT's answers for negative exponents (ORT computes pow in double and
+ * truncates: 1 and -1 keep their power, every other base gives 0). */
+static mlxb_array *int_pow(mlxb_scope *s, mlxb_array *a, mlxb_array *e, mlxb_dtype t) {
+  if (!dtype_is_signed_int(t)) return mlxb_binary(s, MLXB_POW, a, e);
+  mlxb_array *zero = mlxb_scalar_i64(s, 0, t), *one = mlxb_scalar_i64(s, 1, t);
+  mlxb_array *p = mlxb_binary(s, MLXB_POW, a, mlxb_unary(s, MLXB_ABS, e));
+  mlxb_array *unit = mlxb_binary(s, MLXB_EQUAL, mlxb_unary(s, MLXB_ABS, a), one);
+  mlxb_array *vanish = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_LESS, e, zero),
+                                   mlxb_unary(s, MLXB_LOGICAL_NOT, unit));
+  return mlxb_where(s, vanish, zero, p);
+}
+
+static bool claim_pow(claim_ctx *c, const op_def *def) {
+  int32_t tb = claim_input_dtype(c, 0), te = claim_input_dtype(c, 1);
+  if (tb != te && c->device == MLXB_DEVICE_GPU)
+    return claim_decline(c, "mixed base/exponent dtypes are computed in float64, which the GPU lacks");
+  return true;
+}
+
+/* Same dtypes: MLX's power. Mixed dtypes: float64, as ORT's std::pow does, then the base type. */
+static int lower_pow(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *a = op_input(c, 0), *e = op_input(c, 1);
+  if (inputs_present(c, 2)) return -1;
+  mlxb_dtype ta = mlxb_type(a), te = mlxb_type(e);
+  mlxb_array *y;
+  if (ta != te) {
+    y = mlxb_binary(s, MLXB_POW, cast_to(s, a, MLXB_F64), cast_to(s, e, MLXB_F64));
+    y = cast_to(s, y, ta);
+  } else if (dtype_is_float(ta)) {
+    y = mlxb_binary(s, MLXB_POW, a, e);
+  } else {
+    y = int_pow(s, a, e, ta);
+  }
+  return op_set_output(c, 0, y);
+}
+
+static bool claim_bitshift(claim_ctx *c, const op_def *def) {
+  const char *dir = ir_attr_string(c->node, "direction", "");
+  if (strcmp(dir, "LEFT") && strcmp(dir, "RIGHT"))
+    return claim_decline(c, "direction '%s' is neither LEFT nor RIGHT", dir);
+  return true;
+}
+
+/* Shifts by the type's width or more give 0 (and -1 for a right shift of a negative signed
+ * value); negative amounts of signed types act the same. MLX would pass the amount to the CPU,
+ * which masks it. */
+static int lower_bitshift(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *y = op_input(c, 1);
+  if (inputs_present(c, 2)) return -1;
+  bool left = strcmp(ir_attr_string(op_node(c), "direction", ""), "LEFT") == 0;
+  mlxb_dtype t = mlxb_type(x), ty = mlxb_type(y);
+  int64_t bits = (int64_t)mlxb_dtype_size(t) * 8;
+  mlxb_array *out_of_range = mlxb_binary(s, MLXB_GREATER_EQUAL, y, mlxb_scalar_i64(s, bits, ty));
+  if (dtype_is_signed_int(ty))
+    out_of_range = mlxb_binary(s, MLXB_LOGICAL_OR, out_of_range,
+                               mlxb_binary(s, MLXB_LESS, y, mlxb_scalar_i64(s, 0, ty)));
+  mlxb_array *out;
+  if (!left && dtype_is_signed_int(t)) {
+    /* Shifting by width - 1 yields the sign fill (0 or -1), the answer for any larger amount. */
+    mlxb_array *amount = mlxb_where(s, out_of_range, mlxb_scalar_i64(s, bits - 1, ty), y);
+    out = mlxb_binary(s, MLXB_RIGHT_SHIFT, x, amount);
+  } else {
+    mlxb_array *shifted = mlxb_binary(s, left ? MLXB_LEFT_SHIFT : MLXB_RIGHT_SHIFT, x, y);
+    out = mlxb_where(s, out_of_range, mlxb_scalar_i64(s, 0, t), shifted);
+  }
+  return op_set_output(c, 0, out);
+}
+
+static int lower_where(op_ctx *c, const op_def *def) {
+  mlxb_array *y = mlxb_where(op_scope(c), op_input(c, 0), op_input(c, 1), op_input(c, 2));
+  return op_set_output(c, 0, y);
+}
+
+/* ---- variadic ----------------------------------------------------------------------------- */
+
+/* Folds inputs 0..n-1 with a binary op in dtype t. */
+static mlxb_array *fold_inputs(op_ctx *c, mlxb_binary_op op, mlxb_dtype t) {
+  mlxb_scope *s = op_scope(c);
+  int n = op_num_inputs(c);
+  mlxb_array *acc = cast_to(s, op_input(c, 0), t);
+  for (int i = 1; i < n && acc; i++) acc = mlxb_binary(s, op, acc, cast_to(s, op_input(c, i), t));
+  return acc;
+}
+
+static bool claim_variadic(claim_ctx *c, const op_def *def) {
+  if (c->node->n_inputs < 1) return claim_decline(c, "no inputs");
+  for (int i = 0; i < c->node->n_inputs; i++)
+    if (!claim_input(c, i)) return claim_decline(c, "input %d is absent", i);
+  return true;
+}
+
+/* Min and Max are exact in any dtype; Sum accumulates halves in float32 like ORT. */
+static int lower_variadic(op_ctx *c, const op_def *def) {
+  int n = op_num_inputs(c);
+  if (n < 1) return op_fail(c, "needs at least one input");
+  if (inputs_present(c, n)) return -1;
+  mlxb_dtype t = mlxb_type(op_input(c, 0));
+  mlxb_binary_op op = (mlxb_binary_op)def->arg;
+  mlxb_dtype acc = op == MLXB_ADD ? accumulate_type(t) : t;
+  return op_set_output(c, 0, cast_to(op_scope(c), fold_inputs(c, op, acc), t));
+}
+
+static int lower_mean(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  int n = op_num_inputs(c);
+  if (n < 1) return op_fail(c, "needs at least one input");
+  if (inputs_present(c, n)) return -1;
+  mlxb_dtype t = mlxb_type(op_input(c, 0)), acc = accumulate_type(t);
+  mlxb_array *sum = fold_inputs(c, MLXB_ADD, acc);
+  if (n > 1) sum = mlxb_binary(s, MLXB_DIV, sum, scalar_of(s, (double)n, acc));
+  return op_set_output(c, 0, cast_to(s, sum, t));
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+#define DT_FLOATS DT_FLOAT
+#define DT_SIGNED_NUM (DT_FLOAT | DT_SINT)
+
+static const op_def defs[] = {
+    /* unary math */
+    {"", "Abs", 6, 13, DT_NUMERIC, NULL, lower_unary, MLXB_ABS, 0, "all numeric dtypes; unsigned pass through"},
+    {"", "Neg", 6, 13, DT_SIGNED_NUM, NULL, lower_unary, MLXB_NEG, 0, "floats and signed ints (wraps on INT_MIN)"},
+    {"", "Sqrt", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_SQRT, 0, "float dtypes"},
+    {"", "Reciprocal", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_RECIPROCAL, 0, "float dtypes"},
+    {"", "Exp", 6, 13, DT_FLOATS, NULL, lower_exp, 0, 0, "float dtypes (float64 rebuilt from expm1 for full precision)"},
+    {"", "Log", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_LOG, 0, "float dtypes"},
+    {"", "Erf", 9, 13, DT_FLOATS, claim_not_f64, lower_unary, MLXB_ERF, 0,
+     "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
+    {"", "Tanh", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_TANH, 0, "float dtypes"},
+    {"", "Ceil", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_CEIL, 0, "float dtypes"},
+    {"", "Floor", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_FLOOR, 0, "float dtypes"},
+    {"", "Round", 11, 22, DT_FLOATS, NULL, lower_unary, MLXB_ROUND, 0, "float dtypes; halves to even"},
+    {"", "Sign", 9, 13, DT_NUMERIC, NULL, lower_sign, 0, 0, "all numeric dtypes; NaN stays NaN"},
+    {"", "Sin", 7, 22, DT_FLOATS, claim_not_f64, lower_unary, MLXB_SIN, 0,
+     "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
+    {"", "Cos", 7, 22, DT_FLOATS, claim_not_f64, lower_unary, MLXB_COS, 0,
+     "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
+    {"", "Tan", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_TAN, 0, "float dtypes"},
+    {"", "Asin", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_ASIN, 0, "float dtypes"},
+    {"", "Acos", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_ACOS, 0, "float dtypes"},
+    {"", "Atan", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_ATAN, 0, "float dtypes"},
+    {"", "Sinh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_SINH, 0, "float dtypes"},
+    {"", "Cosh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_COSH, 0, "float dtypes"},
+    {"", "Asinh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_ASINH, 0, "float dtypes"},
+    {"", "Acosh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_ACOSH, 0, "float dtypes"},
+    {"", "Atanh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_ATANH, 0, "float dtypes"},
+    {"", "IsNaN", 9, 20, DT_FLOATS, NULL, lower_unary, MLXB_ISNAN, 0, "float dtypes"},
+    {"", "IsInf", 10, 20, DT_FLOATS, NULL, lower_isinf, 0, 0,
+     "float dtypes; detect_positive/detect_negative in every combination"},
+    {"", "Not", 1, 1, DT_BOOL, NULL, lower_unary, MLXB_LOGICAL_NOT, 0, "bool"},
+    {"", "BitwiseNot", 18, 18, DT_INT, NULL, lower_unary, MLXB_BITWISE_INVERT, 0, "integer dtypes"},
+    /* binary arithmetic; opset 6 and older used the legacy broadcast/axis attributes */
+    {"", "Add", 7, 14, DT_NUMERIC, NULL, lower_binary, MLXB_ADD, 0, "all numeric dtypes, broadcasting; ints wrap"},
+    {"", "Sub", 7, 14, DT_NUMERIC, NULL, lower_binary, MLXB_SUB, 0, "all numeric dtypes, broadcasting; ints wrap"},
+    {"", "Mul", 7, 14, DT_NUMERIC, NULL, lower_binary, MLXB_MUL, 0, "all numeric dtypes, broadcasting; ints wrap"},
+    {"", "Div", 7, 14, DT_NUMERIC, NULL, lower_div, 0, 0,
+     "all numeric dtypes, broadcasting; integer division truncates toward zero (x/0 gives 0)"},
+    {"", "Pow", 7, 15, DT(ONNX_INT32) | DT(ONNX_INT64) | DT_FLOATS, claim_pow, lower_pow, 0, 0,
+     "base int32/int64/float, any numeric exponent; mixed dtypes are computed in float64 like ORT "
+     "(declined on GPU); integer bases with negative exponents give ORT's truncated results"},
+    {"", "Mod", 10, 28, DT_NUMERIC, claim_mod, lower_mod, 0, 0,
+     "integers with fmod=0 (sign of divisor) or fmod=1 (sign of dividend); floats with fmod=1; "
+     "declined: floats with fmod=0 (invalid per spec)"},
+    {"", "BitShift", 11, 28, DT_INT, claim_bitshift, lower_bitshift, 0, 0,
+     "integer dtypes; amounts >= the bit width (or negative) give 0, or -1 for right shifts of negatives"},
+    {"", "BitwiseAnd", 18, 18, DT_INT, NULL, lower_binary, MLXB_BITWISE_AND, 0, "integer dtypes, broadcasting"},
+    {"", "BitwiseOr", 18, 18, DT_INT, NULL, lower_binary, MLXB_BITWISE_OR, 0, "integer dtypes, broadcasting"},
+    {"", "BitwiseXor", 18, 18, DT_INT, NULL, lower_binary, MLXB_BITWISE_XOR, 0, "integer dtypes, broadcasting"},
+    {"", "And", 7, 7, DT_BOOL, NULL, lower_binary, MLXB_LOGICAL_AND, 0, "bool, broadcasting"},
+    {"", "Or", 7, 7, DT_BOOL, NULL, lower_binary, MLXB_LOGICAL_OR, 0, "bool, broadcasting"},
+    {"", "Xor", 7, 7, DT_BOOL, NULL, lower_binary, MLXB_NOT_EQUAL, 0, "bool, broadcasting"},
+    /* comparisons: bool outputs */
+    {"", "Equal", 7, 19, DT_ALL, NULL, lower_binary, MLXB_EQUAL, 0, "numeric and bool dtypes; strings are declined"},
+    {"", "Less", 7, 13, DT_NUMERIC, NULL, lower_binary, MLXB_LESS, 0, "all numeric dtypes"},
+    {"", "Greater", 7, 13, DT_NUMERIC, NULL, lower_binary, MLXB_GREATER, 0, "all numeric dtypes"},
+    {"", "LessOrEqual", 12, 16, DT_NUMERIC, NULL, lower_binary, MLXB_LESS_EQUAL, 0, "all numeric dtypes"},
+    {"", "GreaterOrEqual", 12, 16, DT_NUMERIC, NULL, lower_binary, MLXB_GREATER_EQUAL, 0, "all numeric dtypes"},
+    {"", "Where", 9, 16, DT_BOOL, NULL, lower_where, 0, 0, "every MLX dtype for X/Y, broadcasting"},
+    /* variadic; opset 6 required equal shapes, which NumPy broadcasting also handles */
+    {"", "Min", 6, 13, DT_NUMERIC, claim_variadic, lower_variadic, MLXB_MINIMUM, 0,
+     "1..N inputs, all numeric dtypes, broadcasting; NaN propagates"},
+    {"", "Max", 6, 13, DT_NUMERIC, claim_variadic, lower_variadic, MLXB_MAXIMUM, 0,
+     "1..N inputs, all numeric dtypes, broadcasting; NaN propagates"},
+    {"", "Sum", 6, 13, DT_FLOATS, claim_variadic, lower_variadic, MLXB_ADD, 0,
+     "1..N inputs, float dtypes, broadcasting; halves accumulate in float32"},
+    {"", "Mean", 6, 13, DT_FLOATS, claim_variadic, lower_mean, 0, 0,
+     "1..N inputs, float dtypes, broadcasting; halves accumulate in float32"},
+};
+
+OPS_FAMILY(elementwise, defs);

@@ -1,0 +1,389 @@
+/* Indexing ops: Gather, GatherElements, GatherND, ScatterElements, ScatterND, OneHot and
+ * Compress, lowered onto MLX take/gather/scatter. MLX wraps negative indices itself but does no
+ * bounds checks, so every index array is clipped into [-dim, dim-1] first: valid indices are
+ * unchanged, and an invalid one (an error in ORT) reads or writes a wrong element instead of
+ * memory outside the array. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+#define INDEX_MAX_RANK 32
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static int index_axis(int64_t axis, int rank) {
+  if (axis < -(int64_t)rank || axis >= rank) return -1;
+  return (int)(axis < 0 ? axis + rank : axis);
+}
+
+/* Input i and its dims; returns the rank or -1 with the failure recorded. */
+static int index_input(op_ctx *c, int i, mlxb_array **x, int64_t *dims) {
+  *x = op_input(c, i);
+  if (!*x) return op_check(c) ? -1 : op_fail(c, "input %d is missing", i);
+  int rank = mlxb_ndim(*x);
+  if (rank < 0 || rank > INDEX_MAX_RANK) return op_fail(c, "input %d has rank %d (at most %d)", i, rank, INDEX_MAX_RANK);
+  mlxb_shape(*x, dims);
+  return rank;
+}
+
+static int64_t index_numel(const int64_t *dims, int rank) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+/* Clips an index array into [-dim, dim-1] in its own dtype (a bound the dtype cannot hold is
+ * left out, as no index of that dtype can pass it). */
+static mlxb_array *index_clip(op_ctx *c, mlxb_array *idx, int64_t dim) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_dtype t = mlxb_type(idx);
+  int64_t lim;
+  switch (t) {
+    case MLXB_I8: lim = INT8_MAX; break;
+    case MLXB_I16: lim = INT16_MAX; break;
+    case MLXB_I32: lim = INT32_MAX; break;
+    case MLXB_I64: lim = INT64_MAX; break;
+    default: lim = 0; break; /* unsigned or other: handled by the caller's cast */
+  }
+  if (lim == 0) idx = mlxb_astype(s, idx, MLXB_I64), lim = INT64_MAX, t = MLXB_I64;
+  mlxb_array *lo = dim - 1 < lim ? mlxb_scalar_i64(s, -dim, t) : NULL;
+  mlxb_array *hi = dim - 1 < lim ? mlxb_scalar_i64(s, dim - 1, t) : NULL;
+  return mlxb_clip(s, idx, lo, hi);
+}
+
+/* Indices along an axis of size 0 can only be out of range. */
+static int index_check_empty_axis(op_ctx *c, int64_t dim, mlxb_array *idx) {
+  if (dim == 0 && mlxb_size(idx) > 0) return op_fail(c, "indices into an axis of size 0");
+  return 0;
+}
+
+/* 0..n-1 of dtype t shaped to rank dims with n on `axis`, broadcast to dims. */
+static mlxb_array *index_iota(op_ctx *c, const int64_t *dims, int rank, int axis, mlxb_dtype t) {
+  mlxb_scope *s = op_scope(c);
+  int64_t shape[INDEX_MAX_RANK];
+  for (int i = 0; i < rank; i++) shape[i] = i == axis ? dims[i] : 1;
+  mlxb_array *r = mlxb_arange(s, 0, (double)dims[axis], 1, t);
+  return mlxb_broadcast_to(s, mlxb_reshape(s, r, shape, rank), dims, rank);
+}
+
+/* Component k of the last axis of ND indices [..., m], as an array of shape [...]. */
+static mlxb_array *index_component(op_ctx *c, mlxb_array *idx, const int64_t *dims, int rank, int k) {
+  mlxb_scope *s = op_scope(c);
+  int64_t start[INDEX_MAX_RANK], stop[INDEX_MAX_RANK], step[INDEX_MAX_RANK];
+  for (int i = 0; i < rank; i++) start[i] = 0, stop[i] = dims[i], step[i] = 1;
+  start[rank - 1] = k, stop[rank - 1] = k + 1;
+  return mlxb_reshape(s, mlxb_slice(s, idx, start, stop, step), dims, rank - 1);
+}
+
+static bool claim_rank(claim_ctx *c, const op_def *def) {
+  for (int i = 0; i < c->node->n_inputs; i++) {
+    const ir_value *v = claim_input(c, i);
+    if (v && v->rank > INDEX_MAX_RANK - 1) return claim_decline(c, "input %d has rank %d", i, v->rank);
+  }
+  return true;
+}
+
+/* ---- Gather ------------------------------------------------------------------------------- */
+
+static int lower_gather(op_ctx *c, const op_def *def) {
+  mlxb_array *x, *idx;
+  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int rank = index_input(c, 0, &x, dims);
+  if (rank < 0 || index_input(c, 1, &idx, idims) < 0) return -1;
+  if (rank == 0) return op_fail(c, "data must have rank >= 1");
+  int axis = index_axis(ir_attr_int(op_node(c), "axis", 0), rank);
+  if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
+  if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
+  return op_set_output(c, 0, mlxb_take(op_scope(c), x, index_clip(c, idx, dims[axis]), axis));
+}
+
+/* ---- GatherElements ----------------------------------------------------------------------- */
+
+static int lower_gather_elements(op_ctx *c, const op_def *def) {
+  mlxb_array *x, *idx;
+  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int rank = index_input(c, 0, &x, dims);
+  if (rank < 0 || index_input(c, 1, &idx, idims) < 0) return -1;
+  if (rank == 0 || mlxb_ndim(idx) != rank) return op_fail(c, "data and indices must have the same rank >= 1");
+  int axis = index_axis(ir_attr_int(op_node(c), "axis", 0), rank);
+  if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
+  if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
+  /* Indices may be shorter than data on other axes: narrow data there (MLX would broadcast). */
+  int64_t start[INDEX_MAX_RANK], stop[INDEX_MAX_RANK], step[INDEX_MAX_RANK];
+  bool narrow = false;
+  for (int i = 0; i < rank; i++) {
+    start[i] = 0, step[i] = 1, stop[i] = dims[i];
+    if (i == axis || idims[i] == dims[i]) continue;
+    if (idims[i] > dims[i]) return op_fail(c, "indices dim %d (%lld) exceeds data's (%lld)", i, (long long)idims[i], (long long)dims[i]);
+    stop[i] = idims[i], narrow = true;
+  }
+  mlxb_scope *s = op_scope(c);
+  if (narrow) x = mlxb_slice(s, x, start, stop, step);
+  return op_set_output(c, 0, mlxb_take_along_axis(s, x, index_clip(c, idx, dims[axis]), axis));
+}
+
+/* ---- GatherND ----------------------------------------------------------------------------- */
+
+static int lower_gather_nd(op_ctx *c, const op_def *def) {
+  mlxb_array *x, *idx;
+  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int r = index_input(c, 0, &x, dims);
+  int q = r < 0 ? -1 : index_input(c, 1, &idx, idims);
+  if (r < 0 || q < 0) return -1;
+  int64_t b = ir_attr_int(op_node(c), "batch_dims", 0);
+  if (q < 1 || b < 0 || b >= q || b >= r) return op_fail(c, "invalid batch_dims %lld for ranks %d, %d", (long long)b, r, q);
+  int m = (int)idims[q - 1];
+  if (m < 1 || b + m > r) return op_fail(c, "indices' last dimension %d does not fit data rank %d", m, r);
+  for (int i = 0; i < b; i++)
+    if (dims[i] != idims[i]) return op_fail(c, "batch dimension %d differs between data and indices", i);
+  mlxb_scope *s = op_scope(c);
+  /* Fold the batch dims into one axis of size B, indexed by a broadcast iota. */
+  int64_t B = index_numel(dims, (int)b);
+  int64_t xd[INDEX_MAX_RANK], id[INDEX_MAX_RANK], out[2 * INDEX_MAX_RANK];
+  int xr = 0, ir = 0;
+  if (b > 0) xd[xr++] = B, id[ir++] = B;
+  for (int i = (int)b; i < r; i++) xd[xr++] = dims[i];
+  for (int i = (int)b; i < q; i++) id[ir++] = idims[i];
+  x = mlxb_reshape(s, x, xd, xr);
+  idx = mlxb_reshape(s, idx, id, ir);
+  mlxb_array *parts[INDEX_MAX_RANK + 1];
+  int axes[INDEX_MAX_RANK + 1], n = 0;
+  int64_t slice[INDEX_MAX_RANK];
+  if (b > 0) {
+    parts[n] = index_iota(c, id, ir - 1, 0, mlxb_type(idx));
+    axes[n++] = 0;
+  }
+  for (int k = 0; k < m; k++) {
+    int a = (b > 0) + k;
+    if (index_check_empty_axis(c, xd[a], idx) < 0) return -1;
+    parts[n] = index_clip(c, index_component(c, idx, id, ir, k), xd[a]);
+    axes[n++] = a;
+  }
+  for (int i = 0; i < xr; i++) slice[i] = i < n ? 1 : xd[i];
+  mlxb_array *g = mlxb_gather(s, x, (const mlxb_array *const *)parts, n, axes, slice);
+  int on = 0;
+  for (int i = 0; i < q - 1; i++) out[on++] = idims[i];
+  for (int i = (int)b + m; i < r; i++) out[on++] = dims[i];
+  return op_set_output(c, 0, mlxb_reshape(s, g, out, on));
+}
+
+/* ---- ScatterElements / ScatterND ---------------------------------------------------------- */
+
+static bool scatter_mode(const char *reduction, mlxb_scatter_mode *mode) {
+  static const struct {
+    const char *name;
+    mlxb_scatter_mode mode;
+  } modes[] = {{"none", MLXB_SCATTER_SET},
+               {"add", MLXB_SCATTER_ADD},
+               {"mul", MLXB_SCATTER_PROD},
+               {"max", MLXB_SCATTER_MAX},
+               {"min", MLXB_SCATTER_MIN}};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+    if (!strcmp(reduction, modes[i].name)) return *mode = modes[i].mode, true;
+  return false;
+}
+
+static bool claim_scatter(claim_ctx *c, const op_def *def) {
+  const char *red = ir_attr_string(c->node, "reduction", "none");
+  mlxb_scatter_mode mode;
+  if (!scatter_mode(red, &mode)) return claim_decline(c, "reduction '%s' is unknown", red);
+  if (mode != MLXB_SCATTER_SET && claim_input_dtype(c, 0) == ONNX_BOOL)
+    return claim_decline(c, "reduction '%s' on bool", red);
+  return claim_rank(c, def);
+}
+
+static int lower_scatter_elements(op_ctx *c, const op_def *def) {
+  mlxb_array *x, *idx, *upd;
+  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK], udims[INDEX_MAX_RANK];
+  int r = index_input(c, 0, &x, dims);
+  if (r < 0 || index_input(c, 1, &idx, idims) < 0 || index_input(c, 2, &upd, udims) < 0) return -1;
+  mlxb_scatter_mode mode;
+  if (!scatter_mode(ir_attr_string(op_node(c), "reduction", "none"), &mode)) return op_fail(c, "unknown reduction");
+  if (r == 0 || mlxb_ndim(idx) != r || mlxb_ndim(upd) != r) return op_fail(c, "data, indices and updates need one rank >= 1");
+  for (int i = 0; i < r; i++)
+    if (idims[i] != udims[i]) return op_fail(c, "indices and updates differ in shape");
+  int axis = index_axis(ir_attr_int(op_node(c), "axis", 0), r);
+  if (axis < 0) return op_fail(c, "axis out of range for rank %d", r);
+  for (int i = 0; i < r; i++)
+    if (i != axis && idims[i] > dims[i]) return op_fail(c, "indices dim %d exceeds data's", i);
+  if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
+  if (index_numel(idims, r) == 0) return op_set_output(c, 0, x);
+  /* A full coordinate per update: the indices on `axis`, iotas elsewhere. */
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *parts[INDEX_MAX_RANK];
+  int axes[INDEX_MAX_RANK];
+  mlxb_dtype t = mlxb_type(idx);
+  for (int i = 0; i < r; i++) {
+    parts[i] = i == axis ? index_clip(c, idx, dims[axis]) : index_iota(c, idims, r, i, t);
+    axes[i] = i;
+  }
+  int64_t ud[2 * INDEX_MAX_RANK];
+  for (int i = 0; i < r; i++) ud[i] = idims[i], ud[r + i] = 1;
+  upd = mlxb_reshape(s, upd, ud, 2 * r);
+  return op_set_output(c, 0, mlxb_scatter(s, mode, x, (const mlxb_array *const *)parts, r, upd, axes));
+}
+
+static int lower_scatter_nd(op_ctx *c, const op_def *def) {
+  mlxb_array *x, *idx, *upd;
+  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK], udims[INDEX_MAX_RANK];
+  int r = index_input(c, 0, &x, dims);
+  int q = r < 0 ? -1 : index_input(c, 1, &idx, idims);
+  if (q < 0 || index_input(c, 2, &upd, udims) < 0) return -1;
+  mlxb_scatter_mode mode;
+  if (!scatter_mode(ir_attr_string(op_node(c), "reduction", "none"), &mode)) return op_fail(c, "unknown reduction");
+  if (q < 1) return op_fail(c, "indices must have rank >= 1");
+  int m = (int)idims[q - 1];
+  if (m < 1 || m > r) return op_fail(c, "indices' last dimension %d does not fit data rank %d", m, r);
+  /* updates: indices.shape[:-1] + data.shape[m:] */
+  int ur = q - 1 + r - m;
+  if (mlxb_ndim(upd) != ur) return op_fail(c, "updates have rank %d, expected %d", mlxb_ndim(upd), ur);
+  for (int i = 0; i < ur; i++) {
+    int64_t want = i < q - 1 ? idims[i] : dims[m + i - (q - 1)];
+    if (udims[i] != want) return op_fail(c, "updates dim %d is %lld, expected %lld", i, (long long)udims[i], (long long)want);
+  }
+  if (index_numel(idims, q - 1) == 0) return op_set_output(c, 0, x);
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *parts[INDEX_MAX_RANK];
+  int axes[INDEX_MAX_RANK];
+  for (int k = 0; k < m; k++) {
+    if (index_check_empty_axis(c, dims[k], idx) < 0) return -1;
+    parts[k] = index_clip(c, index_component(c, idx, idims, q, k), dims[k]);
+    axes[k] = k;
+  }
+  int64_t ud[2 * INDEX_MAX_RANK];
+  int n = 0;
+  for (int i = 0; i < q - 1; i++) ud[n++] = idims[i];
+  for (int i = 0; i < m; i++) ud[n++] = 1;
+  for (int i = m; i < r; i++) ud[n++] = dims[i];
+  upd = mlxb_reshape(s, upd, ud, n);
+  return op_set_output(c, 0, mlxb_scatter(s, mode, x, (const mlxb_array *const *)parts, m, upd, axes));
+}
+
+/* ---- OneHot ------------------------------------------------------------------------------- */
+
+static bool index_is_float(int32_t t) {
+  return t == ONNX_FLOAT || t == ONNX_FLOAT16 || t == ONNX_DOUBLE || t == ONNX_BFLOAT16;
+}
+
+static int lower_one_hot(op_ctx *c, const op_def *def) {
+  mlxb_array *idx, *vals;
+  int64_t idims[INDEX_MAX_RANK], vdims[INDEX_MAX_RANK];
+  int r = index_input(c, 0, &idx, idims);
+  if (r < 0 || index_input(c, 2, &vals, vdims) < 0) return -1;
+  if (r + 1 > INDEX_MAX_RANK) return op_fail(c, "indices rank %d too large", r);
+  if (mlxb_size(vals) != 2) return op_fail(c, "values must hold [off, on]");
+  int64_t depth;
+  if (index_is_float(op_input_dtype(c, 1))) {
+    double d;
+    if (op_input_doubles(c, 1, &d, 1) != 1) return op_check(c) ? -1 : op_fail(c, "depth must hold one value");
+    depth = (int64_t)d; /* ORT casts the depth to int64 */
+  } else if (op_input_ints(c, 1, &depth, 1) != 1) {
+    return op_check(c) ? -1 : op_fail(c, "depth must hold one value");
+  }
+  if (depth <= 0) return op_fail(c, "depth %lld must be positive", (long long)depth);
+  int axis = index_axis(ir_attr_int(op_node(c), "axis", -1), r + 1);
+  if (axis < 0) return op_fail(c, "axis out of range for output rank %d", r + 1);
+  mlxb_scope *s = op_scope(c);
+  /* Compare in a dtype that holds every index and position exactly, as ORT compares
+   * index == position: float indices in float32/64 (1.5 matches nothing), signed ones in int64,
+   * unsigned ones in uint64 (never negative). Indices in [-depth, -1] count from the end. */
+  int32_t it = op_input_dtype(c, 0);
+  bool is_unsigned = it == ONNX_UINT8 || it == ONNX_UINT16 || it == ONNX_UINT32 || it == ONNX_UINT64;
+  mlxb_dtype ct = it == ONNX_DOUBLE ? MLXB_F64 : index_is_float(it) ? MLXB_F32 : is_unsigned ? MLXB_U64 : MLXB_I64;
+  if (ct == MLXB_F32 && depth > (1 << 24)) return op_fail(c, "depth %lld is too large for float indices", (long long)depth);
+  mlxb_array *pos = mlxb_astype(s, idx, ct);
+  if (!is_unsigned) {
+    mlxb_array *neg = mlxb_binary(s, MLXB_LESS, pos, mlxb_scalar_i64(s, 0, ct));
+    pos = mlxb_where(s, neg, mlxb_binary(s, MLXB_ADD, pos, mlxb_scalar_i64(s, depth, ct)), pos);
+  }
+  int64_t ed[INDEX_MAX_RANK], rd[INDEX_MAX_RANK];
+  for (int i = 0, j = 0; i <= r; i++) {
+    ed[i] = i == axis ? 1 : idims[j++];
+    rd[i] = i == axis ? depth : 1;
+  }
+  mlxb_array *iota = mlxb_reshape(s, mlxb_arange(s, 0, (double)depth, 1, ct), rd, r + 1);
+  mlxb_array *hit = mlxb_binary(s, MLXB_EQUAL, mlxb_reshape(s, pos, ed, r + 1), iota);
+  mlxb_array *flat = mlxb_reshape(s, vals, (const int64_t[]){2}, 1);
+  int64_t z[1] = {0}, one[1] = {1}, two[1] = {2}, st[1] = {1};
+  mlxb_array *off = mlxb_reshape(s, mlxb_slice(s, flat, z, one, st), NULL, 0);
+  mlxb_array *on = mlxb_reshape(s, mlxb_slice(s, flat, one, two, st), NULL, 0);
+  return op_set_output(c, 0, mlxb_where(s, hit, on, off));
+}
+
+/* ---- Compress ----------------------------------------------------------------------------- */
+
+static int lower_compress(op_ctx *c, const op_def *def) {
+  mlxb_array *x, *cond;
+  int64_t dims[INDEX_MAX_RANK], cdims[INDEX_MAX_RANK];
+  int r = index_input(c, 0, &x, dims);
+  if (r < 0 || index_input(c, 1, &cond, cdims) < 0) return -1;
+  if (mlxb_ndim(cond) != 1) return op_fail(c, "condition must be 1-D");
+  mlxb_scope *s = op_scope(c);
+  const ir_attr *axis_attr = ir_node_attr(op_node(c), "axis");
+  int axis = 0;
+  int64_t dim;
+  if (axis_attr) {
+    axis = index_axis(axis_attr->i, r);
+    if (axis < 0) return op_fail(c, "axis out of range for rank %d", r);
+    dim = dims[axis];
+  } else {
+    dim = index_numel(dims, r);
+    x = mlxb_reshape(s, x, &dim, 1);
+  }
+  /* The condition's values decide the output shape: read them on the host. Entries past the
+   * axis are ignored (ORT does the same). */
+  int64_t n = cdims[0];
+  int64_t *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
+  if (!keep) return op_fail(c, "out of memory");
+  if (n && op_input_ints(c, 1, keep, (int)n) != n) {
+    free(keep);
+    return op_check(c) ? -1 : op_fail(c, "cannot read the condition");
+  }
+  int64_t k = 0;
+  for (int64_t i = 0; i < n && i < dim; i++)
+    if (keep[i]) keep[k++] = i;
+  mlxb_array *sel = mlxb_from_data(s, keep, &k, 1, MLXB_I64);
+  free(keep);
+  return op_set_output(c, 0, mlxb_take(s, x, sel, axis));
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+#define DT_INDEX (DT(ONNX_INT32) | DT(ONNX_INT64))
+
+static bool claim_indices(claim_ctx *c, const op_def *def) {
+  int32_t t = claim_input_dtype(c, 1);
+  if (t != ONNX_UNDEFINED && !(DT_INDEX & DT(t))) return claim_decline(c, "indices dtype %s", ir_dtype_name(t));
+  return claim_rank(c, def);
+}
+
+static bool claim_scatter_indices(claim_ctx *c, const op_def *def) {
+  return claim_indices(c, def) && claim_scatter(c, def);
+}
+
+static bool claim_one_hot(claim_ctx *c, const op_def *def) {
+  int32_t t = claim_input_dtype(c, 0);
+  if (t == ONNX_BOOL) return claim_decline(c, "bool indices");
+  return claim_rank(c, def);
+}
+
+static const op_def defs[] = {
+  {"", "Gather", 1, 13, DT_ALL, claim_indices, lower_gather, 0, 0,
+   "int32/int64 indices, negative indices wrap, negative axis; out-of-range indices are clipped (ORT errors)"},
+  {"", "GatherElements", 11, 13, DT_ALL, claim_indices, lower_gather_elements, 0, 0,
+   "int32/int64 indices, negative indices wrap; indices may be shorter than data on other axes"},
+  {"", "GatherND", 11, 13, DT_ALL, claim_indices, lower_gather_nd, 0, 0,
+   "int64 indices, batch_dims (12+), negative indices wrap; an empty last index axis is declined at run time"},
+  {"", "ScatterElements", 11, 18, DT_ALL, claim_scatter_indices, lower_scatter_elements, 0, 0,
+   "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one update"},
+  {"", "ScatterND", 11, 18, DT_ALL, claim_scatter_indices, lower_scatter_nd, 0, 0,
+   "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one update"},
+  {"", "OneHot", 9, 11, DT_NUMERIC, claim_one_hot, lower_one_hot, 0, OP_FLAG_HOST_VALUES,
+   "depth read on the host; negative indices count from depth, out-of-range or non-integral indices give "
+   "off_value"},
+  {"", "Compress", 9, 11, DT_ALL, claim_rank, lower_compress, 0, OP_FLAG_HOST_VALUES,
+   "the condition is read on the host (its values decide the output shape); with or without axis"},
+};
+
+OPS_FAMILY(indexing, defs);

@@ -1,0 +1,121 @@
+/* Loss ops: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (the latter is log-softmax over
+ * the class axis followed by the former). Targets are clipped into [0, C-1] before MLX gathers
+ * with them (MLX does no bounds checks), and ignore_index rows are masked out with where. */
+#include <string.h>
+
+#include "ops/op.h"
+
+#define LOSS_MAX_RANK 32
+
+enum { LOSS_ARG_NLL, LOSS_ARG_SOFTMAX }; /* op_def.arg */
+
+typedef enum loss_reduction { LOSS_NONE, LOSS_SUM, LOSS_MEAN } loss_reduction;
+
+static bool loss_parse_reduction(const char *s, loss_reduction *out) {
+  if (!strcmp(s, "none")) return *out = LOSS_NONE, true;
+  if (!strcmp(s, "sum")) return *out = LOSS_SUM, true;
+  if (!strcmp(s, "mean")) return *out = LOSS_MEAN, true;
+  return false;
+}
+
+/* ---- claim -------------------------------------------------------------------------------- */
+
+static bool claim_loss(claim_ctx *c, const op_def *def) {
+  loss_reduction red;
+  const char *r = ir_attr_string(c->node, "reduction", "mean");
+  if (!loss_parse_reduction(r, &red)) return claim_decline(c, "reduction '%s' is unknown", r);
+  int32_t t = claim_input_dtype(c, 1);
+  if (t != ONNX_INT32 && t != ONNX_INT64) return claim_decline(c, "target dtype %s (int32/int64 only)", ir_dtype_name(t));
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank >= 0 && (x->rank < 2 || x->rank > LOSS_MAX_RANK))
+    return claim_decline(c, "input rank %d (2..%d supported)", x->rank, LOSS_MAX_RANK);
+  /* MLX's float64 exp is only float32-accurate (about 1e-7 relative), too coarse for doubles. */
+  if (def->arg == LOSS_ARG_SOFTMAX && claim_input_dtype(c, 0) == ONNX_DOUBLE)
+    return claim_decline(c, "float64 log-softmax (MLX's float64 exp has float32 accuracy)");
+  int32_t wt = claim_input_dtype(c, 2);
+  if (wt != ONNX_UNDEFINED && wt != claim_input_dtype(c, 0)) return claim_decline(c, "weight dtype differs from input's");
+  return true;
+}
+
+/* ---- the shared NLL core ------------------------------------------------------------------ */
+
+/* The NLL of log-probabilities lp [N, C, d...] at targets t [N, d...], reduced as asked. */
+static mlxb_array *loss_nll(op_ctx *c, mlxb_array *lp, mlxb_array *target, mlxb_array *weight) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  loss_reduction red = LOSS_MEAN;
+  loss_parse_reduction(ir_attr_string(n, "reduction", "mean"), &red);
+  int rank = mlxb_ndim(lp);
+  if (rank < 2 || rank > LOSS_MAX_RANK || mlxb_ndim(target) != rank - 1) {
+    op_fail(c, "input rank %d and target rank %d do not fit [N, C, d...] / [N, d...]", rank, mlxb_ndim(target));
+    return NULL;
+  }
+  int64_t classes = mlxb_dim(lp, 1);
+  mlxb_dtype ft = mlxb_type(lp);
+  mlxb_array *t64 = mlxb_astype(s, target, MLXB_I64);
+  /* Clipped targets keep MLX in bounds; the rows they alter are either ignored (masked below)
+   * or invalid models ORT rejects. An empty class axis leaves nothing to gather. */
+  if (classes == 0 && mlxb_size(target) > 0) {
+    op_fail(c, "input has no classes");
+    return NULL;
+  }
+  mlxb_array *safe = mlxb_clip(s, t64, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, classes > 0 ? classes - 1 : 0, MLXB_I64));
+  int one = 1;
+  mlxb_array *picked = mlxb_take_along_axis(s, lp, mlxb_expand_dims(s, safe, &one, 1), 1);
+  picked = mlxb_squeeze(s, picked, &one, 1);
+  mlxb_array *w = weight ? mlxb_take(s, weight, safe, 0) : NULL;
+  const ir_attr *ii = ir_node_attr(n, "ignore_index");
+  if (ii) {
+    mlxb_array *keep = mlxb_binary(s, MLXB_NOT_EQUAL, t64, mlxb_scalar_i64(s, ii->i, MLXB_I64));
+    mlxb_array *zero = mlxb_scalar_f64(s, 0.0, ft);
+    if (!w) w = mlxb_full(s, NULL, 0, mlxb_scalar_f64(s, 1.0, ft), ft);
+    w = mlxb_where(s, keep, w, zero);
+  }
+  mlxb_array *loss = mlxb_unary(s, MLXB_NEG, w ? mlxb_binary(s, MLXB_MUL, picked, w) : picked);
+  if (red == LOSS_NONE) return loss;
+  mlxb_array *sum = mlxb_reduce(s, MLXB_RSUM, loss, NULL, 0, false);
+  if (red == LOSS_SUM) return sum;
+  if (!w) return mlxb_reduce(s, MLXB_RMEAN, loss, NULL, 0, false);
+  /* Weighted mean: divide by the weights actually applied (0/0 = NaN when all are ignored). */
+  /* w has the targets' shape here (take, or where against the keep mask). */
+  mlxb_array *wsum = mlxb_reduce(s, MLXB_RSUM, w, NULL, 0, false);
+  return mlxb_binary(s, MLXB_DIV, sum, wsum);
+}
+
+/* ---- lowerings ---------------------------------------------------------------------------- */
+
+static int lower_nll(op_ctx *c, const op_def *def) {
+  mlxb_array *x = op_input(c, 0), *t = op_input(c, 1);
+  if (!x || !t) return op_check(c) ? -1 : op_fail(c, "input and target are required");
+  mlxb_array *y = loss_nll(c, x, t, op_input(c, 2));
+  if (!y) return op_check(c) ? -1 : op_fail(c, "loss was not computed");
+  return op_set_output(c, 0, y);
+}
+
+static int lower_softmax_ce(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *t = op_input(c, 1);
+  if (!x || !t) return op_check(c) ? -1 : op_fail(c, "scores and labels are required");
+  if (mlxb_ndim(x) < 2) return op_fail(c, "scores must have rank >= 2");
+  int axis = 1;
+  mlxb_array *lse = mlxb_reduce(s, MLXB_RLOGSUMEXP, x, &axis, 1, true);
+  mlxb_array *lp = mlxb_binary(s, MLXB_SUB, x, lse);
+  mlxb_array *y = loss_nll(c, lp, t, op_input(c, 2));
+  if (!y) return op_check(c) ? -1 : op_fail(c, "loss was not computed");
+  if (op_set_output(c, 0, y)) return -1;
+  if (op_has_output(c, 1)) return op_set_output(c, 1, lp);
+  return 0;
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+static const op_def defs[] = {
+  {"", "NegativeLogLikelihoodLoss", 12, 22, DT_FLOAT, claim_loss, lower_nll, LOSS_ARG_NLL, 0,
+   "reduction none/sum/mean, optional weight, ignore_index, [N, C] and [N, C, d1..dk]; int32/int64 targets "
+   "(out-of-range targets are clipped where ORT errors)"},
+  {"", "SoftmaxCrossEntropyLoss", 12, 13, DT_FLOAT, claim_loss, lower_softmax_ce, LOSS_ARG_SOFTMAX, 0,
+   "float/float16/bfloat16; reduction none/sum/mean, optional weights, ignore_index, optional log_prob output, "
+   "N-D; int32/int64 labels. float64 declined (MLX's float64 exp has float32 accuracy)"},
+};
+
+OPS_FAMILY(loss, defs);

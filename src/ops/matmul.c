@@ -1,0 +1,195 @@
+/* MatMul, Gemm and Einsum lowered onto MLX. MLX's matmul has float kernels only, so integer MatMul is
+ * built from a broadcast multiply and a sum over K (in chunks that bound the temporary), which wraps
+ * exactly as ORT's integer GEMM does. */
+#include <ctype.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+#define MATMUL_MAX_RANK 32
+/* Elements of one broadcast product chunk [batch..., M, k, N] in integer MatMul. */
+#define MATMUL_INT_CHUNK_ELEMS ((int64_t)1 << 24)
+#define EINSUM_MAX_EQUATION 512
+#define EINSUM_MAX_INPUTS 16
+
+static bool dtype_is_float(mlxb_dtype t) {
+  return t == MLXB_F16 || t == MLXB_BF16 || t == MLXB_F32 || t == MLXB_F64;
+}
+
+/* ---- MatMul ------------------------------------------------------------------------------- */
+
+/* x[..., start:stop] along one axis (non-negative axis). */
+static mlxb_array *slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop) {
+  int64_t lo[MATMUL_MAX_RANK], hi[MATMUL_MAX_RANK], step[MATMUL_MAX_RANK];
+  int rank = mlxb_ndim(x);
+  mlxb_shape(x, hi);
+  for (int i = 0; i < rank; i++) {
+    lo[i] = 0;
+    step[i] = 1;
+  }
+  lo[axis] = start;
+  hi[axis] = stop;
+  return mlxb_slice(s, x, lo, hi, step);
+}
+
+/* Elements of the broadcast batch shape of a [..., M, K] and b [..., K, N] (ranks >= 2). */
+static int64_t matmul_batch_elems(const mlxb_array *a, const mlxb_array *b) {
+  int ra = mlxb_ndim(a) - 2, rb = mlxb_ndim(b) - 2;
+  int r = ra > rb ? ra : rb;
+  int64_t n = 1;
+  for (int i = 0; i < r; i++) {
+    int64_t da = i < r - ra ? 1 : mlxb_dim(a, i - (r - ra));
+    int64_t db = i < r - rb ? 1 : mlxb_dim(b, i - (r - rb));
+    n *= da > db ? da : db;
+  }
+  return n;
+}
+
+/* Integer a @ b with wrapping arithmetic: sum over k of a[..., :, k, None] * b[..., None, k, :]. */
+static mlxb_array *matmul_int(mlxb_scope *s, mlxb_array *a, mlxb_array *b) {
+  mlxb_dtype t = mlxb_type(a);
+  bool a_vec = mlxb_ndim(a) == 1, b_vec = mlxb_ndim(b) == 1;
+  int ax0 = 0, ax1 = 1;
+  if (a_vec) a = mlxb_expand_dims(s, a, &ax0, 1); /* [K] -> [1, K] */
+  if (b_vec) b = mlxb_expand_dims(s, b, &ax1, 1); /* [K] -> [K, 1] */
+  if (!a || !b) return NULL;
+  if (mlxb_ndim(a) + 1 > MATMUL_MAX_RANK || mlxb_ndim(b) + 1 > MATMUL_MAX_RANK) {
+    mlxb_set_error(s, "MatMul rank too large");
+    return NULL;
+  }
+  int64_t m = mlxb_dim(a, -2), k = mlxb_dim(a, -1), n = mlxb_dim(b, -1);
+  int last = -1, mid = -3;
+  mlxb_array *ae = mlxb_expand_dims(s, a, &last, 1); /* [..., M, K, 1] */
+  mlxb_array *be = mlxb_expand_dims(s, b, &mid, 1);  /* [..., 1, K, N] */
+  if (!ae || !be) return NULL;
+  int64_t per_k = matmul_batch_elems(a, b) * m * n;
+  int64_t chunk = per_k > 0 ? MATMUL_INT_CHUNK_ELEMS / per_k : k;
+  if (chunk < 1) chunk = 1;
+  int ka = mlxb_ndim(ae) - 2, kb = mlxb_ndim(be) - 2;
+  int sum_axis = -2;
+  mlxb_array *acc = NULL;
+  int64_t k0 = 0;
+  do { /* at least once, so that K == 0 still yields zeros of the right shape */
+    int64_t k1 = k - k0 < chunk ? k : k0 + chunk;
+    mlxb_array *prod = mlxb_binary(s, MLXB_MUL, slice_axis(s, ae, ka, k0, k1), slice_axis(s, be, kb, k0, k1));
+    mlxb_array *part = mlxb_reduce(s, MLXB_RSUM, prod, &sum_axis, 1, false);
+    acc = acc ? mlxb_binary(s, MLXB_ADD, acc, part) : part;
+    k0 = k1;
+  } while (k0 < k && acc);
+  if (!acc) return NULL;
+  int squeeze[2], ns = 0;
+  if (a_vec) squeeze[ns++] = mlxb_ndim(acc) - 2;
+  if (b_vec) squeeze[ns++] = mlxb_ndim(acc) - 1;
+  if (ns) acc = mlxb_squeeze(s, acc, squeeze, ns);
+  return acc && mlxb_type(acc) != t ? mlxb_astype(s, acc, t) : acc;
+}
+
+static int lower_matmul(op_ctx *c, const op_def *def) {
+  mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
+  if (!a || !b) return op_fail(c, "missing input");
+  if (mlxb_ndim(a) == 0 || mlxb_ndim(b) == 0) return op_fail(c, "MatMul operands must have rank >= 1");
+  if (mlxb_type(a) != mlxb_type(b)) return op_fail(c, "operand dtypes differ");
+  mlxb_scope *s = op_scope(c);
+  if (dtype_is_float(mlxb_type(a))) return op_set_output(c, 0, mlxb_matmul(s, a, b));
+  return op_set_output(c, 0, matmul_int(s, a, b));
+}
+
+/* ---- Gemm --------------------------------------------------------------------------------- */
+
+static mlxb_array *transpose_2d(mlxb_scope *s, mlxb_array *x) {
+  int perm[2] = {1, 0};
+  return mlxb_transpose(s, x, perm, 2);
+}
+
+static int lower_gemm(op_ctx *c, const op_def *def) {
+  const ir_node *n = op_node(c);
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *a = op_input(c, 0), *b = op_input(c, 1), *bias = op_input(c, 2);
+  if (!a || !b) return op_fail(c, "missing input");
+  if (mlxb_ndim(a) != 2 || mlxb_ndim(b) != 2) return op_fail(c, "Gemm operands must be 2-D");
+  float alpha = ir_attr_float(n, "alpha", 1.0f), beta = ir_attr_float(n, "beta", 1.0f);
+  if (ir_attr_int(n, "transA", 0)) a = transpose_2d(s, a);
+  if (ir_attr_int(n, "transB", 0)) b = transpose_2d(s, b);
+  /* like ORT, C is not read when beta is 0 (so inf/NaN in C do not leak through 0 * C) */
+  if (bias && beta != 0.0f) return op_set_output(c, 0, mlxb_addmm(s, bias, a, b, alpha, beta));
+  mlxb_array *y = mlxb_matmul(s, a, b);
+  if (alpha != 1.0f && y) y = mlxb_binary(s, MLXB_MUL, y, mlxb_scalar_f64(s, alpha, mlxb_type(y)));
+  return op_set_output(c, 0, y);
+}
+
+/* ---- Einsum ------------------------------------------------------------------------------- */
+
+static bool einsum_char_ok(char ch) {
+  return isalpha((unsigned char)ch) || ch == ',' || ch == '.' || ch == '-' || ch == '>' || ch == ' ';
+}
+
+static bool claim_einsum(claim_ctx *c, const op_def *def) {
+  const char *eq = ir_attr_string(c->node, "equation", NULL);
+  if (!eq) return claim_decline(c, "missing equation");
+  if (strlen(eq) >= EINSUM_MAX_EQUATION) return claim_decline(c, "equation longer than %d", EINSUM_MAX_EQUATION);
+  for (const char *p = eq; *p; p++)
+    if (!einsum_char_ok(*p)) return claim_decline(c, "equation has an unexpected character '%c'", *p);
+  if (c->node->n_inputs > EINSUM_MAX_INPUTS) return claim_decline(c, "more than %d operands", EINSUM_MAX_INPUTS);
+  return true;
+}
+
+/* Writes the equation without spaces and with an explicit output: ONNX's implicit output is the
+ * labels that occur once, in ASCII order (upper case first), after any ellipsis dimensions. */
+static int einsum_explicit(const char *eq, char *out, size_t cap) {
+  size_t len = 0;
+  int counts[128] = {0};
+  bool ellipsis = false, arrow = false;
+  for (const char *p = eq; *p; p++) {
+    if (*p == ' ') continue;
+    if (len + 1 >= cap) return -1;
+    out[len++] = *p;
+    if (*p == '>') arrow = true;
+    if (*p == '.') ellipsis = true;
+    if (isalpha((unsigned char)*p)) counts[(unsigned char)*p]++;
+  }
+  out[len] = '\0';
+  if (arrow) return 0;
+  if (len + 6 >= cap) return -1;
+  memcpy(out + len, ellipsis ? "->..." : "->", ellipsis ? 5 : 2);
+  len += ellipsis ? 5 : 2;
+  for (int ch = 0; ch < 128; ch++) {
+    if (counts[ch] != 1) continue;
+    if (len + 1 >= cap) return -1;
+    out[len++] = (char)ch;
+  }
+  out[len] = '\0';
+  return 0;
+}
+
+static int lower_einsum(op_ctx *c, const op_def *def) {
+  char eq[EINSUM_MAX_EQUATION + 8];
+  const mlxb_array *xs[EINSUM_MAX_INPUTS];
+  int n = op_num_inputs(c);
+  if (n < 1 || n > EINSUM_MAX_INPUTS) return op_fail(c, "Einsum takes 1 to %d operands", EINSUM_MAX_INPUTS);
+  if (einsum_explicit(ir_attr_string(op_node(c), "equation", ""), eq, sizeof eq))
+    return op_fail(c, "equation too long");
+  for (int i = 0; i < n; i++) {
+    xs[i] = op_input(c, i);
+    if (!xs[i]) return op_fail(c, "missing operand %d", i);
+  }
+  return op_set_output(c, 0, mlxb_einsum(op_scope(c), eq, xs, n));
+}
+
+/* ---- the table --------------------------------------------------------------------------- */
+
+#define DT_MATMUL (DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64))
+
+static const op_def defs[] = {
+  {"", "MatMul", 1, 13, DT_MATMUL, NULL, lower_matmul, 0, 0,
+   "N-D with batch broadcasting; 1-D operands promoted as numpy. Float types use MLX matmul; int32/int64/"
+   "uint32/uint64 use a chunked broadcast multiply-sum that wraps like ORT."},
+  {"", "Gemm", 7, 13, DT_FLOAT, NULL, lower_gemm, 0, 0,
+   "transA, transB, alpha, beta, optional C broadcast to [M, N]; C is ignored when beta is 0 (as ORT). "
+   "Declined: integer Gemm (MLX matmul has float kernels only)."},
+  {"", "Einsum", 12, 12, DT_FLOAT, claim_einsum, lower_einsum, 0, 0,
+   "Explicit and implicit equations (implicit output made explicit in ONNX's ASCII order), ellipsis, "
+   "repeated labels (traces/diagonals), spaces. Declined: integer operands (MLX einsum uses matmul)."},
+};
+
+OPS_FAMILY(matmul, defs);

@@ -1,0 +1,838 @@
+/* Shape-manipulation ops (Reshape, Transpose, Concat, Slice, Split, Pad, ...) and the ops that
+ * create tensors from shapes or attributes (Shape, Constant, Range, ConstantOfShape, EyeLike).
+ * Shapes are concrete while a cluster is lowered, so every output shape is computed here on the
+ * host exactly as the ONNX spec says, and MLX only moves data. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+#define SHAPE_MAX_RANK 32
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* Normalizes axis into [0, rank); -1 when out of range. */
+static int shape_axis(int64_t axis, int rank) {
+  if (axis < -(int64_t)rank || axis >= rank) return -1;
+  return (int)(axis < 0 ? axis + rank : axis);
+}
+
+/* Input i and its dims; returns the rank or -1 with the failure recorded. */
+static int shape_input(op_ctx *c, int i, mlxb_array **x, int64_t *dims) {
+  *x = op_input(c, i);
+  if (!*x) return op_check(c) ? -1 : op_fail(c, "input %d is missing", i);
+  int rank = mlxb_ndim(*x);
+  if (rank < 0 || rank > SHAPE_MAX_RANK) return op_fail(c, "input %d has rank %d (at most %d)", i, rank, SHAPE_MAX_RANK);
+  mlxb_shape(*x, dims);
+  return rank;
+}
+
+static int64_t shape_numel(const int64_t *dims, int rank) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+static mlxb_dtype shape_mlx_type(int32_t onnx) { return (mlxb_dtype)op_mlx_dtype(onnx); }
+
+/* Reads an int attribute list or, from opset `input_since` on, the optional input `input`.
+ * Returns the count, 0 when absent, -1 on failure (recorded). */
+static int shape_ints_attr_or_input(op_ctx *c, const char *attr, int input, int input_since, int64_t *out, int max) {
+  const ir_node *n = op_node(c);
+  if (n->since_version < input_since) {
+    const int64_t *v;
+    size_t cnt = ir_attr_ints(n, attr, &v);
+    if (cnt > (size_t)max) return op_fail(c, "attribute %s has %zu values (at most %d)", attr, cnt, max);
+    if (cnt) memcpy(out, v, cnt * sizeof *v);
+    return (int)cnt;
+  }
+  if (!op_has_input(c, input)) return 0;
+  int cnt = op_input_ints(c, input, out, max);
+  if (cnt < 0) return op_check(c) ? -1 : op_fail(c, "cannot read input %d on the host (at most %d values)", input, max);
+  return cnt;
+}
+
+/* Output `out` is x reshaped to dims[rank] (MLX checks the element count). */
+static int shape_set_reshaped(op_ctx *c, int out, mlxb_array *x, const int64_t *dims, int rank) {
+  return op_set_output(c, out, mlxb_reshape(op_scope(c), x, dims, rank));
+}
+
+/* Any input rank known at claim time must fit the fixed-size buffers. */
+static bool shape_claim_rank(claim_ctx *c, const op_def *def) {
+  for (int i = 0; i < c->node->n_inputs; i++) {
+    const ir_value *v = claim_input(c, i);
+    if (v && v->rank > SHAPE_MAX_RANK) return claim_decline(c, "input %d has rank %d (at most %d)", i, v->rank, SHAPE_MAX_RANK);
+  }
+  return true;
+}
+
+/* Host-read inputs (shapes, axes, pads, ...) longer than the fixed buffers are declined; the
+ * row's arg raises the limit (Pad reads two values per axis). */
+static bool shape_claim_host(claim_ctx *c, const op_def *def) {
+  int max = def->arg ? def->arg : SHAPE_MAX_RANK;
+  for (int i = 1; i < c->node->n_inputs; i++) {
+    const ir_value *v = claim_input(c, i);
+    if (v && v->rank == 1 && v->dims[0] > max)
+      return claim_decline(c, "input %d has %lld values (at most %d)", i, (long long)v->dims[0], max);
+  }
+  return shape_claim_rank(c, def);
+}
+
+/* ---- Reshape ------------------------------------------------------------------------------ */
+
+static int lower_reshape(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t in_dims[SHAPE_MAX_RANK], want[SHAPE_MAX_RANK];
+  int in_rank = shape_input(c, 0, &x, in_dims);
+  if (in_rank < 0) return -1;
+  int rank = op_input_ints(c, 1, want, SHAPE_MAX_RANK);
+  if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", SHAPE_MAX_RANK);
+  bool allowzero = ir_attr_int(op_node(c), "allowzero", 0) != 0;
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < rank; i++) {
+    if (want[i] == -1) {
+      if (infer >= 0) return op_fail(c, "more than one -1 in the shape");
+      infer = i;
+      continue;
+    }
+    if (want[i] == 0 && !allowzero) {
+      if (i >= in_rank) return op_fail(c, "shape[%d] = 0 copies a dimension the input lacks", i);
+      want[i] = in_dims[i];
+    }
+    if (want[i] < 0) return op_fail(c, "invalid shape value %lld", (long long)want[i]);
+    known *= want[i];
+  }
+  int64_t total = shape_numel(in_dims, in_rank);
+  if (infer >= 0) {
+    if (known == 0) return op_fail(c, "cannot infer -1 when the other dimensions multiply to 0");
+    if (total % known) return op_fail(c, "cannot reshape %lld elements with -1", (long long)total);
+    want[infer] = total / known;
+  } else if (known != total) {
+    return op_fail(c, "cannot reshape %lld elements into %lld", (long long)total, (long long)known);
+  }
+  return shape_set_reshaped(c, 0, x, want, rank);
+}
+
+/* ---- Transpose ---------------------------------------------------------------------------- */
+
+static int lower_transpose(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  const int64_t *p;
+  size_t n = ir_attr_ints(op_node(c), "perm", &p);
+  int perm[SHAPE_MAX_RANK];
+  bool seen[SHAPE_MAX_RANK] = {false};
+  if (n == 0) {
+    for (int i = 0; i < rank; i++) perm[i] = rank - 1 - i;
+    return op_set_output(c, 0, mlxb_transpose(op_scope(c), x, perm, rank));
+  }
+  if (n != (size_t)rank) return op_fail(c, "perm has %zu entries for rank %d", n, rank);
+  for (int i = 0; i < rank; i++) {
+    if (p[i] < 0 || p[i] >= rank || seen[p[i]]) return op_fail(c, "perm is not a permutation");
+    seen[p[i]] = true;
+    perm[i] = (int)p[i];
+  }
+  return op_set_output(c, 0, mlxb_transpose(op_scope(c), x, perm, rank));
+}
+
+/* ---- Concat ------------------------------------------------------------------------------- */
+
+static int lower_concat(op_ctx *c, const op_def *def) {
+  int n = op_num_inputs(c);
+  if (n < 1) return op_fail(c, "no inputs");
+  const mlxb_array **xs = calloc((size_t)n, sizeof *xs);
+  if (!xs) return op_fail(c, "out of memory");
+  int rank = -1;
+  for (int i = 0; i < n; i++) {
+    xs[i] = op_input(c, i);
+    if (!xs[i]) {
+      free(xs);
+      return op_check(c) ? -1 : op_fail(c, "input %d is missing", i);
+    }
+    if (rank < 0) rank = mlxb_ndim(xs[i]);
+  }
+  int axis = shape_axis(ir_attr_int(op_node(c), "axis", 0), rank);
+  if (axis < 0) {
+    free(xs);
+    return op_fail(c, "axis out of range for rank %d", rank);
+  }
+  mlxb_array *y = n == 1 ? (mlxb_array *)xs[0] : mlxb_concat(op_scope(c), xs, n, axis);
+  free(xs);
+  return op_set_output(c, 0, y);
+}
+
+/* ---- Slice -------------------------------------------------------------------------------- */
+
+/* One axis of an ONNX Slice: clamps start/end as the spec says and writes a canonical literal
+ * window (start, stop, step: elements start, start+step, ... before stop). */
+static void slice_axis_window(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *w_start,
+                              int64_t *w_stop, int64_t *w_step) {
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  int64_t count;
+  if (step > 0) {
+    start = start < 0 ? 0 : start > dim ? dim : start;
+    end = end < 0 ? 0 : end > dim ? dim : end;
+    count = end > start ? (end - start - 1) / step + 1 : 0;
+  } else {
+    start = start < 0 ? 0 : start > dim - 1 ? dim - 1 : start;
+    end = end < -1 ? -1 : end > dim - 1 ? dim - 1 : end;
+    count = start > end ? (step == INT64_MIN ? 1 : (start - end - 1) / -step + 1) : 0;
+  }
+  /* Canonical forms keep huge steps away from MLX's 32-bit strides. */
+  if (count == 0) {
+    *w_start = 0, *w_stop = 0, *w_step = 1;
+  } else if (count == 1) {
+    *w_start = start, *w_stop = start + 1, *w_step = 1;
+  } else {
+    *w_start = start, *w_stop = end, *w_step = step;
+  }
+}
+
+static int lower_slice(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  const ir_node *node = op_node(c);
+  int64_t starts[SHAPE_MAX_RANK], ends[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], steps[SHAPE_MAX_RANK];
+  int ns, ne, na, nt = 0;
+  if (node->since_version < 10) {
+    ns = shape_ints_attr_or_input(c, "starts", -1, INT_MAX, starts, SHAPE_MAX_RANK);
+    ne = shape_ints_attr_or_input(c, "ends", -1, INT_MAX, ends, SHAPE_MAX_RANK);
+    na = shape_ints_attr_or_input(c, "axes", -1, INT_MAX, axes, SHAPE_MAX_RANK);
+  } else {
+    ns = op_input_ints(c, 1, starts, SHAPE_MAX_RANK);
+    ne = op_input_ints(c, 2, ends, SHAPE_MAX_RANK);
+    if (ns < 0 || ne < 0) return op_check(c) ? -1 : op_fail(c, "cannot read starts/ends on the host");
+    na = shape_ints_attr_or_input(c, "", 3, 0, axes, SHAPE_MAX_RANK);
+    nt = shape_ints_attr_or_input(c, "", 4, 0, steps, SHAPE_MAX_RANK);
+  }
+  if (ns < 0 || ne < 0 || na < 0 || nt < 0) return -1;
+  if (ns != ne) return op_fail(c, "starts and ends differ in length (%d, %d)", ns, ne);
+  if (na == 0) {
+    if (ns > rank) return op_fail(c, "%d starts for rank %d", ns, rank);
+    for (int i = 0; i < ns; i++) axes[i] = i;
+    na = ns;
+  }
+  if (nt == 0) {
+    for (int i = 0; i < ns; i++) steps[i] = 1;
+    nt = ns;
+  }
+  if (na != ns || nt != ns) return op_fail(c, "starts, ends, axes and steps differ in length");
+  int64_t w_start[SHAPE_MAX_RANK], w_stop[SHAPE_MAX_RANK], w_step[SHAPE_MAX_RANK];
+  bool seen[SHAPE_MAX_RANK] = {false};
+  for (int i = 0; i < rank; i++) w_start[i] = 0, w_stop[i] = dims[i], w_step[i] = 1;
+  for (int k = 0; k < ns; k++) {
+    int a = shape_axis(axes[k], rank);
+    if (a < 0 || seen[a]) return op_fail(c, "axis %lld is out of range or repeated", (long long)axes[k]);
+    if (steps[k] == 0) return op_fail(c, "step 0 on axis %d", a);
+    seen[a] = true;
+    slice_axis_window(dims[a], starts[k], ends[k], steps[k], &w_start[a], &w_stop[a], &w_step[a]);
+  }
+  return op_set_output(c, 0, mlxb_slice(op_scope(c), x, w_start, w_stop, w_step));
+}
+
+/* ---- Squeeze / Unsqueeze / Flatten -------------------------------------------------------- */
+
+static int lower_squeeze(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  int na = shape_ints_attr_or_input(c, "axes", 1, 13, axes, SHAPE_MAX_RANK);
+  if (na < 0) return -1;
+  bool drop[SHAPE_MAX_RANK] = {false};
+  for (int k = 0; k < na; k++) {
+    int a = shape_axis(axes[k], rank);
+    if (a < 0) return op_fail(c, "axis %lld out of range for rank %d", (long long)axes[k], rank);
+    if (dims[a] != 1) return op_fail(c, "cannot squeeze axis %d of size %lld", a, (long long)dims[a]);
+    drop[a] = true;
+  }
+  int n = 0;
+  for (int i = 0; i < rank; i++)
+    if (na ? !drop[i] : dims[i] != 1) out[n++] = dims[i];
+  return shape_set_reshaped(c, 0, x, out, n);
+}
+
+static int lower_unsqueeze(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  int na = shape_ints_attr_or_input(c, "axes", 1, 13, axes, SHAPE_MAX_RANK);
+  if (na < 0) return -1;
+  int out_rank = rank + na;
+  if (out_rank > SHAPE_MAX_RANK) return op_fail(c, "output rank %d exceeds %d", out_rank, SHAPE_MAX_RANK);
+  bool add[SHAPE_MAX_RANK] = {false};
+  for (int k = 0; k < na; k++) {
+    int a = shape_axis(axes[k], out_rank);
+    if (a < 0 || add[a]) return op_fail(c, "axis %lld is out of range or repeated", (long long)axes[k]);
+    add[a] = true;
+  }
+  for (int i = 0, j = 0; i < out_rank; i++) out[i] = add[i] ? 1 : dims[j++];
+  return shape_set_reshaped(c, 0, x, out, out_rank);
+}
+
+static int lower_flatten(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  int64_t axis = ir_attr_int(op_node(c), "axis", 1);
+  if (axis < -(int64_t)rank || axis > rank) return op_fail(c, "axis %lld out of range for rank %d", (long long)axis, rank);
+  if (axis < 0) axis += rank;
+  int64_t out[2] = {shape_numel(dims, (int)axis), shape_numel(dims + axis, rank - (int)axis)};
+  return shape_set_reshaped(c, 0, x, out, 2);
+}
+
+/* ---- Expand / Tile ------------------------------------------------------------------------ */
+
+static int lower_expand(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK], want[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  int nw = op_input_ints(c, 1, want, SHAPE_MAX_RANK);
+  if (nw < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", SHAPE_MAX_RANK);
+  int out_rank = rank > nw ? rank : nw;
+  /* Bidirectional broadcast, aligned on the right. */
+  for (int i = 0; i < out_rank; i++) {
+    int ix = i - (out_rank - rank), iw = i - (out_rank - nw);
+    int64_t a = ix >= 0 ? dims[ix] : 1, b = iw >= 0 ? want[iw] : 1;
+    if (b < 0) return op_fail(c, "negative dimension %lld in shape", (long long)b);
+    if (a == b || b == 1) out[i] = a;
+    else if (a == 1) out[i] = b;
+    else return op_fail(c, "cannot broadcast dimension %lld to %lld", (long long)a, (long long)b);
+  }
+  return op_set_output(c, 0, mlxb_broadcast_to(op_scope(c), x, out, out_rank));
+}
+
+static int lower_tile(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK], reps[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  int n = op_input_ints(c, 1, reps, SHAPE_MAX_RANK);
+  if (n < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the repeats input");
+  if (n != rank) return op_fail(c, "repeats has %d values for rank %d", n, rank);
+  for (int i = 0; i < n; i++)
+    if (reps[i] < 0) return op_fail(c, "negative repeat %lld", (long long)reps[i]);
+  if (rank == 0) return op_set_output(c, 0, x);
+  return op_set_output(c, 0, mlxb_tile(op_scope(c), x, reps, n));
+}
+
+/* ---- Identity / Shape / Size -------------------------------------------------------------- */
+
+static int lower_identity(op_ctx *c, const op_def *def) {
+  mlxb_array *x = op_input(c, 0);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "input is missing");
+  return op_set_output(c, 0, x);
+}
+
+static int64_t shape_clamp(int64_t v, int rank) {
+  if (v < 0) v += rank;
+  return v < 0 ? 0 : v > rank ? rank : v;
+}
+
+static int lower_shape(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  int64_t start = shape_clamp(ir_attr_int(op_node(c), "start", 0), rank);
+  int64_t end = shape_clamp(ir_attr_int(op_node(c), "end", rank), rank);
+  int64_t n = end > start ? end - start : 0;
+  return op_set_output_ints(c, 0, dims + start, (int)n, &n, 1, ONNX_INT64);
+}
+
+static int lower_size(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  int64_t n = shape_numel(dims, rank);
+  return op_set_output_ints(c, 0, &n, 1, dims, 0, ONNX_INT64);
+}
+
+/* ---- Constant ----------------------------------------------------------------------------- */
+
+/* Sets output 0 from host data; small int32/int64 tensors stay host-known for shape math. */
+static int shape_set_host_tensor(op_ctx *c, const void *data, const int64_t *dims, int rank, int32_t dtype) {
+  int64_t n = shape_numel(dims, rank);
+  if ((dtype == ONNX_INT64 || dtype == ONNX_INT32) && n <= 64) {
+    int64_t vals[64];
+    for (int64_t i = 0; i < n; i++)
+      vals[i] = dtype == ONNX_INT64 ? ((const int64_t *)data)[i] : ((const int32_t *)data)[i];
+    return op_set_output_ints(c, 0, vals, (int)n, dims, rank, dtype);
+  }
+  int t = op_mlx_dtype(dtype);
+  if (t < 0) return op_fail(c, "dtype %s has no MLX equivalent", ir_dtype_name(dtype));
+  return op_set_output(c, 0, mlxb_from_data(op_scope(c), data, dims, rank, (mlxb_dtype)t));
+}
+
+static bool claim_constant(claim_ctx *c, const op_def *def) {
+  const ir_node *n = c->node;
+  if (ir_node_attr(n, "sparse_value")) return claim_decline(c, "sparse_value is not supported");
+  if (ir_node_attr(n, "value_string") || ir_node_attr(n, "value_strings"))
+    return claim_decline(c, "string constants have no MLX dtype");
+  const ir_attr *v = ir_node_attr(n, "value");
+  if (v) {
+    if (v->type != IR_ATTR_TENSOR || !v->tensor) return claim_decline(c, "value is not a tensor");
+    const ir_tensor *t = v->tensor;
+    if (op_mlx_dtype(t->dtype) < 0 || !ir_dtype_size(t->dtype))
+      return claim_decline(c, "value has dtype %s, which MLX lacks", ir_dtype_name(t->dtype));
+    if (t->rank > SHAPE_MAX_RANK) return claim_decline(c, "value has rank %d", t->rank);
+    int64_t cnt = 1;
+    for (int i = 0; i < t->rank; i++) cnt *= t->dims[i];
+    if ((size_t)cnt * ir_dtype_size(t->dtype) != t->bytes || (cnt && !t->data))
+      return claim_decline(c, "value tensor data is not available");
+    return true;
+  }
+  if (ir_node_attr(n, "value_float") || ir_node_attr(n, "value_floats") || ir_node_attr(n, "value_int") ||
+      ir_node_attr(n, "value_ints"))
+    return true;
+  return claim_decline(c, "no supported value attribute");
+}
+
+static int lower_constant(op_ctx *c, const op_def *def) {
+  const ir_node *n = op_node(c);
+  const ir_attr *a;
+  if ((a = ir_node_attr(n, "value")) && a->tensor)
+    return shape_set_host_tensor(c, a->tensor->data, a->tensor->dims, a->tensor->rank, a->tensor->dtype);
+  if ((a = ir_node_attr(n, "value_float")) && a->type == IR_ATTR_FLOAT)
+    return shape_set_host_tensor(c, &a->f, NULL, 0, ONNX_FLOAT);
+  if ((a = ir_node_attr(n, "value_int")) && a->type == IR_ATTR_INT)
+    return shape_set_host_tensor(c, &a->i, NULL, 0, ONNX_INT64);
+  if ((a = ir_node_attr(n, "value_floats")) && a->type == IR_ATTR_FLOATS) {
+    int64_t d = (int64_t)a->n;
+    return shape_set_host_tensor(c, a->floats, &d, 1, ONNX_FLOAT);
+  }
+  if ((a = ir_node_attr(n, "value_ints")) && a->type == IR_ATTR_INTS) {
+    int64_t d = (int64_t)a->n;
+    return shape_set_host_tensor(c, a->ints, &d, 1, ONNX_INT64);
+  }
+  return op_fail(c, "no supported value attribute");
+}
+
+/* ---- Split -------------------------------------------------------------------------------- */
+
+static int lower_split(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  const ir_node *node = op_node(c);
+  int nout = op_num_outputs(c);
+  int axis = shape_axis(ir_attr_int(node, "axis", 0), rank);
+  if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
+  int64_t dim = dims[axis];
+  int64_t *sizes = calloc((size_t)nout + 1, sizeof *sizes);
+  int64_t *cuts = calloc((size_t)nout + 1, sizeof *cuts);
+  mlxb_array **parts = calloc((size_t)nout + 1, sizeof *parts);
+  int rc = -1;
+  if (!sizes || !cuts || !parts) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  int ns = shape_ints_attr_or_input(c, "split", 1, 13, sizes, nout + 1);
+  if (ns < 0) goto done;
+  int64_t num_outputs = ir_attr_int(node, "num_outputs", 0);
+  if (ns > 0) {
+    if (ns != nout) {
+      op_fail(c, "split has %d values for %d outputs", ns, nout);
+      goto done;
+    }
+  } else if (num_outputs > 0) {
+    /* Opset 18: chunks of ceil(dim / n); the last one takes what is left. */
+    if (num_outputs != nout || num_outputs > dim) {
+      op_fail(c, "num_outputs %lld does not fit %d outputs and dimension %lld", (long long)num_outputs, nout,
+              (long long)dim);
+      goto done;
+    }
+    int64_t chunk = (dim + num_outputs - 1) / num_outputs;
+    for (int i = 0; i < nout - 1; i++) sizes[i] = chunk;
+    sizes[nout - 1] = dim - chunk * (nout - 1);
+    if (sizes[nout - 1] < 0) {
+      op_fail(c, "dimension %lld cannot be split into %d chunks of %lld", (long long)dim, nout, (long long)chunk);
+      goto done;
+    }
+  } else {
+    if (dim % nout) {
+      op_fail(c, "dimension %lld is not evenly splittable into %d", (long long)dim, nout);
+      goto done;
+    }
+    for (int i = 0; i < nout; i++) sizes[i] = dim / nout;
+  }
+  int64_t at = 0;
+  for (int i = 0; i < nout; i++) {
+    if (sizes[i] < 0) {
+      op_fail(c, "negative split size");
+      goto done;
+    }
+    at += sizes[i];
+    cuts[i] = at;
+  }
+  if (at != dim) {
+    op_fail(c, "split sizes add to %lld, dimension is %lld", (long long)at, (long long)dim);
+    goto done;
+  }
+  if (mlxb_split(op_scope(c), x, cuts, nout - 1, axis, parts) < 0) {
+    op_check(c);
+    goto done;
+  }
+  for (int i = 0; i < nout; i++)
+    if (op_has_output(c, i) && op_set_output(c, i, parts[i]) < 0) goto done;
+  rc = 0;
+done:
+  free(sizes);
+  free(cuts);
+  free(parts);
+  return rc;
+}
+
+/* ---- Pad ---------------------------------------------------------------------------------- */
+
+static bool claim_pad(claim_ctx *c, const op_def *def) {
+  const char *mode = ir_attr_string(c->node, "mode", "constant");
+  if (!strcmp(mode, "constant") || !strcmp(mode, "reflect") || !strcmp(mode, "edge")) return shape_claim_host(c, def);
+  if (!strcmp(mode, "wrap") && c->node->since_version >= 19) return shape_claim_host(c, def);
+  return claim_decline(c, "mode '%s' is not supported at opset %d", mode, c->node->since_version);
+}
+
+/* The pad value: opset 11+ input 2 (absent = 0), before that the `value` attribute. */
+static mlxb_array *pad_value(op_ctx *c, mlxb_dtype t) {
+  mlxb_scope *s = op_scope(c);
+  if (op_node(c)->since_version < 11) return mlxb_scalar_f64(s, ir_attr_float(op_node(c), "value", 0.0f), t);
+  if (!op_has_input(c, 2)) return mlxb_scalar_i64(s, 0, t);
+  mlxb_array *v = op_input(c, 2);
+  if (!v) return NULL;
+  if (mlxb_size(v) != 1) {
+    op_fail(c, "constant_value must hold one element");
+    return NULL;
+  }
+  return mlxb_ndim(v) == 0 ? v : mlxb_reshape(s, v, NULL, 0);
+}
+
+/* Wrap padding of one axis: a take with indices (j - lo) mod dim. */
+static mlxb_array *pad_wrap_axis(op_ctx *c, mlxb_array *x, int axis, int64_t dim, int64_t lo, int64_t hi) {
+  int64_t n = lo + dim + hi;
+  int64_t *idx = malloc((size_t)n * sizeof *idx);
+  if (!idx) {
+    op_fail(c, "out of memory");
+    return NULL;
+  }
+  for (int64_t j = 0; j < n; j++) idx[j] = (((j - lo) % dim) + dim) % dim;
+  mlxb_array *ia = mlxb_from_data(op_scope(c), idx, &n, 1, MLXB_I64);
+  free(idx);
+  return mlxb_take(op_scope(c), x, ia, axis);
+}
+
+static int lower_pad(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[SHAPE_MAX_RANK], pads[2 * SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  const ir_node *node = op_node(c);
+  const char *mode = ir_attr_string(node, "mode", "constant");
+  int np = shape_ints_attr_or_input(c, "pads", 1, 11, pads, 2 * SHAPE_MAX_RANK);
+  if (np < 0) return -1;
+  int na = node->since_version >= 18 ? shape_ints_attr_or_input(c, "", 3, 0, axes, SHAPE_MAX_RANK) : 0;
+  if (na < 0) return -1;
+  if (na == 0) {
+    for (int i = 0; i < rank; i++) axes[i] = i;
+    na = rank;
+  }
+  if (np != 2 * na) return op_fail(c, "pads has %d values for %d axes", np, na);
+  int64_t lo[SHAPE_MAX_RANK] = {0}, hi[SHAPE_MAX_RANK] = {0};
+  for (int k = 0; k < na; k++) {
+    int a = shape_axis(axes[k], rank);
+    if (a < 0) return op_fail(c, "axis %lld out of range for rank %d", (long long)axes[k], rank);
+    lo[a] = pads[k], hi[a] = pads[k + na];
+  }
+  /* Negative pads crop first (ORT crops, then pads what is left). */
+  int64_t start[SHAPE_MAX_RANK], stop[SHAPE_MAX_RANK], step[SHAPE_MAX_RANK];
+  bool crop = false, grow = false;
+  for (int i = 0; i < rank; i++) {
+    start[i] = lo[i] < 0 ? -lo[i] : 0;
+    stop[i] = hi[i] < 0 ? dims[i] + hi[i] : dims[i];
+    step[i] = 1;
+    if (stop[i] < start[i]) return op_fail(c, "pads crop axis %d below zero", i);
+    crop |= lo[i] < 0 || hi[i] < 0;
+    lo[i] = lo[i] < 0 ? 0 : lo[i];
+    hi[i] = hi[i] < 0 ? 0 : hi[i];
+    dims[i] = stop[i] - start[i];
+    grow |= lo[i] > 0 || hi[i] > 0;
+  }
+  if (crop) x = mlxb_slice(op_scope(c), x, start, stop, step);
+  if (!grow) return op_set_output(c, 0, x);
+  for (int i = 0; i < rank; i++) {
+    if (!lo[i] && !hi[i]) continue;
+    if (strcmp(mode, "constant") && dims[i] == 0) return op_fail(c, "cannot pad empty axis %d in %s mode", i, mode);
+    if (!strcmp(mode, "reflect") && (lo[i] > dims[i] - 1 || hi[i] > dims[i] - 1))
+      return op_fail(c, "reflect pads of axis %d exceed its size %lld minus one", i, (long long)dims[i]);
+  }
+  mlxb_dtype t = mlxb_type(x);
+  if (!strcmp(mode, "constant")) {
+    mlxb_array *v = pad_value(c, t);
+    if (!v) {
+      op_check(c);
+      return -1;
+    }
+    return op_set_output(c, 0, mlxb_pad(op_scope(c), x, lo, hi, v, "constant"));
+  }
+  if (!strcmp(mode, "reflect") || !strcmp(mode, "edge"))
+    return op_set_output(c, 0, mlxb_pad(op_scope(c), x, lo, hi, NULL, mode));
+  if (strcmp(mode, "wrap")) return op_fail(c, "unsupported mode '%s'", mode);
+  for (int i = 0; i < rank; i++) {
+    if (!lo[i] && !hi[i]) continue;
+    x = pad_wrap_axis(c, x, i, dims[i], lo[i], hi[i]);
+    if (!x) {
+      op_check(c);
+      return -1;
+    }
+  }
+  return op_set_output(c, 0, x);
+}
+
+/* ---- DepthToSpace / SpaceToDepth ---------------------------------------------------------- */
+
+static bool claim_blocks(claim_ctx *c, const op_def *def) {
+  const ir_value *v = claim_input(c, 0);
+  if (v && v->rank >= 0 && v->rank != 4) return claim_decline(c, "input rank %d (must be 4)", v->rank);
+  if (ir_attr_int(c->node, "blocksize", 0) <= 0) return claim_decline(c, "blocksize must be positive");
+  const char *mode = ir_attr_string(c->node, "mode", "DCR");
+  if (strcmp(mode, "DCR") && strcmp(mode, "CRD")) return claim_decline(c, "mode '%s' is unknown", mode);
+  return true;
+}
+
+/* Reshape to six dims, permute, reshape to four: the formulas of the ONNX spec. */
+static int shape_blocks(op_ctx *c, mlxb_array *x, const int64_t *six, const int *perm, const int64_t *four) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *t = mlxb_transpose(s, mlxb_reshape(s, x, six, 6), perm, 6);
+  return op_set_output(c, 0, mlxb_reshape(s, t, four, 4));
+}
+
+static int lower_depth_to_space(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t d[SHAPE_MAX_RANK];
+  if (shape_input(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
+  int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
+  if (bs <= 0 || d[1] % (bs * bs)) return op_fail(c, "channels %lld not divisible by blocksize^2", (long long)d[1]);
+  int64_t cc = d[1] / (bs * bs);
+  int64_t four[4] = {d[0], cc, d[2] * bs, d[3] * bs};
+  if (!strcmp(ir_attr_string(op_node(c), "mode", "DCR"), "CRD")) {
+    int64_t six[6] = {d[0], cc, bs, bs, d[2], d[3]};
+    static const int perm[6] = {0, 1, 4, 2, 5, 3};
+    return shape_blocks(c, x, six, perm, four);
+  }
+  int64_t six[6] = {d[0], bs, bs, cc, d[2], d[3]};
+  static const int perm[6] = {0, 3, 4, 1, 5, 2};
+  return shape_blocks(c, x, six, perm, four);
+}
+
+static int lower_space_to_depth(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t d[SHAPE_MAX_RANK];
+  if (shape_input(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
+  int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
+  if (bs <= 0 || d[2] % bs || d[3] % bs) return op_fail(c, "spatial dims not divisible by blocksize");
+  int64_t six[6] = {d[0], d[1], d[2] / bs, bs, d[3] / bs, bs};
+  int64_t four[4] = {d[0], d[1] * bs * bs, d[2] / bs, d[3] / bs};
+  static const int perm[6] = {0, 3, 5, 1, 2, 4};
+  return shape_blocks(c, x, six, perm, four);
+}
+
+/* ---- Range -------------------------------------------------------------------------------- */
+
+#define RANGE_MAX_COUNT ((int64_t)1 << 31)
+
+/* Integer Range built on the host: count = max(ceil((limit - start) / delta), 0). */
+static int range_ints(op_ctx *c, int32_t dtype) {
+  int64_t v[3];
+  for (int i = 0; i < 3; i++)
+    if (op_input_ints(c, i, &v[i], 1) != 1) return op_check(c) ? -1 : op_fail(c, "input %d must be a scalar", i);
+  int64_t start = v[0], limit = v[1], delta = v[2];
+  if (delta == 0) return op_fail(c, "delta is zero");
+  /* Differences in 128 bits: limit - start may overflow int64. */
+  __int128 span = (__int128)limit - start;
+  __int128 n = 0;
+  if (delta > 0 && span > 0) n = (span + delta - 1) / delta;
+  if (delta < 0 && span < 0) n = (-span + (-(__int128)delta) - 1) / -(__int128)delta;
+  if (n > RANGE_MAX_COUNT) return op_fail(c, "range of %lld elements is too large", (long long)n);
+  int64_t count = (int64_t)n;
+  size_t esz = ir_dtype_size(dtype);
+  void *buf = malloc(count ? (size_t)count * esz : 1);
+  if (!buf) return op_fail(c, "out of memory");
+  for (int64_t i = 0; i < count; i++) {
+    int64_t val = (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)delta);
+    if (dtype == ONNX_INT64) ((int64_t *)buf)[i] = val;
+    else if (dtype == ONNX_INT32) ((int32_t *)buf)[i] = (int32_t)val;
+    else ((int16_t *)buf)[i] = (int16_t)val;
+  }
+  int rc = shape_set_host_tensor(c, buf, &count, 1, dtype);
+  free(buf);
+  return rc;
+}
+
+/* Float Range accumulates in the element type exactly as ORT's kernel does (start += delta). */
+static int range_floats(op_ctx *c, int32_t dtype) {
+  double v[3];
+  for (int i = 0; i < 3; i++)
+    if (op_input_doubles(c, i, &v[i], 1) != 1) return op_check(c) ? -1 : op_fail(c, "input %d must be a scalar", i);
+  if (v[2] == 0) return op_fail(c, "delta is zero");
+  double n;
+  if (dtype == ONNX_FLOAT) {
+    float start = (float)v[0], limit = (float)v[1], delta = (float)v[2];
+    n = __builtin_ceil((double)(limit - start) / delta);
+  } else {
+    n = __builtin_ceil((v[1] - v[0]) / v[2]);
+  }
+  if (!(n > 0)) n = 0;
+  if (n > (double)RANGE_MAX_COUNT) return op_fail(c, "range of %g elements is too large", n);
+  int64_t count = (int64_t)n;
+  size_t esz = ir_dtype_size(dtype);
+  void *buf = malloc(count ? (size_t)count * esz : 1);
+  if (!buf) return op_fail(c, "out of memory");
+  if (dtype == ONNX_FLOAT) {
+    float acc = (float)v[0], delta = (float)v[2];
+    for (int64_t i = 0; i < count; i++, acc += delta) ((float *)buf)[i] = acc;
+  } else {
+    double acc = v[0];
+    for (int64_t i = 0; i < count; i++, acc += v[2]) ((double *)buf)[i] = acc;
+  }
+  int rc = op_set_output(c, 0, mlxb_from_data(op_scope(c), buf, &count, 1, shape_mlx_type(dtype)));
+  free(buf);
+  return rc;
+}
+
+static int lower_range(op_ctx *c, const op_def *def) {
+  int32_t t = op_input_dtype(c, 0);
+  if (t == ONNX_FLOAT || t == ONNX_DOUBLE) return range_floats(c, t);
+  if (t == ONNX_INT64 || t == ONNX_INT32 || t == ONNX_INT16) return range_ints(c, t);
+  return op_fail(c, "unsupported dtype %s", ir_dtype_name(t));
+}
+
+/* ---- ConstantOfShape / EyeLike / Trilu ---------------------------------------------------- */
+
+static bool claim_constant_of_shape(claim_ctx *c, const op_def *def) {
+  const ir_attr *v = ir_node_attr(c->node, "value");
+  if (!v) return true;
+  if (v->type != IR_ATTR_TENSOR || !v->tensor) return claim_decline(c, "value is not a tensor");
+  const ir_tensor *t = v->tensor;
+  size_t esz = ir_dtype_size(t->dtype);
+  if (op_mlx_dtype(t->dtype) < 0 || !esz) return claim_decline(c, "value has dtype %s, which MLX lacks", ir_dtype_name(t->dtype));
+  if (t->bytes != esz || !t->data) return claim_decline(c, "value must hold exactly one element");
+  return true;
+}
+
+static int lower_constant_of_shape(op_ctx *c, const op_def *def) {
+  int64_t dims[SHAPE_MAX_RANK];
+  int rank = op_input_ints(c, 0, dims, SHAPE_MAX_RANK);
+  if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", SHAPE_MAX_RANK);
+  for (int i = 0; i < rank; i++)
+    if (dims[i] < 0) return op_fail(c, "negative dimension %lld", (long long)dims[i]);
+  const ir_attr *a = ir_node_attr(op_node(c), "value");
+  float zero = 0.0f;
+  const void *data = &zero;
+  int32_t dtype = ONNX_FLOAT;
+  if (a && a->tensor) data = a->tensor->data, dtype = a->tensor->dtype;
+  int64_t n = shape_numel(dims, rank);
+  if ((dtype == ONNX_INT64 || dtype == ONNX_INT32) && n <= 64) {
+    int64_t one = dtype == ONNX_INT64 ? *(const int64_t *)data : *(const int32_t *)data, vals[64];
+    for (int64_t i = 0; i < n; i++) vals[i] = one;
+    return op_set_output_ints(c, 0, vals, (int)n, dims, rank, dtype);
+  }
+  int t = op_mlx_dtype(dtype);
+  if (t < 0) return op_fail(c, "dtype %s has no MLX equivalent", ir_dtype_name(dtype));
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *v = mlxb_from_data(s, data, NULL, 0, (mlxb_dtype)t);
+  return op_set_output(c, 0, mlxb_full(s, dims, rank, v, (mlxb_dtype)t));
+}
+
+static bool claim_eye_like(claim_ctx *c, const op_def *def) {
+  const ir_value *v = claim_input(c, 0);
+  if (v && v->rank >= 0 && v->rank != 2) return claim_decline(c, "input rank %d (must be 2)", v->rank);
+  const ir_attr *d = ir_node_attr(c->node, "dtype");
+  if (d && op_mlx_dtype((int32_t)d->i) < 0) return claim_decline(c, "dtype %lld has no MLX equivalent", (long long)d->i);
+  return true;
+}
+
+static int64_t shape_clamp_range(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static int lower_eye_like(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t d[SHAPE_MAX_RANK];
+  if (shape_input(c, 0, &x, d) != 2) return op_check(c) ? -1 : op_fail(c, "input must have rank 2");
+  int32_t dtype = (int32_t)ir_attr_int(op_node(c), "dtype", op_input_dtype(c, 0));
+  int t = op_mlx_dtype(dtype);
+  if (t < 0) return op_fail(c, "dtype %s has no MLX equivalent", ir_dtype_name(dtype));
+  /* Any |k| past the matrix gives zeros; clamping keeps k within 32 bits. */
+  int64_t k = shape_clamp_range(ir_attr_int(op_node(c), "k", 0), -d[0], d[1]);
+  return op_set_output(c, 0, mlxb_eye(op_scope(c), d[0], d[1], k, (mlxb_dtype)t));
+}
+
+static int lower_trilu(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t d[SHAPE_MAX_RANK];
+  int rank = shape_input(c, 0, &x, d);
+  if (rank < 0) return -1;
+  if (rank < 2) return op_fail(c, "input must have rank >= 2");
+  int64_t k = 0;
+  if (op_has_input(c, 1) && op_input_ints(c, 1, &k, 1) != 1)
+    return op_check(c) ? -1 : op_fail(c, "k must be a scalar");
+  k = shape_clamp_range(k, -d[rank - 2] - 1, d[rank - 1] + 1);
+  bool upper = ir_attr_int(op_node(c), "upper", 1) != 0;
+  mlxb_scope *s = op_scope(c);
+  return op_set_output(c, 0, upper ? mlxb_triu(s, x, (int)k) : mlxb_tril(s, x, (int)k));
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+#define DT_RANGE (DT_F32 | DT_F64 | DT(ONNX_INT16) | DT(ONNX_INT32) | DT(ONNX_INT64))
+
+static const op_def defs[] = {
+  {"", "Reshape", 5, 25, DT_ALL, shape_claim_host, lower_reshape, 0, OP_FLAG_HOST_VALUES,
+   "shape input read on the host; 0 copies the input dim (allowzero honoured), one -1 inferred"},
+  {"", "Transpose", 1, 25, DT_ALL, shape_claim_rank, lower_transpose, 0, 0, "perm attribute or reversed axes"},
+  {"", "Concat", 4, 13, DT_ALL, shape_claim_rank, lower_concat, 0, 0, "any number of inputs, negative axis"},
+  {"", "Slice", 1, 13, DT_ALL, shape_claim_host, lower_slice, 0, OP_FLAG_HOST_VALUES,
+   "opset 1 attributes or opset 10+ inputs (starts/ends/axes/steps read on the host); negative steps, "
+   "clamping as the spec says"},
+  {"", "Squeeze", 1, 25, DT_ALL, shape_claim_host, lower_squeeze, 0, OP_FLAG_HOST_VALUES,
+   "axes attribute (<13) or input (13+), or every size-1 axis"},
+  {"", "Unsqueeze", 1, 25, DT_ALL, shape_claim_host, lower_unsqueeze, 0, OP_FLAG_HOST_VALUES,
+   "axes attribute (<13) or input (13+), negative axes"},
+  {"", "Flatten", 1, 25, DT_ALL, shape_claim_rank, lower_flatten, 0, 0, "axis in [-r, r]"},
+  {"", "Expand", 8, 13, DT_ALL, shape_claim_host, lower_expand, 0, OP_FLAG_HOST_VALUES,
+   "shape read on the host; bidirectional broadcast"},
+  {"", "Identity", 1, 25, DT_ALL, NULL, lower_identity, 0, 0,
+   "tensors only; sequence and optional inputs are declined (no MLX dtype)"},
+  {"", "Shape", 1, 25, DT_ALL, shape_claim_rank, lower_shape, 0, 0,
+   "start/end attributes (15+); the result is host-known"},
+  {"", "Size", 1, 25, DT_ALL, shape_claim_rank, lower_size, 0, 0, "the result is host-known"},
+  {"", "Constant", 1, 25, 0, claim_constant, lower_constant, 0, 0,
+   "value, value_float(s), value_int(s); value_string(s) and sparse_value declined"},
+  {"", "Tile", 6, 13, DT_ALL, shape_claim_host, lower_tile, 0, OP_FLAG_HOST_VALUES, "repeats read on the host"},
+  {"", "Split", 2, 18, DT_ALL, shape_claim_rank, lower_split, 0, OP_FLAG_HOST_VALUES,
+   "split attribute (<13) or input (13+), num_outputs with a smaller last chunk (18), or equal parts"},
+  {"", "Pad", 2, 25, DT_ALL, claim_pad, lower_pad, 2 * SHAPE_MAX_RANK, OP_FLAG_HOST_VALUES,
+   "modes constant/reflect/edge and wrap (19+); pads attribute (<11) or input, axes input (18+); negative "
+   "pads crop first; reflect pads beyond size-1 fail like ORT"},
+  {"", "DepthToSpace", 1, 13, DT_ALL, claim_blocks, lower_depth_to_space, 0, 0, "DCR and CRD modes, rank 4"},
+  {"", "SpaceToDepth", 1, 13, DT_ALL, claim_blocks, lower_space_to_depth, 0, 0, "rank 4"},
+  {"", "Range", 11, 11, DT_RANGE, NULL, lower_range, 0, OP_FLAG_HOST_VALUES,
+   "float/double/int16/int32/int64 scalars read on the host; float values accumulated like ORT "
+   "(start += delta); float16/bfloat16 declined"},
+  {"", "ConstantOfShape", 9, 25, DT(ONNX_INT64), claim_constant_of_shape, lower_constant_of_shape, 0,
+   OP_FLAG_HOST_VALUES, "shape read on the host; value of any MLX dtype (float8 declined)"},
+  {"", "EyeLike", 9, 22, DT_ALL, claim_eye_like, lower_eye_like, 0, 0, "dtype and k attributes, rank 2"},
+  {"", "Trilu", 14, 14, DT_ALL, shape_claim_host, lower_trilu, 0, OP_FLAG_HOST_VALUES,
+   "upper/lower, k input read on the host"},
+};
+
+OPS_FAMILY(shape, defs);
