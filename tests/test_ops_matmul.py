@@ -185,3 +185,22 @@ def test_einsum_int_declined(tmp_path):
     feeds = {"a": data([2, 3], np.int32), "b": data([3, 4], np.int32)}
     report = declined_reason(single_op_model("Einsum", feeds, attrs={"equation": "ij,jk->ik"}, opset=12), tmp_path)
     assert "declined Einsum" in report
+
+
+def test_bfloat16_against_numpy():
+    """ORT's CPU EP has no bfloat16 MatMul/Gemm: x (float32) -> Cast(bfloat16) -> op -> Cast(float32)."""
+    import ml_dtypes
+
+    def rb(a):
+        return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+    a, b = rb(data([3, 8], np.float32, seed=50)), rb(data([8, 4], np.float32, seed=51))
+    for op, attrs, want in (("MatMul", {}, a @ b), ("Gemm", {"alpha": 0.5}, 0.5 * (a @ b))):
+        nodes = [helper.make_node("Cast", ["a"], ["ab"], to=TensorProto.BFLOAT16),
+                 helper.make_node("Cast", ["b"], ["bb"], to=TensorProto.BFLOAT16),
+                 helper.make_node(op, ["ab", "bb"], ["yb"], **attrs),
+                 helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT)]
+        model = make_model(nodes, [("a", TensorProto.FLOAT, [3, 8]), ("b", TensorProto.FLOAT, [8, 4])],
+                           [("y", TensorProto.FLOAT, None)], opset=13)
+        (got,) = run_mlx(model, {"a": a, "b": b})
+        np.testing.assert_allclose(got, rb(want), rtol=1e-2, atol=1e-2, err_msg=op)

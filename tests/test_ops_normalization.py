@@ -259,3 +259,31 @@ def test_batchnorm_mixed_param_types():
         feeds = {"x": x, "scale": data([3], pt, seed=39), "b": data([3], pt, seed=40),
                  "mean": data([3], np.float32, seed=41), "var": data([3], np.float32, 0.5, 1.5, seed=42)}
         assert_parity(single_op_model("BatchNormalization", feeds, opset=15), feeds)
+
+
+def test_bfloat16_against_numpy():
+    """ORT's CPU EP has no bfloat16 kernels for these: x (float32) -> Cast(bfloat16) -> op -> Cast."""
+    import ml_dtypes
+
+    def rb(a):
+        return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+    x = rb(data([3, 8], np.float32, seed=60))
+    s = np.ones([8], np.float32)
+    mu = x.mean(1, keepdims=True)
+    e = np.exp(x - x.max(1, keepdims=True))
+    cases = [("Softmax", {}, e / e.sum(1, keepdims=True), 13),
+             ("LayerNormalization", {}, (x - mu) / np.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + 1e-5), 17),
+             ("RMSNormalization", {}, x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-5), 23)]
+    for op, attrs, want, opset in cases:
+        nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16)]
+        ins = ["xb"]
+        if op != "Softmax":
+            nodes.append(helper.make_node("Cast", ["s"], ["sb"], to=TensorProto.BFLOAT16))
+            ins.append("sb")
+        nodes += [helper.make_node(op, ins, ["yb"], **attrs), helper.make_node("Cast", ["yb"], ["y"], to=F)]
+        model = make_model(nodes, [("x", F, [3, 8]), ("s", F, [8])] if op != "Softmax" else [("x", F, [3, 8])],
+                           [("y", F, None)], opset=opset)
+        feeds = {"x": x, "s": s} if op != "Softmax" else {"x": x}
+        (got,) = run_mlx(model, feeds)
+        np.testing.assert_allclose(got, rb(want), rtol=1e-2, atol=1e-2, err_msg=op)

@@ -272,3 +272,36 @@ def test_topk_unsorted(tmp_path):
     model, _ = topk_model(x, 3, {"sorted": 0})
     report = declined_reason(model, tmp_path)
     assert "TopK" in report and "sorted=0" in report
+
+
+# ---- bfloat16 (ORT's CPU EP has no bfloat16 kernels here: numpy reference) ----------------------
+
+def bf16_round(a):
+    import ml_dtypes
+    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def bf16_model(op, n_in, inits=None, opset=21, n_out=1, **attrs):
+    """x (float32) -> Cast(bfloat16) -> op -> Cast(float32); the casts run on MLX too."""
+    nodes = [helper.make_node("Cast", [f"x{i}"], [f"b{i}"], to=TensorProto.BFLOAT16) for i in range(n_in)]
+    outs = ["yb"] + [f"y{i}" for i in range(1, n_out)]
+    nodes.append(helper.make_node(op, [f"b{i}" for i in range(n_in)] + list(inits or {}), outs, **attrs))
+    nodes.append(helper.make_node("Cast", ["yb"], ["y0"], to=TensorProto.FLOAT))
+    ins = [(f"x{i}", TensorProto.FLOAT, None) for i in range(n_in)]
+    out_info = [("y0", TensorProto.FLOAT, None)] + [(f"y{i}", I64, None) for i in range(1, n_out)]
+    return make_model(nodes, ins, out_info, initializers=inits or {}, opset=opset)
+
+
+def test_bfloat16_against_numpy():
+    from parity import run_mlx
+    x = bf16_round(data([3, 8], np.float32, seed=11))
+    (got,) = run_mlx(bf16_model("ReduceSum", 1, {"axes": np.array([1], np.int64)}), {"x0": x})
+    np.testing.assert_array_equal(got, bf16_round(x.sum(1, keepdims=True)))
+    (got,) = run_mlx(bf16_model("ReduceMax", 1, opset=18), {"x0": x})
+    np.testing.assert_array_equal(got, x.max(keepdims=True))
+    (got,) = run_mlx(bf16_model("CumSum", 1, {"axis": np.array(1, np.int64)}), {"x0": x})
+    np.testing.assert_array_equal(got, bf16_round(np.cumsum(x, 1)))
+    got, idx = run_mlx(bf16_model("TopK", 1, {"k": np.array([3], np.int64)}, opset=24, n_out=2), {"x0": x})
+    want_idx = np.argsort(-x, axis=1, kind="stable")[:, :3]
+    np.testing.assert_array_equal(idx, want_idx)
+    np.testing.assert_array_equal(got, np.take_along_axis(x, want_idx, 1))

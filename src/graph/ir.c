@@ -62,6 +62,7 @@ size_t ir_dtype_size(int32_t dtype) {
   switch (dtype) {
     case ONNX_BOOL: case ONNX_INT8: case ONNX_UINT8:
     case ONNX_FLOAT8E4M3FN: case ONNX_FLOAT8E4M3FNUZ: case ONNX_FLOAT8E5M2: case ONNX_FLOAT8E5M2FNUZ:
+    case ONNX_FLOAT8E8M0:
       return 1;
     case ONNX_INT16: case ONNX_UINT16: case ONNX_FLOAT16: case ONNX_BFLOAT16: return 2;
     case ONNX_INT32: case ONNX_UINT32: case ONNX_FLOAT: return 4;
@@ -75,8 +76,27 @@ const char *ir_dtype_name(int32_t dtype) {
   static const char *const names[ONNX_DTYPE_MAX] = {
       "undefined", "float32", "uint8", "int8", "uint16", "int16", "int32", "int64", "string", "bool",
       "float16", "float64", "uint32", "uint64", "complex64", "complex128", "bfloat16",
-      "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1"};
+      "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1",
+      "float8e8m0", "uint2", "int2"};
   return dtype >= 0 && dtype < ONNX_DTYPE_MAX ? names[dtype] : "unknown";
+}
+
+int ir_dtype_emulated_bits(int32_t dtype) {
+  switch (dtype) {
+    case ONNX_FLOAT8E4M3FN: case ONNX_FLOAT8E4M3FNUZ: case ONNX_FLOAT8E5M2: case ONNX_FLOAT8E5M2FNUZ:
+    case ONNX_FLOAT8E8M0:
+      return 8;
+    case ONNX_INT4: case ONNX_UINT4: case ONNX_FLOAT4E2M1: return 4;
+    case ONNX_INT2: case ONNX_UINT2: return 2;
+    default: return 0;
+  }
+}
+
+size_t ir_dtype_storage_bytes(int32_t dtype, int64_t n) {
+  if (n < 0) return 0;
+  int bits = ir_dtype_emulated_bits(dtype);
+  if (bits) return (size_t)((n * bits + 7) / 8);
+  return (size_t)n * ir_dtype_size(dtype);
 }
 
 int64_t ir_value_static_size(const ir_value *v) {

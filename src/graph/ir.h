@@ -18,7 +18,8 @@ enum {
   ONNX_INT32 = 6, ONNX_INT64 = 7, ONNX_STRING = 8, ONNX_BOOL = 9, ONNX_FLOAT16 = 10, ONNX_DOUBLE = 11,
   ONNX_UINT32 = 12, ONNX_UINT64 = 13, ONNX_COMPLEX64 = 14, ONNX_COMPLEX128 = 15, ONNX_BFLOAT16 = 16,
   ONNX_FLOAT8E4M3FN = 17, ONNX_FLOAT8E4M3FNUZ = 18, ONNX_FLOAT8E5M2 = 19, ONNX_FLOAT8E5M2FNUZ = 20,
-  ONNX_UINT4 = 21, ONNX_INT4 = 22, ONNX_FLOAT4E2M1 = 23, ONNX_DTYPE_MAX = 24
+  ONNX_UINT4 = 21, ONNX_INT4 = 22, ONNX_FLOAT4E2M1 = 23, ONNX_FLOAT8E8M0 = 24, ONNX_UINT2 = 25,
+  ONNX_INT2 = 26, ONNX_DTYPE_MAX = 27
 };
 
 typedef struct ir_tensor {
@@ -108,6 +109,12 @@ size_t ir_attr_floats(const ir_node *n, const char *name, const float **out);
 
 /* Element size in bytes of an ONNX data type; 0 for strings, sub-byte and unknown types. */
 size_t ir_dtype_size(int32_t dtype);
+/* Bits per element of the dtypes MLX lacks and the EP emulates on bit patterns (float8 and
+ * float8e8m0: 8; int4, uint4, float4e2m1: 4; int2, uint2: 2), else 0. Inside MLX such a value is a
+ * uint8 array of its logical shape holding one raw code per element. */
+int ir_dtype_emulated_bits(int32_t dtype);
+/* Bytes ORT uses for n elements of dtype (sub-byte types packed, low bits first); 0 if unknown. */
+size_t ir_dtype_storage_bytes(int32_t dtype, int64_t n);
 const char *ir_dtype_name(int32_t dtype);
 /* Element count of a value with fully static shape, or -1. */
 int64_t ir_value_static_size(const ir_value *v);

@@ -193,6 +193,33 @@ int mlxb_program_call(mlxb_scope *s, mlxb_program *p, mlxb_array *const *inputs,
                       mlxb_array **outputs, int n_outputs);
 void mlxb_program_free(mlxb_program *p); /* accepts NULL */
 
+/* ---- signal, random and linear-algebra ops (bridge_fft.cpp, bridge_random.cpp, bridge_linalg.cpp) ---- */
+/* [..., 2] float pairs (real, imaginary) <-> complex64 [...]. */
+mlxb_array *mlxb_complex_from_pairs(mlxb_scope *s, const mlxb_array *x);
+mlxb_array *mlxb_complex_to_pairs(mlxb_scope *s, const mlxb_array *z); /* float32 [..., 2] */
+/* One-dimensional FFTs along axis with n points (the input is cut or zero-padded to n):
+ * complex -> complex (forward or inverse, the inverse scaled by 1/n), real -> complex onesided
+ * (n/2 + 1 bins) and complex onesided -> real (n points). */
+mlxb_array *mlxb_fft(mlxb_scope *s, const mlxb_array *z, int64_t n, int axis, bool inverse);
+mlxb_array *mlxb_rfft(mlxb_scope *s, const mlxb_array *x, int64_t n, int axis);
+mlxb_array *mlxb_irfft(mlxb_scope *s, const mlxb_array *z, int64_t n, int axis);
+
+/* Random arrays from MLX's counter-based generator. With has_seed the values depend only on seed;
+ * without, they come from MLX's per-thread key sequence (seeded from the clock). */
+mlxb_array *mlxb_random_uniform(mlxb_scope *s, const int64_t *dims, int rank, mlxb_dtype t, double low, double high,
+                                bool has_seed, uint64_t seed);
+mlxb_array *mlxb_random_normal(mlxb_scope *s, const int64_t *dims, int rank, mlxb_dtype t, double mean, double scale,
+                               bool has_seed, uint64_t seed);
+/* num_samples draws per row of logits [batch, classes] (unnormalized log-probabilities): uint32 [batch, num_samples]. */
+mlxb_array *mlxb_random_categorical(mlxb_scope *s, const mlxb_array *logits, int num_samples, bool has_seed, uint64_t seed);
+/* Whether a is a placeholder of a compile trace (its values differ between calls). */
+bool mlxb_is_tracer(const mlxb_array *a);
+
+/* LU factorization with partial pivoting of [..., n, n] (float32/float64; always on the CPU):
+ * lu holds L (unit diagonal, implied) and U; pivots [..., n] uint32 say row i was swapped with
+ * row pivots[i]. 0 ok, -1 error in s. */
+int mlxb_lu_factor(mlxb_scope *s, const mlxb_array *a, mlxb_array **lu, mlxb_array **pivots);
+
 #ifdef __cplusplus
 }
 #endif

@@ -61,7 +61,7 @@ static mlxb_array *attn_from_bnsh(mlxb_scope *s, mlxb_array *x) {
 }
 
 /* Slice [start, stop) of one axis. */
-__attribute__((unused)) static mlxb_array *attn_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop) {
+static mlxb_array *attn_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop) {
   if (!x) return NULL;
   int rank = mlxb_ndim(x);
   int64_t lo[8], hi[8], st[8];
@@ -328,6 +328,133 @@ static int lower_onnx_attention(op_ctx *c, const op_def *def) {
   return op_check(c);
 }
 
+/* ---- com.microsoft contrib attention: shared mask -------------------------------------------- */
+
+/* keep[s, t] of ORT's unidirectional mask (AttentionCPUBase::PrepareMask): query s < S - 1 sees
+ * keys t <= past + s; the last query sees every key, even when the key count exceeds S. */
+static mlxb_array *contrib_causal_keep(mlxb_scope *s, int64_t sq, int64_t total, int64_t past) {
+  int64_t row[2] = {sq, 1};
+  mlxb_array *keep = attn_causal_keep(s, sq, total, past, NULL);
+  mlxb_array *last = mlxb_binary(s, MLXB_EQUAL, mlxb_reshape(s, mlxb_arange(s, 0, (double)sq, 1, MLXB_I64), row, 2),
+                                 mlxb_scalar_i64(s, sq - 1, MLXB_I64));
+  return mlxb_binary(s, MLXB_LOGICAL_OR, keep, last);
+}
+
+/* The additive [B, 1, S, T] (or broadcastable) mask of ORT's contrib CPU kernels: an int32
+ * mask_index as key lengths [B], a raw [B, T] mask or a [B, S, T] mask gives 0 where a key is
+ * visible and mask_filter_value where not; the unidirectional mask (S > 1 only) then overwrites
+ * future keys with lowest(T); attention_bias is added. *out is NULL when there is nothing to
+ * add. Returns 0 or -1 (failure recorded). */
+static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int64_t b, int64_t sq, int64_t total,
+                        int64_t past, bool unidirectional, mlxb_dtype t, mlxb_array **out) {
+  mlxb_scope *s = op_scope(c);
+  *out = NULL;
+  float mfv = ir_attr_float(op_node(c), "mask_filter_value", -10000.0f);
+  mlxb_array *zero = attn_f32(s, 0.0), *filt = attn_f32(s, mfv), *m = NULL;
+  if (mask) {
+    int rank = mlxb_ndim(mask);
+    if (rank == 1) {
+      if (mlxb_dim(mask, 0) != b) return op_fail(c, "key lengths must be [batch]");
+      m = mlxb_where(s, attn_length_keep(s, mask, total), zero, filt);
+    } else if (rank == 2 || rank == 3) {
+      if (mlxb_dim(mask, 0) != b || mlxb_dim(mask, -1) != total || (rank == 3 && mlxb_dim(mask, 1) != sq))
+        return op_fail(c, "mask must be [batch, total_sequence_length] or [batch, sequence, total_sequence_length]");
+      mlxb_array *vis = mlxb_binary(s, MLXB_GREATER, mask, mlxb_scalar_i64(s, 0, mlxb_type(mask)));
+      int axis = 1;
+      m = mlxb_expand_dims(s, mlxb_where(s, vis, zero, filt), &axis, 1);
+      if (rank == 2) m = mlxb_expand_dims(s, m, &axis, 1);
+    } else {
+      return op_fail(c, "mask of rank %d is not supported by ORT's CPU kernel", rank);
+    }
+  }
+  if (unidirectional && sq > 1)
+    m = mlxb_where(s, contrib_causal_keep(s, sq, total, past), m ? m : zero, attn_f32(s, attn_lowest(t)));
+  if (m) m = attn_round(s, m, t);
+  if (attn_bias) {
+    if (mlxb_ndim(attn_bias) != 4 || mlxb_dim(attn_bias, 2) != sq || mlxb_dim(attn_bias, 3) != total)
+      return op_fail(c, "attention_bias must be [B or 1, N or 1, S, total_sequence_length]");
+    mlxb_array *ab = attn_cast(s, attn_bias, MLXB_F32);
+    m = m ? attn_round(s, mlxb_binary(s, MLXB_ADD, ab, m), t) : ab;
+  }
+  *out = m;
+  return op_check(c);
+}
+
+/* ---- com.microsoft MultiHeadAttention ----------------------------------------------------- */
+
+static bool claim_mha(claim_ctx *c, const op_def *def) {
+  static const int same[] = {1, 2, 3, 5, 6, 7};
+  if (!attn_claim_dtypes(c, same, 6)) return false;
+  const ir_value *q = claim_input(c, 0), *k = claim_input(c, 1), *v = claim_input(c, 2);
+  if (!k || !v) return claim_decline(c, "packed QKV/KV forms (key or value absent): ORT's CPU kernel rejects them");
+  if (q->rank >= 0 && q->rank != 3) return claim_decline(c, "query of rank %d (packed QKV is not implemented on ORT CPU)", q->rank);
+  if (k->rank >= 0 && k->rank != 3 && k->rank != 4) return claim_decline(c, "key of rank %d (packed KV is not implemented on ORT CPU)", k->rank);
+  if (k->rank >= 0 && v->rank >= 0 && k->rank != v->rank) return claim_decline(c, "key and value ranks differ");
+  if (claim_input(c, 4) && claim_input_dtype(c, 4) != ONNX_INT32) return claim_decline(c, "key_padding_mask is not int32");
+  if (!attn_claim_rank(c, 4, 1, 3, "key_padding_mask") || !attn_claim_rank(c, 5, 4, 4, "attention_bias")) return false;
+  if ((claim_input(c, 6) == NULL) != (claim_input(c, 7) == NULL))
+    return claim_decline(c, "past_key and past_value must come together");
+  if (claim_input(c, 6) && k->rank == 4) return claim_decline(c, "past_key with BNSH key/value (ORT rejects it)");
+  if (claim_input(c, 8) || claim_input(c, 9))
+    return claim_decline(c, "past_sequence_length/cache_indirection (shared-buffer decoding) are not supported");
+  if (ir_attr_int(c->node, "num_heads", 0) <= 0) return claim_decline(c, "num_heads must be > 0");
+  return true;
+}
+
+static int lower_mha(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  int64_t heads = ir_attr_int(n, "num_heads", 0);
+  mlxb_array *q = op_input(c, 0), *k = op_input(c, 1), *v = op_input(c, 2), *bias = op_input(c, 3);
+  mlxb_array *pk = op_input(c, 6), *pv = op_input(c, 7);
+  if (!q || !k || !v) return op_fail(c, "query, key and value are required");
+  if (mlxb_ndim(q) != 3) return op_fail(c, "query must be 3-D");
+  mlxb_dtype t = mlxb_type(q);
+  int64_t b = mlxb_dim(q, 0), sq = mlxb_dim(q, 1), d = mlxb_dim(q, 2);
+  if (d % heads) return op_fail(c, "hidden size %lld is not a multiple of num_heads", (long long)d);
+  bool bnsh_kv = mlxb_ndim(k) == 4;
+  if (bias) {
+    /* bias = [q | k | v]; with BNSH key/value only the query part is used, as on ORT */
+    int64_t dv = bnsh_kv ? 0 : mlxb_dim(v, 2);
+    if (mlxb_ndim(bias) != 1 || mlxb_dim(bias, 0) != 2 * d + (bnsh_kv ? mlxb_dim(v, 1) * mlxb_dim(v, 3) : dv))
+      return op_fail(c, "bias must be [2 * hidden + v_hidden]");
+    q = mlxb_binary(s, MLXB_ADD, q, attn_slice_axis(s, bias, 0, 0, d));
+    if (!bnsh_kv) {
+      k = mlxb_binary(s, MLXB_ADD, k, attn_slice_axis(s, bias, 0, d, 2 * d));
+      v = mlxb_binary(s, MLXB_ADD, v, attn_slice_axis(s, bias, 0, 2 * d, 2 * d + dv));
+    }
+  }
+  q = attn_to_bnsh(s, q, heads);
+  if (!bnsh_kv) {
+    if (mlxb_dim(k, 2) != d || mlxb_dim(v, 2) % heads) return op_fail(c, "key/value hidden sizes do not fit num_heads");
+    k = attn_to_bnsh(s, k, heads);
+    v = attn_to_bnsh(s, v, heads);
+  } else if (mlxb_dim(k, 1) != heads || mlxb_dim(k, 3) != d / heads || mlxb_dim(v, 1) != heads ||
+             mlxb_dim(v, 2) != mlxb_dim(k, 2)) {
+    return op_fail(c, "BNSH key/value must be [batch, num_heads, kv_sequence, head_size]");
+  }
+  int64_t past = 0;
+  if (pk && pv) {
+    past = mlxb_dim(pk, 2);
+    k = attn_concat2(s, pk, k, 2);
+    v = attn_concat2(s, pv, v, 2);
+  }
+  int64_t total = mlxb_dim(k, 2);
+  attn_args a = {.q = q, .k = k, .v = v};
+  float scale = ir_attr_float(n, "scale", 0.0f);
+  a.scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)(d / heads)));
+  if (contrib_bias(c, op_input(c, 4), op_input(c, 5), b, sq, total, past, ir_attr_int(n, "unidirectional", 0) != 0, t,
+                   &a.bias))
+    return -1;
+  a.round_half = true;
+  bool want_qk = op_has_output(c, 3);
+  a.want_qk = want_qk ? 1u << ATTN_QK_MASKED : 0;
+  if (op_set_output(c, 0, attn_from_bnsh(s, attn_compute(s, &a)))) return -1;
+  if (attn_set_optional(c, 1, k) || attn_set_optional(c, 2, v)) return -1;
+  if (want_qk && attn_set_optional(c, 3, a.qk[ATTN_QK_MASKED])) return -1;
+  return op_check(c);
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
@@ -338,6 +465,13 @@ static const op_def defs[] = {
      "past_key/past_value -> present; scale; softcap (before the mask, as ORT and the current spec); "
      "qk_matmul_output_mode 0-3; fully masked rows give zeros as on ORT; float16 rounds scores and "
      "probabilities where ORT stores them in float16; softmax_precision accepted (softmax is float32 anyway)"},
+    {"com.microsoft", "MultiHeadAttention", 1, 1, DT_F32 | DT_F16, claim_mha, lower_mha, 0, 0,
+     "float32/float16; query [B, S, D] with key/value [B, L, D] (+ bias [3D]) or BNSH [B, N, L, H] "
+     "(cross attention; bias then applies to the query only, as on ORT); key_padding_mask int32 as lengths "
+     "[B], [B, T] or [B, S, T] (mask_filter_value); attention_bias [B|1, N|1, S, T]; past_key/past_value "
+     "-> present; unidirectional as ORT (future keys hidden for every query but the last); scale; qk "
+     "output (scores after mask and bias). Declined: packed QKV/KV (ORT CPU rejects them), "
+     "past_sequence_length/cache_indirection, bfloat16"},
 };
 
 OPS_FAMILY(attention, defs);

@@ -1,7 +1,6 @@
 /* Elementwise ops: unary math, binary arithmetic with ONNX's integer semantics (truncating Div,
  * both Mod flavours, guarded BitShift), logic, comparisons, Where and the variadic
  * Min/Max/Mean/Sum. MLX broadcasts like NumPy, which is ONNX's multidirectional broadcasting. */
-#include <limits.h>
 #include <string.h>
 
 #include "ops/op.h"
@@ -59,13 +58,6 @@ static int lower_exp(op_ctx *c, const op_def *def) {
   mlxb_array *r = mlxb_binary(s, MLXB_DIV, one, mlxb_binary(s, MLXB_ADD, mlxb_unary(s, MLXB_EXPM1, half_neg), one));
   mlxb_array *pos = mlxb_binary(s, MLXB_GREATER_EQUAL, x, mlxb_scalar_f64(s, 0.0, t));
   return op_set_output(c, 0, mlxb_where(s, pos, up, mlxb_binary(s, MLXB_MUL, r, r)));
-}
-
-/* MLX's float64 sin, cos and erf run at float32 precision, with no exact rebuild from other ops. */
-static bool claim_not_f64(claim_ctx *c, const op_def *def) {
-  if (claim_input_dtype(c, 0) == ONNX_DOUBLE)
-    return claim_decline(c, "MLX's float64 %s runs at float32 precision", c->node->op_type);
-  return true;
 }
 
 /* MLX's sign maps NaN to 0; ONNX (and ORT) keep the NaN. */
@@ -284,6 +276,8 @@ static int lower_mean(op_ctx *c, const op_def *def) {
 
 #define DT_FLOATS DT_FLOAT
 #define DT_SIGNED_NUM (DT_FLOAT | DT_SINT)
+/* MLX's float64 sin, cos and erf run at float32 precision, with no exact rebuild from other ops. */
+#define DT_FLOATS_NO_F64 (DT_F32 | DT_F16 | DT_BF16)
 
 static const op_def defs[] = {
     /* unary math */
@@ -293,16 +287,16 @@ static const op_def defs[] = {
     {"", "Reciprocal", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_RECIPROCAL, 0, "float dtypes"},
     {"", "Exp", 6, 13, DT_FLOATS, NULL, lower_exp, 0, 0, "float dtypes (float64 rebuilt from expm1 for full precision)"},
     {"", "Log", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_LOG, 0, "float dtypes"},
-    {"", "Erf", 9, 13, DT_FLOATS, claim_not_f64, lower_unary, MLXB_ERF, 0,
+    {"", "Erf", 9, 13, DT_FLOATS_NO_F64, NULL, lower_unary, MLXB_ERF, 0,
      "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
     {"", "Tanh", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_TANH, 0, "float dtypes"},
     {"", "Ceil", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_CEIL, 0, "float dtypes"},
     {"", "Floor", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_FLOOR, 0, "float dtypes"},
     {"", "Round", 11, 22, DT_FLOATS, NULL, lower_unary, MLXB_ROUND, 0, "float dtypes; halves to even"},
     {"", "Sign", 9, 13, DT_NUMERIC, NULL, lower_sign, 0, 0, "all numeric dtypes; NaN stays NaN"},
-    {"", "Sin", 7, 22, DT_FLOATS, claim_not_f64, lower_unary, MLXB_SIN, 0,
+    {"", "Sin", 7, 22, DT_FLOATS_NO_F64, NULL, lower_unary, MLXB_SIN, 0,
      "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
-    {"", "Cos", 7, 22, DT_FLOATS, claim_not_f64, lower_unary, MLXB_COS, 0,
+    {"", "Cos", 7, 22, DT_FLOATS_NO_F64, NULL, lower_unary, MLXB_COS, 0,
      "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
     {"", "Tan", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_TAN, 0, "float dtypes"},
     {"", "Asin", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_ASIN, 0, "float dtypes"},

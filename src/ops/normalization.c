@@ -197,7 +197,7 @@ static int lower_rmsnorm(op_ctx *c, const op_def *def) {
   mlxb_array *ms = reduce_axis(s, MLXB_RMEAN, mlxb_binary(s, MLXB_MUL, x2, x2), 1);
   mlxb_array *rms = mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, ms, scalar_like(s, eps, ms)));
   mlxb_array *y = cast_to(s, mlxb_reshape(s, mlxb_binary(s, MLXB_DIV, x2, rms), dims, rank), t);
-  return op_set_output(c, 0, mlxb_binary(s, MLXB_MUL, y, scale));
+  return op_set_output(c, 0, mlxb_binary(s, MLXB_MUL, y, cast_to(s, scale, t)));
 }
 
 /* ---- BatchNormalization (inference) ------------------------------------------------------- */
@@ -227,8 +227,8 @@ static int lower_batchnorm(op_ctx *c, const op_def *def) {
   mlxb_array *scale = channel_param(s, op_input(c, 1), rank, ct), *b = channel_param(s, op_input(c, 2), rank, ct);
   mlxb_array *mean = channel_param(s, op_input(c, 3), rank, ct), *var = channel_param(s, op_input(c, 4), rank, ct);
   /* ORT's form: y = x * (scale / sqrt(var + eps)) + (b - mean * scale / sqrt(var + eps)) */
-  mlxb_array *inv_std =
-      mlxb_unary(s, MLXB_RECIPROCAL, mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, var, scalar_like(s, eps, var))));
+  mlxb_array *std = mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, var, scalar_like(s, eps, var)));
+  mlxb_array *inv_std = mlxb_unary(s, MLXB_RECIPROCAL, std);
   mlxb_array *k = mlxb_binary(s, MLXB_MUL, inv_std, scale);
   mlxb_array *shift = mlxb_binary(s, MLXB_SUB, b, mlxb_binary(s, MLXB_MUL, mean, k));
   mlxb_array *y = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, cast_to(s, x, ct), k), shift);
@@ -272,7 +272,8 @@ static int lower_groupnorm(op_ctx *c, const op_def *def) {
   if (input_shape(c, x, dims, &rank)) return -1;
   if (rank < 2) return op_fail(c, "input rank %d < 2", rank);
   int64_t groups = ir_attr_int(op_node(c), "num_groups", 0);
-  if (groups <= 0 || dims[1] % groups) return op_fail(c, "channels %lld not divisible by num_groups %lld", (long long)dims[1], (long long)groups);
+  if (groups <= 0 || dims[1] % groups)
+    return op_fail(c, "channels %lld not divisible by num_groups %lld", (long long)dims[1], (long long)groups);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x), ct = def->arg == GN_PER_GROUP ? dtype_compute(t) : MLXB_F32;
   int64_t spatial = dims_product(dims, 2, rank);
@@ -353,7 +354,8 @@ static int lower_mvn(op_ctx *c, const op_def *def) {
 static bool claim_lrn(claim_ctx *c, const op_def *def) {
   const ir_attr *size = ir_node_attr(c->node, "size");
   if (!size || size->type != IR_ATTR_INT || size->i < 1) return claim_decline(c, "size missing or < 1");
-  if (size->i > LRN_MAX_SIZE) return claim_decline(c, "size %lld > %d (one slice per window element)", (long long)size->i, LRN_MAX_SIZE);
+  if (size->i > LRN_MAX_SIZE)
+    return claim_decline(c, "size %lld > %d (one slice per window element)", (long long)size->i, LRN_MAX_SIZE);
   return true;
 }
 
@@ -370,7 +372,8 @@ static int lower_lrn(op_ctx *c, const op_def *def) {
   if (rank < 2) return op_fail(c, "input rank %d < 2", rank);
   int64_t size = ir_attr_int(n, "size", 1);
   if (size < 1 || size > LRN_MAX_SIZE) return op_fail(c, "size %lld outside [1, %d]", (long long)size, LRN_MAX_SIZE);
-  float alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f), bias = ir_attr_float(n, "bias", 1.0f);
+  float alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f);
+  float bias = ir_attr_float(n, "bias", 1.0f);
   mlxb_dtype t = mlxb_type(x), ct = dtype_compute(t);
   mlxb_array *xc = cast_to(s, x, ct);
   int64_t lo[NORM_MAX_RANK] = {0}, hi[NORM_MAX_RANK] = {0}, start[NORM_MAX_RANK] = {0}, stop[NORM_MAX_RANK],
@@ -411,7 +414,8 @@ static const op_def defs[] = {
    DOC_SM_LEGACY " x - max - log(sum(exp(x - max))), float16/bfloat16 in float32." DOC_SM_F64},
   {"", "LogSoftmax", 13, 13, DT_FLOAT, claim_softmax, lower_softmax, SM_LOGSOFTMAX, 0,
    DOC_SM " x - max - log(sum(exp(x - max))), float16/bfloat16 in float32." DOC_SM_F64},
-  {"", "Hardmax", 1, 12, DT_FLOAT, claim_softmax, lower_softmax, SM_HARDMAX, 0, DOC_SM_LEGACY " First index wins ties."},
+  {"", "Hardmax", 1, 12, DT_FLOAT, claim_softmax, lower_softmax, SM_HARDMAX, 0,
+   DOC_SM_LEGACY " First index wins ties."},
   {"", "Hardmax", 13, 13, DT_FLOAT, claim_softmax, lower_softmax, SM_HARDMAX, 0, DOC_SM " First index wins ties."},
   {"", "LayerNormalization", 17, 17, DT_FLOAT, claim_stash_f32, lower_layernorm, 0, 0,
    "Any axis (normalized over axis..end), epsilon, optional B, Scale broadcast over the normalized dims; Mean "

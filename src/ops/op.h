@@ -118,5 +118,8 @@ const op_family *op_registry_family(size_t i);
 
 /* Generic claim: dtype checks of the row plus every value MLX-representable, then def->claim. */
 bool op_claim_node(claim_ctx *c, const op_def *def);
+/* The first row covering the node that claims it (several rows may cover one op and opset, e.g.
+ * a family for emulated dtypes beside the plain one); NULL with c->reason set when none does. */
+const op_def *op_registry_claim(claim_ctx *c);
 
 #endif

@@ -195,8 +195,11 @@ static mlxb_array *reduce_int(mlxb_scope *s, reduce_kind k, mlxb_array *x, const
     return NULL;
   }
   bool old = mlxb_scope_force_cpu(s, true); /* float64 work */
-  mlxb_array *y = k == RK_LOGSUMEXP && !p->noop ? reduce_int_logsumexp(s, x, p)
-                                                 : cast_saturate(s, reduce_float(s, k, mlxb_astype(s, x, MLXB_F64), p), t);
+  mlxb_array *y;
+  if (k == RK_LOGSUMEXP)
+    y = reduce_int_logsumexp(s, x, p);
+  else
+    y = cast_saturate(s, reduce_float(s, k, mlxb_astype(s, x, MLXB_F64), p), t);
   mlxb_scope_force_cpu(s, old);
   return y;
 }
@@ -255,7 +258,8 @@ static int lower_reduce(op_ctx *c, const op_def *def) {
 
 /* MLX's float64 exp is only float32-accurate, which would show in a float64 ReduceLogSumExp. */
 static bool claim_logsumexp(claim_ctx *c, const op_def *def) {
-  if (claim_input_dtype(c, 0) == ONNX_DOUBLE) return claim_decline(c, "float64: MLX's float64 exp is float32-accurate");
+  if (claim_input_dtype(c, 0) == ONNX_DOUBLE)
+    return claim_decline(c, "float64: MLX's float64 exp is float32-accurate");
   return true;
 }
 
@@ -380,8 +384,9 @@ static int lower_topk(op_ctx *c, const op_def *def) {
 
 #define DT_SUMLIKE (DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64))
 #define DOC_INT " int32/int64 accumulate in float64 and saturate on the cast back (ORT's CPU EP)."
-#define DOC_ATTR "axes attribute (empty = all), keepdims, negative axes; empty reductions give ORT's identity value;"
-#define DOC_INPUT "axes input (constant or runtime), keepdims, noop_with_empty_axes, negative axes; empty reductions give ORT's identity value;"
+#define DOC_EMPTY " empty reductions give ORT's identity value;"
+#define DOC_ATTR "axes attribute (empty = all), keepdims, negative axes;" DOC_EMPTY
+#define DOC_INPUT "axes input (constant or runtime), keepdims, noop_with_empty_axes, negative axes;" DOC_EMPTY
 #define DOC_F16 " float16/bfloat16 compute in float32."
 
 #define REDUCE_ROWS_CLAIM(name, kind, attr_max, in_min, in_max, dtypes, claim, extra)                                \

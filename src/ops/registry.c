@@ -53,3 +53,27 @@ bool op_registry_knows(const char *domain, const char *op_type) {
   }
   return false;
 }
+
+const op_def *op_registry_claim(claim_ctx *c) {
+  const ir_node *n = c->node;
+  bool covered = false;
+  for (size_t f = 0; f < n_families; f++) {
+    if (!families[f]) continue;
+    for (size_t i = 0; i < families[f]->count; i++) {
+      const op_def *d = &families[f]->defs[i];
+      if (strcmp(d->op_type, n->op_type) || !same_domain(d->domain, n->domain)) continue;
+      if (n->since_version < d->since_min || n->since_version > d->since_max) continue;
+      covered = true;
+      c->reason[0] = '\0';
+      if (op_claim_node(c, d)) return d;
+    }
+  }
+  if (!covered) {
+    if (op_registry_knows(n->domain, n->op_type))
+      snprintf(c->reason, sizeof c->reason, "opset version %d is not covered", n->since_version);
+    else
+      snprintf(c->reason, sizeof c->reason, "no MLX lowering for %s%s%s", n->domain, *n->domain ? "::" : "",
+               n->op_type);
+  }
+  return NULL;
+}

@@ -21,19 +21,11 @@ static int claim_all(const ir_graph *g, mlxb_device dev, const bool *skip, parti
   for (int i = 0; i < g->n_nodes; i++) {
     const ir_node *n = &g->nodes[i];
     claim_ctx c = {.graph = g, .node = n, .device = dev};
-    const op_def *def = op_registry_find(n->domain, n->op_type, n->since_version);
     if (skip && skip[i]) {
       snprintf(c.reason, sizeof c.reason, "already assigned to another execution provider");
     } else if (g->is_subgraph) {
       snprintf(c.reason, sizeof c.reason, "inside a control-flow body (left to ORT for now)");
-    } else if (!def) {
-      if (op_registry_knows(n->domain, n->op_type))
-        snprintf(c.reason, sizeof c.reason, "opset version %d is not covered", n->since_version);
-      else
-        snprintf(c.reason, sizeof c.reason, "no MLX lowering for %s%s%s", n->domain,
-                 *n->domain ? "::" : "", n->op_type);
-    } else if (op_claim_node(&c, def)) {
-      p->defs[i] = def;
+    } else if ((p->defs[i] = op_registry_claim(&c)) != NULL) {
       continue;
     }
     p->reasons[i] = dup_reason(c.reason[0] ? c.reason : "declined");

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/emulated.h"
 #include "runtime/plan_internal.h"
 
 struct op_ctx {
@@ -146,6 +147,9 @@ int op_set_output(op_ctx *c, int i, mlxb_array *a) {
   int v = c->node->outputs[i];
   if (v < 0) return 0; /* optional output not wired */
   int32_t want = c->g->values[v].dtype, got = op_onnx_dtype(mlxb_type(a));
+  if (ir_dtype_emulated_bits(want) && got != ONNX_UINT8)
+    return op_fail(c, "output %d: %s values must be uint8 codes, lowering produced %s", i, ir_dtype_name(want),
+                   ir_dtype_name(got));
   if (want != ONNX_UNDEFINED && op_mlx_dtype(want) >= 0 && got != want)
     return op_fail(c, "output %d: lowering produced %s, graph declares %s", i, ir_dtype_name(got), ir_dtype_name(want));
   c->vals[v] = a;
@@ -204,7 +208,7 @@ static int check_input(const plan *p, const ir_value *val, const rt_tensor *t, d
     if (val->dims[k] >= 0 && val->dims[k] != t->dims[k])
       return diag_fail(d, "%s: input '%s' has dimension %d = %lld, expected %lld", p->name, val->name, k,
                        (long long)t->dims[k], (long long)val->dims[k]);
-  if (op_mlx_dtype(t->dtype) < 0)
+  if (op_mlx_dtype(t->dtype) < 0 && !ir_dtype_emulated_bits(t->dtype))
     return diag_fail(d, "%s: input '%s' has dtype %s, which MLX lacks", p->name, val->name, ir_dtype_name(t->dtype));
   return 0;
 }
@@ -218,7 +222,10 @@ static int bind_inputs(const plan *p, mlxb_scope *s, const rt_tensor *inputs, in
     const ir_value *val = &g->values[g->inputs[i]];
     const rt_tensor *t = &inputs[i];
     if (check_input(p, val, t, d)) return -1;
-    arrays[i] = mlxb_from_data(s, t->data, t->dims, t->rank, (mlxb_dtype)op_mlx_dtype(t->dtype));
+    if (ir_dtype_emulated_bits(t->dtype))
+      arrays[i] = emulated_upload(s, t->dtype, t->data, t->dims, t->rank);
+    else
+      arrays[i] = mlxb_from_data(s, t->data, t->dims, t->rank, (mlxb_dtype)op_mlx_dtype(t->dtype));
     if (!arrays[i]) return diag_fail(d, "%s: input '%s': %s", p->name, val->name, mlxb_error(s));
   }
   return 0;
@@ -260,9 +267,14 @@ static int write_outputs(const plan *p, mlxb_scope *s, mlxb_array **results, rt_
     if (rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, rank);
     mlxb_shape(results[i], dims);
     void *dst = NULL;
-    if (alloc(user, i, op_onnx_dtype(mlxb_type(results[i])), dims, rank, &dst, d)) return -1;
-    size_t bytes = mlxb_size(results[i]) * mlxb_dtype_size(mlxb_type(results[i]));
-    if (bytes && mlxb_read(s, results[i], dst, bytes)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+    int32_t declared = p->g->values[p->g->outputs[i]].dtype;
+    bool emulated = ir_dtype_emulated_bits(declared) != 0;
+    int32_t dtype = emulated ? declared : op_onnx_dtype(mlxb_type(results[i]));
+    if (alloc(user, i, dtype, dims, rank, &dst, d)) return -1;
+    size_t n = mlxb_size(results[i]);
+    int rc = emulated ? (n ? emulated_download(s, declared, results[i], dst, ir_dtype_storage_bytes(declared, (int64_t)n)) : 0)
+                      : (n ? mlxb_read(s, results[i], dst, n * mlxb_dtype_size(mlxb_type(results[i]))) : 0);
+    if (rc) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   }
   return 0;
 }

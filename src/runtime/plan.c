@@ -3,20 +3,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/emulated.h"
 #include "runtime/plan_internal.h"
 
 static int upload_constant(plan *p, int v, diag *d) {
   ir_value *val = &p->g->values[v];
   int t = op_mlx_dtype(val->dtype);
-  if (t < 0) {
-    val->const_data = NULL; /* a dtype only some ops understand; they read the host copy */
+  bool emulated = ir_dtype_emulated_bits(val->dtype) != 0;
+  int64_t count = ir_value_static_size(val);
+  if (t < 0 && !emulated) {
+    val->const_data = NULL; /* not a tensor MLX can hold (e.g. strings) */
+    val->const_borrowed = false;
     return 0;
   }
-  size_t esz = mlxb_dtype_size((mlxb_dtype)t);
-  int64_t count = ir_value_static_size(val);
-  if (count < 0 || (size_t)count * esz != val->const_bytes)
+  if (count < 0 || ir_dtype_storage_bytes(val->dtype, count) != val->const_bytes)
     return diag_fail(d, "constant '%s': %zu bytes do not match its shape", val->name, val->const_bytes);
-  mlxb_array *a = mlxb_from_data(p->consts, val->const_data, val->dims, val->rank, (mlxb_dtype)t);
+  mlxb_array *a = emulated ? emulated_upload(p->consts, val->dtype, val->const_data, val->dims, val->rank)
+                           : mlxb_from_data(p->consts, val->const_data, val->dims, val->rank, (mlxb_dtype)t);
   if (!a) return diag_fail(d, "constant '%s': %s", val->name, mlxb_error(p->consts));
   p->const_arrays[v] = a;
   bool keep_host = (val->dtype != ONNX_FLOAT && val->dtype != ONNX_FLOAT16 && val->dtype != ONNX_BFLOAT16)
@@ -57,9 +60,8 @@ static int check_claims(plan *p, diag *d) {
   for (int i = 0; i < g->n_nodes; i++) {
     const ir_node *n = &g->nodes[i];
     claim_ctx c = {.graph = g, .node = n, .device = p->cfg.device};
-    const op_def *def = op_registry_find(n->domain, n->op_type, n->since_version);
-    if (!def) return diag_fail(d, "node '%s' (%s): no lowering for opset %d", n->name, n->op_type, n->since_version);
-    if (!op_claim_node(&c, def))
+    const op_def *def = op_registry_claim(&c);
+    if (!def)
       return diag_fail(d, "node '%s' (%s): claim no longer holds at Compile: %s", n->name, n->op_type, c.reason);
     p->defs[i] = def;
   }

@@ -1,0 +1,597 @@
+/* Pooling: MaxPool (with Indices), AveragePool, LpPool, their Global forms, MaxUnpool and
+ * MaxRoiPool. MLX has no pooling primitive: windows are strided views (as_strided) of the padded
+ * input, reduced one spatial axis at a time (max and sums are separable), and everything that
+ * depends only on shapes (output extents, element counts, index maps) is computed on the host
+ * with ORT's formulas. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+#define POOL_MAX_SP 8
+#define POOL_MAX_RANK (POOL_MAX_SP + 2)
+
+typedef enum pool_kind { POOL_MAX, POOL_AVG, POOL_LP } pool_kind;
+
+/* Geometry of one pooling, per spatial axis. */
+typedef struct pool_geom {
+  int nsp;                      /* spatial rank */
+  int64_t in[POOL_MAX_SP];      /* input extent */
+  int64_t k[POOL_MAX_SP];       /* kernel extent */
+  int64_t s[POOL_MAX_SP];       /* stride */
+  int64_t d[POOL_MAX_SP];       /* dilation */
+  int64_t pl[POOL_MAX_SP];      /* pad before */
+  int64_t ph[POOL_MAX_SP];      /* pad after */
+  int64_t out[POOL_MAX_SP];     /* output extent */
+} pool_geom;
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static bool pool_is_half(mlxb_dtype t) { return t == MLXB_F16 || t == MLXB_BF16; }
+
+static bool pool_is_float(mlxb_dtype t) { return pool_is_half(t) || t == MLXB_F32 || t == MLXB_F64; }
+
+static int64_t pool_numel(const int64_t *d, int n) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++) p *= d[i];
+  return p;
+}
+
+/* The input tensor, checked to be [N, C, spatial...] with 1..POOL_MAX_SP spatial axes. */
+static mlxb_array *pool_input(op_ctx *c, int64_t *dims, int *rank) {
+  mlxb_array *x = op_input(c, 0);
+  if (!x) {
+    if (!op_check(c)) op_fail(c, "input is missing");
+    return NULL;
+  }
+  *rank = mlxb_ndim(x);
+  if (*rank < 3 || *rank > POOL_MAX_RANK) {
+    op_fail(c, "input rank %d (must be 3 to %d)", *rank, POOL_MAX_RANK);
+    return NULL;
+  }
+  mlxb_shape(x, dims);
+  return x;
+}
+
+/* Fills out[n] from an ints attribute or with dflt; false when the count is not n. */
+static bool pool_attr_ints(const ir_node *node, const char *name, int64_t *out, int n, int64_t dflt) {
+  const int64_t *v;
+  size_t cnt = ir_attr_ints(node, name, &v);
+  if (cnt == 0) {
+    for (int i = 0; i < n; i++) out[i] = dflt;
+    return true;
+  }
+  if (cnt != (size_t)n) return false;
+  memcpy(out, v, (size_t)n * sizeof *out);
+  return true;
+}
+
+/* One output extent (ORT's PoolAttributes::ComputeOutputSize): truncating division, or a float
+ * ceil whose last window must start inside the input or the head pad. */
+static int64_t pool_out_extent(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pl, int64_t ph, bool ceil_mode) {
+  int64_t num = in + pl + ph - d * (k - 1) - 1;
+  if (!ceil_mode) return num / s + 1;
+  int64_t out = (int64_t)ceilf((float)num / (float)s) + 1;
+  if ((out - 1) * s >= in + pl) out--;
+  return out;
+}
+
+/* Reads kernel_shape, strides, dilations, pads, auto_pad and ceil_mode into g for input dims. */
+static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g) {
+  const ir_node *n = op_node(c);
+  memset(g, 0, sizeof *g);
+  g->nsp = rank - 2;
+  int64_t pads[2 * POOL_MAX_SP];
+  if (!pool_attr_ints(n, "kernel_shape", g->k, g->nsp, 0) || !ir_node_attr(n, "kernel_shape"))
+    return op_fail(c, "kernel_shape must have %d values", g->nsp);
+  if (!pool_attr_ints(n, "strides", g->s, g->nsp, 1) || !pool_attr_ints(n, "dilations", g->d, g->nsp, 1) ||
+      !pool_attr_ints(n, "pads", pads, 2 * g->nsp, 0))
+    return op_fail(c, "strides, dilations or pads do not match the spatial rank %d", g->nsp);
+  const char *ap = ir_attr_string(n, "auto_pad", "NOTSET");
+  bool ceil_mode = ir_attr_int(n, "ceil_mode", 0) != 0;
+  for (int i = 0; i < g->nsp; i++) {
+    g->in[i] = dims[i + 2];
+    if (g->k[i] < 1 || g->s[i] < 1 || g->d[i] < 1) return op_fail(c, "kernel, strides and dilations must be >= 1");
+    g->pl[i] = pads[i], g->ph[i] = pads[i + g->nsp];
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+      /* ORT pads with the undilated kernel here. */
+      int64_t target = (g->in[i] + g->s[i] - 1) / g->s[i];
+      int64_t needed = (target - 1) * g->s[i] + g->k[i] - g->in[i];
+      g->pl[i] = !strcmp(ap, "SAME_LOWER") ? (needed + 1) / 2 : needed / 2;
+      g->ph[i] = needed - g->pl[i];
+    } else if (!strcmp(ap, "VALID")) {
+      g->pl[i] = g->ph[i] = 0;
+    }
+    if (g->pl[i] < 0 || g->ph[i] < 0) return op_fail(c, "negative pads");
+    g->out[i] = pool_out_extent(g->in[i], g->k[i], g->s[i], g->d[i], g->pl[i], g->ph[i], ceil_mode);
+    if (g->out[i] < 0) return op_fail(c, "spatial axis %d: negative output extent", i);
+  }
+  return 0;
+}
+
+static bool pool_claim_common(claim_ctx *c, bool need_kernel) {
+  const ir_node *n = c->node;
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank >= 0 && (x->rank < 3 || x->rank > POOL_MAX_RANK))
+    return claim_decline(c, "input rank %d (must be 3 to %d)", x->rank, POOL_MAX_RANK);
+  const char *ap = ir_attr_string(n, "auto_pad", "NOTSET");
+  if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID") && strcmp(ap, "SAME_UPPER") && strcmp(ap, "SAME_LOWER") && *ap)
+    return claim_decline(c, "auto_pad '%s' is unknown", ap);
+  if (!need_kernel) return true;
+  const int64_t *k;
+  size_t nk = ir_attr_ints(n, "kernel_shape", &k);
+  if (nk == 0 || nk > POOL_MAX_SP) return claim_decline(c, "kernel_shape must have 1 to %d values", POOL_MAX_SP);
+  if (x && x->rank >= 0 && (size_t)x->rank != nk + 2) return claim_decline(c, "kernel_shape does not match the input rank");
+  return true;
+}
+
+/* ---- windows ------------------------------------------------------------------------------ */
+
+/* The value padded windows start from: the lowest value for max (an element never wins over a
+ * real one), zero for sums. */
+static mlxb_array *pool_pad_value(mlxb_scope *s, pool_kind kind, mlxb_dtype t) {
+  if (kind != POOL_MAX) return mlxb_scalar_i64(s, 0, t);
+  switch (t) {
+    case MLXB_U8: case MLXB_U16: case MLXB_U32: case MLXB_U64: return mlxb_scalar_i64(s, 0, t);
+    case MLXB_I8: return mlxb_scalar_i64(s, INT8_MIN, t);
+    case MLXB_I16: return mlxb_scalar_i64(s, INT16_MIN, t);
+    case MLXB_I32: return mlxb_scalar_i64(s, INT32_MIN, t);
+    case MLXB_I64: return mlxb_scalar_i64(s, INT64_MIN, t);
+    default: return mlxb_scalar_f64(s, -INFINITY, t);
+  }
+}
+
+/* Pads the spatial axes of x so that every window of g lies inside: pl before, and after as much
+ * as the last window needs (ceil_mode windows may pass the tail pad; those positions hold the
+ * pad value and are never counted). Returns a contiguous array. */
+static mlxb_array *pool_pad(mlxb_scope *s, mlxb_array *x, const pool_geom *g, const mlxb_array *value) {
+  int rank = g->nsp + 2;
+  int64_t lo[POOL_MAX_RANK] = {0}, hi[POOL_MAX_RANK] = {0};
+  bool any = false;
+  for (int i = 0; i < g->nsp; i++) {
+    int64_t need = g->out[i] > 0 ? (g->out[i] - 1) * g->s[i] + (g->k[i] - 1) * g->d[i] + 1 : 0;
+    int64_t tail = need - g->in[i] - g->pl[i];
+    lo[i + 2] = g->pl[i], hi[i + 2] = tail > 0 ? tail : 0;
+    any |= lo[i + 2] || hi[i + 2];
+  }
+  (void)rank;
+  if (any) x = mlxb_pad(s, x, lo, hi, value, "constant");
+  return mlxb_contiguous(s, x);
+}
+
+/* Reduces the windows of spatial axis `ax` (of a contiguous padded array): a strided view with
+ * the window as a trailing axis, reduced away. */
+static mlxb_array *pool_reduce_axis(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, mlxb_reduce_op op) {
+  int rank = mlxb_ndim(x);
+  int64_t dims[POOL_MAX_RANK + 1], strides[POOL_MAX_RANK + 1];
+  mlxb_shape(x, dims);
+  int64_t st = 1;
+  for (int i = rank - 1; i >= 0; i--) strides[i] = st, st *= dims[i];
+  int a = ax + 2;
+  int64_t step = strides[a];
+  dims[rank] = g->k[ax], strides[rank] = step * g->d[ax];
+  dims[a] = g->out[ax], strides[a] = step * g->s[ax];
+  mlxb_array *v = mlxb_as_strided(s, x, dims, strides, rank + 1, 0);
+  int last = rank;
+  return mlxb_contiguous(s, mlxb_reduce(s, op, v, &last, 1, false));
+}
+
+/* All windows of x at once: [N, C, out..., K] with K the flattened kernel (row-major). */
+static mlxb_array *pool_windows(mlxb_scope *s, mlxb_array *x, const pool_geom *g) {
+  int rank = g->nsp + 2;
+  int64_t dims[POOL_MAX_RANK], vd[2 * POOL_MAX_RANK], vs[2 * POOL_MAX_RANK], flat[POOL_MAX_RANK + 1];
+  mlxb_shape(x, dims);
+  int64_t st[POOL_MAX_RANK], acc = 1;
+  for (int i = rank - 1; i >= 0; i--) st[i] = acc, acc *= dims[i];
+  vd[0] = dims[0], vd[1] = dims[1], vs[0] = st[0], vs[1] = st[1];
+  for (int i = 0; i < g->nsp; i++) {
+    vd[2 + i] = g->out[i], vs[2 + i] = st[2 + i] * g->s[i];
+    vd[rank + i] = g->k[i], vs[rank + i] = st[2 + i] * g->d[i];
+  }
+  mlxb_array *v = mlxb_as_strided(s, x, vd, vs, rank + g->nsp, 0);
+  for (int i = 0; i < rank; i++) flat[i] = vd[i];
+  flat[rank] = pool_numel(g->k, g->nsp);
+  return mlxb_reshape(s, v, flat, rank + 1);
+}
+
+/* Per output position, how many window elements are real input (count_pad false) or lie within
+ * the padded input (count_pad true). Separable: per-axis counts multiplied out, as an array
+ * [out...] of dtype t broadcastable against [N, C, out...]. Sets *any_empty when some window
+ * holds no real element. */
+static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, mlxb_dtype t, bool *any_empty) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *total = NULL;
+  if (any_empty) *any_empty = false;
+  for (int i = 0; i < g->nsp; i++) {
+    int64_t n = g->out[i];
+    double *cnt = malloc(sizeof *cnt * (size_t)(n ? n : 1));
+    if (!cnt) {
+      op_fail(c, "out of memory");
+      return NULL;
+    }
+    for (int64_t o = 0; o < n; o++) {
+      int64_t start = o * g->s[i] - g->pl[i], real = 0, inpad = 0;
+      for (int64_t j = 0; j < g->k[i]; j++) {
+        int64_t p = start + j * g->d[i];
+        real += p >= 0 && p < g->in[i];
+        inpad += p < g->in[i] + g->ph[i];
+      }
+      if (real == 0 && any_empty) *any_empty = true;
+      cnt[o] = (double)(count_pad ? inpad : real);
+    }
+    int64_t shape[POOL_MAX_RANK];
+    for (int j = 0; j < g->nsp; j++) shape[j] = j == i ? n : 1;
+    mlxb_array *a = mlxb_astype(s, mlxb_reshape(s, mlxb_from_data(s, cnt, &n, 1, MLXB_F64), shape, g->nsp), t);
+    free(cnt);
+    total = total ? mlxb_binary(s, MLXB_MUL, total, a) : a;
+  }
+  return total;
+}
+
+/* Windowed reduction of x [N, C, in...] per g: max, sum or sum of |x|^p. Halves are computed in
+ * float32. Returns [N, C, out...] in the compute dtype. */
+static mlxb_array *pool_sum_or_max(op_ctx *c, mlxb_array *x, const pool_geom *g, pool_kind kind, int64_t p) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_dtype t = mlxb_type(x);
+  if (kind != POOL_MAX && pool_is_half(t)) x = mlxb_astype(s, x, MLXB_F32), t = MLXB_F32;
+  if (kind == POOL_LP) {
+    x = mlxb_unary(s, MLXB_ABS, x);
+    if (p != 1) x = mlxb_binary(s, MLXB_POW, x, mlxb_scalar_f64(s, (double)p, t));
+  }
+  x = pool_pad(s, x, g, pool_pad_value(s, kind, t));
+  for (int i = 0; i < g->nsp; i++) x = pool_reduce_axis(s, x, g, i, kind == POOL_MAX ? MLXB_RMAX : MLXB_RSUM);
+  return x;
+}
+
+/* ---- MaxPool ------------------------------------------------------------------------------ */
+
+static bool claim_maxpool(claim_ctx *c, const op_def *def) {
+  if (!pool_claim_common(c, true)) return false;
+  int64_t so = ir_attr_int(c->node, "storage_order", 0);
+  if (so != 0 && so != 1) return claim_decline(c, "storage_order %lld", (long long)so);
+  return true;
+}
+
+/* Host map from (output position, kernel offset) to the flattened spatial index of the input
+ * element (row-major, or column-major over the spatial axes for storage_order 1): [O*K]. */
+static mlxb_array *maxpool_index_map(op_ctx *c, const pool_geom *g, bool col_major) {
+  int64_t O = pool_numel(g->out, g->nsp), K = pool_numel(g->k, g->nsp), n = O * K;
+  int64_t *map = malloc(sizeof *map * (size_t)(n ? n : 1));
+  if (!map) {
+    op_fail(c, "out of memory");
+    return NULL;
+  }
+  int64_t stride[POOL_MAX_SP], acc = 1;
+  for (int i = col_major ? 0 : g->nsp - 1; col_major ? i < g->nsp : i >= 0; i += col_major ? 1 : -1)
+    stride[i] = acc, acc *= g->in[i];
+  for (int64_t o = 0; o < O; o++) {
+    int64_t oi[POOL_MAX_SP], rem = o;
+    for (int i = g->nsp - 1; i >= 0; i--) oi[i] = rem % g->out[i], rem /= g->out[i];
+    for (int64_t k = 0; k < K; k++) {
+      int64_t krem = k, idx = 0;
+      for (int i = g->nsp - 1; i >= 0; i--) {
+        int64_t p = oi[i] * g->s[i] - g->pl[i] + (krem % g->k[i]) * g->d[i];
+        krem /= g->k[i];
+        p = p < 0 ? 0 : p >= g->in[i] ? g->in[i] - 1 : p; /* a padding position: only chosen in degenerate windows */
+        idx += p * stride[i];
+      }
+      map[o * K + k] = idx;
+    }
+  }
+  mlxb_array *a = mlxb_from_data(op_scope(c), map, &n, 1, MLXB_I64);
+  free(map);
+  return a;
+}
+
+/* Indices output: argmax over each full window, mapped through the host index map, plus the
+ * offset of the (n, c) plane. */
+static mlxb_array *maxpool_indices(op_ctx *c, mlxb_array *xp, const pool_geom *g, const int64_t *dims) {
+  mlxb_scope *s = op_scope(c);
+  bool col_major = ir_attr_int(op_node(c), "storage_order", 0) == 1;
+  int rank = g->nsp + 2;
+  int64_t O = pool_numel(g->out, g->nsp), K = pool_numel(g->k, g->nsp), S = pool_numel(g->in, g->nsp);
+  mlxb_array *win = pool_windows(s, xp, g);
+  int64_t d3[3] = {dims[0], dims[1], O};
+  mlxb_array *j = mlxb_reshape(s, mlxb_astype(s, mlxb_argmax(s, win, rank, false), MLXB_I64), d3, 3);
+  /* position in the map: o * K + j */
+  int64_t od[3] = {1, 1, O}, cd[3] = {dims[0], dims[1], 1};
+  mlxb_array *o = mlxb_reshape(s, mlxb_arange(s, 0, (double)O, 1, MLXB_I64), od, 3);
+  mlxb_array *pos = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, o, mlxb_scalar_i64(s, K, MLXB_I64)), j);
+  pos = mlxb_clip(s, pos, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, O * K > 0 ? O * K - 1 : 0, MLXB_I64));
+  mlxb_array *map = maxpool_index_map(c, g, col_major);
+  if (!map) return NULL;
+  mlxb_array *idx = mlxb_take(s, map, pos, 0);
+  mlxb_array *plane = mlxb_reshape(s, mlxb_arange(s, 0, (double)(dims[0] * dims[1]), 1, MLXB_I64), cd, 3);
+  idx = mlxb_binary(s, MLXB_ADD, idx, mlxb_binary(s, MLXB_MUL, plane, mlxb_scalar_i64(s, S, MLXB_I64)));
+  int64_t od_full[POOL_MAX_RANK];
+  od_full[0] = dims[0], od_full[1] = dims[1];
+  for (int i = 0; i < g->nsp; i++) od_full[i + 2] = g->out[i];
+  return mlxb_reshape(s, idx, od_full, rank);
+}
+
+static int lower_maxpool(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  int64_t dims[POOL_MAX_RANK];
+  int rank;
+  mlxb_array *x = pool_input(c, dims, &rank);
+  pool_geom g;
+  if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
+  mlxb_dtype t = mlxb_type(x);
+  mlxb_array *y = pool_sum_or_max(c, x, &g, POOL_MAX, 0);
+  bool empty = false;
+  mlxb_array *cnt = pool_counts(c, &g, false, MLXB_F32, &empty);
+  if (!cnt) return op_check(c) ? -1 : -1;
+  /* A window of padding only gives the lowest finite value in ORT. */
+  if (empty && pool_is_float(t)) {
+    double lowest = t == MLXB_F64 ? -DBL_MAX : t == MLXB_F16 ? -65504.0 : t == MLXB_BF16 ? -3.3895313892515355e38 : -FLT_MAX;
+    y = mlxb_where(s, mlxb_binary(s, MLXB_EQUAL, cnt, mlxb_scalar_f64(s, 0, MLXB_F32)), mlxb_scalar_f64(s, lowest, t), y);
+  }
+  if (op_set_output(c, 0, y) < 0) return -1;
+  if (!op_has_output(c, 1)) return 0;
+  mlxb_array *xp = pool_pad(s, x, &g, pool_pad_value(s, POOL_MAX, t));
+  mlxb_array *idx = maxpool_indices(c, xp, &g, dims);
+  return idx ? op_set_output(c, 1, idx) : (op_check(c) ? -1 : -1);
+}
+
+/* ---- AveragePool / LpPool ----------------------------------------------------------------- */
+
+static bool claim_avgpool(claim_ctx *c, const op_def *def) { return pool_claim_common(c, true); }
+
+static int lower_avgpool(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  int64_t dims[POOL_MAX_RANK];
+  int rank;
+  mlxb_array *x = pool_input(c, dims, &rank);
+  pool_geom g;
+  if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
+  mlxb_dtype t = mlxb_type(x), ct = pool_is_half(t) ? MLXB_F32 : t;
+  bool include_pad = ir_attr_int(op_node(c), "count_include_pad", 0) != 0;
+  mlxb_array *sum = pool_sum_or_max(c, x, &g, POOL_AVG, 0);
+  mlxb_array *cnt = pool_counts(c, &g, include_pad, ct, NULL);
+  if (!cnt) return op_check(c) ? -1 : -1;
+  /* Windows without elements keep their zero sum. */
+  cnt = mlxb_binary(s, MLXB_MAXIMUM, cnt, mlxb_scalar_f64(s, 1, ct));
+  mlxb_array *y = mlxb_binary(s, MLXB_DIV, sum, cnt);
+  return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
+}
+
+static bool claim_lppool(claim_ctx *c, const op_def *def) {
+  if (ir_attr_int(c->node, "p", 2) < 1) return claim_decline(c, "p must be >= 1");
+  return pool_claim_common(c, true);
+}
+
+/* (sum |x|^p)^(1/p), as ORT computes it. */
+static mlxb_array *pool_lp_finish(mlxb_scope *s, mlxb_array *sum, int64_t p, mlxb_dtype t) {
+  mlxb_dtype ct = mlxb_type(sum);
+  mlxb_array *y = p == 1 ? sum : p == 2 ? mlxb_unary(s, MLXB_SQRT, sum)
+                                        : mlxb_binary(s, MLXB_POW, sum, mlxb_scalar_f64(s, 1.0 / (double)p, ct));
+  return ct == t ? y : mlxb_astype(s, y, t);
+}
+
+static int lower_lppool(op_ctx *c, const op_def *def) {
+  int64_t dims[POOL_MAX_RANK];
+  int rank;
+  mlxb_array *x = pool_input(c, dims, &rank);
+  pool_geom g;
+  if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
+  int64_t p = ir_attr_int(op_node(c), "p", 2);
+  if (p < 1) return op_fail(c, "p must be >= 1");
+  mlxb_array *sum = pool_sum_or_max(c, x, &g, POOL_LP, p);
+  return op_set_output(c, 0, pool_lp_finish(op_scope(c), sum, p, mlxb_type(x)));
+}
+
+/* ---- global pooling ----------------------------------------------------------------------- */
+
+static bool claim_global(claim_ctx *c, const op_def *def) {
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank >= 0 && x->rank < 3) return claim_decline(c, "input rank %d (must be >= 3)", x->rank);
+  if (def->arg == POOL_LP && ir_attr_int(c->node, "p", 2) < 1) return claim_decline(c, "p must be >= 1");
+  return true;
+}
+
+static int lower_global(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "input is missing");
+  int rank = mlxb_ndim(x);
+  if (rank < 3 || rank > 64) return op_fail(c, "input rank %d (must be >= 3)", rank);
+  int axes[64];
+  for (int i = 2; i < rank; i++) axes[i - 2] = i;
+  mlxb_dtype t = mlxb_type(x), ct = def->arg != POOL_MAX && pool_is_half(t) ? MLXB_F32 : t;
+  x = ct == t ? x : mlxb_astype(s, x, ct);
+  if (def->arg == POOL_MAX) return op_set_output(c, 0, mlxb_reduce(s, MLXB_RMAX, x, axes, rank - 2, true));
+  if (def->arg == POOL_AVG) {
+    mlxb_array *y = mlxb_reduce(s, MLXB_RMEAN, x, axes, rank - 2, true);
+    return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
+  }
+  int64_t p = ir_attr_int(op_node(c), "p", 2);
+  if (p < 1) return op_fail(c, "p must be >= 1");
+  x = mlxb_unary(s, MLXB_ABS, x);
+  if (p != 1) x = mlxb_binary(s, MLXB_POW, x, mlxb_scalar_f64(s, (double)p, ct));
+  return op_set_output(c, 0, pool_lp_finish(s, mlxb_reduce(s, MLXB_RSUM, x, axes, rank - 2, true), p, t));
+}
+
+/* ---- MaxUnpool ---------------------------------------------------------------------------- */
+
+static bool claim_maxunpool(claim_ctx *c, const op_def *def) {
+  if (claim_input_dtype(c, 1) != ONNX_INT64) return claim_decline(c, "indices must be int64");
+  return pool_claim_common(c, true);
+}
+
+/* Scatters x to the flattened positions I of a zero output. Where several elements go to the
+ * same position the last one in input order wins, as in ORT's loop; positions outside the output
+ * (an error in ORT) are dropped. */
+static int lower_maxunpool(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  int64_t dims[POOL_MAX_RANK], out[POOL_MAX_RANK];
+  int rank;
+  mlxb_array *x = pool_input(c, dims, &rank);
+  mlxb_array *ind = op_input(c, 1);
+  pool_geom g;
+  if (!x || !ind || pool_geom_read(c, dims, rank, &g) < 0) return op_check(c) ? -1 : (x && ind ? -1 : op_fail(c, "X and I are required"));
+  if (mlxb_size(ind) != mlxb_size(x)) return op_fail(c, "I must have the shape of X");
+  out[0] = dims[0], out[1] = dims[1];
+  if (op_has_input(c, 2)) {
+    int64_t want[POOL_MAX_RANK];
+    int n = op_input_ints(c, 2, want, POOL_MAX_RANK);
+    if (n < 0) return op_check(c) ? -1 : op_fail(c, "cannot read output_shape");
+    if (n != rank) return op_fail(c, "output_shape has %d values for rank %d", n, rank);
+    for (int i = 0; i < rank; i++) out[i] = want[i];
+    if (out[0] != dims[0] || out[1] != dims[1]) return op_fail(c, "output_shape must keep N and C");
+  } else {
+    for (int i = 0; i < g.nsp; i++) out[i + 2] = (g.in[i] - 1) * g.s[i] + g.k[i] - g.pl[i] - g.ph[i];
+  }
+  for (int i = 0; i < rank; i++)
+    if (out[i] < 0) return op_fail(c, "negative output extent");
+  int64_t total = pool_numel(out, rank), T = (int64_t)mlxb_size(x);
+  int64_t flat_t = T, slots = total + 1;
+  /* winner[p] = the last input position writing p (-1 for none); slot `total` takes the rest. */
+  mlxb_array *idx = mlxb_reshape(s, ind, &flat_t, 1);
+  mlxb_array *valid = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_GREATER_EQUAL, idx, mlxb_scalar_i64(s, 0, MLXB_I64)),
+                                  mlxb_binary(s, MLXB_LESS, idx, mlxb_scalar_i64(s, total, MLXB_I64)));
+  idx = mlxb_where(s, valid, idx, mlxb_scalar_i64(s, total, MLXB_I64));
+  mlxb_array *src = mlxb_arange(s, 0, (double)T, 1, MLXB_I64);
+  mlxb_array *winner = mlxb_full(s, &slots, 1, mlxb_scalar_i64(s, -1, MLXB_I64), MLXB_I64);
+  int axis0 = 0;
+  const mlxb_array *ix[1] = {idx};
+  int64_t upd_dims[2] = {T, 1};
+  winner = mlxb_scatter(s, MLXB_SCATTER_MAX, winner, ix, 1, mlxb_reshape(s, src, upd_dims, 2), &axis0);
+  int64_t start = 0, stop = total, step = 1;
+  winner = mlxb_slice(s, winner, &start, &stop, &step);
+  mlxb_array *xf = mlxb_reshape(s, x, &flat_t, 1);
+  mlxb_array *pick = mlxb_clip(s, winner, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, T > 0 ? T - 1 : 0, MLXB_I64));
+  mlxb_array *vals = T > 0 ? mlxb_take(s, xf, pick, 0) : mlxb_zeros(s, &total, 1, mlxb_type(x));
+  mlxb_array *y = mlxb_where(s, mlxb_binary(s, MLXB_GREATER_EQUAL, winner, mlxb_scalar_i64(s, 0, MLXB_I64)), vals,
+                             mlxb_scalar_i64(s, 0, mlxb_type(x)));
+  return op_set_output(c, 0, mlxb_reshape(s, y, out, rank));
+}
+
+/* ---- MaxRoiPool --------------------------------------------------------------------------- */
+
+static bool claim_max_roi_pool(claim_ctx *c, const op_def *def) {
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank >= 0 && x->rank != 4) return claim_decline(c, "input rank %d (must be 4)", x->rank);
+  const int64_t *ps;
+  if (ir_attr_ints(c->node, "pooled_shape", &ps) != 2 || ps[0] < 1 || ps[1] < 1)
+    return claim_decline(c, "pooled_shape must hold two positive values");
+  return true;
+}
+
+/* ROI windows are data-dependent: the rois are read on the host, each bin's window (ORT's float
+ * arithmetic) becomes a row of a gather table over the [N*H*W, C] input whose unused entries
+ * point at a row of -inf, and the gathered rows are max-reduced. Empty bins give 0. */
+static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *r = op_input(c, 1);
+  if (!x || !r) return op_check(c) ? -1 : op_fail(c, "X and rois are required");
+  if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 5) return op_fail(c, "X must be 4-D and rois [R, 5]");
+  const int64_t *ps;
+  if (ir_attr_ints(op_node(c), "pooled_shape", &ps) != 2) return op_fail(c, "pooled_shape must hold two values");
+  int64_t PH = ps[0], PW = ps[1], N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3);
+  int64_t R = mlxb_dim(r, 0), bins = R * PH * PW;
+  float scale = ir_attr_float(op_node(c), "spatial_scale", 1.0f);
+  double *rv = malloc(sizeof *rv * (size_t)(R * 5 + 1));
+  int64_t *win = malloc(sizeof *win * (size_t)(bins * 4 + 1));
+  int rc = -1;
+  int64_t *table = NULL;
+  uint8_t *empty = NULL;
+  if (!rv || !win) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  if (op_input_doubles(c, 1, rv, (int)(R * 5)) != R * 5) {
+    if (!op_check(c)) op_fail(c, "cannot read rois");
+    goto done;
+  }
+  int64_t maxwin = 1;
+  for (int64_t n = 0; n < R; n++) {
+    const double *q = rv + n * 5;
+    int64_t b = (int64_t)(float)q[0];
+    if (b < 0 || b >= N) {
+      op_fail(c, "roi %lld has batch index %lld outside [0, %lld)", (long long)n, (long long)b, (long long)N);
+      goto done;
+    }
+    int sw = (int)roundf((float)q[1] * scale), sh = (int)roundf((float)q[2] * scale);
+    int ew = (int)roundf((float)q[3] * scale), eh = (int)roundf((float)q[4] * scale);
+    int rh = eh - sh + 1 > 1 ? eh - sh + 1 : 1, rw = ew - sw + 1 > 1 ? ew - sw + 1 : 1;
+    float bh = (float)rh / (float)PH, bw = (float)rw / (float)PW;
+    for (int64_t i = 0; i < PH; i++) {
+      for (int64_t j = 0; j < PW; j++) {
+        int64_t hs = (int64_t)floorf((float)i * bh) + sh, he = (int64_t)ceilf((float)(i + 1) * bh) + sh;
+        int64_t ws = (int64_t)floorf((float)j * bw) + sw, we = (int64_t)ceilf((float)(j + 1) * bw) + sw;
+        hs = hs < 0 ? 0 : hs > H ? H : hs, he = he < 0 ? 0 : he > H ? H : he;
+        ws = ws < 0 ? 0 : ws > W ? W : ws, we = we < 0 ? 0 : we > W ? W : we;
+        int64_t *w4 = win + ((n * PH + i) * PW + j) * 4;
+        w4[0] = hs, w4[1] = he, w4[2] = ws, w4[3] = we;
+        int64_t area = (he > hs && we > ws) ? (he - hs) * (we - ws) : 0;
+        if (area > maxwin) maxwin = area;
+      }
+    }
+  }
+  int64_t tn = bins * maxwin, sentinel = N * H * W;
+  table = malloc(sizeof *table * (size_t)(tn ? tn : 1));
+  empty = malloc((size_t)(bins ? bins : 1));
+  if (!table || !empty) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  for (int64_t bin = 0; bin < bins; bin++) {
+    const int64_t *w4 = win + bin * 4;
+    int64_t b = (int64_t)(float)rv[(bin / (PH * PW)) * 5], k = 0;
+    for (int64_t h = w4[0]; h < w4[1]; h++)
+      for (int64_t w = w4[2]; w < w4[3]; w++) table[bin * maxwin + k++] = (b * H + h) * W + w;
+    empty[bin] = k == 0;
+    for (; k < maxwin; k++) table[bin * maxwin + k] = sentinel;
+  }
+  mlxb_dtype t = mlxb_type(x);
+  int perm[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
+  int64_t rows[2] = {N * H * W, C}, one_row[2] = {1, C};
+  mlxb_array *xt = mlxb_reshape(s, mlxb_transpose(s, x, perm, 4), rows, 2);
+  const mlxb_array *parts[2] = {xt, mlxb_full(s, one_row, 2, mlxb_scalar_f64(s, -INFINITY, t), t)};
+  xt = mlxb_concat(s, parts, 2, 0);
+  mlxb_array *ti = mlxb_from_data(s, table, &tn, 1, MLXB_I64);
+  int64_t gd[5] = {R, PH, PW, maxwin, C}, ed[4] = {R, PH, PW, 1};
+  mlxb_array *g = mlxb_reshape(s, mlxb_take(s, xt, ti, 0), gd, 5);
+  int ax = 3;
+  mlxb_array *y = mlxb_reduce(s, MLXB_RMAX, g, &ax, 1, false);
+  mlxb_array *em = mlxb_from_data(s, empty, ed, 4, MLXB_BOOL);
+  y = mlxb_where(s, em, mlxb_scalar_f64(s, 0, t), y);
+  rc = op_set_output(c, 0, mlxb_transpose(s, y, back, 4));
+done:
+  free(rv);
+  free(win);
+  free(table);
+  free(empty);
+  return rc;
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+#define DT_POOLF (DT_F32 | DT_F16 | DT_BF16 | DT_F64)
+#define DT_MAXPOOL (DT_POOLF | DT(ONNX_INT8) | DT(ONNX_UINT8))
+
+static const op_def defs[] = {
+    {"", "MaxPool", 1, 22, DT_MAXPOOL, claim_maxpool, lower_maxpool, 0, 0,
+     "1-D to 8-D; pads, strides, dilations, ceil_mode, auto_pad, storage_order and the Indices output "
+     "(flattened NCHW index, first maximum wins); int8/uint8 too; windows of padding only give the lowest "
+     "finite value like ORT; NaN propagates (MLX max)"},
+    {"", "AveragePool", 1, 22, DT_POOLF, claim_avgpool, lower_avgpool, 0, 0,
+     "1-D to 8-D; pads, strides, dilations (19), ceil_mode, auto_pad, count_include_pad (counts the "
+     "positions inside the padded input, as ORT); halves accumulate in float32"},
+    {"", "LpPool", 1, 22, DT_POOLF, claim_lppool, lower_lppool, 0, 0,
+     "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad"},
+    {"", "GlobalMaxPool", 1, 22, DT_POOLF, claim_global, lower_global, POOL_MAX, 0, "any spatial rank"},
+    {"", "GlobalAveragePool", 1, 22, DT_POOLF, claim_global, lower_global, POOL_AVG, 0,
+     "any spatial rank; halves accumulate in float32"},
+    {"", "GlobalLpPool", 1, 22, DT_POOLF, claim_global, lower_global, POOL_LP, 0, "any spatial rank, integer p >= 1"},
+    {"", "MaxUnpool", 9, 22, DT_NUMERIC, claim_maxunpool, lower_maxunpool, 0, OP_FLAG_HOST_VALUES,
+     "int64 indices; default output extents or the output_shape input (read on the host); a position "
+     "written twice keeps the later element like ORT; out-of-range indices are dropped (ORT fails)"},
+    {"", "MaxRoiPool", 1, 22, DT_POOLF, claim_max_roi_pool, lower_max_roi_pool, 0, OP_FLAG_HOST_VALUES,
+     "rois read on the host (each Run) and turned into gather windows with ORT's float arithmetic; "
+     "the true maximum of each bin (ORT starts its maximum at FLT_MIN, so all-negative bins differ)"},
+};
+
+OPS_FAMILY(pool, defs);

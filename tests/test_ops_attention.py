@@ -1,0 +1,150 @@
+"""Parity tests of the attention family (src/ops/attention.c): ai.onnx Attention and the
+com.microsoft MultiHeadAttention, GroupQueryAttention and Attention contrib ops, each run on the
+MLX EP in strict mode and on ORT's CPU EP, in float32 and float16."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from parity import NP_TO_ONNX, assert_parity, make_model
+
+MS = "com.microsoft"
+F32, F16 = np.float32, np.float16
+OUT_NAMES = ["y", "o1", "o2", "o3"]
+
+
+def rnd(shape, dtype=F32, seed=0, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
+
+
+def build(op, inputs, attrs=None, outputs=1, out_dtypes=None, domain="", opset=23, dynamic=False):
+    """inputs: list of (name, array) or None for an absent optional input; outputs: count, or a
+    list of booleans saying which outputs are wired. Returns (model, feeds)."""
+    names, ins, feeds = [], [], {}
+    for item in inputs:
+        if item is None:
+            names.append("")
+            continue
+        name, arr = item
+        names.append(name)
+        feeds[name] = arr
+        shape = [f"{name}_{i}" for i in range(arr.ndim)] if dynamic else list(arr.shape)
+        ins.append((name, NP_TO_ONNX[arr.dtype], shape))
+    wired = [True] * outputs if isinstance(outputs, int) else outputs
+    out_names = [OUT_NAMES[i] if w else "" for i, w in enumerate(wired)]
+    while out_names and not out_names[-1]:
+        out_names.pop()
+    t = NP_TO_ONNX[inputs[0][1].dtype]
+    out_dtypes = out_dtypes or {}
+    outs = [(n, out_dtypes.get(i, t), None) for i, n in enumerate(out_names) if n]
+    node = helper.make_node(op, names, out_names, domain=domain, **(attrs or {}))
+    model = make_model([node], ins, outs, opset=opset, domains=[(MS, 1)] if domain else [])
+    return model, feeds
+
+
+def check(*args, **kw):
+    model, feeds = build(*args, **kw)
+    return assert_parity(model, feeds)
+
+
+# ---- ai.onnx Attention ----------------------------------------------------------------------
+
+def onnx_inputs(dtype, b=2, hq=4, hkv=2, s=3, l=5, dk=8, dv=6, past=0, three_d=False, seed=0):
+    q = rnd((b, hq, s, dk), dtype, seed)
+    k = rnd((b, hkv, l, dk), dtype, seed + 1)
+    v = rnd((b, hkv, l, dv), dtype, seed + 2)
+    if three_d:
+        q = q.transpose(0, 2, 1, 3).reshape(b, s, hq * dk)
+        k = k.transpose(0, 2, 1, 3).reshape(b, l, hkv * dk)
+        v = v.transpose(0, 2, 1, 3).reshape(b, l, hkv * dv)
+    pk = rnd((b, hkv, past, dk), dtype, seed + 3) if past else None
+    pv = rnd((b, hkv, past, dv), dtype, seed + 4) if past else None
+    return q, k, v, pk, pv
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("three_d", [False, True])
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (6, 1)])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_onnx_attention_basic(dtype, three_d, hq, hkv, causal):
+    q, k, v, _, _ = onnx_inputs(dtype, hq=hq, hkv=hkv, three_d=three_d)
+    attrs = {"is_causal": causal}
+    if three_d:
+        attrs.update(q_num_heads=hq, kv_num_heads=hkv)
+    check("Attention", [("q", q), ("k", k), ("v", v)], attrs)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("mask_shape", [(3, 7), (1, 3, 7), (4, 3, 7), (2, 1, 3, 7), (1, 4, 3, 7), (2, 4, 3, 7)])
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_onnx_attention_mask_past(dtype, mask_shape, kind, causal):
+    q, k, v, pk, pv = onnx_inputs(dtype, l=4, past=3)
+    rng = np.random.default_rng(7)
+    mask = rng.random(mask_shape) > 0.3 if kind == "bool" else rnd(mask_shape, dtype, 9)
+    check("Attention", [("q", q), ("k", k), ("v", v), ("m", mask), ("pk", pk), ("pv", pv)],
+          {"is_causal": causal}, outputs=3)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_onnx_attention_fully_masked_rows(dtype):
+    """ORT gives zeros for rows where every key is masked (bool false, -inf or lowest)."""
+    q, k, v, _, _ = onnx_inputs(dtype, hq=2, hkv=2)
+    m = np.ones((3, 5), bool)
+    m[1] = False
+    check("Attention", [("q", q), ("k", k), ("v", v), ("m", m)], {"qk_matmul_output_mode": 3},
+          outputs=[True, False, False, True])
+    mf = np.zeros((2, 1, 3, 5), dtype)
+    mf[0, 0, 0] = -np.inf
+    mf[1, 0, 2] = np.finfo(dtype).min
+    check("Attention", [("q", q), ("k", k), ("v", v), ("m", mf)], {})
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("three_d", [False, True])
+def test_onnx_attention_decode_with_past(dtype, three_d):
+    """One query after a past: ORT applies no causal mask even with several new keys."""
+    for l in (1, 3):
+        q, k, v, pk, pv = onnx_inputs(dtype, s=1, l=l, past=4, three_d=three_d)
+        attrs = {"is_causal": 1}
+        if three_d:
+            attrs.update(q_num_heads=4, kv_num_heads=2)
+        check("Attention", [("q", q), ("k", k), ("v", v), None, ("pk", pk), ("pv", pv)], attrs, outputs=3)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+@pytest.mark.parametrize("softcap", [0.0, 2.0])
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_onnx_attention_qk_output_softcap(mode, softcap, dtype):
+    q, k, v, pk, pv = onnx_inputs(dtype, l=4, past=2)
+    m = rnd((3, 6), dtype, 5)
+    attrs = {"qk_matmul_output_mode": mode, "is_causal": 1, "scale": 0.3}
+    if softcap:
+        attrs["softcap"] = softcap
+    check("Attention", [("q", q), ("k", k), ("v", v), ("m", m), ("pk", pk), ("pv", pv)], attrs, outputs=4)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("lengths", [[5, 5], [2, 4], [4, 3], [0, 5]])
+def test_onnx_attention_nonpad_kv_seqlen(causal, lengths):
+    q, k, v, _, _ = onnx_inputs(F32)
+    n = np.array(lengths, np.int64)
+    check("Attention", [("q", q), ("k", k), ("v", v), None, None, None, ("n", n)], {"is_causal": causal},
+          opset=24)
+    m = np.random.default_rng(3).random((2, 1, 3, 5)) > 0.2
+    check("Attention", [("q", q), ("k", k), ("v", v), ("m", m), None, None, ("n", n)], {"is_causal": causal},
+          opset=24)
+
+
+def test_onnx_attention_symbolic_and_softmax_precision():
+    q, k, v, pk, pv = onnx_inputs(F32, past=2)
+    model, feeds = build("Attention", [("q", q), ("k", k), ("v", v), None, ("pk", pk), ("pv", pv)],
+                         {"is_causal": 1, "softmax_precision": 1}, outputs=3, dynamic=True)
+    assert_parity(model, feeds)
+
+
+def test_onnx_attention_diff_head_sizes_3d():
+    q, k, v, pk, pv = onnx_inputs(F32, hq=3, hkv=3, dk=8, dv=10, past=2, three_d=True)
+    check("Attention", [("q", q), ("k", k), ("v", v), None, ("pk", pk), ("pv", pv)],
+          {"q_num_heads": 3, "kv_num_heads": 3, "softcap": 3.0}, outputs=3)

@@ -1,0 +1,150 @@
+"""Parity tests of the pool family (src/ops/pool.c): MaxPool (with Indices), AveragePool, LpPool,
+the Global pools, MaxUnpool and MaxRoiPool on the MLX EP in strict mode against ORT's CPU EP."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from parity import NP_TO_ONNX, assert_parity, make_model, run_cpu, run_mlx
+
+
+def rand(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def check(op, feeds, attrs=None, n_out=1, out_dtypes=None, opset=22, inits=None, names=None, **tol):
+    inits = inits or {}
+    names = names or list(feeds) + list(inits)
+    first = next(iter(feeds.values()))
+    out_dtypes = out_dtypes or [NP_TO_ONNX[first.dtype]] * n_out
+    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **(attrs or {}))
+    model = make_model([node], [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()],
+                       [(f"y{i}", out_dtypes[i], None) for i in range(n_out)], inits.items(), opset=opset)
+    return assert_parity(model, feeds, **tol)
+
+
+WINDOW_CASES = [
+    ((1, 2, 9), {"kernel_shape": [3]}),
+    ((2, 3, 10), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ((1, 2, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((2, 3, 9, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 2, 9, 7), {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [1, 0, 2, 1], "ceil_mode": 1}),
+    ((1, 2, 7, 6), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    ((1, 2, 10, 9), {"kernel_shape": [3, 3], "dilations": [2, 2], "strides": [1, 2]}),
+    ((1, 2, 10, 9), {"kernel_shape": [2, 3], "dilations": [3, 2], "pads": [1, 1, 1, 2], "ceil_mode": 1, "strides": [2, 2]}),
+    ((1, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 2, 8, 7), {"kernel_shape": [4, 2], "strides": [3, 2], "auto_pad": "SAME_LOWER"}),
+    ((1, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "VALID"}),
+    ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [0, 1, 1, 1, 1, 0]}),
+    ((1, 1, 6, 5, 6), {"kernel_shape": [3, 2, 2], "strides": [2, 2, 2], "ceil_mode": 1}),
+]
+
+
+@pytest.mark.parametrize("shape,attrs", WINDOW_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_maxpool(shape, attrs, dtype):
+    check("MaxPool", {"x": rand(shape, dtype)}, attrs)
+
+
+@pytest.mark.parametrize("shape,attrs", WINDOW_CASES)
+@pytest.mark.parametrize("storage_order", [0, 1])
+def test_maxpool_indices(shape, attrs, storage_order):
+    attrs = {**attrs, "storage_order": storage_order}
+    check("MaxPool", {"x": rand(shape)}, attrs, n_out=2, out_dtypes=[TensorProto.FLOAT, TensorProto.INT64])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float64])
+def test_maxpool_other_dtypes(dtype):
+    x = (rand((1, 2, 7, 7)) * 40).astype(dtype)
+    check("MaxPool", {"x": x}, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+
+
+def test_maxpool_ties_and_inf():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    x[0, 0, 2:, 2:] = -np.inf
+    check("MaxPool", {"x": x}, {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1]}, n_out=2,
+          out_dtypes=[TensorProto.FLOAT, TensorProto.INT64])
+
+
+@pytest.mark.parametrize("opset", [1, 8, 10, 12])
+def test_maxpool_old_opsets(opset):
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    check("MaxPool", {"x": rand((1, 2, 7, 7))}, attrs, opset=opset)
+
+
+@pytest.mark.parametrize("shape,attrs", WINDOW_CASES)
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_averagepool(shape, attrs, count_include_pad):
+    check("AveragePool", {"x": rand(shape)}, {**attrs, "count_include_pad": count_include_pad})
+
+
+@pytest.mark.parametrize("shape,attrs", WINDOW_CASES[2:6])
+def test_averagepool_float16(shape, attrs):
+    check("AveragePool", {"x": rand(shape, np.float16)}, {**attrs, "count_include_pad": 1})
+
+
+@pytest.mark.parametrize("opset", [7, 10, 11])
+def test_averagepool_old_opsets(opset):
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}
+    check("AveragePool", {"x": rand((1, 2, 7, 7))}, attrs, opset=opset)
+
+
+@pytest.mark.parametrize("shape,attrs", WINDOW_CASES[:9])
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lppool(shape, attrs, p):
+    check("LpPool", {"x": rand(shape)}, {**attrs, "p": p}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool"])
+@pytest.mark.parametrize("shape", [(2, 3, 7), (1, 4, 5, 6), (1, 2, 3, 4, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_global_pool(op, shape, dtype):
+    # ORT has no GlobalLpPool-22 or MaxRoiPool-22 kernel: those run at opset 21.
+    check(op, {"x": rand(shape, dtype)}, rtol=1e-4 if dtype == np.float32 else None, opset=21)
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_global_lppool_p(p):
+    check("GlobalLpPool", {"x": rand((1, 3, 5, 5))}, {"p": p}, rtol=1e-4, opset=21)
+
+
+# ---- MaxUnpool ----------------------------------------------------------------------------------
+
+def pooled_with_indices(shape, attrs):
+    x = rand(shape)
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)
+    model = make_model([node], [("x", TensorProto.FLOAT, list(shape))],
+                       [("y", TensorProto.FLOAT, None), ("i", TensorProto.INT64, None)])
+    return run_cpu(model, {"x": x})
+
+
+@pytest.mark.parametrize("shape,attrs", [
+    ((1, 2, 6, 6), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((2, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 3, 8), {"kernel_shape": [2], "strides": [2]}),
+    ((1, 1, 5, 5), {"kernel_shape": [3, 3], "strides": [1, 1]}),  # overlapping: repeated indices
+])
+@pytest.mark.parametrize("with_shape", [False, True])
+def test_maxunpool(shape, attrs, with_shape):
+    y, i = pooled_with_indices(shape, attrs)
+    feeds = {"x": y, "i": i}
+    names = ["x", "i"]
+    inits = {}
+    if with_shape:
+        inits["s"] = np.array(shape, np.int64)
+        names.append("s")
+    check("MaxUnpool", feeds, attrs, inits=inits, names=names, opset=11)
+
+
+# ---- MaxRoiPool ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
+@pytest.mark.parametrize("pooled", [[2, 2], [3, 2]])
+def test_max_roi_pool(scale, pooled):
+    x = np.abs(rand((2, 3, 8, 9)))  # ORT starts its maximum at FLT_MIN: keep values positive
+    rois = np.array([[0, 0, 0, 7, 6], [1, 2, 1, 8, 7], [0, 3.4, 2.6, 5.5, 4.4], [1, 6, 6, 4, 4],
+                     [0, -3, -2, 20, 30]], np.float32)
+    if scale != 1.0:
+        rois[:, 1:] /= scale
+    check("MaxRoiPool", {"x": x, "r": rois}, {"pooled_shape": pooled, "spatial_scale": scale}, opset=21)
