@@ -146,7 +146,7 @@ def _embedding(b: _Builder) -> str:
     if b.weights == "int4":
         packed, scales, zp = b.int4_blocks(cfg.vocab, cfg.hidden)
         # Same packing as MatMulNBits, viewed as [vocab, hidden/2] (genai's shared-weight layout).
-        ins = ["input_ids", b.init("model.embed_tokens.qweight", packed.reshape(cfg.vocab, -1)),
+        ins = [b.init("model.embed_tokens.qweight", packed.reshape(cfg.vocab, -1)), "input_ids",
                b.init("model.embed_tokens.scales", scales), b.init("model.embed_tokens.qzeros", zp)]
         return b.node("GatherBlockQuantized", "/model/embed_tokens/GatherBlockQuantized", ins, domain=MS,
                       bits=4, block_size=b.block_size, gather_axis=0, quantize_axis=1)
@@ -256,9 +256,9 @@ def build_llm(cfg: LLMConfig = TINY, weights: str = "int4", io_dtype: str = "flo
 def make_llm(cfg: LLMConfig = TINY, weights: str = "int4", io_dtype: str = "float32", block_size: int = 32,
              accuracy_level: int = 0, seed: int = 0) -> bytes:
     """Serialized ModelProto (under protobuf's 2 GiB limit: use save_llm for big configs)."""
-    model = build_llm(cfg, weights, io_dtype, block_size, accuracy_level, seed)
-    onnx.checker.check_model(model)
-    return model.SerializeToString()
+    # No onnx.checker: SimplifiedLayerNormalization is an ORT op in the default domain that ONNX's
+    # checker does not know; ORT validates the graph when a session loads it.
+    return build_llm(cfg, weights, io_dtype, block_size, accuracy_level, seed).SerializeToString()
 
 
 def save_llm(path: str, cfg: LLMConfig = QWEN25_05B, weights: str = "int4", io_dtype: str = "float32",

@@ -148,3 +148,71 @@ def test_onnx_attention_diff_head_sizes_3d():
     q, k, v, pk, pv = onnx_inputs(F32, hq=3, hkv=3, dk=8, dv=10, past=2, three_d=True)
     check("Attention", [("q", q), ("k", k), ("v", v), None, ("pk", pk), ("pv", pv)],
           {"q_num_heads": 3, "kv_num_heads": 3, "softcap": 3.0}, outputs=3)
+
+
+# ---- com.microsoft MultiHeadAttention -------------------------------------------------------
+
+def mha_inputs(dtype, b=2, s=3, l=4, n=2, h=4, hv=4, seed=0):
+    q = rnd((b, s, n * h), dtype, seed)
+    k = rnd((b, l, n * h), dtype, seed + 1)
+    v = rnd((b, l, n * hv), dtype, seed + 2)
+    bias = rnd((2 * n * h + n * hv,), dtype, seed + 3)
+    return q, k, v, bias
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("uni", [0, 1])
+def test_mha_basic(dtype, with_bias, uni):
+    q, k, v, bias = mha_inputs(dtype, hv=3)
+    check("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("b", bias) if with_bias else None],
+          {"num_heads": 2, "unidirectional": uni}, domain=MS)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("mask_kind", ["lengths", "2d", "3d"])
+@pytest.mark.parametrize("bias_shape", [None, (2, 2, 3, 9), (1, 2, 3, 9), (2, 1, 3, 9), (1, 1, 3, 9)])
+@pytest.mark.parametrize("uni", [0, 1])
+def test_mha_mask_bias_past(dtype, mask_kind, bias_shape, uni):
+    q, k, v, bias = mha_inputs(dtype)
+    pk, pv = rnd((2, 2, 5, 4), dtype, 11), rnd((2, 2, 5, 4), dtype, 12)
+    rng = np.random.default_rng(4)
+    mask = {"lengths": np.array([6, 9], np.int32),
+            "2d": (rng.random((2, 9)) > 0.3).astype(np.int32),
+            "3d": (rng.random((2, 3, 9)) > 0.3).astype(np.int32)}[mask_kind]
+    ab = rnd(bias_shape, dtype, 13) if bias_shape else None
+    check("MultiHeadAttention",
+          [("q", q), ("k", k), ("v", v), ("b", bias), ("m", mask), ("ab", ab) if ab is not None else None,
+           ("pk", pk), ("pv", pv)],
+          {"num_heads": 2, "unidirectional": uni, "mask_filter_value": -1000.0}, outputs=3, domain=MS)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_mha_cross_attention_bnsh(dtype):
+    q, _, _, bias = mha_inputs(dtype)
+    k, v = rnd((2, 2, 6, 4), dtype, 21), rnd((2, 2, 6, 4), dtype, 22)
+    lens = np.array([3, 6], np.int32)
+    check("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("b", bias), ("m", lens)],
+          {"num_heads": 2, "scale": 0.4}, outputs=3, domain=MS)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_mha_decode_and_qk_output(dtype):
+    q, k, v, bias = mha_inputs(dtype, s=1, l=1)
+    pk, pv = rnd((2, 2, 5, 4), dtype, 11), rnd((2, 2, 5, 4), dtype, 12)
+    ab = rnd((2, 2, 1, 6), dtype, 13)
+    check("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("b", bias), None, ("ab", ab), ("pk", pk), ("pv", pv)],
+          {"num_heads": 2, "unidirectional": 1}, outputs=4, domain=MS)
+    q, k, v, bias = mha_inputs(dtype)
+    mask = (np.random.default_rng(1).random((2, 4)) > 0.3).astype(np.int32)
+    check("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("b", bias), ("m", mask)],
+          {"num_heads": 2, "unidirectional": 1}, outputs=[True, False, False, True], domain=MS)
+
+
+def test_mha_symbolic_dims():
+    q, k, v, bias = mha_inputs(F32)
+    pk, pv = rnd((2, 2, 5, 4), F32, 11), rnd((2, 2, 5, 4), F32, 12)
+    model, feeds = build("MultiHeadAttention", [("q", q), ("k", k), ("v", v), ("b", bias), None, None,
+                                                ("pk", pk), ("pv", pv)],
+                         {"num_heads": 2, "unidirectional": 1}, outputs=3, domain=MS, dynamic=True)
+    assert_parity(model, feeds)

@@ -343,7 +343,7 @@ static mlxb_array *contrib_causal_keep(mlxb_scope *s, int64_t sq, int64_t total,
 /* The additive [B, 1, S, T] (or broadcastable) mask of ORT's contrib CPU kernels: an int32
  * mask_index as key lengths [B], a raw [B, T] mask or a [B, S, T] mask gives 0 where a key is
  * visible and mask_filter_value where not; the unidirectional mask (S > 1 only) then overwrites
- * future keys with lowest(T); attention_bias is added. *out is NULL when there is nothing to
+ * future keys with float32's lowest (-inf once stored in float16); attention_bias is added. *out is NULL when there is nothing to
  * add. Returns 0 or -1 (failure recorded). */
 static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int64_t b, int64_t sq, int64_t total,
                         int64_t past, bool unidirectional, mlxb_dtype t, mlxb_array **out) {
@@ -368,7 +368,7 @@ static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int6
     }
   }
   if (unidirectional && sq > 1)
-    m = mlxb_where(s, contrib_causal_keep(s, sq, total, past), m ? m : zero, attn_f32(s, attn_lowest(t)));
+    m = mlxb_where(s, contrib_causal_keep(s, sq, total, past), m ? m : zero, attn_f32(s, ATTN_F32_LOWEST));
   if (m) m = attn_round(s, m, t);
   if (attn_bias) {
     if (mlxb_ndim(attn_bias) != 4 || mlxb_dim(attn_bias, 2) != sq || mlxb_dim(attn_bias, 3) != total)

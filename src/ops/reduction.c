@@ -383,15 +383,15 @@ static int lower_topk(op_ctx *c, const op_def *def) {
 /* ---- the table --------------------------------------------------------------------------- */
 
 #define DT_SUMLIKE (DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64))
-#define DOC_INT " int32/int64 accumulate in float64 and saturate on the cast back (ORT's CPU EP)."
+#define DOC_F16 " float16/bfloat16 compute in float32."
+#define DOC_INT DOC_F16 " int32/int64 accumulate in float64 and saturate on the cast back (ORT's CPU EP)."
 #define DOC_EMPTY " empty reductions give ORT's identity value;"
 #define DOC_ATTR "axes attribute (empty = all), keepdims, negative axes;" DOC_EMPTY
 #define DOC_INPUT "axes input (constant or runtime), keepdims, noop_with_empty_axes, negative axes;" DOC_EMPTY
-#define DOC_F16 " float16/bfloat16 compute in float32."
 
 #define REDUCE_ROWS_CLAIM(name, kind, attr_max, in_min, in_max, dtypes, claim, extra)                                \
-  {"", name, 1, attr_max, dtypes, claim, lower_reduce, kind, 0, DOC_ATTR DOC_F16 extra},                           \
-  {"", name, in_min, in_max, dtypes, claim, lower_reduce, kind, OP_FLAG_HOST_VALUES, DOC_INPUT DOC_F16 extra}
+  {"", name, 1, attr_max, dtypes, claim, lower_reduce, kind, 0, DOC_ATTR extra},                                   \
+  {"", name, in_min, in_max, dtypes, claim, lower_reduce, kind, OP_FLAG_HOST_VALUES, DOC_INPUT extra}
 #define REDUCE_ROWS(name, kind, attr_max, in_min, in_max, dtypes, extra) \
   REDUCE_ROWS_CLAIM(name, kind, attr_max, in_min, in_max, dtypes, NULL, extra)
 
@@ -403,13 +403,13 @@ static const op_def defs[] = {
   REDUCE_ROWS("ReduceL2", RK_L2, 17, 18, 18, DT_SUMLIKE, DOC_INT),
   REDUCE_ROWS("ReduceLogSum", RK_LOGSUM, 17, 18, 18, DT_SUMLIKE, DOC_INT),
   REDUCE_ROWS_CLAIM("ReduceLogSumExp", RK_LOGSUMEXP, 17, 18, 18, DT_SUMLIKE, claim_logsumexp,
-                    " int32/int64 follow ORT: exp terms truncate to the integer type, then log(sum) + max does."
-                    " Declined: float64 (MLX's float64 exp is float32-accurate)."),
+                    DOC_F16 " int32/int64 follow ORT: exp terms truncate to the integer type, then"
+                    " log(sum) + max does. Declined: float64 (MLX's float64 exp is float32-accurate)."),
   REDUCE_ROWS("ReduceSumSquare", RK_SUMSQUARE, 17, 18, 18, DT_SUMLIKE, DOC_INT),
   REDUCE_ROWS("ReduceMax", RK_MAX, 17, 18, 20, DT_FLOAT | DT_INT | DT_BOOL,
-              " Every integer type and bool (opset 20); exact. NaN handling may differ from ORT."),
+              " every float and integer type, bool (opset 20); exact. NaN handling may differ from ORT."),
   REDUCE_ROWS("ReduceMin", RK_MIN, 17, 18, 20, DT_FLOAT | DT_INT | DT_BOOL,
-              " Every integer type and bool (opset 20); exact. NaN handling may differ from ORT."),
+              " every float and integer type, bool (opset 20); exact. NaN handling may differ from ORT."),
   {"", "ArgMax", 1, 13, DT_FLOAT | DT_INT, NULL, lower_arg, ARG_MAX, 0,
    "axis, keepdims, select_last_index; int64 output; first index on ties. An empty reduced axis fails "
    "as in ORT. NaN inputs may pick a different index than ORT."},

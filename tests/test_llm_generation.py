@@ -1,0 +1,99 @@
+"""Greedy generation through the genai-layout LLM (examples/llm.py) with the MLX EP in strict mode
+(every node on MLX) against ORT's CPU EP: a prefill of 8 tokens, then 32 decode steps, each EP
+carrying its own KV cache (present.* fed back as past_key_values.*).
+
+Teacher forcing: both EPs get the CPU EP's argmax token at every step, and the logits of every step
+must match (max-abs-diff / max-abs-value within 1e-3 in float32; float16 tolerance for the float16
+model). Free running: each EP picks its own argmax and the 32 generated tokens must be identical.
+Variants: int4 MatMulNBits with block 32 and block 128, float32 weights, float16 weights and
+activations."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import onnxruntime_ep_mlx as mlx_ep
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+from llm import TINY, empty_past, make_llm, next_past, step_feeds  # noqa: E402
+
+PREFILL, DECODE = 8, 32
+
+# name -> (config, make_llm keyword arguments, relative tolerance on the logits)
+VARIANTS = {
+    "int4-b32": (TINY, dict(weights="int4", block_size=32), 1e-3),
+    # block 128 needs K >= 128 on every projection: a wider tiny model
+    "int4-b128": (dataclasses.replace(TINY, hidden=128, intermediate=256), dict(weights="int4", block_size=128), 1e-3),
+    "fp32": (TINY, dict(weights="float"), 1e-3),
+    "fp16": (TINY, dict(weights="float", io_dtype="float16"), 2e-2),
+}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def variant(request):
+    cfg, kwargs, rtol = VARIANTS[request.param]
+    model = make_llm(cfg, seed=0, **kwargs)
+    mlx = mlx_ep.session(model, strict=True)
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return request.param, cfg, kwargs.get("io_dtype", "float32"), rtol, mlx, cpu, model
+
+
+def _prompt(cfg, batch=1, seed=7):
+    return np.random.default_rng(seed).integers(0, cfg.vocab, size=(batch, PREFILL), dtype=np.int64)
+
+
+def _rel_err(got, want) -> float:
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+def test_claims_every_node(variant, tmp_path):
+    name, *_, model = variant
+    report = tmp_path / "report.txt"
+    mlx_ep.session(model, options={"report": str(report)}, strict=True)
+    text = report.read_text()
+    assert re.search(r"declined:\s*0\b", text), f"{name}: nodes declined\n{text}"
+    assert re.search(r"clusters:\s*1\b", text), f"{name}: more than one cluster\n{text}"
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_teacher_forced_logits(variant, batch):
+    name, cfg, io_dtype, rtol, mlx, cpu, _ = variant
+    tokens = _prompt(cfg, batch)
+    past_mlx = past_cpu = empty_past(cfg, batch, io_dtype)
+    for step in range(DECODE + 1):
+        got = mlx.run(None, step_feeds(cfg, tokens, past_mlx))
+        want = cpu.run(None, step_feeds(cfg, tokens, past_cpu))
+        assert got[0].dtype == want[0].dtype and got[0].shape == want[0].shape
+        err = _rel_err(got[0], want[0])
+        assert err <= rtol, f"{name} batch {batch} step {step}: logits differ by {err:.2e} (relative)"
+        # The KV caches the EP hands back must match too (same length, same values).
+        for g, w in zip(got[1:], want[1:]):
+            assert g.shape == w.shape, f"{name} step {step}: present shape {g.shape} != {w.shape}"
+        kv_err = max(_rel_err(g, w) for g, w in zip(got[1:], want[1:]))
+        assert kv_err <= rtol, f"{name} batch {batch} step {step}: present KV differs by {kv_err:.2e}"
+        past_mlx, past_cpu = next_past(cfg, got), next_past(cfg, want)
+        tokens = want[0][:, -1, :].argmax(-1)[:, None].astype(np.int64)
+
+
+def _greedy(sess, cfg, io_dtype, prompt):
+    tokens, past, out = prompt, empty_past(cfg, prompt.shape[0], io_dtype), []
+    for _ in range(DECODE):
+        res = sess.run(None, step_feeds(cfg, tokens, past))
+        tokens = res[0][:, -1, :].argmax(-1)[:, None].astype(np.int64)
+        out.append(tokens[:, 0])
+        past = next_past(cfg, res)
+    return np.stack(out, axis=1)
+
+
+def test_free_running_greedy(variant):
+    name, cfg, io_dtype, _, mlx, cpu, _ = variant
+    prompt = _prompt(cfg, 1, seed=11)
+    got, want = _greedy(mlx, cfg, io_dtype, prompt), _greedy(cpu, cfg, io_dtype, prompt)
+    assert np.array_equal(got, want), f"{name}: generated tokens differ\nMLX {got}\nCPU {want}"
