@@ -216,3 +216,113 @@ def test_mha_symbolic_dims():
                                                 ("pk", pk), ("pv", pv)],
                          {"num_heads": 2, "unidirectional": 1}, outputs=3, domain=MS, dynamic=True)
     assert_parity(model, feeds)
+
+
+# ---- com.microsoft GroupQueryAttention ------------------------------------------------------
+
+N_Q, N_KV = 4, 2
+
+
+def rope_caches(max_pos, half, dtype):
+    inv = 1.0 / (10000 ** (np.arange(half) / half))
+    ang = np.arange(max_pos)[:, None] * inv[None, :]
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+
+def gqa_check(dtype, seq, seqlens, total, past=None, h=16, attrs=None, packed=False, rotary=None,
+              pos=None, bias=None, sink=None, outputs=3, dynamic=False, seed=0):
+    """past: past buffer length or None; rotary: rotary_dim (cos/sin caches of 32 positions)."""
+    b = len(seqlens)
+    if packed:
+        q = rnd((b, seq, (N_Q + 2 * N_KV) * h), dtype, seed)
+        k = v = None
+    else:
+        q, k, v = rnd((b, seq, N_Q * h), dtype, seed), rnd((b, seq, N_KV * h), dtype, seed + 1), \
+            rnd((b, seq, N_KV * h), dtype, seed + 2)
+    pk = rnd((b, N_KV, past, h), dtype, seed + 3) if past is not None else None
+    pv = rnd((b, N_KV, past, h), dtype, seed + 4) if past is not None else None
+    cos = sin = None
+    if rotary:
+        cos, sin = rope_caches(32, rotary // 2, dtype)
+    items = [("q", q), ("k", k) if k is not None else None, ("v", v) if v is not None else None,
+             ("pk", pk) if pk is not None else None, ("pv", pv) if pv is not None else None,
+             ("sl", np.array(seqlens, np.int32)), ("tsl", np.array(total, np.int32)),
+             ("cos", cos) if cos is not None else None, ("sin", sin) if sin is not None else None,
+             ("pos", pos) if pos is not None else None, ("ab", bias) if bias is not None else None,
+             ("sink", sink) if sink is not None else None]
+    while items[-1] is None:
+        items.pop()
+    a = {"num_heads": N_Q, "kv_num_heads": N_KV, **(attrs or {})}
+    if rotary:
+        a.setdefault("do_rotary", 1)
+    model, feeds = build("GroupQueryAttention", items, a, outputs=outputs, domain=MS, dynamic=dynamic)
+    assert_parity(model, feeds)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("past", [None, 8])
+@pytest.mark.parametrize("seqlens", [[4, 4], [4, 2]])
+@pytest.mark.parametrize("window", [-1, 2])
+def test_gqa_prompt(dtype, past, seqlens, window):
+    gqa_check(dtype, 5, seqlens, 5, past=past, attrs={"local_window_size": window})
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("seqlens,total", [([5, 3], 6), ([7, 7], 8), ([8, 6], 9)])
+@pytest.mark.parametrize("window", [-1, 3])
+def test_gqa_decode(dtype, seqlens, total, window):
+    gqa_check(dtype, 1, seqlens, total, past=8, attrs={"local_window_size": window})
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_gqa_chunked_prefill(dtype):
+    gqa_check(dtype, 3, [6], 7, past=8)
+    gqa_check(dtype, 3, [6], 7, past=8, attrs={"local_window_size": 2})
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("phase", ["prompt", "decode", "packed"])
+def test_gqa_rotary(dtype, interleaved, phase):
+    attrs = {"rotary_interleaved": interleaved}
+    if phase == "prompt":
+        gqa_check(dtype, 5, [4, 2], 5, past=8, rotary=16, attrs=attrs)
+    elif phase == "decode":
+        gqa_check(dtype, 1, [5, 3], 6, past=8, rotary=16, attrs=attrs)
+    else:
+        gqa_check(dtype, 4, [3, 3], 4, past=6, rotary=16, attrs=attrs, packed=True)
+
+
+def test_gqa_rotary_partial_and_position_ids():
+    gqa_check(F32, 1, [5, 3], 6, past=8, h=32, rotary=16)
+    gqa_check(F32, 2, [5, 3], 6, past=8, rotary=16, pos=np.array([[4, 5], [9, 10]], np.int64))
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("extra", [{"softcap": 1.5}, {"smooth_softmax": 1}, {"scale": 0.3},
+                                   {"softcap": 2.0, "local_window_size": 2}, {"causal": 0}])
+def test_gqa_attributes(dtype, extra):
+    gqa_check(dtype, 5, [4, 2], 5, past=8, attrs=extra)
+    gqa_check(dtype, 1, [5, 3], 6, past=8, attrs=extra)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_gqa_head_sink_and_bias(dtype):
+    gqa_check(dtype, 1, [5, 3], 6, past=8, sink=rnd((N_Q,), dtype, 7))
+    gqa_check(dtype, 5, [4, 2], 5, past=8, sink=rnd((N_Q,), dtype, 7), attrs={"local_window_size": 2})
+    for shape in [(2, N_Q, 1, 6), (1, 1, 1, 6), (2, 1, 1, 6)]:
+        gqa_check(dtype, 1, [5, 3], 6, past=8, bias=rnd(shape, dtype, 8))
+    gqa_check(dtype, 5, [4, 4], 5, bias=rnd((1, N_Q, 5, 5), dtype, 8), attrs={"local_window_size": 3})
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("mode", [1, 2])
+def test_gqa_qk_output(dtype, mode):
+    gqa_check(dtype, 1, [5, 5], 6, past=8, attrs={"qk_output": mode}, outputs=4)
+    gqa_check(dtype, 4, [3, 3], 4, attrs={"qk_output": mode, "softcap": 2.0}, outputs=4)
+
+
+def test_gqa_packed_and_symbolic():
+    gqa_check(F32, 4, [3, 1], 4, past=6, packed=True)
+    gqa_check(F32, 1, [5, 3], 6, past=8, dynamic=True, rotary=16)
+    gqa_check(F32, 5, [4, 2], 5, dynamic=True, attrs={"local_window_size": 2})

@@ -28,8 +28,8 @@ static void write_run_report(ep_instance *ep, const plan *p) {
   plan_stats st;
   plan_get_stats(p, &st);
   fprintf(f,
-          "MLXExecutionProvider run report: cluster '%s' (%d nodes): runs %llu, signature hits %llu, misses %llu, "
-          "evictions %llu, traces %llu, compiled runs %llu, eager runs %llu, host reads %llu\n",
+          "MLXExecutionProvider run report: cluster '%s' (%d nodes): runs=%llu sig_hits=%llu sig_misses=%llu "
+          "evictions=%llu traces=%llu compiled_runs=%llu eager_runs=%llu host_reads=%llu\n",
           plan_name(p), plan_num_nodes(p), (unsigned long long)st.runs, (unsigned long long)st.sig_hits,
           (unsigned long long)st.sig_misses, (unsigned long long)st.evictions, (unsigned long long)st.traces,
           (unsigned long long)st.compiled_runs, (unsigned long long)st.eager_runs, (unsigned long long)st.host_reads);

@@ -36,6 +36,9 @@ static mlxb_array *attn_round(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
 
 static mlxb_array *attn_f32(mlxb_scope *s, double v) { return mlxb_scalar_f64(s, v, MLXB_F32); }
 
+/* ORT reads its on/off attributes as `value == 1` (some schemas default them to -1). */
+static bool attn_flag(const ir_node *n, const char *name, int64_t dflt) { return ir_attr_int(n, name, dflt) == 1; }
+
 static mlxb_array *attn_reshape4(mlxb_scope *s, mlxb_array *x, int64_t a, int64_t b, int64_t c, int64_t d) {
   int64_t dims[4] = {a, b, c, d};
   return mlxb_reshape(s, x, dims, 4);
@@ -298,7 +301,7 @@ static int lower_onnx_attention(op_ctx *c, const op_def *def) {
   /* ORT skips the causal mask for a single query after a past (decode); with nonpad_kv_seqlen
    * the causal frontier is per batch: key t is visible to query s when t <= s + len - S. */
   mlxb_array *causal = NULL;
-  if (ir_attr_int(n, "is_causal", 0) && !(sq == 1 && past > 0)) {
+  if (attn_flag(n, "is_causal", 0) && !(sq == 1 && past > 0)) {
     if (nonpad) {
       mlxb_array *off = mlxb_binary(s, MLXB_SUB, attn_cast(s, nonpad, MLXB_I64), mlxb_scalar_i64(s, sq, MLXB_I64));
       causal = attn_causal_keep(s, sq, total, 0, off);
@@ -443,7 +446,7 @@ static int lower_mha(op_ctx *c, const op_def *def) {
   attn_args a = {.q = q, .k = k, .v = v};
   float scale = ir_attr_float(n, "scale", 0.0f);
   a.scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)(d / heads)));
-  if (contrib_bias(c, op_input(c, 4), op_input(c, 5), b, sq, total, past, ir_attr_int(n, "unidirectional", 0) != 0, t,
+  if (contrib_bias(c, op_input(c, 4), op_input(c, 5), b, sq, total, past, attn_flag(n, "unidirectional", 0), t,
                    &a.bias))
     return -1;
   a.round_half = true;
@@ -452,6 +455,211 @@ static int lower_mha(op_ctx *c, const op_def *def) {
   if (op_set_output(c, 0, attn_from_bnsh(s, attn_compute(s, &a)))) return -1;
   if (attn_set_optional(c, 1, k) || attn_set_optional(c, 2, v)) return -1;
   if (want_qk && attn_set_optional(c, 3, a.qk[ATTN_QK_MASKED])) return -1;
+  return op_check(c);
+}
+
+/* ---- com.microsoft GroupQueryAttention ---------------------------------------------------- */
+
+static bool attn_output_exists(const op_ctx *c, int i) {
+  return i < op_num_outputs(c) && op_node(c)->outputs[i] >= 0;
+}
+
+static bool claim_gqa(claim_ctx *c, const op_def *def) {
+  static const int same[] = {1, 2, 3, 4, 7, 8, 10, 11};
+  const ir_node *n = c->node;
+  if (!attn_claim_dtypes(c, same, 8)) return false;
+  int64_t heads = ir_attr_int(n, "num_heads", 0), kv_heads = ir_attr_int(n, "kv_num_heads", 0);
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads) return claim_decline(c, "num_heads must be a positive multiple of kv_num_heads");
+  if (strcmp(ir_attr_string(n, "k_quant_type", "NONE"), "NONE") || strcmp(ir_attr_string(n, "v_quant_type", "NONE"), "NONE") ||
+      ir_attr_int(n, "kv_cache_bit_width", 0) != 0)
+    return claim_decline(c, "quantized KV cache");
+  if (ir_attr_int(n, "sliding_window_cache", 0)) return claim_decline(c, "sliding_window_cache (windowed KV buffer)");
+  if (claim_input(c, 12) || claim_input(c, 13)) return claim_decline(c, "k_scale/v_scale (quantized KV cache)");
+  if (claim_input(c, 14) || claim_input(c, 15)) return claim_decline(c, "q_norm_weight/k_norm_weight (ORT's CPU kernel rejects them)");
+  if ((claim_input(c, 1) == NULL) != (claim_input(c, 2) == NULL)) return claim_decline(c, "key and value must come together");
+  if ((claim_input(c, 3) == NULL) != (claim_input(c, 4) == NULL))
+    return claim_decline(c, "past_key and past_value must come together");
+  if (claim_input_dtype(c, 5) != ONNX_INT32 || claim_input_dtype(c, 6) != ONNX_INT32)
+    return claim_decline(c, "seqlens_k and total_sequence_length must be int32");
+  if (claim_input(c, 9) && claim_input_dtype(c, 9) != ONNX_INT64) return claim_decline(c, "position_ids is not int64");
+  if (!attn_claim_rank(c, 0, 3, 3, "query") || !attn_claim_rank(c, 10, 4, 4, "attention_bias")) return false;
+  int64_t window = ir_attr_int(n, "local_window_size", -1);
+  if (window == 0 || window < -1) return claim_decline(c, "local_window_size %lld", (long long)window);
+  if (!attn_flag(n, "causal", 1) && window > 0) return claim_decline(c, "non-causal with a local window");
+  if (attn_flag(n, "do_rotary", 0) && (!claim_input(c, 7) || !claim_input(c, 8)))
+    return claim_decline(c, "do_rotary without cos_cache/sin_cache");
+  int64_t qk = ir_attr_int(n, "qk_output", 0);
+  if (qk < 0 || qk > 2) return claim_decline(c, "qk_output %lld", (long long)qk);
+  return true;
+}
+
+/* The key/value cache ORT's kernel writes: rows [0, past_b) from the past buffer, the S new rows
+ * at [past_b, past_b + S), zeros after; plen rows per head. past_b is a [B, 1, 1, 1] int64 array
+ * or NULL for 0 in every batch. */
+static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fresh, mlxb_array *past_b, int64_t plen) {
+  int64_t b = mlxb_dim(fresh, 0), heads = mlxb_dim(fresh, 1), seq = mlxb_dim(fresh, 2), h = mlxb_dim(fresh, 3);
+  mlxb_array *zero = mlxb_scalar_f64(s, 0.0, mlxb_type(fresh));
+  if (!past_b) {
+    if (plen <= seq) return attn_slice_axis(s, fresh, 2, 0, plen);
+    int64_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, plen - seq, 0};
+    return mlxb_pad(s, fresh, lo, hi, zero, "constant");
+  }
+  mlxb_array *r = attn_reshape4(s, mlxb_arange(s, 0, (double)plen, 1, MLXB_I64), 1, 1, plen, 1);
+  mlxb_array *rel = mlxb_binary(s, MLXB_SUB, r, past_b);
+  mlxb_array *idx = mlxb_clip(s, rel, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, seq - 1, MLXB_I64));
+  int64_t full[4] = {b, heads, plen, h};
+  mlxb_array *gathered = mlxb_take_along_axis(s, fresh, mlxb_broadcast_to(s, idx, full, 4), 2);
+  mlxb_array *in_new = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_GREATER_EQUAL, rel, mlxb_scalar_i64(s, 0, MLXB_I64)),
+                                   mlxb_binary(s, MLXB_LESS, rel, mlxb_scalar_i64(s, seq, MLXB_I64)));
+  mlxb_array *y = mlxb_where(s, in_new, gathered, zero);
+  if (!past) return y;
+  int64_t pbuf = mlxb_dim(past, 2);
+  if (pbuf < plen) {
+    int64_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, plen - pbuf, 0};
+    past = mlxb_pad(s, past, lo, hi, zero, "constant");
+  } else if (pbuf > plen) {
+    past = attn_slice_axis(s, past, 2, 0, plen);
+  }
+  return mlxb_where(s, mlxb_binary(s, MLXB_LESS, r, past_b), past, y);
+}
+
+/* Splits the query (and packed QKV) into BNSH q, k, v. */
+static int gqa_split(op_ctx *c, int64_t heads, int64_t kv_heads, mlxb_array **q, mlxb_array **k, mlxb_array **v) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *query = op_input(c, 0);
+  int64_t b = mlxb_dim(query, 0), seq = mlxb_dim(query, 1), hidden = mlxb_dim(query, 2);
+  if (!op_has_input(c, 1)) {
+    int64_t all = heads + 2 * kv_heads;
+    if (hidden % all) return op_fail(c, "packed QKV width is not a multiple of num_heads + 2 * kv_num_heads");
+    mlxb_array *qkv = attn_transpose0213(s, attn_reshape4(s, query, b, seq, all, hidden / all));
+    *q = attn_slice_axis(s, qkv, 1, 0, heads);
+    *k = attn_slice_axis(s, qkv, 1, heads, heads + kv_heads);
+    *v = attn_slice_axis(s, qkv, 1, heads + kv_heads, all);
+    return op_check(c);
+  }
+  mlxb_array *key = op_input(c, 1), *value = op_input(c, 2);
+  if (hidden % heads || mlxb_dim(key, 2) != kv_heads * (hidden / heads) || mlxb_dim(value, 2) != mlxb_dim(key, 2))
+    return op_fail(c, "query/key/value widths do not fit num_heads/kv_num_heads");
+  if (mlxb_dim(key, 1) != seq || mlxb_dim(value, 1) != seq)
+    return op_fail(c, "key/value sequence length must equal the query's (shared KV is not supported)");
+  *q = attn_to_bnsh(s, query, heads);
+  *k = attn_to_bnsh(s, key, kv_heads);
+  *v = attn_to_bnsh(s, value, kv_heads);
+  return op_check(c);
+}
+
+/* Rotates q and k in place by the positions ORT uses: position_ids when given, else s on the
+ * first prompt and past_b + s afterwards. */
+static int gqa_rotary(op_ctx *c, mlxb_array **q, mlxb_array **k, mlxb_array *past_b, int64_t seq) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8), *pos = op_input(c, 9);
+  int64_t half = mlxb_dim(cos, 1), h = mlxb_dim(*q, 3), b = mlxb_dim(*q, 0);
+  if (mlxb_ndim(cos) != 2 || mlxb_ndim(sin) != 2 || mlxb_dim(sin, 1) != half || 2 * half > h)
+    return op_fail(c, "cos_cache/sin_cache must be [max_position, <= head_size / 2]");
+  if (!pos) {
+    int64_t row[2] = {1, seq};
+    pos = mlxb_reshape(s, mlxb_arange(s, 0, (double)seq, 1, MLXB_I64), row, 2);
+    if (past_b) pos = mlxb_binary(s, MLXB_ADD, pos, mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2));
+  } else if (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 1) != seq) {
+    return op_fail(c, "position_ids must be [batch, sequence]");
+  }
+  int axis = 1;
+  mlxb_array *cg = mlxb_expand_dims(s, mlxb_take(s, cos, pos, 0), &axis, 1);
+  mlxb_array *sg = mlxb_expand_dims(s, mlxb_take(s, sin, pos, 0), &axis, 1);
+  bool inter = attn_flag(op_node(c), "rotary_interleaved", 0);
+  *q = rotary_embed(s, *q, cg, sg, 2 * half, inter);
+  *k = rotary_embed(s, *k, cg, sg, 2 * half, inter);
+  return op_check(c);
+}
+
+/* Which keys each query sees, as ORT decides per batch from seqlens_k: causal keys
+ * t < min(past_b + s + 1, total_b); with a local window also t >= bound - window, where ORT's
+ * float32 flash kernel uses past_b + s + 1 as the bound and its generic kernel the capped value
+ * (they differ only on padding rows past total_b). Non-causal: t < total_b. */
+static mlxb_array *gqa_keep(op_ctx *c, mlxb_array *past_b, mlxb_array *total_b, int64_t seq, int64_t plen, bool flash) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  int64_t b = mlxb_dim(total_b, 0), window = ir_attr_int(n, "local_window_size", -1);
+  mlxb_array *t = attn_reshape4(s, mlxb_arange(s, 0, (double)plen, 1, MLXB_I64), 1, 1, 1, plen);
+  mlxb_array *tot = attn_reshape4(s, total_b, b, 1, 1, 1);
+  if (!attn_flag(n, "causal", 1)) return mlxb_binary(s, MLXB_LESS, t, tot);
+  mlxb_array *bound = attn_reshape4(s, mlxb_arange(s, 1, (double)seq + 1, 1, MLXB_I64), 1, 1, seq, 1);
+  if (past_b) bound = mlxb_binary(s, MLXB_ADD, bound, past_b);
+  mlxb_array *eff = mlxb_binary(s, MLXB_MINIMUM, bound, tot);
+  mlxb_array *keep = mlxb_binary(s, MLXB_LESS, t, eff);
+  if (window > 0) {
+    mlxb_array *lower = mlxb_binary(s, MLXB_SUB, flash ? bound : eff, mlxb_scalar_i64(s, window, MLXB_I64));
+    keep = mlxb_binary(s, MLXB_LOGICAL_AND, keep, mlxb_binary(s, MLXB_GREATER_EQUAL, t, lower));
+  }
+  return keep;
+}
+
+static int lower_gqa(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  int64_t heads = ir_attr_int(n, "num_heads", 0), kv_heads = ir_attr_int(n, "kv_num_heads", 0);
+  mlxb_array *query = op_input(c, 0), *pk = op_input(c, 3), *pv = op_input(c, 4), *seqlens = op_input(c, 5);
+  if (!query || !seqlens || !op_has_input(c, 6)) return op_fail(c, "query, seqlens_k and total_sequence_length are required");
+  if (mlxb_ndim(query) != 3) return op_fail(c, "query must be 3-D");
+  int64_t tsl;
+  if (op_input_ints(c, 6, &tsl, 1) != 1) return op_check(c) ? -1 : op_fail(c, "total_sequence_length must be one value");
+  mlxb_dtype t = mlxb_type(query);
+  int64_t b = mlxb_dim(query, 0), seq = mlxb_dim(query, 1);
+  if (mlxb_ndim(seqlens) != 1 || mlxb_dim(seqlens, 0) != b) return op_fail(c, "seqlens_k must be [batch]");
+  mlxb_array *q = NULL, *k = NULL, *v = NULL;
+  if (gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
+  int64_t h = mlxb_dim(q, 3);
+  if (pk && (mlxb_ndim(pk) != 4 || mlxb_dim(pk, 1) != kv_heads || mlxb_dim(pk, 3) != h || mlxb_dim(pv, 2) != mlxb_dim(pk, 2)))
+    return op_fail(c, "past_key/past_value must be [batch, kv_num_heads, past, head_size]");
+
+  /* ORT: the first prompt is S == total_sequence_length; otherwise batch b's past is
+   * seqlens_k[b] + 1 - S rows of the past buffer. */
+  bool first = seq == tsl;
+  mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, attn_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
+  mlxb_array *past_b = NULL;
+  if (pk && !first) past_b = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
+  int64_t plen = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
+  if (attn_flag(n, "do_rotary", 0)) {
+    mlxb_array *rot_past = first ? NULL : attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
+    if (gqa_rotary(c, &q, &k, rot_past, seq)) return -1;
+  }
+  mlxb_array *present_k = gqa_present(s, pk, k, past_b, plen), *present_v = gqa_present(s, pv, v, past_b, plen);
+
+  int64_t qk_mode = ir_attr_int(n, "qk_output", 0);
+  mlxb_array *sink = attn_cast(s, op_input(c, 11), MLXB_F32);
+  attn_args a = {.q = q, .k = present_k, .v = present_v, .sink = sink};
+  float scale = ir_attr_float(n, "scale", 0.0f);
+  a.scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)h));
+  a.softcap = ir_attr_float(n, "softcap", 0.0f);
+  a.smooth = attn_flag(n, "smooth_softmax", 0);
+  bool flash = t == MLXB_F32 && tsl > 1 && a.softcap == 0.0f && !a.smooth && !sink && !qk_mode &&
+               attn_output_exists(c, 1) && attn_output_exists(c, 2);
+  a.keep = gqa_keep(c, past_b, total_b, seq, plen, flash);
+  a.fill = -INFINITY;
+  a.zero_masked_rows = flash && ir_attr_int(n, "local_window_size", -1) > 0;
+  mlxb_array *ab = op_input(c, 10);
+  if (ab) {
+    int64_t tb = mlxb_dim(ab, 3);
+    if (mlxb_dim(ab, 2) != seq) return op_fail(c, "attention_bias must be [B|1, N|1, S, total]");
+    ab = attn_cast(s, ab, MLXB_F32);
+    if (tb < plen) {
+      int64_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, plen - tb};
+      ab = mlxb_pad(s, ab, lo, hi, attn_f32(s, 0.0), "constant");
+    } else if (tb > plen) {
+      ab = attn_slice_axis(s, ab, 3, 0, plen);
+    }
+    a.bias = ab;
+  }
+  if (qk_mode) a.want_qk = 1u << (qk_mode == 1 ? ATTN_QK_MASKED : ATTN_QK_SOFTMAX);
+  mlxb_array *y = attn_from_bnsh(s, attn_compute(s, &a));
+  if (op_set_output(c, 0, y)) return -1;
+  if (attn_set_optional(c, 1, present_k) || attn_set_optional(c, 2, present_v)) return -1;
+  if (qk_mode && op_has_output(c, 3)) {
+    /* ORT's score rows hold 0 (not -inf) outside the visible keys; columns [0, tsl) */
+    mlxb_array *qk = qk_mode == 1 ? mlxb_where(s, a.keep, a.qk[ATTN_QK_MASKED], mlxb_scalar_f64(s, 0.0, t))
+                                  : a.qk[ATTN_QK_SOFTMAX];
+    if (attn_set_optional(c, 3, attn_slice_axis(s, attn_cast(s, qk, t), 3, 0, tsl))) return -1;
+  }
   return op_check(c);
 }
 
@@ -472,6 +680,14 @@ static const op_def defs[] = {
      "-> present; unidirectional as ORT (future keys hidden for every query but the last); scale; qk "
      "output (scores after mask and bias). Declined: packed QKV/KV (ORT CPU rejects them), "
      "past_sequence_length/cache_indirection, bfloat16"},
+    {"com.microsoft", "GroupQueryAttention", 1, 1, DT_F32 | DT_F16, claim_gqa, lower_gqa, 0, OP_FLAG_HOST_VALUES,
+     "float32/float16; query/key/value [B, S, hidden] or packed QKV; past_key/past_value BNSH with ORT's "
+     "buffer semantics (present length max(past buffer, total_sequence_length); rows past seqlens_k zeroed); "
+     "first prompt (S == total_sequence_length, right padding via seqlens_k), chunked prefill and decode; "
+     "do_rotary (interleaved or not, partial) with position_ids or ORT's default positions; local_window_size; "
+     "softcap; smooth_softmax; head_sink; attention_bias; scale; causal=0; qk_output 1/2. total_sequence_length "
+     "is read on the host. Declined: quantized KV cache (k/v_quant_type, kv_cache_bit_width, k/v_scale), "
+     "sliding_window_cache, q/k_norm_weight (ORT CPU rejects them), non-causal with a window, bfloat16"},
 };
 
 OPS_FAMILY(attention, defs);

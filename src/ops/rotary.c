@@ -179,7 +179,7 @@ static int lower_onnx_rotary(op_ctx *c, const op_def *def) {
   } else if (mlxb_ndim(cos) != 3 || mlxb_dim(cos, 0) != l.b || mlxb_dim(cos, 1) != l.s) {
     return op_fail(c, "without position_ids, cos/sin caches must be [batch, sequence, rot/2]");
   }
-  return rotary_finish(c, x, &l, cos, sin, rot_dim, ir_attr_int(n, "interleaved", 0) != 0);
+  return rotary_finish(c, x, &l, cos, sin, rot_dim, ir_attr_int(n, "interleaved", 0) == 1);
 }
 
 /* ---- com.microsoft RotaryEmbedding ------------------------------------------------------- */
@@ -233,7 +233,7 @@ static int lower_ms_rotary(op_ctx *c, const op_def *def) {
   if (mlxb_dim(cos, 0) < l.s && !ir_attr_int(n, "is_packed_batching", 0))
     return op_fail(c, "sequence longer than the cos/sin caches (ORT does not update caches)");
   return rotary_finish(c, x, &l, mlxb_take(s, cos, idx, 0), mlxb_take(s, sin, idx, 0), rot_dim,
-                       ir_attr_int(n, "interleaved", 0) != 0);
+                       ir_attr_int(n, "interleaved", 0) == 1);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
