@@ -35,7 +35,7 @@ def render(rows):
              "in which the node's schema was defined) and the row's checks pass; the claim report",
              "(`ORT_EP_MLX_REPORT=stderr`) says why any node was declined. Every value must also have",
              "a dtype MLX represents (bool, int8-64, uint8-64, float16, bfloat16, float32, float64)",
-             "unless the row says otherwise; float64 is declined when the EP runs on an MLX GPU.", ""]
+             "unless the row says otherwise; on an MLX GPU, float64 nodes run on an MLX CPU stream.", ""]
     totals = ", ".join(f"{d}: {len(by_domain[d])}" for d in DOMAIN_ORDER if d in by_domain)
     lines += [f"Op types claimed: {sum(len(v) for v in by_domain.values())} ({totals}).", ""]
     domains = [d for d in DOMAIN_ORDER if d in by_domain] + sorted(set(by_domain) - set(DOMAIN_ORDER))

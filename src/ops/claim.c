@@ -68,12 +68,6 @@ bool op_claim_node(claim_ctx *c, const op_def *def) {
         return claim_decline(c, "output %d has dtype %s, which MLX lacks", i, ir_dtype_name(v->dtype));
     }
   }
-  if (c->device == MLXB_DEVICE_GPU && !(def->flags & OP_FLAG_ANY_DTYPE)) {
-    for (int i = 0; i < n->n_inputs; i++) {
-      const ir_value *v = claim_input(c, i);
-      if (v && v->dtype == ONNX_DOUBLE) return claim_decline(c, "float64 has no MLX GPU kernels");
-    }
-  }
   if (def->dtypes && n->n_inputs > 0) {
     int32_t t = claim_input_dtype(c, 0);
     if (t != ONNX_UNDEFINED && !(def->dtypes & DT(t)))

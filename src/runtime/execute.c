@@ -231,11 +231,23 @@ static int bind_inputs(const plan *p, mlxb_scope *s, const rt_tensor *inputs, in
   return 0;
 }
 
+/* MLX GPUs have no float64: nodes touching float64 run on an MLX CPU stream inside the same
+ * graph (MLX orders work across streams within one eval). */
+static bool node_touches_f64(const ir_graph *g, const ir_node *n) {
+  for (int k = 0; k < n->n_inputs; k++)
+    if (n->inputs[k] >= 0 && g->values[n->inputs[k]].dtype == ONNX_DOUBLE) return true;
+  for (int k = 0; k < n->n_outputs; k++)
+    if (n->outputs[k] >= 0 && g->values[n->outputs[k]].dtype == ONNX_DOUBLE) return true;
+  return false;
+}
+
 static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, diag *d) {
   op_ctx c = {.plan = p, .g = p->g, .s = r->s, .vals = r->vals, .host = r->host, .known = known,
               .tracing = tracing, .d = d};
+  bool on_gpu = mlxb_scope_device(r->s) == MLXB_DEVICE_GPU;
   for (int i = 0; i < p->g->n_nodes; i++) {
     c.node = &p->g->nodes[i];
+    if (on_gpu) mlxb_scope_force_cpu(r->s, node_touches_f64(p->g, c.node));
     if (p->defs[i]->lower(&c, p->defs[i]) || !mlxb_ok(r->s)) {
       if (!d->failed) diag_fail(d, "%s", mlxb_error(r->s));
       diag_prefix(d, "node '%s' (%s): ", c.node->name, c.node->op_type);
