@@ -3,7 +3,7 @@
 The graph follows what genai's builder emits for a Llama/Qwen2-style model with GroupQueryAttention:
 
     input_ids ─ Gather (or GatherBlockQuantized for int4) ─ embeddings
-    attention_mask ─ ReduceSum ─ Sub 1 ─ Cast int32 ─ seqlens_k          [batch, 1]
+    attention_mask ─ ReduceSum(keepdims=0) ─ Sub 1 ─ Cast int32 ─ seqlens_k [batch]
     attention_mask ─ Shape ─ Gather 1 ─ Cast int32 ─ total_sequence_length (scalar)
     per layer:  [Skip]SimplifiedLayerNormalization ─ Q/K/V MatMul(NBits) (+ bias Add) ─
                 GroupQueryAttention(do_rotary=1, cos/sin caches, past/present KV) ─ O MatMul ─
@@ -31,7 +31,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 21
 MS = "com.microsoft"
-EPSILON = 9.999999747378752e-06  # what genai's builder writes for every norm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +44,7 @@ class LLMConfig:
     context: int = 256          # rows of the cos/sin caches (max_position_embeddings)
     rope_theta: float = 10000.0
     qkv_bias: bool = True       # Qwen2 has biases on the Q/K/V projections
+    rms_norm_eps: float = 1e-6  # genai writes the config's rms_norm_eps into every norm
 
     @property
     def head_dim(self) -> int:
@@ -60,16 +60,17 @@ _NP = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
 
 
 class _Builder:
-    """Collects nodes, initializers and value infos; draws the random weights."""
+    """Collects nodes and initializers; draws the random weights."""
 
     def __init__(self, cfg: LLMConfig, io_dtype: int, weights: str, block_size: int, accuracy_level: int,
-                 seed: int):
+                 seed: int, legacy_seqlens: bool = False):
         self.cfg = cfg
         self.io = io_dtype
         self.np_io = _NP[io_dtype]
         self.weights = weights
         self.block_size = block_size
         self.accuracy_level = accuracy_level
+        self.legacy_seqlens = legacy_seqlens
         self.rng = np.random.default_rng(seed)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
@@ -130,9 +131,13 @@ class _Builder:
 
 
 def _mask_subgraph(b: _Builder) -> tuple[str, str]:
-    """seqlens_k and total_sequence_length from attention_mask, exactly as genai builds them."""
+    """seqlens_k and total_sequence_length from attention_mask, exactly as genai builds them. The
+    current builder reduces with keepdims=0 (seqlens_k [batch]); builders before it kept the
+    reduced axis (seqlens_k [batch, 1]), which ORT's GroupQueryAttention accepts too and which
+    models exported back then still carry (legacy_seqlens=True)."""
     base = "/model/attn_mask_reformat/attn_mask_subgraph"
-    rsum = b.node("ReduceSum", f"{base}/ReduceSum", ["attention_mask", b.const([1], np.int64)])
+    rsum = b.node("ReduceSum", f"{base}/ReduceSum", ["attention_mask", b.const([1], np.int64)],
+                  keepdims=1 if b.legacy_seqlens else 0)
     sub = b.node("Sub", f"{base}/Sub", [rsum, b.const([1], np.int64)])
     seqlens_k = b.node("Cast", f"{base}/Sub/Cast", [sub], to=TensorProto.INT32)
     shape = b.node("Shape", f"{base}/Shape", ["attention_mask"])
@@ -173,7 +178,8 @@ def _attention(b: _Builder, layer: int, x: str, seqlens_k: str, total_seq_len: s
     for p, n_out in (("q", cfg.hidden), ("k", kv), ("v", kv)):
         y = b.linear(f"{base}/{p}_proj", x, cfg.hidden, n_out)
         if cfg.qkv_bias:
-            bias = b.init(f"model.layers.{layer}.attn.{p}_proj.bias", (0.1 * b.rng.standard_normal(n_out)).astype(b.np_io))
+            bias = (0.1 * b.rng.standard_normal(n_out)).astype(b.np_io)
+            bias = b.init(f"model.layers.{layer}.attn.{p}_proj.bias", bias)
             y = b.node("Add", f"{base}/{p}_proj/Add", [y, bias])
         proj[p] = y
     ins = [proj["q"], proj["k"], proj["v"], f"past_key_values.{layer}.key", f"past_key_values.{layer}.value",
@@ -201,29 +207,32 @@ def _skip_norm(b: _Builder, name: str, root: str, skip: str, weight: str, last: 
     norm, the normalized output alone (genai leaves output 3 off the last one)."""
     if last:
         return b.node("SkipSimplifiedLayerNormalization", name, [root, skip, weight], domain=MS,
-                      outputs=[f"{name}/output_0"], epsilon=EPSILON)
+                      outputs=[f"{name}/output_0"], epsilon=b.cfg.rms_norm_eps)
     outs = b.node("SkipSimplifiedLayerNormalization", name, [root, skip, weight], domain=MS,
-                  outputs=[f"{name}/output_0", "", "", f"{name}/output_3"], epsilon=EPSILON)
+                  outputs=[f"{name}/output_0", "", "", f"{name}/output_3"], epsilon=b.cfg.rms_norm_eps)
     return outs[0], outs[3]
 
 
 def build_llm(cfg: LLMConfig = TINY, weights: str = "int4", io_dtype: str = "float32", block_size: int = 32,
-              accuracy_level: int = 0, seed: int = 0) -> onnx.ModelProto:
+              accuracy_level: int = 0, seed: int = 0, legacy_seqlens: bool = False) -> onnx.ModelProto:
     """The ModelProto. weights: "int4" (MatMulNBits + GatherBlockQuantized) or "float" (MatMul +
-    Gather with io_dtype weights). io_dtype: "float32" or "float16" (activations, caches, norms)."""
+    Gather with io_dtype weights). io_dtype: "float32" or "float16" (activations, caches, norms).
+    accuracy_level: MatMulNBits' attribute (0 = unset; genai writes 4 for CPU, which lets ORT's
+    CPU EP quantize A to int8). legacy_seqlens: seqlens_k [batch, 1] as older builders emit it."""
     if weights not in ("int4", "float"):
         raise ValueError(f"weights must be 'int4' or 'float', not {weights!r}")
     io = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}[io_dtype]
     if cfg.hidden % cfg.heads or cfg.heads % cfg.kv_heads:
         raise ValueError("hidden must be a multiple of heads, heads a multiple of kv_heads")
-    b = _Builder(cfg, io, weights, block_size, accuracy_level, seed)
+    b = _Builder(cfg, io, weights, block_size, accuracy_level, seed, legacy_seqlens)
     seqlens_k, total_seq_len = _mask_subgraph(b)
     cos, sin = _rotary_caches(b)
     emb = _embedding(b)
 
     root = emb
     x = b.node("SimplifiedLayerNormalization", "/model/layers.0/input_layernorm/LayerNorm",
-               [emb, b.norm_weight("model.layers.0.input_layernorm.weight")], axis=-1, epsilon=EPSILON, stash_type=1)
+               [emb, b.norm_weight("model.layers.0.input_layernorm.weight")], axis=-1, epsilon=cfg.rms_norm_eps,
+               stash_type=1)
     for layer in range(cfg.layers):
         if layer > 0:
             x, root = _skip_norm(b, f"/model/layers.{layer}/input_layernorm/SkipLayerNorm", root, skip,
@@ -240,7 +249,8 @@ def build_llm(cfg: LLMConfig = TINY, weights: str = "int4", io_dtype: str = "flo
     kv_shape = ["batch_size", cfg.kv_heads, "past_sequence_length", cfg.head_dim]
     present_shape = ["batch_size", cfg.kv_heads, "total_sequence_length", cfg.head_dim]
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
-              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])]
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                            ["batch_size", "total_sequence_length"])]
     outputs = [helper.make_tensor_value_info("logits", io, ["batch_size", "sequence_length", cfg.vocab])]
     for i in range(cfg.layers):
         for kind in ("key", "value"):
@@ -254,11 +264,11 @@ def build_llm(cfg: LLMConfig = TINY, weights: str = "int4", io_dtype: str = "flo
 
 
 def make_llm(cfg: LLMConfig = TINY, weights: str = "int4", io_dtype: str = "float32", block_size: int = 32,
-             accuracy_level: int = 0, seed: int = 0) -> bytes:
+             accuracy_level: int = 0, seed: int = 0, legacy_seqlens: bool = False) -> bytes:
     """Serialized ModelProto (under protobuf's 2 GiB limit: use save_llm for big configs)."""
     # No onnx.checker: SimplifiedLayerNormalization is an ORT op in the default domain that ONNX's
     # checker does not know; ORT validates the graph when a session loads it.
-    return build_llm(cfg, weights, io_dtype, block_size, accuracy_level, seed).SerializeToString()
+    return build_llm(cfg, weights, io_dtype, block_size, accuracy_level, seed, legacy_seqlens).SerializeToString()
 
 
 def save_llm(path: str, cfg: LLMConfig = QWEN25_05B, weights: str = "int4", io_dtype: str = "float32",

@@ -54,6 +54,7 @@ def test_encoder_strict_parity_with_padding(encoder):
         got = mlx.run(None, feeds)
         want = cpu.run(None, feeds)
         for name, g, w in zip(("last_hidden_state", "pooler_output"), got, want):
-            assert g.shape == w.shape and g.dtype == w.dtype, f"{form} {name}: {g.shape}/{g.dtype} vs {w.shape}/{w.dtype}"
+            assert g.shape == w.shape and g.dtype == w.dtype, \
+                f"{form} {name}: {g.shape}/{g.dtype} vs {w.shape}/{w.dtype}"
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4,
                                        err_msg=f"{form} {name}: batch {batch}, seq {seq}, lengths {lengths}")

@@ -17,17 +17,19 @@ import onnxruntime_ep_mlx as mlx_ep
 from parity import assert_parity, make_model, run_cpu
 
 F = TensorProto.FLOAT
-# An op no row of the registry claims (ai.onnx Det), which ORT's CPU EP runs.
-UNCLAIMED_OP = "Det"
+# An op no row of the registry claims (com.microsoft Inverse, a batched matrix inverse), which
+# ORT's CPU EP runs.
+UNCLAIMED_OP = "Inverse"
 
 
 def split_model() -> bytes:
-    """Add -> Det (unclaimed) -> Mul: the MLX EP should form two clusters around Det."""
+    """Add -> Inverse (unclaimed) -> Mul: the MLX EP should form two clusters around Inverse."""
     nodes = [helper.make_node("Add", ["x", "x"], ["s"], name="add"),
-             helper.make_node(UNCLAIMED_OP, ["s"], ["d"], name="det"),
+             helper.make_node(UNCLAIMED_OP, ["s"], ["d"], name="inverse", domain="com.microsoft"),
              helper.make_node("Mul", ["d", "c"], ["y"], name="mul")]
-    return make_model(nodes, [("x", F, [2, 3, 3])], [("y", F, [2])],
-                      initializers={"c": np.array([1.5, -2.0], np.float32)})
+    return make_model(nodes, [("x", F, [2, 3, 3])], [("y", F, [2, 3, 3])],
+                      initializers={"c": np.array([1.5, -2.0, 0.5], np.float32)},
+                      domains=[("com.microsoft", 1)])
 
 
 def split_feeds() -> dict:
@@ -71,8 +73,8 @@ def test_split_report(tmp_path, monkeypatch, via):
     model = split_model()
     report = report_of(lambda opts: mlx_ep.session(model, options=opts, strict=False), tmp_path,
                        monkeypatch, via)
-    # The declined op is listed with a reason: "declined Det x1: <why>".
-    assert re.search(rf"declined\s+{UNCLAIMED_OP}\b.*:\s*\S+", report), report
+    # The declined op is listed with a reason: "declined com.microsoft::Inverse x1: <why>".
+    assert re.search(rf"declined\s+com.microsoft::{UNCLAIMED_OP}\b.*:\s*\S+", report), report
     assert re.search(r"claimed\s+Add\b", report) and re.search(r"claimed\s+Mul\b", report), report
     assert cluster_count(report) == 2, report
 

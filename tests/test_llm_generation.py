@@ -4,9 +4,10 @@ carrying its own KV cache (present.* fed back as past_key_values.*).
 
 Teacher forcing: both EPs get the CPU EP's argmax token at every step, and the logits of every step
 must match (max-abs-diff / max-abs-value within 1e-3 in float32; float16 tolerance for the float16
-model). Free running: each EP picks its own argmax and the 32 generated tokens must be identical.
+model). Free running: each EP picks its own argmax and the 32 generated tokens must be identical
+(float16: identical up to a genuine near-tie, where rounding may pick either token).
 Variants: int4 MatMulNBits with block 32 and block 128, float32 weights, float16 weights and
-activations."""
+activations, int4 with float16 activations, int4 with accuracy_level 4; plus the [batch, 1] seqlens_k of older genai builders."""
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +32,10 @@ VARIANTS = {
     # block 128 needs K >= 128 on every projection: a wider tiny model
     "int4-b128": (dataclasses.replace(TINY, hidden=128, intermediate=256), dict(weights="int4", block_size=128), 1e-3),
     "fp32": (TINY, dict(weights="float"), 1e-3),
-    "fp16": (TINY, dict(weights="float", io_dtype="float16"), 2e-2),
+    "fp16": (TINY, dict(weights="float", io_dtype="float16"), 1e-2),
+    "int4-b32-fp16": (TINY, dict(weights="int4", block_size=32, io_dtype="float16"), 1e-2),
+    # genai's default for CPU: MatMulNBits may quantize A to int8 per block (MLAS does)
+    "int4-b32-acc4": (TINY, dict(weights="int4", block_size=32, accuracy_level=4), 1e-3),
 }
 
 
@@ -82,18 +86,42 @@ def test_teacher_forced_logits(variant, batch):
         tokens = want[0][:, -1, :].argmax(-1)[:, None].astype(np.int64)
 
 
-def _greedy(sess, cfg, io_dtype, prompt):
-    tokens, past, out = prompt, empty_past(cfg, prompt.shape[0], io_dtype), []
-    for _ in range(DECODE):
-        res = sess.run(None, step_feeds(cfg, tokens, past))
-        tokens = res[0][:, -1, :].argmax(-1)[:, None].astype(np.int64)
-        out.append(tokens[:, 0])
-        past = next_past(cfg, res)
-    return np.stack(out, axis=1)
-
-
 def test_free_running_greedy(variant):
+    """Each EP feeds back its own argmax. While the tokens agree the two runs see the same prefix,
+    so their logits stay comparable; float32 runs must agree on all 32 tokens, and a float16 run
+    may part only at a near-tie (the CPU EP's top-2 margin within twice the logits' difference)."""
     name, cfg, io_dtype, _, mlx, cpu, _ = variant
     prompt = _prompt(cfg, 1, seed=11)
-    got, want = _greedy(mlx, cfg, io_dtype, prompt), _greedy(cpu, cfg, io_dtype, prompt)
-    assert np.array_equal(got, want), f"{name}: generated tokens differ\nMLX {got}\nCPU {want}"
+    tok_m, tok_c = prompt, prompt
+    past_m, past_c = empty_past(cfg, 1, io_dtype), empty_past(cfg, 1, io_dtype)
+    generated = []
+    for step in range(DECODE):
+        res_m = mlx.run(None, step_feeds(cfg, tok_m, past_m))
+        res_c = cpu.run(None, step_feeds(cfg, tok_c, past_c))
+        lm, lc = res_m[0][0, -1].astype(np.float64), res_c[0][0, -1].astype(np.float64)
+        am, ac = int(lm.argmax()), int(lc.argmax())
+        if am != ac:
+            margin, diff = lc[ac] - lc[am], np.abs(lm - lc).max()
+            assert io_dtype == "float16" and margin <= 2 * diff, (
+                f"{name}: step {step} MLX picked {am}, CPU {ac} (CPU margin {margin:.3g}, logits differ by "
+                f"{diff:.3g}); tokens so far {generated}")
+            return
+        generated.append(ac)
+        tok_m = tok_c = np.array([[ac]], np.int64)
+        past_m, past_c = next_past(cfg, res_m), next_past(cfg, res_c)
+
+
+def test_legacy_seqlens_layout():
+    """Models exported by older genai builders carry seqlens_k as [batch, 1] (ReduceSum with
+    keepdims=1); ORT's GroupQueryAttention accepts it, so the EP must too."""
+    model = make_llm(TINY, weights="float", seed=0, legacy_seqlens=True)
+    mlx = mlx_ep.session(model, strict=True)
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    tokens, past_mlx, past_cpu = _prompt(TINY, 2), empty_past(TINY, 2), empty_past(TINY, 2)
+    for step in range(4):
+        got = mlx.run(None, step_feeds(TINY, tokens, past_mlx))
+        want = cpu.run(None, step_feeds(TINY, tokens, past_cpu))
+        err = _rel_err(got[0], want[0])
+        assert err <= 1e-3, f"step {step}: logits differ by {err:.2e} (relative)"
+        past_mlx, past_cpu = next_past(TINY, got), next_past(TINY, want)
+        tokens = want[0][:, -1, :].argmax(-1)[:, None].astype(np.int64)

@@ -295,7 +295,8 @@ def test_gqa_rotary(dtype, interleaved, phase):
 
 def test_gqa_rotary_partial_and_position_ids():
     gqa_check(F32, 1, [5, 3], 6, past=8, h=32, rotary=16)
-    gqa_check(F32, 2, [5, 3], 6, past=8, rotary=16, pos=np.array([[4, 5], [9, 10]], np.int64))
+    gqa_check(F32, 1, [5, 3], 6, past=8, rotary=16, pos=np.array([[4], [9]], np.int64))
+    gqa_check(F32, 3, [6], 7, past=8, rotary=16, pos=np.array([[2, 7, 9]], np.int64))
 
 
 @pytest.mark.parametrize("dtype", [F32, F16])
@@ -322,7 +323,124 @@ def test_gqa_qk_output(dtype, mode):
     gqa_check(dtype, 4, [3, 3], 4, attrs={"qk_output": mode, "softcap": 2.0}, outputs=4)
 
 
+def test_gqa_seqlens_batch_by_one():
+    """Older genai exporters give seqlens_k as [batch, 1]; ORT accepts it."""
+    q, k, v = rnd((2, 1, N_Q * 16), F32), rnd((2, 1, N_KV * 16), F32, 1), rnd((2, 1, N_KV * 16), F32, 2)
+    past = rnd((2, N_KV, 8, 16), F32, 3)
+    check("GroupQueryAttention", [("q", q), ("k", k), ("v", v), ("pk", past), ("pv", past),
+                                  ("sl", np.array([[5], [3]], np.int32)), ("tsl", np.array(6, np.int32))],
+          {"num_heads": N_Q, "kv_num_heads": N_KV}, outputs=3, domain=MS)
+
+
 def test_gqa_packed_and_symbolic():
     gqa_check(F32, 4, [3, 1], 4, past=6, packed=True)
     gqa_check(F32, 1, [5, 3], 6, past=8, dynamic=True, rotary=16)
     gqa_check(F32, 5, [4, 2], 5, dynamic=True, attrs={"local_window_size": 2})
+
+
+# ---- com.microsoft Attention (fused QKV projection) -----------------------------------------
+
+def ms_attention_inputs(dtype, b=2, s=3, din=5, n=2, h=4, hv=None, seed=0):
+    hv = hv or h
+    x = rnd((b, s, din), dtype, seed)
+    w = rnd((din, 2 * n * h + n * hv), dtype, seed + 1, scale=0.5)
+    bias = rnd((2 * n * h + n * hv,), dtype, seed + 2)
+    return x, w, bias
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("mask_kind", [None, "end", "end_start", "2d", "3d"])
+@pytest.mark.parametrize("uni", [0, 1])
+def test_ms_attention_masks(dtype, mask_kind, uni):
+    x, w, bias = ms_attention_inputs(dtype)
+    rng = np.random.default_rng(5)
+    mask = {None: None, "end": np.array([2, 3], np.int32), "end_start": np.array([3, 2, 1, 0], np.int32),
+            "2d": (rng.random((2, 3)) > 0.3).astype(np.int32),
+            "3d": (rng.random((2, 3, 3)) > 0.3).astype(np.int32)}[mask_kind]
+    check("Attention", [("x", x), ("w", w), ("b", bias), ("m", mask) if mask is not None else None],
+          {"num_heads": 2, "unidirectional": uni}, domain=MS)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("uni", [0, 1])
+def test_ms_attention_past(dtype, uni):
+    x, w, bias = ms_attention_inputs(dtype)
+    past = rnd((2, 2, 2, 4, 4), dtype, 9)
+    mask = (np.random.default_rng(6).random((2, 7)) > 0.3).astype(np.int32)
+    check("Attention", [("x", x), ("w", w), ("b", bias), ("m", mask), ("p", past)],
+          {"num_heads": 2, "unidirectional": uni, "scale": 0.5, "mask_filter_value": -100.0}, outputs=2, domain=MS)
+    check("Attention", [("x", x), ("w", w), ("b", bias), ("m", np.array([5, 7], np.int32)), ("p", past)],
+          {"num_heads": 2, "unidirectional": uni}, outputs=2, domain=MS)
+    x1 = x[:, :1]
+    check("Attention", [("x", x1), ("w", w), ("b", bias), None, ("p", past)],
+          {"num_heads": 2, "unidirectional": uni}, outputs=2, domain=MS)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_ms_attention_bias_and_sizes(dtype):
+    x, w, bias = ms_attention_inputs(dtype)
+    mask = (np.random.default_rng(6).random((2, 3)) > 0.3).astype(np.int32)
+    for shape in [(2, 2, 3, 3), (1, 2, 3, 3), (2, 1, 3, 3), (1, 1, 3, 3)]:
+        check("Attention", [("x", x), ("w", w), ("b", bias), ("m", mask), None, ("ab", rnd(shape, dtype, 4))],
+              {"num_heads": 2, "unidirectional": 1}, domain=MS)
+    x, w, bias = ms_attention_inputs(dtype, hv=6)
+    check("Attention", [("x", x), ("w", w), ("b", bias)], {"num_heads": 2, "qkv_hidden_sizes": [8, 8, 12]},
+          domain=MS)
+
+
+def test_ms_attention_symbolic():
+    x, w, bias = ms_attention_inputs(F32)
+    past = rnd((2, 2, 2, 4, 4), F32, 9)
+    model, feeds = build("Attention", [("x", x), ("w", w), ("b", bias), None, ("p", past)],
+                         {"num_heads": 2, "unidirectional": 1}, outputs=2, domain=MS, dynamic=True)
+    assert_parity(model, feeds)
+
+
+# ---- float16 rounding: masked scores near -10000 make single vs double rounding visible ------
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_f16_masked_score_rounding(seed):
+    q, k, v = (rnd((1, 3, 4), F16, seed + i) for i in range(3))
+    mask = np.array([[0, 0, 1]], np.int32)
+    check("MultiHeadAttention", [("q", q), ("k", k), ("v", v), None, ("m", mask)],
+          {"num_heads": 1, "unidirectional": 1}, outputs=[True, False, False, True], domain=MS)
+    x, w, bias = ms_attention_inputs(F16, seed=seed)
+    check("Attention", [("x", x), ("w", w), ("b", bias), ("m", np.array([[0, 0, 1], [1, 0, 0]], np.int32))],
+          {"num_heads": 2, "unidirectional": 1}, domain=MS)
+    q4, k4, v4, _, _ = onnx_inputs(F16, hq=2, hkv=2, seed=seed)
+    m = np.zeros((3, 5), F16)
+    m[:, :3] = -10000
+    for attrs in ({}, {"softcap": 30.0}, {"qk_matmul_output_mode": 0}):
+        check("Attention", [("q", q4), ("k", k4), ("v", v4), ("m", m)], attrs,
+              outputs=[True, False, False, "qk_matmul_output_mode" in attrs])
+
+
+# ---- declined forms: strict mode must refuse them (they fall back to ORT's CPU EP) ----------
+
+def declined_models():
+    q, k, v, bias = mha_inputs(F32)
+    x, w, b = ms_attention_inputs(F32)
+    gq, gk, gv = rnd((1, 1, 4 * 16), F32), rnd((1, 1, 2 * 16), F32), rnd((1, 1, 2 * 16), F32)
+    past = rnd((1, 2, 4, 16), F32)
+    gqa = [("q", gq), ("k", gk), ("v", gv), ("pk", past), ("pv", past), ("sl", np.array([3], np.int32)),
+           ("tsl", np.array(4, np.int32))]
+    return {
+        "ms_attention_without_bias": build("Attention", [("x", x), ("w", w)], {"num_heads": 2}, domain=MS),
+        "ms_attention_4d_mask": build("Attention", [("x", x), ("w", w), ("b", b),
+                                                    ("m", np.ones((2, 1, 3, 3), np.int32))],
+                                      {"num_heads": 2}, domain=MS),
+        "mha_past_sequence_length": build("MultiHeadAttention",
+                                          [("q", q), ("k", k), ("v", v), None, None, None, None, None,
+                                           ("psl", np.array([0], np.int32))], {"num_heads": 2}, domain=MS),
+        "gqa_sliding_window_cache": build("GroupQueryAttention", gqa,
+                                          {"num_heads": 4, "kv_num_heads": 2, "local_window_size": 4,
+                                           "sliding_window_cache": 1}, outputs=3, domain=MS),
+    }
+
+
+@pytest.mark.parametrize("form", sorted(declined_models()))
+def test_declined_forms_refuse_strict(form):
+    import onnxruntime_ep_mlx as mlx_ep
+    model, _ = declined_models()[form]
+    with pytest.raises(Exception, match=r"(?i)fallback"):
+        mlx_ep.session(model, strict=True)

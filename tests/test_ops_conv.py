@@ -171,3 +171,19 @@ def test_qlinear_conv(xt, wt, per_channel, bias):
     if bias:
         args.append(("b", np.random.default_rng(3).integers(-500, 500, m).astype(np.int32), "init"))
     check("QLinearConv", args, {"pads": [1, 1, 1, 1]}, opset=10)
+
+
+# ---- edge cases ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,ws", [("Conv", (3, 2, 3, 3)), ("ConvTranspose", (2, 3, 3, 3))])
+def test_empty_batch(op, ws):
+    check(op, [("x", np.zeros((0, 2, 5, 5), np.float32), "feed"), ("w", rand(ws), "init")], {"pads": [1, 1, 1, 1]})
+
+
+def test_conv_dynamic_shapes():
+    """Symbolic dims: the geometry is computed from the concrete shapes of each Run."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])
+    model = make_model([node], [("x", TensorProto.FLOAT, ["n", 3, "h", "w"])], [("y", TensorProto.FLOAT, None)],
+                       [("w", rand((4, 3, 3, 3), seed=1))])
+    for shape in [(1, 3, 8, 8), (2, 3, 5, 9)]:
+        assert_parity(model, {"x": rand(shape)}, rtol=1e-4, atol=1e-4)

@@ -148,3 +148,35 @@ def test_max_roi_pool(scale, pooled):
     if scale != 1.0:
         rois[:, 1:] /= scale
     check("MaxRoiPool", {"x": x, "r": rois}, {"pooled_shape": pooled, "spatial_scale": scale}, opset=21)
+
+
+# ---- edge cases ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_empty_batch(op):
+    n_out = 2 if op == "MaxPool" else 1
+    check(op, {"x": np.zeros((0, 2, 5, 5), np.float32)}, {"kernel_shape": [2, 2]}, n_out=n_out,
+          out_dtypes=[TensorProto.FLOAT, TensorProto.INT64][:n_out])
+
+
+def test_maxunpool_bad_indices_do_not_crash():
+    """ORT rejects out-of-range indices; we drop them, and must never read or write out of bounds."""
+    x = rand((1, 1, 2, 2))
+    i = np.array([[[[0, 10**12], [-5, 3]]]], np.int64)
+    node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 1, 2, 2]), ("i", TensorProto.INT64, [1, 1, 2, 2])],
+                       [("y", TensorProto.FLOAT, None)], opset=11)
+    y = run_mlx(model, {"x": x, "i": i})[0]
+    want = np.zeros(16, np.float32)
+    want[0], want[3] = x.ravel()[0], x.ravel()[3]
+    np.testing.assert_array_equal(y.ravel(), want)
+
+
+def test_max_roi_pool_bad_batch_index_fails_cleanly():
+    x = np.abs(rand((1, 2, 6, 6)))
+    rois = np.array([[3, 0, 0, 4, 4]], np.float32)
+    node = helper.make_node("MaxRoiPool", ["x", "r"], ["y"], pooled_shape=[2, 2])
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 2, 6, 6]), ("r", TensorProto.FLOAT, [1, 5])],
+                       [("y", TensorProto.FLOAT, None)], opset=21)
+    with pytest.raises(Exception, match="batch index"):
+        run_mlx(model, {"x": x, "r": rois})

@@ -96,6 +96,15 @@ def test_dft_axes(axis, opset):
     np.testing.assert_allclose(got, numpy_dft(x, axis), atol=1e-4)
 
 
+@pytest.mark.parametrize("onesided", [0, 1])
+def test_dft_rank2_opset20(onesided):
+    x = RNG.standard_normal((12, 1)).astype(np.float32)
+    model, feeds = dft_model(x, 20, {"onesided": onesided}, axis=0)
+    got = run_mlx(model, feeds)[0]
+    fft_tol(got, run_cpu(model, feeds)[0])
+    np.testing.assert_allclose(got, numpy_dft(x, 0, onesided=bool(onesided)), atol=1e-5)
+
+
 @pytest.mark.parametrize("dft_length", [4, 10, 32])
 def test_dft_length_complex(dft_length):
     x = RNG.standard_normal((2, 10, 2)).astype(np.float32)

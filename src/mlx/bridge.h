@@ -212,8 +212,9 @@ mlxb_array *mlxb_random_normal(mlxb_scope *s, const int64_t *dims, int rank, mlx
                                bool has_seed, uint64_t seed);
 /* num_samples draws per row of logits [batch, classes] (unnormalized log-probabilities): uint32 [batch, num_samples]. */
 mlxb_array *mlxb_random_categorical(mlxb_scope *s, const mlxb_array *logits, int num_samples, bool has_seed, uint64_t seed);
-/* Whether a is a placeholder of a compile trace (its values differ between calls). */
-bool mlxb_is_tracer(const mlxb_array *a);
+/* Whether the calling thread is inside an MLX trace (compile), where a graph is recorded once
+ * and replayed: values drawn there would repeat on every call. */
+bool mlxb_in_trace(void);
 
 /* LU factorization with partial pivoting of [..., n, n] (float32/float64; always on the CPU):
  * lu holds L (unit diagonal, implied) and U; pivots [..., n] uint32 say row i was swapped with

@@ -13,9 +13,10 @@ std::optional<mx::array> random_key(bool has_seed, uint64_t seed) {
   return mx::random::key(seed);
 }
 
-/* MLX draws half and full precision itself; other dtypes are drawn in float32 and cast. */
+/* MLX draws half and single precision itself; other dtypes (float64 included, which MLX's
+ * generator lacks) are drawn in float32 and cast. */
 mx::Dtype draw_type(mx::Dtype t) {
-  if (t == mx::float32 || t == mx::float16 || t == mx::bfloat16 || t == mx::float64) return t;
+  if (t == mx::float32 || t == mx::float16 || t == mx::bfloat16) return t;
   return mx::float32;
 }
 
@@ -55,10 +56,13 @@ mlxb_array *mlxb_random_categorical(mlxb_scope *s, const mlxb_array *logits, int
   });
 }
 
-bool mlxb_is_tracer(const mlxb_array *a) {
-  if (!a) return false;
+bool mlxb_in_trace(void) {
+  /* MLX keeps its tracing state private; a tracer-marked array reports itself a tracer only
+   * while a transformation (compile, vmap, grad) is tracing. */
   try {
-    return reinterpret_cast<const mx::array *>(a)->is_tracer();
+    mx::array probe(0.0f);
+    probe.set_tracer(true);
+    return probe.is_tracer();
   } catch (...) {
     return false;
   }

@@ -68,7 +68,10 @@ static mlxb_array *attn_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64
   if (!x) return NULL;
   int rank = mlxb_ndim(x);
   int64_t lo[8], hi[8], st[8];
-  if (rank > 8) return NULL;
+  if (rank < 1 || rank > 8 || axis < 0 || axis >= rank) {
+    mlxb_set_error(s, "attention: slice of an unsupported rank or axis");
+    return NULL;
+  }
   mlxb_shape(x, hi);
   for (int i = 0; i < rank; i++) {
     lo[i] = 0;
@@ -115,18 +118,24 @@ typedef struct attn_args {
   double fill;
   mlxb_array *sink;       /* float32 [Hq]: smooth-softmax sink logit per head; NULL */
   bool smooth;            /* smooth softmax (sink logit 0 unless `sink`) */
-  bool round_half;        /* round scores and probabilities to the input dtype as ORT stores them */
+  bool round_half;        /* round scores and probabilities to the input dtype where ORT stores them */
   bool zero_masked_rows;  /* rows whose largest score is <= lowest(dtype) give zero probabilities */
   unsigned want_qk;       /* bit ATTN_QK_*: snapshots wanted in qk[] (in the input dtype) */
   mlxb_array *qk[ATTN_QK_COUNT];
 } attn_args;
 
-/* MLX's fused kernel computes softmax((q * scale) k^T + bias) v in float32, which is ORT's
+/* MLX's fused kernel computes softmax((q * scale) k^T + mask) v in float32, which is ORT's
  * float32 result up to rounding; it has no softcap, sinks of this kind, snapshots or the zeroed
- * rows, so only the plain form goes there. */
+ * rows, so only the plain form goes there (a keep mask joins the additive mask). */
 static bool attn_can_fuse(const attn_args *a) {
-  return mlxb_type(a->q) == MLXB_F32 && a->softcap <= 0 && !a->keep && !a->sink && !a->smooth && !a->want_qk &&
+  return mlxb_type(a->q) == MLXB_F32 && a->softcap <= 0 && !a->sink && !a->smooth && !a->want_qk &&
          !a->zero_masked_rows;
+}
+
+static mlxb_array *attn_fused(mlxb_scope *s, const attn_args *a) {
+  mlxb_array *mask = a->bias;
+  if (a->keep) mask = mlxb_where(s, a->keep, mask ? mask : attn_f32(s, 0.0), attn_f32(s, a->fill));
+  return mlxb_sdpa(s, a->q, a->k, a->v, a->scale, "", mask, NULL);
 }
 
 /* Softmax over the last axis with an extra sink logit per head (ORT's smooth softmax):
@@ -151,8 +160,7 @@ static mlxb_array *attn_compute(mlxb_scope *s, attn_args *a) {
     mlxb_set_error(s, "attention: query heads are not a multiple of key/value heads");
     return NULL;
   }
-  if (attn_can_fuse(a))
-    return mlxb_sdpa(s, a->q, a->k, a->v, a->scale, "", a->bias, NULL);
+  if (attn_can_fuse(a)) return attn_fused(s, a);
 
   int64_t g = hq / hkv;
   /* Query heads h use key/value head h / g (ORT and ONNX agree): split Hq into [Hkv, g]. */
@@ -164,7 +172,11 @@ static mlxb_array *attn_compute(mlxb_scope *s, attn_args *a) {
   mlxb_array *x = mlxb_matmul(s, q, mlxb_transpose(s, k, kt, 5));
   x = attn_reshape4(s, x, b, hq, sq, tk);
   x = mlxb_binary(s, MLXB_MUL, x, attn_f32(s, a->scale));
-  if (a->round_half) x = attn_round(s, x, t);
+  /* ORT folds the bias into the score GEMM (beta = 1, one rounding) unless a softcap or a
+   * pre-bias snapshot needs the bare scores */
+  unsigned pre_bias = (1u << ATTN_QK_RAW) | (1u << ATTN_QK_SOFTCAP);
+  bool folded = a->bias && a->softcap <= 0 && !(a->want_qk & pre_bias);
+  if (a->round_half && !folded) x = attn_round(s, x, t);
   if (a->want_qk & (1u << ATTN_QK_RAW)) a->qk[ATTN_QK_RAW] = attn_cast(s, x, t);
   if (a->softcap > 0) {
     mlxb_array *cap = attn_f32(s, a->softcap);
@@ -233,7 +245,8 @@ static bool claim_onnx_attention(claim_ctx *c, const op_def *def) {
   if ((claim_input(c, 4) == NULL) != (claim_input(c, 5) == NULL))
     return claim_decline(c, "past_key and past_value must come together");
   if (claim_input(c, 6) && claim_input(c, 4)) return claim_decline(c, "nonpad_kv_seqlen with past_key (ORT rejects it)");
-  if (claim_input(c, 6) && claim_input_dtype(c, 6) != ONNX_INT64) return claim_decline(c, "nonpad_kv_seqlen is not int64");
+  if (claim_input(c, 6) && claim_input_dtype(c, 6) != ONNX_INT64)
+    return claim_decline(c, "nonpad_kv_seqlen is not int64");
   if (q->rank == 3 && (ir_attr_int(c->node, "q_num_heads", 0) <= 0 || ir_attr_int(c->node, "kv_num_heads", 0) <= 0))
     return claim_decline(c, "3-D inputs without q_num_heads/kv_num_heads");
   int64_t mode = ir_attr_int(c->node, "qk_matmul_output_mode", 0);
@@ -344,12 +357,13 @@ static mlxb_array *contrib_causal_keep(mlxb_scope *s, int64_t sq, int64_t total,
 }
 
 /* The additive [B, 1, S, T] (or broadcastable) mask of ORT's contrib CPU kernels: an int32
- * mask_index as key lengths [B], a raw [B, T] mask or a [B, S, T] mask gives 0 where a key is
- * visible and mask_filter_value where not; the unidirectional mask (S > 1 only) then overwrites
- * future keys with float32's lowest (-inf once stored in float16); attention_bias is added. *out is NULL when there is nothing to
- * add. Returns 0 or -1 (failure recorded). */
+ * mask_index as key end positions [B] (or end and start positions [2B]), a raw [B, T] mask or a
+ * [B, S, T] mask gives 0 where a key is visible and mask_filter_value where not; the
+ * unidirectional mask (S > 1 only) then overwrites future keys with float32's lowest (-inf in a
+ * float16 qk output); attention_bias is added. *out is NULL when there is nothing to add.
+ * Returns 0 or -1 (failure recorded). */
 static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int64_t b, int64_t sq, int64_t total,
-                        int64_t past, bool unidirectional, mlxb_dtype t, mlxb_array **out) {
+                        int64_t past, bool unidirectional, mlxb_array **out) {
   mlxb_scope *s = op_scope(c);
   *out = NULL;
   float mfv = ir_attr_float(op_node(c), "mask_filter_value", -10000.0f);
@@ -357,8 +371,16 @@ static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int6
   if (mask) {
     int rank = mlxb_ndim(mask);
     if (rank == 1) {
-      if (mlxb_dim(mask, 0) != b) return op_fail(c, "key lengths must be [batch]");
-      m = mlxb_where(s, attn_length_keep(s, mask, total), zero, filt);
+      /* [B] end positions, or [2B] end then start positions (keys before start are hidden) */
+      if (mlxb_dim(mask, 0) != b && mlxb_dim(mask, 0) != 2 * b)
+        return op_fail(c, "mask_index must be [batch] or [2 * batch]");
+      mlxb_array *keep = attn_length_keep(s, attn_slice_axis(s, mask, 0, 0, b), total);
+      if (mlxb_dim(mask, 0) == 2 * b) {
+        mlxb_array *t_idx = attn_reshape4(s, mlxb_arange(s, 0, (double)total, 1, MLXB_I64), 1, 1, 1, total);
+        mlxb_array *start = attn_reshape4(s, attn_cast(s, attn_slice_axis(s, mask, 0, b, 2 * b), MLXB_I64), b, 1, 1, 1);
+        keep = mlxb_binary(s, MLXB_LOGICAL_AND, keep, mlxb_binary(s, MLXB_GREATER_EQUAL, t_idx, start));
+      }
+      m = mlxb_where(s, keep, zero, filt);
     } else if (rank == 2 || rank == 3) {
       if (mlxb_dim(mask, 0) != b || mlxb_dim(mask, -1) != total || (rank == 3 && mlxb_dim(mask, 1) != sq))
         return op_fail(c, "mask must be [batch, total_sequence_length] or [batch, sequence, total_sequence_length]");
@@ -372,12 +394,11 @@ static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int6
   }
   if (unidirectional && sq > 1)
     m = mlxb_where(s, contrib_causal_keep(s, sq, total, past), m ? m : zero, attn_f32(s, ATTN_F32_LOWEST));
-  if (m) m = attn_round(s, m, t);
   if (attn_bias) {
     if (mlxb_ndim(attn_bias) != 4 || mlxb_dim(attn_bias, 2) != sq || mlxb_dim(attn_bias, 3) != total)
       return op_fail(c, "attention_bias must be [B or 1, N or 1, S, total_sequence_length]");
     mlxb_array *ab = attn_cast(s, attn_bias, MLXB_F32);
-    m = m ? attn_round(s, mlxb_binary(s, MLXB_ADD, ab, m), t) : ab;
+    m = m ? mlxb_binary(s, MLXB_ADD, ab, m) : ab;
   }
   *out = m;
   return op_check(c);
@@ -390,10 +411,13 @@ static bool claim_mha(claim_ctx *c, const op_def *def) {
   if (!attn_claim_dtypes(c, same, 6)) return false;
   const ir_value *q = claim_input(c, 0), *k = claim_input(c, 1), *v = claim_input(c, 2);
   if (!k || !v) return claim_decline(c, "packed QKV/KV forms (key or value absent): ORT's CPU kernel rejects them");
-  if (q->rank >= 0 && q->rank != 3) return claim_decline(c, "query of rank %d (packed QKV is not implemented on ORT CPU)", q->rank);
-  if (k->rank >= 0 && k->rank != 3 && k->rank != 4) return claim_decline(c, "key of rank %d (packed KV is not implemented on ORT CPU)", k->rank);
+  if (q->rank >= 0 && q->rank != 3)
+    return claim_decline(c, "query of rank %d (packed QKV is not implemented on ORT CPU)", q->rank);
+  if (k->rank >= 0 && k->rank != 3 && k->rank != 4)
+    return claim_decline(c, "key of rank %d (packed KV is not implemented on ORT CPU)", k->rank);
   if (k->rank >= 0 && v->rank >= 0 && k->rank != v->rank) return claim_decline(c, "key and value ranks differ");
-  if (claim_input(c, 4) && claim_input_dtype(c, 4) != ONNX_INT32) return claim_decline(c, "key_padding_mask is not int32");
+  if (claim_input(c, 4) && claim_input_dtype(c, 4) != ONNX_INT32)
+    return claim_decline(c, "key_padding_mask is not int32");
   if (!attn_claim_rank(c, 4, 1, 3, "key_padding_mask") || !attn_claim_rank(c, 5, 4, 4, "attention_bias")) return false;
   if ((claim_input(c, 6) == NULL) != (claim_input(c, 7) == NULL))
     return claim_decline(c, "past_key and past_value must come together");
@@ -412,7 +436,6 @@ static int lower_mha(op_ctx *c, const op_def *def) {
   mlxb_array *pk = op_input(c, 6), *pv = op_input(c, 7);
   if (!q || !k || !v) return op_fail(c, "query, key and value are required");
   if (mlxb_ndim(q) != 3) return op_fail(c, "query must be 3-D");
-  mlxb_dtype t = mlxb_type(q);
   int64_t b = mlxb_dim(q, 0), sq = mlxb_dim(q, 1), d = mlxb_dim(q, 2);
   if (d % heads) return op_fail(c, "hidden size %lld is not a multiple of num_heads", (long long)d);
   bool bnsh_kv = mlxb_ndim(k) == 4;
@@ -443,18 +466,98 @@ static int lower_mha(op_ctx *c, const op_def *def) {
     v = attn_concat2(s, pv, v, 2);
   }
   int64_t total = mlxb_dim(k, 2);
+  mlxb_array *kpm = op_input(c, 4);
+  if (kpm && mlxb_ndim(kpm) == 1 && mlxb_dim(kpm, 0) != b) return op_fail(c, "key_padding_mask lengths must be [batch]");
   attn_args a = {.q = q, .k = k, .v = v};
   float scale = ir_attr_float(n, "scale", 0.0f);
   a.scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)(d / heads)));
-  if (contrib_bias(c, op_input(c, 4), op_input(c, 5), b, sq, total, past, attn_flag(n, "unidirectional", 0), t,
+  if (contrib_bias(c, op_input(c, 4), op_input(c, 5), b, sq, total, past, attn_flag(n, "unidirectional", 0),
                    &a.bias))
     return -1;
-  a.round_half = true;
+  /* ORT's float16 contrib kernels score in float32 end to end (only the output is rounded) */
+  a.round_half = false;
   bool want_qk = op_has_output(c, 3);
   a.want_qk = want_qk ? 1u << ATTN_QK_MASKED : 0;
   if (op_set_output(c, 0, attn_from_bnsh(s, attn_compute(s, &a)))) return -1;
   if (attn_set_optional(c, 1, k) || attn_set_optional(c, 2, v)) return -1;
   if (want_qk && attn_set_optional(c, 3, a.qk[ATTN_QK_MASKED])) return -1;
+  return op_check(c);
+}
+
+/* ---- com.microsoft Attention (fused QKV projection) ---------------------------------------- */
+
+static bool claim_ms_attention(claim_ctx *c, const op_def *def) {
+  static const int same[] = {1, 2, 4, 5};
+  const ir_node *n = c->node;
+  if (!attn_claim_dtypes(c, same, 4)) return false;
+  if (!claim_input(c, 2)) return claim_decline(c, "no bias (ORT's CPU kernel crashes without it)");
+  const ir_value *mask = claim_input(c, 3);
+  if (mask && mask->rank == 4) return claim_decline(c, "4-D mask_index (not implemented by ORT's CPU kernel)");
+  if (!attn_claim_rank(c, 0, 3, 3, "input") || !attn_claim_rank(c, 1, 2, 2, "weights") ||
+      !attn_claim_rank(c, 3, 1, 3, "mask_index") || !attn_claim_rank(c, 5, 4, 4, "attention_bias"))
+    return false;
+  if (claim_input(c, 3) && claim_input_dtype(c, 3) != ONNX_INT32) return claim_decline(c, "mask_index is not int32");
+  if (claim_input(c, 4) && claim_input(c, 5)) return claim_decline(c, "past with attention_bias (ORT rejects it)");
+  if (claim_input(c, 6) || attn_flag(n, "past_present_share_buffer", 0))
+    return claim_decline(c, "past_sequence_length/past_present_share_buffer (shared-buffer decoding)");
+  if (attn_flag(n, "do_rotary", 0)) return claim_decline(c, "do_rotary");
+  int64_t heads = ir_attr_int(n, "num_heads", 0);
+  if (heads <= 0) return claim_decline(c, "num_heads must be > 0");
+  const int64_t *sizes;
+  size_t ns = ir_attr_ints(n, "qkv_hidden_sizes", &sizes);
+  if (ns && (ns != 3 || sizes[0] != sizes[1] || sizes[0] <= 0 || sizes[2] <= 0 || sizes[0] % heads || sizes[2] % heads))
+    return claim_decline(c, "qkv_hidden_sizes must be 3 positive multiples of num_heads with q == k");
+  if (ns && claim_input(c, 4) && sizes[2] != sizes[0]) return claim_decline(c, "past with a different value hidden size");
+  return true;
+}
+
+static int lower_ms_attention(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  int64_t heads = ir_attr_int(n, "num_heads", 0);
+  mlxb_array *x = op_input(c, 0), *w = op_input(c, 1), *bias = op_input(c, 2), *past = op_input(c, 4);
+  if (!x || !w || !bias) return op_fail(c, "input, weights and bias are required");
+  mlxb_dtype t = mlxb_type(x);
+  int64_t b = mlxb_dim(x, 0), sq = mlxb_dim(x, 1), cols = mlxb_dim(w, 1);
+  int64_t qh = cols / 3, vh = cols / 3;
+  const int64_t *sizes;
+  if (ir_attr_ints(n, "qkv_hidden_sizes", &sizes) == 3) {
+    qh = sizes[0];
+    vh = sizes[2];
+  }
+  if (mlxb_dim(w, 0) != mlxb_dim(x, 2) || 2 * qh + vh != cols || mlxb_ndim(bias) != 1 || mlxb_dim(bias, 0) != cols)
+    return op_fail(c, "weights must be [input_hidden, q + k + v] and bias [q + k + v]");
+  if (qh % heads || vh % heads) return op_fail(c, "hidden sizes are not multiples of num_heads");
+  /* the projection is computed in float32 and stored in the input dtype, like ORT's GEMM */
+  mlxb_array *y = mlxb_binary(s, MLXB_ADD, mlxb_matmul(s, attn_cast(s, x, MLXB_F32), attn_cast(s, w, MLXB_F32)),
+                              attn_cast(s, bias, MLXB_F32));
+  y = attn_cast(s, y, t);
+  mlxb_array *q = attn_to_bnsh(s, attn_slice_axis(s, y, 2, 0, qh), heads);
+  mlxb_array *k = attn_to_bnsh(s, attn_slice_axis(s, y, 2, qh, 2 * qh), heads);
+  mlxb_array *v = attn_to_bnsh(s, attn_slice_axis(s, y, 2, 2 * qh, cols), heads);
+  int64_t pl = 0;
+  if (past) {
+    if (mlxb_ndim(past) != 5 || mlxb_dim(past, 0) != 2 || mlxb_dim(past, 1) != b || mlxb_dim(past, 2) != heads ||
+        mlxb_dim(past, 4) != qh / heads)
+      return op_fail(c, "past must be [2, batch, num_heads, past, head_size]");
+    pl = mlxb_dim(past, 3);
+    int ax0 = 0;
+    k = attn_concat2(s, mlxb_squeeze(s, attn_slice_axis(s, past, 0, 0, 1), &ax0, 1), k, 2);
+    v = attn_concat2(s, mlxb_squeeze(s, attn_slice_axis(s, past, 0, 1, 2), &ax0, 1), v, 2);
+  }
+  attn_args a = {.q = q, .k = k, .v = v};
+  float scale = ir_attr_float(n, "scale", 0.0f);
+  a.scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)(qh / heads)));
+  if (contrib_bias(c, op_input(c, 3), op_input(c, 5), b, sq, pl + sq, pl, attn_flag(n, "unidirectional", 0), &a.bias))
+    return -1;
+  /* ORT's float16 contrib kernels score in float32 end to end (only the output is rounded) */
+  a.round_half = false;
+  if (op_set_output(c, 0, attn_from_bnsh(s, attn_compute(s, &a)))) return -1;
+  if (op_has_output(c, 1)) {
+    const mlxb_array *kv[2] = {k, v};
+    if (mlxb_dim(k, 3) != mlxb_dim(v, 3)) return op_fail(c, "present needs equal key and value head sizes");
+    if (op_set_output(c, 1, mlxb_stack(s, kv, 2, 0))) return -1;
+  }
   return op_check(c);
 }
 
@@ -469,14 +572,17 @@ static bool claim_gqa(claim_ctx *c, const op_def *def) {
   const ir_node *n = c->node;
   if (!attn_claim_dtypes(c, same, 8)) return false;
   int64_t heads = ir_attr_int(n, "num_heads", 0), kv_heads = ir_attr_int(n, "kv_num_heads", 0);
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads) return claim_decline(c, "num_heads must be a positive multiple of kv_num_heads");
-  if (strcmp(ir_attr_string(n, "k_quant_type", "NONE"), "NONE") || strcmp(ir_attr_string(n, "v_quant_type", "NONE"), "NONE") ||
-      ir_attr_int(n, "kv_cache_bit_width", 0) != 0)
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
+    return claim_decline(c, "num_heads must be a positive multiple of kv_num_heads");
+  if (strcmp(ir_attr_string(n, "k_quant_type", "NONE"), "NONE") ||
+      strcmp(ir_attr_string(n, "v_quant_type", "NONE"), "NONE") || ir_attr_int(n, "kv_cache_bit_width", 0) != 0)
     return claim_decline(c, "quantized KV cache");
-  if (ir_attr_int(n, "sliding_window_cache", 0)) return claim_decline(c, "sliding_window_cache (windowed KV buffer)");
+  if (attn_flag(n, "sliding_window_cache", 0)) return claim_decline(c, "sliding_window_cache (windowed KV buffer)");
   if (claim_input(c, 12) || claim_input(c, 13)) return claim_decline(c, "k_scale/v_scale (quantized KV cache)");
-  if (claim_input(c, 14) || claim_input(c, 15)) return claim_decline(c, "q_norm_weight/k_norm_weight (ORT's CPU kernel rejects them)");
-  if ((claim_input(c, 1) == NULL) != (claim_input(c, 2) == NULL)) return claim_decline(c, "key and value must come together");
+  if (claim_input(c, 14) || claim_input(c, 15))
+    return claim_decline(c, "q_norm_weight/k_norm_weight (ORT's CPU kernel rejects them)");
+  if ((claim_input(c, 1) == NULL) != (claim_input(c, 2) == NULL))
+    return claim_decline(c, "key and value must come together");
   if ((claim_input(c, 3) == NULL) != (claim_input(c, 4) == NULL))
     return claim_decline(c, "past_key and past_value must come together");
   if (claim_input_dtype(c, 5) != ONNX_INT32 || claim_input_dtype(c, 6) != ONNX_INT32)
@@ -509,7 +615,8 @@ static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fres
   mlxb_array *idx = mlxb_clip(s, rel, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, seq - 1, MLXB_I64));
   int64_t full[4] = {b, heads, plen, h};
   mlxb_array *gathered = mlxb_take_along_axis(s, fresh, mlxb_broadcast_to(s, idx, full, 4), 2);
-  mlxb_array *in_new = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_GREATER_EQUAL, rel, mlxb_scalar_i64(s, 0, MLXB_I64)),
+  mlxb_array *in_new = mlxb_binary(s, MLXB_LOGICAL_AND,
+                                   mlxb_binary(s, MLXB_GREATER_EQUAL, rel, mlxb_scalar_i64(s, 0, MLXB_I64)),
                                    mlxb_binary(s, MLXB_LESS, rel, mlxb_scalar_i64(s, seq, MLXB_I64)));
   mlxb_array *y = mlxb_where(s, in_new, gathered, zero);
   if (!past) return y;
@@ -527,6 +634,7 @@ static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fres
 static int gqa_split(op_ctx *c, int64_t heads, int64_t kv_heads, mlxb_array **q, mlxb_array **k, mlxb_array **v) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *query = op_input(c, 0);
+  *q = *k = *v = NULL;
   int64_t b = mlxb_dim(query, 0), seq = mlxb_dim(query, 1), hidden = mlxb_dim(query, 2);
   if (!op_has_input(c, 1)) {
     int64_t all = heads + 2 * kv_heads;
@@ -599,29 +707,33 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   int64_t heads = ir_attr_int(n, "num_heads", 0), kv_heads = ir_attr_int(n, "kv_num_heads", 0);
   mlxb_array *query = op_input(c, 0), *pk = op_input(c, 3), *pv = op_input(c, 4), *seqlens = op_input(c, 5);
-  if (!query || !seqlens || !op_has_input(c, 6)) return op_fail(c, "query, seqlens_k and total_sequence_length are required");
+  if (!query || !seqlens || !op_has_input(c, 6))
+    return op_fail(c, "query, seqlens_k and total_sequence_length are required");
   if (mlxb_ndim(query) != 3) return op_fail(c, "query must be 3-D");
   int64_t tsl;
   if (op_input_ints(c, 6, &tsl, 1) != 1) return op_check(c) ? -1 : op_fail(c, "total_sequence_length must be one value");
   mlxb_dtype t = mlxb_type(query);
   int64_t b = mlxb_dim(query, 0), seq = mlxb_dim(query, 1);
-  if (mlxb_ndim(seqlens) != 1 || mlxb_dim(seqlens, 0) != b) return op_fail(c, "seqlens_k must be [batch]");
+  /* older exporters give seqlens_k as [batch, 1]; ORT only needs batch values */
+  if ((int64_t)mlxb_size(seqlens) != b || mlxb_ndim(seqlens) > 2) return op_fail(c, "seqlens_k must be [batch]");
+  seqlens = mlxb_reshape(s, seqlens, &b, 1);
   mlxb_array *q = NULL, *k = NULL, *v = NULL;
   if (gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
   int64_t h = mlxb_dim(q, 3);
-  if (pk && (mlxb_ndim(pk) != 4 || mlxb_dim(pk, 1) != kv_heads || mlxb_dim(pk, 3) != h || mlxb_dim(pv, 2) != mlxb_dim(pk, 2)))
+  if (pk && (mlxb_ndim(pk) != 4 || mlxb_dim(pk, 1) != kv_heads || mlxb_dim(pk, 3) != h ||
+             mlxb_dim(pv, 2) != mlxb_dim(pk, 2)))
     return op_fail(c, "past_key/past_value must be [batch, kv_num_heads, past, head_size]");
 
   /* ORT: the first prompt is S == total_sequence_length; otherwise batch b's past is
    * seqlens_k[b] + 1 - S rows of the past buffer. */
   bool first = seq == tsl;
   mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, attn_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
-  mlxb_array *past_b = NULL;
-  if (pk && !first) past_b = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
+  mlxb_array *after = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
+  mlxb_array *past_b = pk && !first ? after : NULL;
   int64_t plen = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
   if (attn_flag(n, "do_rotary", 0)) {
-    mlxb_array *rot_past = first ? NULL : attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
-    if (gqa_rotary(c, &q, &k, rot_past, seq)) return -1;
+    /* positions count from total_b - S even without a past buffer */
+    if (gqa_rotary(c, &q, &k, first ? NULL : after, seq)) return -1;
   }
   mlxb_array *present_k = gqa_present(s, pk, k, past_b, plen), *present_v = gqa_present(s, pv, v, past_b, plen);
 
@@ -688,6 +800,13 @@ static const op_def defs[] = {
      "softcap; smooth_softmax; head_sink; attention_bias; scale; causal=0; qk_output 1/2. total_sequence_length "
      "is read on the host. Declined: quantized KV cache (k/v_quant_type, kv_cache_bit_width, k/v_scale), "
      "sliding_window_cache, q/k_norm_weight (ORT CPU rejects them), non-causal with a window, bfloat16"},
+    {"com.microsoft", "Attention", 1, 1, DT_F32 | DT_F16, claim_ms_attention, lower_ms_attention, 0, 0,
+     "float32/float16; input [B, S, D] projected by weights [D, q + k + v] plus bias (projection in float32); "
+     "qkv_hidden_sizes (q == k); mask_index int32 as end positions [B], end and start positions [2B], raw "
+     "[B, T] or [B, S, T] mask (mask_filter_value); attention_bias [B|1, N|1, S, T]; past [2, B, N, P, H] -> "
+     "present; unidirectional as ORT; scale. Declined: no bias (ORT's CPU kernel crashes), 4-D masks "
+     "(not implemented on ORT CPU), past with attention_bias (ORT rejects it), past_sequence_length/"
+     "past_present_share_buffer, do_rotary, bfloat16"},
 };
 
 OPS_FAMILY(attention, defs);

@@ -28,6 +28,12 @@ typedef struct conv_geom {
   int64_t out[CONV_MAX_SP];
 } conv_geom;
 
+/* A NULL array means a failure: the bridge's error, or one recorded already with op_fail. */
+static int conv_failed(op_ctx *c) {
+  op_check(c);
+  return -1;
+}
+
 /* ---- attributes --------------------------------------------------------------------------- */
 
 static conv_pad conv_auto_pad(const ir_node *n) {
@@ -305,7 +311,7 @@ static int lower_conv(op_ctx *c, const op_def *def) {
   int64_t ones[CONV_MAX_SP] = {1, 1, 1};
   mlxb_array *y = conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
   y = conv_add_bias(c, y, 2, ct, g.m);
-  if (!y) return op_check(c) ? -1 : -1;
+  if (!y) return conv_failed(c);
   y = conv_move_channels(s, y, false);
   return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
 }
@@ -351,7 +357,7 @@ static int lower_conv_transpose(op_ctx *c, const op_def *def) {
   mlxb_array *wl = mlxb_astype(s, conv_transpose_weight(s, w, &g), ct);
   mlxb_array *y = conv_run(c, xl, wl, &g, lo, hi, ones, g.stride, true);
   y = conv_add_bias(c, y, 2, ct, g.m);
-  if (!y) return op_check(c) ? -1 : -1;
+  if (!y) return conv_failed(c);
   y = conv_move_channels(s, y, false);
   return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
 }
@@ -413,7 +419,7 @@ static int lower_conv_integer(op_ctx *c, const op_def *def) {
   y = mlxb_astype(s, mlxb_astype(s, y, MLXB_I64), MLXB_I32);
   y = conv_move_channels(s, y, false);
   mlxb_scope_force_cpu(s, old);
-  if (!y) return op_check(c) ? -1 : -1;
+  if (!y) return conv_failed(c);
   return op_set_output(c, 0, y);
 }
 
@@ -460,7 +466,7 @@ static int lower_qlinear_conv(op_ctx *c, const op_def *def) {
   v = mlxb_clip(s, v, mlxb_scalar_f64(s, lo, MLXB_F32), mlxb_scalar_f64(s, hi, MLXB_F32));
   mlxb_array *y = conv_move_channels(s, mlxb_astype(s, v, ot), false);
   mlxb_scope_force_cpu(s, old);
-  if (!y) return op_check(c) ? -1 : -1;
+  if (!y) return conv_failed(c);
   return op_set_output(c, 0, y);
 }
 

@@ -51,6 +51,10 @@ static mlxb_array *loss_nll(op_ctx *c, mlxb_array *lp, mlxb_array *target, mlxb_
     return NULL;
   }
   int64_t classes = mlxb_dim(lp, 1);
+  if (weight && (mlxb_ndim(weight) != 1 || mlxb_dim(weight, 0) != classes)) {
+    op_fail(c, "weight must hold one value per class (%lld)", (long long)classes);
+    return NULL;
+  }
   mlxb_dtype ft = mlxb_type(lp);
   mlxb_array *t64 = mlxb_astype(s, target, MLXB_I64);
   /* Clipped targets keep MLX in bounds; the rows they alter are either ignored (masked below)
@@ -76,8 +80,8 @@ static mlxb_array *loss_nll(op_ctx *c, mlxb_array *lp, mlxb_array *target, mlxb_
   mlxb_array *sum = mlxb_reduce(s, MLXB_RSUM, loss, NULL, 0, false);
   if (red == LOSS_SUM) return sum;
   if (!w) return mlxb_reduce(s, MLXB_RMEAN, loss, NULL, 0, false);
-  /* Weighted mean: divide by the weights actually applied (0/0 = NaN when all are ignored). */
-  /* w has the targets' shape here (take, or where against the keep mask). */
+  /* Weighted mean: divide by the weights actually applied (0/0 = NaN when all are ignored); w
+   * has the targets' shape here (a take, or a where against the keep mask). */
   mlxb_array *wsum = mlxb_reduce(s, MLXB_RSUM, w, NULL, 0, false);
   return mlxb_binary(s, MLXB_DIV, sum, wsum);
 }

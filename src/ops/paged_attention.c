@@ -76,15 +76,18 @@ static bool claim_paged_attention(claim_ctx *c, const op_def *def) {
   const ir_node *n = c->node;
   int32_t t = claim_input_dtype(c, PA_QUERY);
   int64_t heads = ir_attr_int(n, "num_heads", 0), kv_heads = ir_attr_int(n, "kv_num_heads", 0);
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads) return claim_decline(c, "num_heads must be a positive multiple of kv_num_heads");
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
+    return claim_decline(c, "num_heads must be a positive multiple of kv_num_heads");
   if (strcmp(ir_attr_string(n, "kv_cache_layout", "SEPARATE"), "SEPARATE"))
     return claim_decline(c, "kv_cache_layout LATENT (multi-head latent attention) is not supported");
-  if (ir_attr_int(n, "v_head_size", 0) != 0) return claim_decline(c, "v_head_size is only valid with the LATENT layout");
+  if (ir_attr_int(n, "v_head_size", 0) != 0)
+    return claim_decline(c, "v_head_size is only valid with the LATENT layout");
   if (ir_attr_int(n, "rotary_offset", 0) != 0) return claim_decline(c, "rotary_offset is not supported");
   if (ir_attr_int(n, "local_window_size", -1) != -1)
     return claim_decline(c, "local_window_size (sliding window) is not supported: its bound is not validated in ORT");
-  if (strcmp(ir_attr_string(n, "k_quant_type", "NONE"), "NONE") || strcmp(ir_attr_string(n, "v_quant_type", "NONE"), "NONE") ||
-      claim_input(c, PA_K_SCALE) || claim_input(c, PA_V_SCALE))
+  if (strcmp(ir_attr_string(n, "k_quant_type", "NONE"), "NONE") ||
+      strcmp(ir_attr_string(n, "v_quant_type", "NONE"), "NONE") || claim_input(c, PA_K_SCALE) ||
+      claim_input(c, PA_V_SCALE))
     return claim_decline(c, "quantized KV caches are not supported");
   if (!claim_input(c, PA_VALUE_CACHE)) return claim_decline(c, "value_cache is absent");
   if (claim_input_dtype(c, PA_KEY_CACHE) != t || claim_input_dtype(c, PA_VALUE_CACHE) != t)
@@ -153,10 +156,12 @@ static int pa_inputs(op_ctx *c, pa_dims *d, mlxb_array **q, mlxb_array **k, mlxb
     if (mlxb_dim(kc, i) != want || mlxb_dim(vc, i) != want)
       return op_fail(c, "caches must be (num_blocks, block_size, kv_num_heads, head_size) and alike");
   }
-  if (mlxb_ndim(cu) != 1 || mlxb_dim(cu, 0) < 2) return op_fail(c, "cumulative_sequence_length must be (batch_size + 1)");
+  if (mlxb_ndim(cu) != 1 || mlxb_dim(cu, 0) < 2)
+    return op_fail(c, "cumulative_sequence_length must be (batch_size + 1)");
   d->batch = mlxb_dim(cu, 0) - 1;
   if (mlxb_ndim(past) != 1 || mlxb_dim(past, 0) != d->batch) return op_fail(c, "past_seqlens must be (batch_size)");
-  if (mlxb_ndim(bt) != 2 || mlxb_dim(bt, 0) != d->batch) return op_fail(c, "block_table must be (batch_size, max_blocks)");
+  if (mlxb_ndim(bt) != 2 || mlxb_dim(bt, 0) != d->batch)
+    return op_fail(c, "block_table must be (batch_size, max_blocks)");
   d->max_blocks = mlxb_dim(bt, 1);
   d->context = d->max_blocks * d->block_size;
   *q = pa_reshape(s, *q, 3, d->tokens, d->heads, d->head_size, 0);
@@ -211,7 +216,8 @@ static int pa_prepare_qk(op_ctx *c, const pa_dims *d, mlxb_array *pos, mlxb_arra
 
 /* Writes x [T, Hkv, D] into cache [NB, BS, Hkv, D] at flat slots [T]. Slots outside the cache
  * (slot_mapping's -1 = "do not write") land in one spare row that is dropped afterwards. */
-static mlxb_array *pa_write_cache(mlxb_scope *s, const pa_dims *d, mlxb_array *cache, mlxb_array *x, mlxb_array *slots) {
+static mlxb_array *pa_write_cache(mlxb_scope *s, const pa_dims *d, mlxb_array *cache, mlxb_array *x,
+                                  mlxb_array *slots) {
   int64_t rows = d->num_blocks * d->block_size;
   mlxb_array *flat = pa_reshape(s, cache, 3, rows, d->kv_heads, d->head_size, 0);
   int64_t lo[3] = {0, 0, 0}, hi[3] = {1, 0, 0};
@@ -238,7 +244,8 @@ static mlxb_array *pa_slots(op_ctx *c, const pa_dims *d, mlxb_array *seq, mlxb_a
   mlxb_array *bs = pa_i32(s, d->block_size);
   /* Tokens past cu[batch] belong to no sequence: they write nothing. */
   mlxb_array *tok = mlxb_arange(s, 0, (double)d->tokens, 1, MLXB_I32);
-  mlxb_array *owned = mlxb_binary(s, MLXB_LESS, tok, pa_slice_axis(s, op_input(c, PA_CU_SEQLENS), 0, d->batch, d->batch + 1));
+  mlxb_array *end = pa_slice_axis(s, op_input(c, PA_CU_SEQLENS), 0, d->batch, d->batch + 1);
+  mlxb_array *owned = mlxb_binary(s, MLXB_LESS, tok, end);
   mlxb_array *col = pa_clamp(s, pa_bin(s, MLXB_FLOOR_DIVIDE, pos, bs), 0, d->max_blocks - 1);
   mlxb_array *flat_bt = pa_reshape(s, op_input(c, PA_BLOCK_TABLE), 1, d->batch * d->max_blocks, 0, 0, 0);
   mlxb_array *entry = pa_bin(s, MLXB_ADD, pa_bin(s, MLXB_MUL, seq, pa_i32(s, d->max_blocks)), col);
@@ -262,8 +269,9 @@ typedef struct pa_groups {
 static void pa_group(mlxb_scope *s, const pa_dims *d, mlxb_array *cu, mlxb_array *past, mlxb_array *seq,
                      mlxb_array *pos, pa_groups *g) {
   /* Elements of the scores plus the gathered K/V context, per grouping. */
-  double per_seq = (double)d->batch * d->tokens * d->context * (d->heads + 2.0 * d->kv_heads * d->head_size / d->tokens);
-  double per_tok = (double)d->tokens * d->context * (d->heads + 2.0 * d->kv_heads * d->head_size);
+  double kv_row = 2.0 * d->kv_heads * d->head_size;
+  double per_seq = (double)d->batch * d->context * ((double)d->tokens * d->heads + kv_row);
+  double per_tok = (double)d->tokens * d->context * (d->heads + kv_row);
   mlxb_array *starts = pa_slice_axis(s, cu, 0, 0, d->batch);
   mlxb_array *tok = mlxb_arange(s, 0, (double)d->tokens, 1, MLXB_I32);
   if (d->batch > 1 && per_tok < per_seq) {
@@ -372,7 +380,8 @@ static int lower_paged_attention(op_ctx *c, const op_def *def) {
   mlxb_array *mask = pa_expand(s, kv_valid, 1);                                                  /* [G, 1, L] */
   if (ir_attr_int(n, "is_causal", 1))
     mask = mlxb_binary(s, MLXB_LOGICAL_AND, mask,
-                       mlxb_binary(s, MLXB_LESS_EQUAL, pa_reshape(s, kpos, 3, 1, 1, d.context, 0), pa_expand(s, g.qpos, 2)));
+                       mlxb_binary(s, MLXB_LESS_EQUAL, pa_reshape(s, kpos, 3, 1, 1, d.context, 0),
+                                   pa_expand(s, g.qpos, 2)));
   mask = mlxb_where(s, pa_expand(s, g.valid, 2), mask,
                     mlxb_binary(s, MLXB_EQUAL, pa_reshape(s, kpos, 3, 1, 1, d.context, 0), pa_i32(s, 0)));
   int64_t mdims[4] = {g.g, 1, g.r, d.context};
@@ -385,7 +394,8 @@ static int lower_paged_attention(op_ctx *c, const op_def *def) {
   if (scale == 0.0f) scale = 1.0f / sqrtf((float)d.head_size);
   float softcap = ir_attr_float(n, "softcap", 0.0f);
   mlxb_array *sinks = op_input(c, PA_HEAD_SINK);
-  if (sinks && (mlxb_ndim(sinks) != 1 || mlxb_dim(sinks, 0) != d.heads)) return op_fail(c, "head_sink must be (num_heads)");
+  if (sinks && (mlxb_ndim(sinks) != 1 || mlxb_dim(sinks, 0) != d.heads))
+    return op_fail(c, "head_sink must be (num_heads)");
   mlxb_array *out;
   if (softcap > 0.0f) {
     out = pa_attend_softcap(s, &d, qg, kctx, vctx, mask, sinks, scale, softcap, g.g, g.r);

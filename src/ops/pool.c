@@ -39,6 +39,12 @@ static int64_t pool_numel(const int64_t *d, int n) {
   return p;
 }
 
+/* A NULL array means a failure: the bridge's error, or one recorded already with op_fail. */
+static int pool_failed(op_ctx *c) {
+  op_check(c);
+  return -1;
+}
+
 /* The input tensor, checked to be [N, C, spatial...] with 1..POOL_MAX_SP spatial axes. */
 static mlxb_array *pool_input(op_ctx *c, int64_t *dims, int *rank) {
   mlxb_array *x = op_input(c, 0);
@@ -292,6 +298,10 @@ static mlxb_array *maxpool_indices(op_ctx *c, mlxb_array *xp, const pool_geom *g
   bool col_major = ir_attr_int(op_node(c), "storage_order", 0) == 1;
   int rank = g->nsp + 2;
   int64_t O = pool_numel(g->out, g->nsp), K = pool_numel(g->k, g->nsp), S = pool_numel(g->in, g->nsp);
+  int64_t od_full[POOL_MAX_RANK];
+  od_full[0] = dims[0], od_full[1] = dims[1];
+  for (int i = 0; i < g->nsp; i++) od_full[i + 2] = g->out[i];
+  if (dims[0] * dims[1] * O == 0) return mlxb_zeros(s, od_full, rank, MLXB_I64); /* argmax needs elements */
   mlxb_array *win = pool_windows(s, xp, g);
   int64_t d3[3] = {dims[0], dims[1], O};
   mlxb_array *j = mlxb_reshape(s, mlxb_astype(s, mlxb_argmax(s, win, rank, false), MLXB_I64), d3, 3);
@@ -305,9 +315,6 @@ static mlxb_array *maxpool_indices(op_ctx *c, mlxb_array *xp, const pool_geom *g
   mlxb_array *idx = mlxb_take(s, map, pos, 0);
   mlxb_array *plane = mlxb_reshape(s, mlxb_arange(s, 0, (double)(dims[0] * dims[1]), 1, MLXB_I64), cd, 3);
   idx = mlxb_binary(s, MLXB_ADD, idx, mlxb_binary(s, MLXB_MUL, plane, mlxb_scalar_i64(s, S, MLXB_I64)));
-  int64_t od_full[POOL_MAX_RANK];
-  od_full[0] = dims[0], od_full[1] = dims[1];
-  for (int i = 0; i < g->nsp; i++) od_full[i + 2] = g->out[i];
   return mlxb_reshape(s, idx, od_full, rank);
 }
 
@@ -322,7 +329,7 @@ static int lower_maxpool(op_ctx *c, const op_def *def) {
   mlxb_array *y = pool_sum_or_max(c, x, &g, POOL_MAX, 0);
   bool empty = false;
   mlxb_array *cnt = pool_counts(c, &g, false, MLXB_F32, &empty);
-  if (!cnt) return op_check(c) ? -1 : -1;
+  if (!cnt) return pool_failed(c);
   /* A window of padding only gives the lowest finite value in ORT. */
   if (empty && pool_is_float(t)) {
     double lowest = t == MLXB_F64 ? -DBL_MAX : t == MLXB_F16 ? -65504.0 : t == MLXB_BF16 ? -3.3895313892515355e38 : -FLT_MAX;
@@ -332,7 +339,7 @@ static int lower_maxpool(op_ctx *c, const op_def *def) {
   if (!op_has_output(c, 1)) return 0;
   mlxb_array *xp = pool_pad(s, x, &g, pool_pad_value(s, POOL_MAX, t));
   mlxb_array *idx = maxpool_indices(c, xp, &g, dims);
-  return idx ? op_set_output(c, 1, idx) : (op_check(c) ? -1 : -1);
+  return idx ? op_set_output(c, 1, idx) : pool_failed(c);
 }
 
 /* ---- AveragePool / LpPool ----------------------------------------------------------------- */
@@ -350,7 +357,7 @@ static int lower_avgpool(op_ctx *c, const op_def *def) {
   bool include_pad = ir_attr_int(op_node(c), "count_include_pad", 0) != 0;
   mlxb_array *sum = pool_sum_or_max(c, x, &g, POOL_AVG, 0);
   mlxb_array *cnt = pool_counts(c, &g, include_pad, ct, NULL);
-  if (!cnt) return op_check(c) ? -1 : -1;
+  if (!cnt) return pool_failed(c);
   /* Windows without elements keep their zero sum. */
   cnt = mlxb_binary(s, MLXB_MAXIMUM, cnt, mlxb_scalar_f64(s, 1, ct));
   mlxb_array *y = mlxb_binary(s, MLXB_DIV, sum, cnt);
@@ -430,7 +437,9 @@ static int lower_maxunpool(op_ctx *c, const op_def *def) {
   mlxb_array *x = pool_input(c, dims, &rank);
   mlxb_array *ind = op_input(c, 1);
   pool_geom g;
-  if (!x || !ind || pool_geom_read(c, dims, rank, &g) < 0) return op_check(c) ? -1 : (x && ind ? -1 : op_fail(c, "X and I are required"));
+  if (!x) return -1;
+  if (!ind) return op_check(c) ? -1 : op_fail(c, "I is required");
+  if (pool_geom_read(c, dims, rank, &g) < 0) return -1;
   if (mlxb_size(ind) != mlxb_size(x)) return op_fail(c, "I must have the shape of X");
   out[0] = dims[0], out[1] = dims[1];
   if (op_has_input(c, 2)) {
@@ -479,6 +488,13 @@ static bool claim_max_roi_pool(claim_ctx *c, const op_def *def) {
   return true;
 }
 
+/* round(v) as an int, with values no image reaches clamped first (the cast is undefined there). */
+static int roi_coord(float v) {
+  if (v != v) return 0;
+  v = roundf(v);
+  return v < -1e9f ? -1000000000 : v > 1e9f ? 1000000000 : (int)v;
+}
+
 /* ROI windows are data-dependent: the rois are read on the host, each bin's window (ORT's float
  * arithmetic) becomes a row of a gather table over the [N*H*W, C] input whose unused entries
  * point at a row of -inf, and the gathered rows are max-reduced. Empty bins give 0. */
@@ -491,6 +507,7 @@ static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
   if (ir_attr_ints(op_node(c), "pooled_shape", &ps) != 2) return op_fail(c, "pooled_shape must hold two values");
   int64_t PH = ps[0], PW = ps[1], N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3);
   int64_t R = mlxb_dim(r, 0), bins = R * PH * PW;
+  if (R > 0 && N * H * W == 0) return op_fail(c, "rois over an empty image");
   float scale = ir_attr_float(op_node(c), "spatial_scale", 1.0f);
   double *rv = malloc(sizeof *rv * (size_t)(R * 5 + 1));
   int64_t *win = malloc(sizeof *win * (size_t)(bins * 4 + 1));
@@ -508,14 +525,15 @@ static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
   int64_t maxwin = 1;
   for (int64_t n = 0; n < R; n++) {
     const double *q = rv + n * 5;
-    int64_t b = (int64_t)(float)q[0];
+    double bq = q[0];
+    int64_t b = bq > -1 && bq < (double)N ? (int64_t)(float)bq : -1;
     if (b < 0 || b >= N) {
-      op_fail(c, "roi %lld has batch index %lld outside [0, %lld)", (long long)n, (long long)b, (long long)N);
+      op_fail(c, "roi %lld has batch index %g outside [0, %lld)", (long long)n, bq, (long long)N);
       goto done;
     }
-    int sw = (int)roundf((float)q[1] * scale), sh = (int)roundf((float)q[2] * scale);
-    int ew = (int)roundf((float)q[3] * scale), eh = (int)roundf((float)q[4] * scale);
-    int rh = eh - sh + 1 > 1 ? eh - sh + 1 : 1, rw = ew - sw + 1 > 1 ? ew - sw + 1 : 1;
+    int64_t sw = roi_coord((float)q[1] * scale), sh = roi_coord((float)q[2] * scale);
+    int64_t ew = roi_coord((float)q[3] * scale), eh = roi_coord((float)q[4] * scale);
+    int64_t rh = eh - sh + 1 > 1 ? eh - sh + 1 : 1, rw = ew - sw + 1 > 1 ? ew - sw + 1 : 1;
     float bh = (float)rh / (float)PH, bw = (float)rw / (float)PW;
     for (int64_t i = 0; i < PH; i++) {
       for (int64_t j = 0; j < PW; j++) {
@@ -580,12 +598,14 @@ static const op_def defs[] = {
     {"", "AveragePool", 1, 22, DT_POOLF, claim_avgpool, lower_avgpool, 0, 0,
      "1-D to 8-D; pads, strides, dilations (19), ceil_mode, auto_pad, count_include_pad (counts the "
      "positions inside the padded input, as ORT); halves accumulate in float32"},
-    {"", "LpPool", 1, 22, DT_POOLF, claim_lppool, lower_lppool, 0, 0,
-     "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad"},
+    {"", "LpPool", 2, 22, DT_POOLF, claim_lppool, lower_lppool, 0, 0,
+     "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad; opset 1 (float p) "
+     "declined"},
     {"", "GlobalMaxPool", 1, 22, DT_POOLF, claim_global, lower_global, POOL_MAX, 0, "any spatial rank"},
     {"", "GlobalAveragePool", 1, 22, DT_POOLF, claim_global, lower_global, POOL_AVG, 0,
      "any spatial rank; halves accumulate in float32"},
-    {"", "GlobalLpPool", 1, 22, DT_POOLF, claim_global, lower_global, POOL_LP, 0, "any spatial rank, integer p >= 1"},
+    {"", "GlobalLpPool", 2, 22, DT_POOLF, claim_global, lower_global, POOL_LP, 0,
+     "any spatial rank, integer p >= 1; opset 1 (float p) declined"},
     {"", "MaxUnpool", 9, 22, DT_NUMERIC, claim_maxunpool, lower_maxunpool, 0, OP_FLAG_HOST_VALUES,
      "int64 indices; default output extents or the output_shape input (read on the host); a position "
      "written twice keeps the later element like ORT; out-of-range indices are dropped (ORT fails)"},

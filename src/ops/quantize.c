@@ -93,11 +93,21 @@ static mlxb_array *q_quantize(mlxb_scope *s, mlxb_array *x, mlxb_array *scale, m
   return mlxb_astype(s, q, t);
 }
 
-static int q_dims(op_ctx *c, mlxb_array *x, int64_t *dims) {
+/* Scale and optional zero point of x shaped for broadcasting by the node's axis and block_size;
+ * *zpp stays NULL without a zero point. 0 or -1. */
+static int q_params(op_ctx *c, mlxb_array *x, mlxb_array *scale, mlxb_array *zp, mlxb_array **sp, mlxb_array **zpp) {
+  *sp = *zpp = NULL;
   int rank = mlxb_ndim(x);
   if (rank > Q_MAX_RANK) return op_fail(c, "input rank %d is too large", rank);
+  int64_t dims[Q_MAX_RANK];
   mlxb_shape(x, dims);
-  return rank;
+  const ir_node *n = op_node(c);
+  int axis = q_axis(ir_attr_int(n, "axis", 1), rank);
+  int64_t block = ir_attr_int(n, "block_size", 0);
+  if (block < 0) return op_fail(c, "block_size must be non-negative");
+  if (!(*sp = q_param(c, scale, dims, rank, axis, block))) return -1;
+  if (zp && !(*zpp = q_param(c, zp, dims, rank, axis, block))) return -1;
+  return 0;
 }
 
 /* ---- QuantizeLinear / DequantizeLinear ----------------------------------------------------- */
@@ -120,16 +130,8 @@ static int lower_quantize(op_ctx *c, const op_def *def) {
   if (!x || !scale) return op_check(c) ? -1 : op_fail(c, "input and scale are required");
   int mt = op_mlx_dtype(op_output_dtype(c, 0));
   if (mt < 0) return op_fail(c, "unknown output dtype");
-  int64_t dims[Q_MAX_RANK];
-  int rank = q_dims(c, x, dims);
-  if (rank < 0) return -1;
-  const ir_node *n = op_node(c);
-  int axis = q_axis(ir_attr_int(n, "axis", 1), rank);
-  int64_t block = ir_attr_int(n, "block_size", 0);
-  if (block < 0) return op_fail(c, "block_size must be non-negative");
-  mlxb_array *sp = q_param(c, scale, dims, rank, axis, block);
-  mlxb_array *zpp = zp ? q_param(c, zp, dims, rank, axis, block) : NULL;
-  if (!sp || (zp && !zpp)) return -1; /* the failure is recorded */
+  mlxb_array *sp, *zpp;
+  if (q_params(c, x, scale, zp, &sp, &zpp)) return -1;
   mlxb_array *y = q_quantize(s, q_cast(s, x, MLXB_F32), q_cast(s, sp, MLXB_F32), q_cast(s, zpp, MLXB_F32), (mlxb_dtype)mt);
   return op_set_output(c, 0, y);
 }
@@ -148,16 +150,8 @@ static int lower_dequantize(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *zp = op_input(c, 2);
   if (!x || !scale) return op_check(c) ? -1 : op_fail(c, "input and scale are required");
-  int64_t dims[Q_MAX_RANK];
-  int rank = q_dims(c, x, dims);
-  if (rank < 0) return -1;
-  const ir_node *n = op_node(c);
-  int axis = q_axis(ir_attr_int(n, "axis", 1), rank);
-  int64_t block = ir_attr_int(n, "block_size", 0);
-  if (block < 0) return op_fail(c, "block_size must be non-negative");
-  mlxb_array *sp = q_param(c, scale, dims, rank, axis, block);
-  mlxb_array *zpp = zp ? q_param(c, zp, dims, rank, axis, block) : NULL;
-  if (!sp || (zp && !zpp)) return -1; /* the failure is recorded */
+  mlxb_array *sp, *zpp;
+  if (q_params(c, x, scale, zp, &sp, &zpp)) return -1;
   mlxb_array *xi = q_cast(s, x, MLXB_I32);
   if (zpp) xi = mlxb_binary(s, MLXB_SUB, xi, q_cast(s, zpp, MLXB_I32));
   mlxb_array *y = mlxb_binary(s, MLXB_MUL, q_cast(s, xi, MLXB_F32), q_cast(s, sp, MLXB_F32));

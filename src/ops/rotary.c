@@ -128,8 +128,8 @@ static int rotary_layout_of(op_ctx *c, mlxb_array *x, int64_t num_heads, int64_t
 static int rotary_finish(op_ctx *c, mlxb_array *x, const rotary_layout *l, mlxb_array *cos, mlxb_array *sin,
                          int64_t rot_dim, bool interleaved) {
   mlxb_scope *s = op_scope(c);
-  if (rot_dim <= 0 || rot_dim > l->h || rot_dim % 2) return op_fail(c, "rotary dimension %lld does not fit head size %lld",
-                                                                  (long long)rot_dim, (long long)l->h);
+  if (rot_dim <= 0 || rot_dim > l->h || rot_dim % 2)
+    return op_fail(c, "rotary dimension %lld does not fit head size %lld", (long long)rot_dim, (long long)l->h);
   int axis = l->rank == 4 ? 1 : 2; /* head axis to insert into the caches */
   cos = mlxb_expand_dims(s, cos, &axis, 1);
   sin = mlxb_expand_dims(s, sin, &axis, 1);

@@ -46,12 +46,13 @@ static mlxb_array *sig_signal(op_ctx *c, mlxb_array *x, bool *complex_out) {
   return mlxb_astype(s, mlxb_squeeze(s, x, &axis, 1), MLXB_F32);
 }
 
-static bool claim_float32_signal(claim_ctx *c, const op_def *def) {
+/* min_rank: 3 where ORT reads a rank-2 signal as [batch, length] without the trailing axis. */
+static bool claim_float32_signal(claim_ctx *c, int min_rank) {
   int32_t t = claim_input_dtype(c, 0);
   if (t == ONNX_DOUBLE) return claim_decline(c, "float64 signal (MLX's FFT computes in complex64)");
   if (t != ONNX_FLOAT) return claim_decline(c, "%s signal (ORT's kernel takes float/double)", ir_dtype_name(t));
   const ir_value *x = claim_input(c, 0);
-  if (x && x->rank >= 0 && (x->rank < 3 || x->rank > SIG_MAX_RANK))
+  if (x && x->rank >= 0 && (x->rank < min_rank || x->rank > SIG_MAX_RANK))
     return claim_decline(c, "signal rank %d (a trailing axis of 1 or 2 is required)", x->rank);
   if (x && x->rank > 0 && x->dims[x->rank - 1] > 2) return claim_decline(c, "last axis is not 1 or 2");
   return true;
@@ -60,7 +61,7 @@ static bool claim_float32_signal(claim_ctx *c, const op_def *def) {
 /* ---- DFT ---------------------------------------------------------------------------------- */
 
 static bool claim_dft(claim_ctx *c, const op_def *def) {
-  if (!claim_float32_signal(c, def)) return false;
+  if (!claim_float32_signal(c, c->node->since_version >= 20 ? 2 : 3)) return false;
   const ir_value *x = claim_input(c, 0);
   int64_t last = x && x->rank > 0 ? x->dims[x->rank - 1] : -1;
   bool onesided = ir_attr_int(c->node, "onesided", 0) != 0, inverse = ir_attr_int(c->node, "inverse", 0) != 0;
@@ -74,10 +75,11 @@ static int lower_dft(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
   if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  int r = mlxb_ndim(x);
+  if (n->since_version < 20 && r < 3) return op_fail(c, "rank-2 signals are read as [batch, length] by ORT's opset-17 kernel");
   bool cplx;
   mlxb_array *sig = sig_signal(c, x, &cplx);
   if (!sig) return -1;
-  int r = mlxb_ndim(x);
   int64_t axis = n->since_version >= 20 ? -2 : ir_attr_int(n, "axis", 1);
   if (n->since_version >= 20 && op_has_input(c, 2) && sig_scalar_int(c, 2, &axis)) return -1;
   if (axis < 0) axis += r;
@@ -106,7 +108,7 @@ static int lower_dft(op_ctx *c, const op_def *def) {
 /* ---- STFT --------------------------------------------------------------------------------- */
 
 static bool claim_stft(claim_ctx *c, const op_def *def) {
-  if (!claim_float32_signal(c, def)) return false;
+  if (!claim_float32_signal(c, 3)) return false;
   const ir_value *x = claim_input(c, 0);
   if (x && x->rank >= 0 && x->rank != 3) return claim_decline(c, "signal rank %d (expected [batch, length, 1|2])", x->rank);
   if (claim_input(c, 2) && claim_input_dtype(c, 2) != ONNX_FLOAT) return claim_decline(c, "window dtype differs from the signal's");
@@ -282,7 +284,8 @@ static int lower_mel(op_ctx *c, const op_def *def) {
 
 static const op_def defs[] = {
   {"", "DFT", 17, 20, 0, claim_dft, lower_dft, 0, OP_FLAG_HOST_VALUES,
-   "float32 real ([..., 1]) or complex ([..., 2]) signals on any axis; forward, inverse, onesided (RFFT) and "
+   "float32 real ([..., 1]) or complex ([..., 2]) signals on any axis (rank >= 3 for opset 17, whose rank-2 "
+   "form ORT reads as [batch, length]); forward, inverse, onesided (RFFT) and "
    "inverse onesided (IRFFT); dft_length pads or truncates; dft_length/axis inputs read on the host. Computed "
    "with MLX's FFT in complex64 (ORT's naive DFT for non-power-of-2 lengths is less accurate). Declined: "
    "float64 (MLX's FFT is complex64 only), float16/bfloat16 (no ORT kernel)"},

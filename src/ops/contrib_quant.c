@@ -1,0 +1,385 @@
+/* Weight-quantized contrib ops of ORT's com.microsoft domain used by LLM exports: MatMulNBits
+ * (blockwise 2/4/8-bit weights) and GatherBlockQuantized (quantized embedding tables). Both follow
+ * ORT's CPU kernels: MatMulNBits computes in float32 (float16 activations are widened and the
+ * result rounded once), and with accuracy_level 4 quantizes the activations to int8 per block as
+ * MLAS does before the integer dot products. */
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/op.h"
+
+#define QUANT_MAX_RANK 16
+#define MNB_MAX_BLOCK 256 /* ORT's documented block sizes: powers of two in [16, 256] */
+#define MLX_MAX_GROUP 128 /* largest group size of MLX's affine quantization */
+
+enum { MNB_A, MNB_B, MNB_SCALES, MNB_ZP, MNB_GIDX, MNB_BIAS };
+enum { GBQ_DATA, GBQ_INDICES, GBQ_SCALES, GBQ_ZP };
+
+/* ---- shared helpers ----------------------------------------------------------------------- */
+
+static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
+  if (!x || mlxb_type(x) == t) return x;
+  return mlxb_astype(s, x, t);
+}
+
+static bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+static mlxb_array *reshape_2(mlxb_scope *s, mlxb_array *x, int64_t d0, int64_t d1) {
+  int64_t dims[2] = {d0, d1};
+  return mlxb_reshape(s, x, dims, 2);
+}
+
+/* x[..., 0:n] on the last axis. */
+static mlxb_array *slice_last(mlxb_scope *s, mlxb_array *x, int64_t n) {
+  int64_t lo[QUANT_MAX_RANK], hi[QUANT_MAX_RANK], st[QUANT_MAX_RANK];
+  int rank = x ? mlxb_ndim(x) : 0;
+  if (!x || rank < 1 || rank > QUANT_MAX_RANK) return NULL;
+  mlxb_shape(x, hi);
+  if (hi[rank - 1] == n) return x;
+  for (int i = 0; i < rank; i++) {
+    lo[i] = 0;
+    st[i] = 1;
+  }
+  hi[rank - 1] = n;
+  return mlxb_slice(s, x, lo, hi, st);
+}
+
+/* Zero-pads the last axis of x up to n elements. */
+static mlxb_array *pad_last(mlxb_scope *s, mlxb_array *x, int64_t n) {
+  int64_t lo[QUANT_MAX_RANK] = {0}, hi[QUANT_MAX_RANK] = {0};
+  int rank = x ? mlxb_ndim(x) : 0;
+  if (!x || rank < 1 || rank > QUANT_MAX_RANK) return NULL;
+  int64_t have = mlxb_dim(x, -1);
+  if (have == n) return x;
+  hi[rank - 1] = n - have;
+  return mlxb_pad(s, x, lo, hi, mlxb_scalar_f64(s, 0.0, mlxb_type(x)), "constant");
+}
+
+/* Unpacks a uint8 array of packed `bits`-wide values (element 0 in the low bits, as ORT and MLX
+ * both store them) along its last axis: [..., L] -> [..., L * 8 / bits], still uint8. */
+static mlxb_array *unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits) {
+  if (!packed) return NULL;
+  if (bits == 8) return packed;
+  int per_byte = 8 / bits;
+  uint8_t shifts[8];
+  for (int i = 0; i < per_byte; i++) shifts[i] = (uint8_t)(i * bits);
+  int64_t n = per_byte;
+  mlxb_array *sh = mlxb_from_data(s, shifts, &n, 1, MLXB_U8);
+  mlxb_array *mask = mlxb_scalar_i64(s, (1 << bits) - 1, MLXB_U8);
+  int last = -1;
+  mlxb_array *e = mlxb_expand_dims(s, packed, &last, 1);
+  mlxb_array *v = mlxb_binary(s, MLXB_BITWISE_AND, mlxb_binary(s, MLXB_RIGHT_SHIFT, e, sh), mask);
+  if (!v) return NULL;
+  int rank = mlxb_ndim(packed);
+  int64_t dims[QUANT_MAX_RANK];
+  if (rank > QUANT_MAX_RANK) return NULL;
+  mlxb_shape(packed, dims);
+  dims[rank - 1] *= per_byte;
+  return mlxb_reshape(s, v, dims, rank);
+}
+
+/* ---- MatMulNBits -------------------------------------------------------------------------- */
+
+typedef struct mnb_attrs {
+  int64_t k, n, bits, block, acc; /* attributes K, N, bits, block_size, accuracy_level */
+  int64_t k_blocks;               /* ceil(K / block_size) */
+} mnb_attrs;
+
+static mnb_attrs mnb_read_attrs(const ir_node *node) {
+  mnb_attrs a;
+  a.k = ir_attr_int(node, "K", 0);
+  a.n = ir_attr_int(node, "N", 0);
+  a.bits = ir_attr_int(node, "bits", 4);
+  a.block = ir_attr_int(node, "block_size", 0);
+  a.acc = ir_attr_int(node, "accuracy_level", 0);
+  a.k_blocks = a.block > 0 ? (a.k + a.block - 1) / a.block : 0;
+  return a;
+}
+
+static bool mnb_zp_is_float(int32_t zp_dtype) { return zp_dtype != ONNX_UNDEFINED && zp_dtype != ONNX_UINT8; }
+
+/* ORT's CPU kernel takes its int8 path (activations quantized per block, MLAS CompInt8) when the
+ * attribute asks for it and the weights were prepacked: B constant, no g_idx, no float zero
+ * points. Everything else runs the float32 path. */
+static bool mnb_uses_int8(const mnb_attrs *a, bool b_const, bool has_gidx, int32_t zp_dtype) {
+  return a->acc == 4 && b_const && !has_gidx && !mnb_zp_is_float(zp_dtype);
+}
+
+static bool claim_matmul_nbits(claim_ctx *c, const op_def *def) {
+  const ir_node *node = c->node;
+  mnb_attrs a = mnb_read_attrs(node);
+  if (a.k <= 0 || a.n <= 0) return claim_decline(c, "K and N must be positive");
+  if (a.bits != 2 && a.bits != 4 && a.bits != 8)
+    return claim_decline(c, "bits=%lld (ORT takes 2, 4, 8)", (long long)a.bits);
+  if (!is_pow2(a.block) || a.block < 16 || a.block > MNB_MAX_BLOCK)
+    return claim_decline(c, "block_size=%lld (claimed: powers of two in [16, %d])", (long long)a.block, MNB_MAX_BLOCK);
+  if (ir_attr_int(node, "weight_prepacked", 0) != 0) return claim_decline(c, "weight_prepacked=1 (EP-specific layout)");
+  int32_t t = claim_input_dtype(c, MNB_A);
+  if (claim_input_dtype(c, MNB_B) != ONNX_UINT8) return claim_decline(c, "B must be uint8");
+  if (claim_input_dtype(c, MNB_SCALES) != t) return claim_decline(c, "scales dtype differs from A");
+  const ir_value *b = claim_input(c, MNB_B);
+  if (b->rank >= 0) {
+    int64_t want[3] = {a.n, a.k_blocks, a.block * a.bits / 8};
+    if (b->rank != 3) return claim_decline(c, "B has rank %d, not 3", b->rank);
+    for (int i = 0; i < 3; i++)
+      if (b->dims[i] >= 0 && b->dims[i] != want[i])
+        return claim_decline(c, "B shape does not match K, N, block_size, bits");
+  }
+  int32_t zp_t = claim_input_dtype(c, MNB_ZP);
+  if (mnb_zp_is_float(zp_t) && zp_t != t) return claim_decline(c, "float zero_points dtype differs from scales");
+  if (mnb_zp_is_float(zp_t) && a.bits == 8)
+    return claim_decline(c, "8-bit weights with float zero_points (ORT's CPU kernel rejects them)");
+  bool has_gidx = claim_input(c, MNB_GIDX) != NULL;
+  if (has_gidx) {
+    if (claim_input_dtype(c, MNB_GIDX) != ONNX_INT32) return claim_decline(c, "g_idx must be int32");
+    if (a.bits != 4)
+      return claim_decline(c, "g_idx with %lld-bit weights (ORT's CPU g_idx path reads 4-bit values only)",
+                           (long long)a.bits);
+    if (zp_t == ONNX_UINT8)
+      return claim_decline(c, "g_idx with uint8 zero_points (ORT's CPU kernel ignores those zero points)");
+  }
+  const ir_value *bias = claim_input(c, MNB_BIAS);
+  if (bias && bias->dtype != t) return claim_decline(c, "bias dtype differs from A");
+  bool b_const = b->is_const;
+  if (mnb_uses_int8(&a, b_const, has_gidx, zp_t)) {
+    if (a.bits == 2)
+      return claim_decline(
+          c, "accuracy_level=4 with 2-bit weights (whether ORT quantizes A depends on the CPU's MLAS kernels)");
+    if (!claim_input(c, MNB_SCALES)->is_const || (zp_t != ONNX_UNDEFINED && !claim_input(c, MNB_ZP)->is_const))
+      return claim_decline(c, "accuracy_level=4 with non-constant scales or zero_points");
+  }
+  return true;
+}
+
+/* MLAS's int8 quantization of A (accuracy_level 4): per block of the padded K axis,
+ * scale = max|a| / 127 and q = round_half_even(a * (127 / max|a|)); the integer dot products
+ * times both scales equal the float dot product of q * scale with the dequantized weights. */
+static mlxb_array *mnb_quantize_a(mlxb_scope *s, mlxb_array *x, int64_t block, int64_t k_blocks) {
+  int rank = mlxb_ndim(x);
+  int64_t dims[QUANT_MAX_RANK + 1];
+  if (rank < 1 || rank >= QUANT_MAX_RANK) return NULL;
+  mlxb_shape(x, dims);
+  dims[rank - 1] = k_blocks;
+  dims[rank] = block;
+  mlxb_array *xb = mlxb_reshape(s, x, dims, rank + 1);
+  int last = rank;
+  mlxb_array *amax = mlxb_reduce(s, MLXB_RMAX, mlxb_unary(s, MLXB_ABS, xb), &last, 1, true);
+  mlxb_array *c127 = mlxb_scalar_f64(s, 127.0, MLXB_F32), *zero = mlxb_scalar_f64(s, 0.0, MLXB_F32);
+  mlxb_array *scale = mlxb_binary(s, MLXB_DIV, amax, c127);
+  mlxb_array *inv =
+      mlxb_where(s, mlxb_binary(s, MLXB_NOT_EQUAL, amax, zero), mlxb_binary(s, MLXB_DIV, c127, amax), zero);
+  mlxb_array *q = mlxb_unary(s, MLXB_ROUND, mlxb_binary(s, MLXB_MUL, xb, inv));
+  dims[rank - 1] = k_blocks * block;
+  return mlxb_reshape(s, mlxb_binary(s, MLXB_MUL, q, scale), dims, rank);
+}
+
+/* Zero points as float32 [N, k_blocks]: unpacked from uint8, cast from T, or 2^(bits-1). */
+static mlxb_array *mnb_zero_points(op_ctx *c, const mnb_attrs *a) {
+  mlxb_scope *s = op_scope(c);
+  if (!op_has_input(c, MNB_ZP)) return mlxb_scalar_f64(s, (double)(1 << (a->bits - 1)), MLXB_F32);
+  mlxb_array *zp = op_input(c, MNB_ZP);
+  if (!zp) return NULL;
+  if (mlxb_type(zp) != MLXB_U8) return cast_to(s, reshape_2(s, zp, a->n, a->k_blocks), MLXB_F32);
+  int64_t per_row = (a->k_blocks * a->bits + 7) / 8;
+  mlxb_array *u = unpack_bits(s, reshape_2(s, zp, a->n, per_row), (int)a->bits);
+  return cast_to(s, slice_last(s, u, a->k_blocks), MLXB_F32);
+}
+
+/* Dequantized weights [N, K]: ORT's (q - zp) * scale for uint8 or implicit zero points, and
+ * q * scale + (-scale * zp) for float zero points; with g_idx, column k uses block g_idx[k]. */
+static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array *scales, mlxb_array *zp,
+                                       bool zp_float) {
+  mlxb_scope *s = op_scope(c);
+  int64_t kp = a->k_blocks * a->block;
+  mlxb_array *b = op_input(c, MNB_B);
+  mlxb_array *q = cast_to(s, unpack_bits(s, reshape_2(s, b, a->n, kp * a->bits / 8), (int)a->bits), MLXB_F32);
+  if (!q) return NULL;
+  if (op_has_input(c, MNB_GIDX)) {
+    mlxb_array *g = slice_last(s, op_input(c, MNB_GIDX), a->k);
+    q = slice_last(s, q, a->k);
+    mlxb_array *sk = mlxb_take(s, scales, g, 1);
+    mlxb_array *zk = mlxb_ndim(zp) == 2 ? mlxb_take(s, zp, g, 1) : zp;
+    if (zp_float)
+      return mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, q, sk),
+                         mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, sk, zk)));
+    return mlxb_binary(s, MLXB_MUL, mlxb_binary(s, MLXB_SUB, q, zk), sk);
+  }
+  int64_t d3[3] = {a->n, a->k_blocks, a->block};
+  int last = -1;
+  mlxb_array *q3 = mlxb_reshape(s, q, d3, 3);
+  mlxb_array *s3 = mlxb_expand_dims(s, scales, &last, 1);
+  mlxb_array *z3 = mlxb_ndim(zp) == 2 ? mlxb_expand_dims(s, zp, &last, 1) : zp;
+  mlxb_array *w;
+  if (zp_float)
+    w = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, q3, s3),
+                    mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, s3, z3)));
+  else
+    w = mlxb_binary(s, MLXB_MUL, mlxb_binary(s, MLXB_SUB, q3, z3), s3);
+  return reshape_2(s, w, a->n, kp);
+}
+
+/* x [..., Kp] @ W^T with W held as MLX affine-quantized weights: B's bytes already are MLX's
+ * packing (element 0 in the low bits of each little-endian uint32), so the weights are a view of
+ * B; MLX's bias is -scale * zp. Blocks above 128 become several groups sharing one scale. */
+static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales,
+                                        mlxb_array *zp) {
+  mlxb_scope *s = op_scope(c);
+  int64_t kp = a->k_blocks * a->block;
+  mlxb_array *w = mlxb_view(s, reshape_2(s, op_input(c, MNB_B), a->n, kp * a->bits / 8), MLXB_U32);
+  mlxb_array *biases = mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, scales, zp));
+  int group = (int)(a->block < MLX_MAX_GROUP ? a->block : MLX_MAX_GROUP);
+  int reps = (int)(a->block / group);
+  if (reps > 1) {
+    scales = mlxb_repeat(s, scales, reps, 1);
+    biases = mlxb_repeat(s, biases, reps, 1);
+  }
+  return mlxb_quantized_matmul(s, x, w, scales, biases, true, group, (int)a->bits);
+}
+
+static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *node = op_node(c);
+  mnb_attrs a = mnb_read_attrs(node);
+  mlxb_array *x = op_input(c, MNB_A);
+  if (!x || !op_input(c, MNB_B) || !op_input(c, MNB_SCALES)) return op_fail(c, "A, B and scales are required");
+  if (a.k_blocks <= 0 || a.n <= 0) return op_fail(c, "bad K/N/block_size attributes");
+  int rank = mlxb_ndim(x);
+  if (rank < 1 || rank >= QUANT_MAX_RANK) return op_fail(c, "A rank %d is outside [1, %d)", rank, QUANT_MAX_RANK);
+  if (mlxb_dim(x, -1) != a.k)
+    return op_fail(c, "A's last dimension %lld != K %lld", (long long)mlxb_dim(x, -1), (long long)a.k);
+  mlxb_dtype t = mlxb_type(x);
+  bool zp_float = op_has_input(c, MNB_ZP) && op_input_dtype(c, MNB_ZP) != ONNX_UINT8;
+  bool has_gidx = op_has_input(c, MNB_GIDX);
+  bool b_const = ir_node_input(op_graph(c), node, MNB_B)->is_const;
+  int64_t kp = a.k_blocks * a.block;
+
+  int64_t out_dims[QUANT_MAX_RANK];
+  mlxb_shape(x, out_dims);
+  out_dims[rank - 1] = a.n;
+  if (mlxb_size(x) == 0) return op_set_output(c, 0, mlxb_zeros(s, out_dims, rank, t)); /* MLX's qmm divides by M */
+  int zero = 0;
+  mlxb_array *xf = cast_to(s, x, MLXB_F32);
+  if (rank == 1) xf = mlxb_expand_dims(s, xf, &zero, 1);
+  mlxb_array *scales = cast_to(s, reshape_2(s, op_input(c, MNB_SCALES), a.n, a.k_blocks), MLXB_F32);
+  mlxb_array *zp = mnb_zero_points(c, &a);
+  if (op_check(c)) return -1;
+
+  mlxb_array *y;
+  if (has_gidx) {
+    y = mlxb_matmul(s, xf, mlxb_transpose(s, mnb_dequant_weights(c, &a, scales, zp, zp_float), (int[]){1, 0}, 2));
+  } else {
+    xf = pad_last(s, xf, kp); /* the padding meets weights of the last block's tail: 0 * w */
+    if (mnb_uses_int8(&a, b_const, false, op_input_dtype(c, MNB_ZP))) xf = mnb_quantize_a(s, xf, a.block, a.k_blocks);
+    if (a.block >= 32)
+      y = mnb_quantized_matmul(c, &a, xf, scales, zp);
+    else
+      y = mlxb_matmul(s, xf, mlxb_transpose(s, mnb_dequant_weights(c, &a, scales, zp, zp_float), (int[]){1, 0}, 2));
+  }
+  if (op_has_input(c, MNB_BIAS)) y = mlxb_binary(s, MLXB_ADD, y, cast_to(s, op_input(c, MNB_BIAS), MLXB_F32));
+  return op_set_output(c, 0, cast_to(s, mlxb_reshape(s, y, out_dims, rank), t));
+}
+
+/* ---- GatherBlockQuantized ----------------------------------------------------------------- */
+
+static bool claim_gather_block_quantized(claim_ctx *c, const op_def *def) {
+  const ir_node *node = c->node;
+  int64_t bits = ir_attr_int(node, "bits", 4), block = ir_attr_int(node, "block_size", 128);
+  if (bits != 2 && bits != 4 && bits != 8)
+    return claim_decline(c, "bits=%lld (uint8 data takes 2, 4, 8)", (long long)bits);
+  if (!is_pow2(block) || block < 16)
+    return claim_decline(c, "block_size=%lld (a power of two >= 16)", (long long)block);
+  const ir_value *data = claim_input(c, GBQ_DATA);
+  if (data->rank < 1) return claim_decline(c, "data rank unknown or 0");
+  int64_t ga = ir_attr_int(node, "gather_axis", 0), qa = ir_attr_int(node, "quantize_axis", 1);
+  if (ga < 0) ga += data->rank;
+  if (qa < 0) qa += data->rank;
+  if (ga != 0) return claim_decline(c, "gather_axis must be 0 for uint8 data (as ORT)");
+  if (qa != data->rank - 1) return claim_decline(c, "quantize_axis must be the last axis for uint8 data (as ORT)");
+  if (data->rank < 2) return claim_decline(c, "data rank 1 (gather and quantize axes coincide)");
+  int32_t st = claim_input_dtype(c, GBQ_SCALES);
+  if (st != ONNX_FLOAT && st != ONNX_FLOAT16)
+    return claim_decline(c, "scales dtype %s (ORT's CPU kernel: float, float16)", ir_dtype_name(st));
+  if (claim_input(c, GBQ_ZP) && claim_input_dtype(c, GBQ_ZP) != ONNX_UINT8)
+    return claim_decline(c, "zero_points must be uint8");
+  return true;
+}
+
+/* Gathers the packed rows first (data, scales, zero points along axis 0), then dequantizes only
+ * those: float(q - zp) * scale in float32, rounded once to the scales' dtype. Out-of-range
+ * indices give zero rows, negative ones count from the end, as in ORT. */
+static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *node = op_node(c);
+  mlxb_array *data = op_input(c, GBQ_DATA), *idx = op_input(c, GBQ_INDICES), *scales = op_input(c, GBQ_SCALES);
+  if (!data || !idx || !scales) return op_fail(c, "data, indices and scales are required");
+  int bits = (int)ir_attr_int(node, "bits", 4);
+  int64_t block = ir_attr_int(node, "block_size", 128);
+  int rank = mlxb_ndim(data), irank = mlxb_ndim(idx);
+  if (rank < 2 || rank + irank > QUANT_MAX_RANK)
+    return op_fail(c, "data rank %d / indices rank %d out of range", rank, irank);
+  if (mlxb_ndim(scales) != rank) return op_fail(c, "data and scales must have the same rank");
+  int64_t rows = mlxb_dim(data, 0), d = mlxb_dim(data, -1) * (8 / bits), nb = (d + block - 1) / block;
+  if (mlxb_dim(scales, -1) != nb)
+    return op_fail(c, "scales' last dimension %lld != %lld blocks", (long long)mlxb_dim(scales, -1), (long long)nb);
+
+  mlxb_dtype it = mlxb_type(idx);
+  mlxb_array *n_rows = mlxb_scalar_i64(s, rows, it), *zero_i = mlxb_scalar_i64(s, 0, it);
+  mlxb_array *valid =
+      mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_GREATER_EQUAL, idx, mlxb_unary(s, MLXB_NEG, n_rows)),
+                  mlxb_binary(s, MLXB_LESS, idx, n_rows));
+  mlxb_array *wrapped =
+      mlxb_where(s, mlxb_binary(s, MLXB_LESS, idx, zero_i), mlxb_binary(s, MLXB_ADD, idx, n_rows), idx);
+  int64_t n_idx = (int64_t)mlxb_size(idx);
+  mlxb_array *flat = mlxb_reshape(s, mlxb_where(s, valid, wrapped, zero_i), &n_idx, 1);
+
+  mlxb_array *q = cast_to(s, unpack_bits(s, mlxb_take(s, data, flat, 0), bits), MLXB_F32);
+  mlxb_array *sc = cast_to(s, mlxb_take(s, scales, flat, 0), MLXB_F32);
+  mlxb_array *zp;
+  if (op_has_input(c, GBQ_ZP)) {
+    zp = cast_to(s, slice_last(s, unpack_bits(s, mlxb_take(s, op_input(c, GBQ_ZP), flat, 0), bits), nb), MLXB_F32);
+    zp = slice_last(s, zp ? mlxb_repeat(s, zp, (int)block, rank - 1) : NULL, d);
+  } else {
+    zp = mlxb_scalar_f64(s, (double)(1 << (bits - 1)), MLXB_F32);
+  }
+  sc = slice_last(s, mlxb_repeat(s, sc, (int)block, rank - 1), d);
+  mlxb_array *y = mlxb_binary(s, MLXB_MUL, mlxb_binary(s, MLXB_SUB, q, zp), sc);
+
+  /* [n_idx, rest..., D] -> indices' shape + rest + [D], zero rows where the index was invalid */
+  int64_t out_dims[QUANT_MAX_RANK], data_dims[QUANT_MAX_RANK];
+  mlxb_shape(idx, out_dims);
+  mlxb_shape(data, data_dims);
+  for (int i = 1; i < rank; i++) out_dims[irank + i - 1] = data_dims[i];
+  out_dims[irank + rank - 2] = d;
+  int out_rank = irank + rank - 1;
+  int64_t vdims[QUANT_MAX_RANK];
+  for (int i = 0; i < out_rank; i++) vdims[i] = i < irank ? out_dims[i] : 1;
+  y = mlxb_reshape(s, y, out_dims, out_rank);
+  y = mlxb_where(s, mlxb_reshape(s, valid, vdims, out_rank), y, mlxb_scalar_f64(s, 0.0, MLXB_F32));
+  return op_set_output(c, 0, cast_to(s, y, mlxb_type(scales)));
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+static const op_def defs[] = {
+    {"com.microsoft", "MatMulNBits", 1, 1, DT_F32 | DT_F16, claim_matmul_nbits, lower_matmul_nbits, 0, 0,
+     "float32/float16 A of any rank >= 1, bits 2/4/8, block_size a power of two in [16, 256] (K need not be a multiple "
+     "of it), scales [N*k_blocks] or [N, k_blocks], zero points packed uint8 (any bits) or float (2/4-bit), "
+     "g_idx (4-bit), bias. Computed in float32 as ORT's CPU kernel (float16 widened, rounded once): blocks >= 32 "
+     "through MLX's quantized matmul on a view of B (bias -scale*zp), block 16 and g_idx by dequantizing B. "
+     "accuracy_level 4 with a constant B reproduces MLAS's per-block int8 quantization of A (x86 and NEON MLAS "
+     "kernels; ORT builds with KleidiAI quantize A per row instead). The quantized-matmul path never repacks B (a "
+     "view), but scales and zero points are re-derived on every Run, and the block-16/g_idx path dequantizes B on "
+     "every Run (an op-level constant cache would remove both). Declined: other "
+     "bits/block sizes, weight_prepacked, 8-bit with float zero points (ORT rejects them), g_idx with 2/8-bit "
+     "weights or uint8 zero points (ORT reads 4-bit values only and ignores those zero points), "
+     "accuracy_level 4 with 2-bit weights (CPU-dependent in ORT) or with non-constant scales/zero points, "
+     "bfloat16 (no ORT CPU kernel)."},
+    {"com.microsoft", "GatherBlockQuantized", 1, 1, DT(ONNX_UINT8), claim_gather_block_quantized,
+     lower_gather_block_quantized, 0, 0,
+     "uint8 data with bits 2/4/8, gather_axis 0, quantize_axis last, block_size a power of two >= 16, "
+     "int32/int64 indices (negative wrap, out of range gives zeros), optional packed uint8 zero_points "
+     "(default 2^(bits-1)), float32/float16 scales. Rows are gathered before dequantizing. Declined: int4/uint4 "
+     "and float8/float4 data (MLX has no such dtypes), other axes (ORT rejects them for uint8 data)."},
+};
+
+OPS_FAMILY(contrib_quant, defs);

@@ -1,0 +1,174 @@
+/* Random ops: RandomNormal, RandomUniform, their *Like forms, Bernoulli and Multinomial on MLX's
+ * counter-based generator. Values cannot match ORT's generator bit for bit; the distributions,
+ * shapes and dtypes do. With a seed every Run returns the same values (ORT advances its generator
+ * from Run to Run); without one each Run draws fresh values from MLX's per-thread key sequence,
+ * and a cluster holding such a node is kept out of compiled replay, which would freeze them. */
+#include <string.h>
+
+#include "ops/op.h"
+
+#define RAND_MAX_RANK 32
+
+/* The seed attribute (a float) as generator key material. */
+static bool rand_seed(const ir_node *n, uint64_t *seed) {
+  const ir_attr *a = ir_node_attr(n, "seed");
+  if (!a || a->type != IR_ATTR_FLOAT) return false;
+  float f = a->f;
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  *seed = bits;
+  return true;
+}
+
+/* Unseeded draws must differ per Run, which a compiled program (replaying a trace) cannot do:
+ * failing inside a trace makes the runtime run the cluster eagerly instead. */
+static int rand_check_fresh(op_ctx *c, bool seeded) {
+  if (!seeded && mlxb_in_trace()) return op_fail(c, "unseeded random values cannot be compiled");
+  return 0;
+}
+
+static bool rand_is_float(int32_t t) {
+  return t == ONNX_FLOAT || t == ONNX_FLOAT16 || t == ONNX_DOUBLE || t == ONNX_BFLOAT16;
+}
+
+/* The dtype attribute, or the input's dtype for *Like ops without one. */
+static int32_t rand_dtype(const ir_node *n, int32_t input_dtype, int32_t dflt) {
+  const ir_attr *a = ir_node_attr(n, "dtype");
+  if (a && a->type == IR_ATTR_INT) return (int32_t)a->i;
+  return input_dtype != ONNX_UNDEFINED ? input_dtype : dflt;
+}
+
+/* ---- RandomNormal / RandomUniform (and *Like) --------------------------------------------- */
+
+enum { RAND_NORMAL, RAND_UNIFORM, RAND_NORMAL_LIKE, RAND_UNIFORM_LIKE }; /* op_def.arg */
+
+static bool claim_random(claim_ctx *c, const op_def *def) {
+  bool like = def->arg == RAND_NORMAL_LIKE || def->arg == RAND_UNIFORM_LIKE;
+  int32_t t = rand_dtype(c->node, like ? claim_input_dtype(c, 0) : ONNX_UNDEFINED, ONNX_FLOAT);
+  if (!rand_is_float(t)) return claim_decline(c, "dtype %s is not a float type", ir_dtype_name(t));
+  if (!like) {
+    const int64_t *shape;
+    size_t n = ir_attr_ints(c->node, "shape", &shape);
+    if (!ir_node_attr(c->node, "shape")) return claim_decline(c, "no shape attribute");
+    if (n > RAND_MAX_RANK) return claim_decline(c, "rank %zu is too large", n);
+    for (size_t i = 0; i < n; i++)
+      if (shape[i] < 0) return claim_decline(c, "negative dimension in shape");
+  } else {
+    const ir_value *x = claim_input(c, 0);
+    if (x && x->rank > RAND_MAX_RANK) return claim_decline(c, "rank %d is too large", x->rank);
+  }
+  return true;
+}
+
+static int lower_random(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  bool like = def->arg == RAND_NORMAL_LIKE || def->arg == RAND_UNIFORM_LIKE;
+  uint64_t seed = 0;
+  bool seeded = rand_seed(n, &seed);
+  if (rand_check_fresh(c, seeded)) return -1;
+  int64_t dims[RAND_MAX_RANK];
+  int rank;
+  if (like) {
+    mlxb_array *x = op_input(c, 0);
+    if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+    rank = mlxb_ndim(x);
+    if (rank > RAND_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
+    mlxb_shape(x, dims);
+  } else {
+    const int64_t *shape;
+    size_t k = ir_attr_ints(n, "shape", &shape);
+    if (k > RAND_MAX_RANK) return op_fail(c, "rank %zu is too large", k);
+    rank = (int)k;
+    memcpy(dims, shape, k * sizeof *dims);
+  }
+  int mt = op_mlx_dtype(rand_dtype(n, like ? op_input_dtype(c, 0) : ONNX_UNDEFINED, ONNX_FLOAT));
+  if (mt < 0) return op_fail(c, "unsupported dtype");
+  mlxb_array *y;
+  if (def->arg == RAND_NORMAL || def->arg == RAND_NORMAL_LIKE)
+    y = mlxb_random_normal(s, dims, rank, (mlxb_dtype)mt, ir_attr_float(n, "mean", 0.0f), ir_attr_float(n, "scale", 1.0f),
+                           seeded, seed);
+  else
+    y = mlxb_random_uniform(s, dims, rank, (mlxb_dtype)mt, ir_attr_float(n, "low", 0.0f), ir_attr_float(n, "high", 1.0f),
+                            seeded, seed);
+  return op_set_output(c, 0, y);
+}
+
+/* ---- Bernoulli ---------------------------------------------------------------------------- */
+
+static bool claim_bernoulli(claim_ctx *c, const op_def *def) {
+  int32_t t = rand_dtype(c->node, claim_input_dtype(c, 0), ONNX_FLOAT);
+  if (op_mlx_dtype(t) < 0) return claim_decline(c, "output dtype %s", ir_dtype_name(t));
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank > RAND_MAX_RANK) return claim_decline(c, "rank %d is too large", x->rank);
+  return true;
+}
+
+/* 1 where a uniform draw in [0, 1) falls below p, as ORT's kernel does. */
+static int lower_bernoulli(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  mlxb_array *p = op_input(c, 0);
+  if (!p) return op_check(c) ? -1 : op_fail(c, "input is required");
+  uint64_t seed = 0;
+  bool seeded = rand_seed(n, &seed);
+  if (rand_check_fresh(c, seeded)) return -1;
+  int64_t dims[RAND_MAX_RANK];
+  int rank = mlxb_ndim(p);
+  if (rank > RAND_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
+  mlxb_shape(p, dims);
+  int mt = op_mlx_dtype(rand_dtype(n, op_input_dtype(c, 0), ONNX_FLOAT));
+  if (mt < 0) return op_fail(c, "unsupported dtype");
+  mlxb_array *u = mlxb_random_uniform(s, dims, rank, MLXB_F32, 0.0, 1.0, seeded, seed);
+  mlxb_array *hit = mlxb_binary(s, MLXB_LESS, u, p);
+  return op_set_output(c, 0, mlxb_astype(s, hit, (mlxb_dtype)mt));
+}
+
+/* ---- Multinomial -------------------------------------------------------------------------- */
+
+static bool claim_multinomial(claim_ctx *c, const op_def *def) {
+  int64_t t = ir_attr_int(c->node, "dtype", ONNX_INT32);
+  if (t != ONNX_INT32 && t != ONNX_INT64) return claim_decline(c, "dtype %lld (int32/int64 only)", (long long)t);
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank >= 0 && x->rank != 2) return claim_decline(c, "input rank %d (expected [batch, classes])", x->rank);
+  if (ir_attr_int(c->node, "sample_size", 1) < 0) return claim_decline(c, "negative sample_size");
+  return true;
+}
+
+static int lower_multinomial(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  mlxb_array *logits = op_input(c, 0);
+  if (!logits) return op_check(c) ? -1 : op_fail(c, "input is required");
+  uint64_t seed = 0;
+  bool seeded = rand_seed(n, &seed);
+  if (rand_check_fresh(c, seeded)) return -1;
+  int64_t k = ir_attr_int(n, "sample_size", 1);
+  if (k < 0 || k > INT32_MAX) return op_fail(c, "sample_size %lld is out of range", (long long)k);
+  mlxb_dtype t = ir_attr_int(n, "dtype", ONNX_INT32) == ONNX_INT64 ? MLXB_I64 : MLXB_I32;
+  mlxb_array *draws = mlxb_random_categorical(s, mlxb_astype(s, logits, MLXB_F32), (int)k, seeded, seed);
+  return op_set_output(c, 0, mlxb_astype(s, draws, t));
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+#define RAND_DOC_SEED                                                                                   \
+  "; a seed gives the same values every Run (ORT advances its generator between Runs); values differ from ORT's " \
+  "generator; float64 values are drawn in float32 (MLX's generator has no float64)"
+
+static const op_def defs[] = {
+  {"", "RandomNormal", 1, 22, 0, claim_random, lower_random, RAND_NORMAL, 0,
+   "float/float16/float64/bfloat16, mean/scale/shape attributes" RAND_DOC_SEED},
+  {"", "RandomUniform", 1, 22, 0, claim_random, lower_random, RAND_UNIFORM, 0,
+   "float/float16/float64/bfloat16, low/high/shape attributes" RAND_DOC_SEED},
+  {"", "RandomNormalLike", 1, 22, DT_ALL, claim_random, lower_random, RAND_NORMAL_LIKE, 0,
+   "shape of any input, float dtype from the attribute or the input" RAND_DOC_SEED},
+  {"", "RandomUniformLike", 1, 22, DT_ALL, claim_random, lower_random, RAND_UNIFORM_LIKE, 0,
+   "shape of any input, float dtype from the attribute or the input" RAND_DOC_SEED},
+  {"", "Bernoulli", 15, 22, DT_FLOAT, claim_bernoulli, lower_bernoulli, 0, 0,
+   "float probabilities, any MLX output dtype; 1 where a uniform draw falls below p" RAND_DOC_SEED},
+  {"", "Multinomial", 7, 22, DT_FLOAT, claim_multinomial, lower_multinomial, 0, 0,
+   "[batch, classes] unnormalized log-probabilities, sample_size draws, int32/int64 output" RAND_DOC_SEED},
+};
+
+OPS_FAMILY(random, defs);
