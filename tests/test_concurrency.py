@@ -50,3 +50,35 @@ def test_encoder_shared_session_8_threads():
             np.testing.assert_array_equal(out, want[t][r % 2], err_msg=f"thread {t} run {r}")
     cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(want[0][0], cpu.run(None, feeds[0][0])[0], rtol=1e-4, atol=1e-4)
+
+
+def test_decoder_shared_session_8_threads():
+    from llm import TINY, empty_past, make_llm, next_past, step_feeds
+    model = make_llm(TINY, weights="int4", block_size=32)
+    sess = mlx_ep.session(model, strict=True)
+    rng = np.random.default_rng(0)
+    # Per thread: a prefill and the decode step that follows it (different past lengths).
+    feeds = []
+    for t in range(THREADS):
+        prefill = step_feeds(TINY, rng.integers(0, TINY.vocab, (1, 3 + t % 4)), empty_past(TINY))
+        outs = sess.run(None, prefill)
+        decode = step_feeds(TINY, outs[0][:, -1:].argmax(-1), next_past(TINY, outs))
+        feeds.append([prefill, decode])
+    want = [[sess.run(None, f) for f in fs] for fs in feeds]
+    errors = []
+
+    def work(t):
+        try:
+            for r in range(RUNS):
+                got = sess.run(None, feeds[t][r % 2])
+                for g, w in zip(got, want[t][r % 2]):
+                    np.testing.assert_array_equal(g, w, err_msg=f"thread {t} run {r}")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]

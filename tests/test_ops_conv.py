@@ -54,6 +54,8 @@ CONV_CASES = [
     ((1, 2, 8, 7), (3, 2, 4, 2), {"auto_pad": "SAME_UPPER"}),
     ((1, 2, 7, 7), (3, 2, 3, 3), {"auto_pad": "VALID", "strides": [2, 2]}),
     ((1, 2, 5, 5), (3, 2, 1, 1), {"strides": [4, 4]}),
+    ((1, 2, 7, 6), (3, 2, 1, 1), {"auto_pad": "SAME_UPPER", "strides": [4, 4]}),  # negative pads crop
+    ((1, 2, 7, 6), (3, 2, 1, 2), {"auto_pad": "SAME_LOWER", "strides": [4, 5]}),
     ((1, 2, 5, 6, 7), (3, 2, 3, 2, 3), {"pads": [1, 0, 1, 1, 2, 0], "strides": [1, 2, 2]}),
     ((2, 4, 5, 6, 5), (6, 2, 2, 3, 2), {"group": 2, "dilations": [2, 1, 2]}),
     ((1, 3, 6, 6), (2, 3, 3, 3), {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}),

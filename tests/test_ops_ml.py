@@ -146,6 +146,14 @@ def test_binarizer(threshold):
     check("Binarizer", attrs, {"x": x}, [("y", F)])
 
 
+def test_binarizer_double():
+    """ORT's CPU EP has no double Binarizer: the spec's x > threshold stands in."""
+    x = rng_data((4, 5), np.float64, seed=8)
+    x[0, :2] = 0.5
+    got = run_mlx(ml_model("Binarizer", {"threshold": 0.5}, {"x": x}, [("y", D)]), {"x": x})[0]
+    np.testing.assert_array_equal(got, (x > np.float32(0.5)).astype(np.float64))
+
+
 @pytest.mark.parametrize("form", ["float_one", "float_per_feature", "float_nan", "float_other_len", "int64"])
 def test_imputer(form):
     x = rng_data((4, 3), seed=9).round()
@@ -519,7 +527,9 @@ def test_tree_ensemble_v5(dtype, agg, post):
     x[:, 0] = rng.integers(0, 60, size=30)  # member sets hold integers
     if post == 4:  # keep PROBIT inside its domain
         attrs["leaf_weights"] = tensor_attr("w", np.abs(numpy_helper.to_array(attrs["leaf_weights"])) / 8 + 0.01, dtype)
-    check("TreeEnsemble", attrs, {"x": x}, [("y", onnx_type(x))], opset=5)
+    # ORT computes the transforms in float32 even for double scores: compare those at float precision
+    tol = {"rtol": 1e-6, "atol": 1e-7} if post and dtype == np.float64 else {}
+    check("TreeEnsemble", attrs, {"x": x}, [("y", onnx_type(x))], opset=5, **tol)
 
 
 def test_tree_ensemble_v5_declined():
@@ -531,3 +541,55 @@ def test_tree_ensemble_v5_declined():
     for post in (1, 2):  # ORT and the spec disagree on which is SOFTMAX
         attrs = {**v5_attrs(trees, np.float32), "n_targets": 2, "post_transform": post}
         assert not claimed(ml_model("TreeEnsemble", attrs, {"x": x}, [("y", F)], opset=5))
+
+
+@pytest.mark.parametrize("kind", ["int", "float", "double"])
+def test_label_encoder_many_keys(kind):
+    """Large key tables (found by bisection), with duplicates and signed zeros."""
+    rng = np.random.default_rng(12)
+    if kind == "int":
+        keys = rng.integers(-5000, 5000, 3000)
+        attrs = {"keys_int64s": keys.tolist(), "values_int64s": rng.integers(0, 99, 3000).tolist()}
+        x = rng.integers(-6000, 6000, (40, 25)).astype(np.int64)
+        vt, opset = I64, 2
+    else:
+        dt = np.float32 if kind == "float" else np.float64
+        keys = np.concatenate([rng.integers(-300, 300, 2000) / 4, [0.0, -0.0, np.nan, np.nan]]).astype(dt)
+        x = np.concatenate([rng.integers(-400, 400, 990) / 4, [0.0, -0.0, np.nan, np.inf]]).astype(dt).reshape(2, 497)
+        vals = rng.uniform(-9, 9, keys.size).astype(dt)
+        if kind == "float":
+            attrs, vt = {"keys_floats": keys.tolist(), "values_floats": vals.tolist()}, F
+        else:
+            attrs = {"keys_tensor": tensor_attr("k", keys, dt), "values_tensor": tensor_attr("v", vals, dt)}
+            vt = D
+        opset = 4
+    check("LabelEncoder", attrs, {"x": x}, [("y", vt)], opset=opset)
+
+
+def test_tree_ensemble_v5_big_set():
+    """A BRANCH_MEMBER set of 200 values (ORT keeps it as one set) and a small one (unrolled into
+    BRANCH_EQ chains by ORT), with missing values tracking true on the big one."""
+    members = list(range(0, 400, 2))
+    attrs = {"nodes_featureids": [0, 1], "nodes_splits": tensor_attr("s", [0.0, 0.0], np.float32),
+             "nodes_modes": tensor_attr("m", [6, 6], np.uint8), "nodes_missing_value_tracks_true": [1, 0],
+             "nodes_truenodeids": [1, 0], "nodes_trueleafs": [0, 1], "nodes_falsenodeids": [1, 1],
+             "nodes_falseleafs": [1, 1], "tree_roots": [0], "leaf_targetids": [0, 1, 0],
+             "leaf_weights": tensor_attr("w", [1.0, 2.0, 3.0], np.float32),
+             "membership_values": tensor_attr("mv", members + [np.nan] + [3, 5, 7] + [np.nan], np.float32),
+             "n_targets": 2}
+    rng = np.random.default_rng(13)
+    x = rng.integers(0, 401, (64, 2)).astype(np.float32)
+    x[::7, 0] = np.nan
+    check("TreeEnsemble", attrs, {"x": x}, [("y", F)], opset=5)
+
+
+def test_tree_regressor_shared_leaf():
+    """A chain of BRANCH_EQ nodes whose true branches share one leaf (how converters express set
+    membership before opset 5)."""
+    attrs = {"n_targets": 1, "nodes_treeids": [0] * 5, "nodes_nodeids": [0, 1, 2, 3, 4],
+             "nodes_featureids": [0, 0, 0, 0, 0], "nodes_modes": ["BRANCH_EQ", "BRANCH_EQ", "LEAF", "BRANCH_EQ", "LEAF"],
+             "nodes_values": [1.0, 2.0, 0.0, 3.0, 0.0], "nodes_truenodeids": [2, 2, 0, 2, 0],
+             "nodes_falsenodeids": [1, 3, 0, 4, 0], "target_treeids": [0, 0], "target_nodeids": [2, 4],
+             "target_ids": [0, 0], "target_weights": [10.0, -1.0]}
+    x = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [np.nan]], np.float32)
+    check("TreeEnsembleRegressor", attrs, {"x": x}, [("y", F)], opset=1)

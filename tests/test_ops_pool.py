@@ -36,6 +36,7 @@ WINDOW_CASES = [
     ((1, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     ((1, 2, 8, 7), {"kernel_shape": [4, 2], "strides": [3, 2], "auto_pad": "SAME_LOWER"}),
     ((1, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "VALID"}),
+    ((1, 2, 7, 9), {"kernel_shape": [6, 6], "strides": [6, 6], "auto_pad": "SAME_UPPER"}),
     ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [0, 1, 1, 1, 1, 0]}),
     ((1, 1, 6, 5, 6), {"kernel_shape": [3, 2, 2], "strides": [2, 2, 2], "ceil_mode": 1}),
 ]
@@ -82,6 +83,13 @@ def test_averagepool(shape, attrs, count_include_pad):
 @pytest.mark.parametrize("shape,attrs", WINDOW_CASES[2:6])
 def test_averagepool_float16(shape, attrs):
     check("AveragePool", {"x": rand(shape, np.float16)}, {**attrs, "count_include_pad": 1})
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+@pytest.mark.parametrize("k,s", [(1, 4), (2, 4), (2, 6)])
+def test_averagepool_negative_same_pads(auto_pad, k, s):
+    """A stride beyond the kernel makes SAME pads negative: ORT's AveragePool then crops."""
+    check("AveragePool", {"x": rand((1, 2, 7, 9))}, {"kernel_shape": [k, k], "strides": [s, s], "auto_pad": auto_pad})
 
 
 @pytest.mark.parametrize("opset", [7, 10, 11])

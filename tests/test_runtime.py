@@ -68,3 +68,21 @@ def test_lru_evicts(tmp_path):
 def test_invalid_options_fail_session_creation(bad):
     with pytest.raises(Exception, match=list(bad)[0]):
         mlx_ep.session(shape_chain_model(), options=bad)
+
+
+def test_decode_loop_traces(tmp_path):
+    """64 greedy decode steps of the generated decoder: the eager default performs no trace at
+    all; the run report states the counts (docs/ARCHITECTURE.md has the policy)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    from llm import TINY, empty_past, make_llm, next_past, step_feeds
+    report = tmp_path / "report.txt"
+    sess = mlx_ep.session(make_llm(TINY, weights="int4"), options={"report": str(report)}, strict=True)
+    outs = sess.run(None, step_feeds(TINY, np.array([[1, 2, 3, 4]]), empty_past(TINY)))
+    for _ in range(64):
+        token = outs[0][:, -1:].argmax(-1)
+        outs = sess.run(None, step_feeds(TINY, token, next_past(TINY, outs)))
+    del sess
+    st = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+    assert st["runs"] == 65 and st["traces"] == 0 and st["eager_runs"] == 65

@@ -3,6 +3,9 @@
  * graphs at once), and every exception becomes the scope's sticky error. */
 #include "mlx/bridge_internal.h"
 
+#include <cstdlib>
+#include <mutex>
+
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -47,9 +50,25 @@ size_t mlxb_dtype_size(mlxb_dtype t) {
 }
 
 int mlxb_init(char *err, size_t err_len) {
-  /* Nothing process-wide is needed yet: streams are per thread and per device since MLX 0.32. */
+  /* MLX reads these on first use. Exactness first: float32 matmuls on CUDA would otherwise use
+   * TF32 and miss ORT's float32 results; and a model with many shapes must not make MLX abort on
+   * "cache thrashing". A value the user set already wins (overwrite = 0). */
+  setenv("MLX_ENABLE_TF32", "0", 0);
+  setenv("MLX_ENABLE_CACHE_THRASHING_CHECK", "0", 0);
   if (err && err_len) err[0] = '\0';
   return 0;
+}
+
+namespace {
+std::mutex gpu_mutex; /* see mlxb_exclusive_begin */
+}
+
+void mlxb_exclusive_begin(mlxb_device dev) {
+  if (dev == MLXB_DEVICE_GPU) gpu_mutex.lock();
+}
+
+void mlxb_exclusive_end(mlxb_device dev) {
+  if (dev == MLXB_DEVICE_GPU) gpu_mutex.unlock();
 }
 
 /* ---- scopes ----------------------------------------------------------------------------- */

@@ -36,6 +36,13 @@ size_t mlxb_dtype_size(mlxb_dtype t);
 /* Process-wide MLX settings applied once at load (e.g. cache sizes); 0 on success. */
 int mlxb_init(char *err, size_t err_len);
 
+/* Serializes MLX work on devices whose backend is not safe for concurrent use from several
+ * threads: MLX 0.32.4's CUDA backend crashed (SIGSEGV/SIGABRT) when threads built and evaluated
+ * graphs at once on the H200, so GPU work takes a process-wide lock; CPU work does not. Every
+ * begin is paired with an end on the same thread. */
+void mlxb_exclusive_begin(mlxb_device dev);
+void mlxb_exclusive_end(mlxb_device dev);
+
 /* ---- scopes ----------------------------------------------------------------------------- */
 mlxb_scope *mlxb_scope_new(mlxb_device dev); /* NULL when out of memory */
 void mlxb_scope_free(mlxb_scope *s);         /* frees every handle of the scope; accepts NULL */

@@ -148,7 +148,8 @@ static int conv_geom_forward(op_ctx *c, conv_geom *g) {
       g->out[i] = (in - dk) / s + 1;
     } else {
       int64_t target = (in + s - 1) / s;
-      int64_t needed = (target - 1) * s + dk - in;
+      int64_t needed = (target - 1) * s + dk - in; /* the dilated kernel, as the spec says (ORT rejects dilation) */
+      if (needed < 0) needed = 0;                  /* ORT never crops here */
       g->out[i] = (in + needed - dk) / s + 1;
       g->pad_lo[i] = ap == CONV_PAD_SAME_LOWER ? (needed + 1) / 2 : needed / 2;
       g->pad_hi[i] = needed - g->pad_lo[i];

@@ -16,7 +16,7 @@
 #define ML_MAX_RANK 8
 #define ML_SQRT2_F 1.41421356f
 #define ML_PI_F 3.14159265358979323846f
-#define ML_MAX_PROB_CLASSES 16 /* SVM pairwise-coupling probabilities unroll 100 iterations per class */
+#define ML_MAX_PROB_CLASSES 32 /* SVM pairwise coupling: up to 100 sweeps of O(classes) ops each */
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
@@ -39,6 +39,23 @@ static mlxb_array *zero_of(mlxb_scope *s, mlxb_dtype t) {
 static mlxb_array *vec_f32(mlxb_scope *s, const float *v, int64_t n) { return mlxb_from_data(s, v, &n, 1, MLXB_F32); }
 static mlxb_array *vec_i64(mlxb_scope *s, const int64_t *v, int64_t n) { return mlxb_from_data(s, v, &n, 1, MLXB_I64); }
 
+/* Host doubles as an array of float type t, converted on the host: a GPU scope has no float64
+ * kernels to cast with. */
+static mlxb_array *host_reals(mlxb_scope *s, const double *v, const int64_t *dims, int rank, mlxb_dtype t) {
+  if (t == MLXB_F64) return mlxb_from_data(s, v, dims, rank, MLXB_F64);
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  if (!f) {
+    mlxb_set_error(s, "out of memory");
+    return NULL;
+  }
+  for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
+  mlxb_array *a = mlxb_from_data(s, f, dims, rank, MLXB_F32);
+  free(f);
+  return cast(s, a, t);
+}
+
 static mlxb_array *reshape2(mlxb_scope *s, mlxb_array *x, int64_t a, int64_t b) {
   int64_t d[2] = {a, b};
   return mlxb_reshape(s, x, d, 2);
@@ -46,11 +63,10 @@ static mlxb_array *reshape2(mlxb_scope *s, mlxb_array *x, int64_t a, int64_t b) 
 
 static mlxb_array *reshape1(mlxb_scope *s, mlxb_array *x, int64_t a) { return mlxb_reshape(s, x, &a, 1); }
 
-/* Columns [k, k+1) of a [n, m] array, as [n]. */
+/* Column k of a [n, m] array, as [n]. */
 static mlxb_array *column(mlxb_scope *s, mlxb_array *x, int64_t k) {
-  int64_t n = mlxb_dim(x, 0), m = mlxb_dim(x, 1);
+  int64_t n = mlxb_dim(x, 0);
   int64_t start[2] = {0, k}, stop[2] = {n, k + 1}, step[2] = {1, 1};
-  (void)m;
   return reshape1(s, mlxb_slice(s, x, start, stop, step), n);
 }
 
@@ -97,18 +113,9 @@ static ml_post ml_post_parse(const char *p) {
 
 static ml_post ml_post_of(const ir_node *n) { return ml_post_parse(ir_attr_string(n, "post_transform", "NONE")); }
 
-/* exp(x); MLX's float64 exp runs at float32 precision, its expm1 does not, so doubles use
- * expm1(x) + 1 for x >= 0 and 1 / (expm1(-x) + 1) below (scores of TreeEnsemble are double). */
-static mlxb_array *ml_exp(mlxb_scope *s, mlxb_array *x) {
-  if (mlxb_type(x) != MLXB_F64) return mlxb_unary(s, MLXB_EXP, x);
-  mlxb_array *one = mlxb_scalar_f64(s, 1.0, MLXB_F64), *ax = mlxb_unary(s, MLXB_ABS, x);
-  mlxb_array *up = add(s, mlxb_unary(s, MLXB_EXPM1, ax), one);
-  return mlxb_where(s, cmp(s, MLXB_GREATER_EQUAL, x, mlxb_scalar_f64(s, 0.0, MLXB_F64)), up, dvd(s, one, up));
-}
-
 /* 1 / (1 + exp(-|x|)), mirrored for x < 0. */
 static mlxb_array *ml_logistic(mlxb_scope *s, mlxb_array *x) {
-  mlxb_array *e = ml_exp(s, mlxb_unary(s, MLXB_NEG, mlxb_unary(s, MLXB_ABS, x)));
+  mlxb_array *e = mlxb_unary(s, MLXB_EXP, mlxb_unary(s, MLXB_NEG, mlxb_unary(s, MLXB_ABS, x)));
   mlxb_array *v = dvd(s, f32(s, 1.0), add(s, f32(s, 1.0), e));
   return mlxb_where(s, cmp(s, MLXB_LESS, x, f32(s, 0.0)), sub(s, f32(s, 1.0), v), v);
 }
@@ -136,28 +143,33 @@ static mlxb_array *ml_row_max(mlxb_scope *s, mlxb_array *x) {
 
 static mlxb_array *ml_softmax(mlxb_scope *s, mlxb_array *x) {
   int ax = -1;
-  mlxb_array *e = ml_exp(s, sub(s, x, ml_row_max(s, x)));
+  mlxb_array *e = mlxb_unary(s, MLXB_EXP, sub(s, x, ml_row_max(s, x)));
   return dvd(s, e, mlxb_reduce(s, MLXB_RSUM, e, &ax, 1, true));
 }
 
-/* Softmax over the non-zero scores; zeros become zero * exp(-max) and stay out of the sum. */
+/* Softmax over the non-zero scores; zeros become zero * exp(-max) and stay out of the sum. ORT
+ * computes in float32 even for double scores, except the products with zeros and the final
+ * division, which are double there. */
 static mlxb_array *ml_softmax_zero(mlxb_scope *s, mlxb_array *x) {
   int ax = -1;
-  mlxb_array *vmax = ml_row_max(s, x);
-  mlxb_array *nz = mlxb_binary(s, MLXB_LOGICAL_OR, cmp(s, MLXB_GREATER, x, f32(s, 1e-7f)), cmp(s, MLXB_LESS, x, f32(s, -1e-7f)));
-  mlxb_array *e = ml_exp(s, sub(s, x, vmax));
-  mlxb_array *zero = mul(s, x, ml_exp(s, mlxb_unary(s, MLXB_NEG, vmax)));
+  mlxb_dtype t = mlxb_type(x);
+  mlxb_array *xf = cast(s, x, MLXB_F32), *vmax = ml_row_max(s, xf);
+  mlxb_array *nz = mlxb_binary(s, MLXB_LOGICAL_OR, cmp(s, MLXB_GREATER, xf, f32(s, 1e-7f)), cmp(s, MLXB_LESS, xf, f32(s, -1e-7f)));
+  mlxb_array *e = mlxb_unary(s, MLXB_EXP, sub(s, xf, vmax));
+  mlxb_array *zero = mul(s, x, cast(s, mlxb_unary(s, MLXB_EXP, mlxb_unary(s, MLXB_NEG, vmax)), t));
   mlxb_array *sum = mlxb_reduce(s, MLXB_RSUM, mlxb_where(s, nz, e, f32(s, 0.0)), &ax, 1, true);
-  return dvd(s, mlxb_where(s, nz, e, zero), sum);
+  return dvd(s, mlxb_where(s, nz, cast(s, e, t), zero), cast(s, sum, t));
 }
 
-/* The transform of rows of two or more scores (last axis). */
+/* The transform of rows of two or more scores (last axis), in float32 as ORT computes it
+ * whatever the score type; the result keeps z's dtype. */
 static mlxb_array *ml_post_rows(mlxb_scope *s, mlxb_array *z, ml_post post) {
+  mlxb_dtype t = mlxb_type(z);
   switch (post) {
-    case ML_POST_LOGISTIC: return ml_logistic(s, z);
-    case ML_POST_SOFTMAX: return ml_softmax(s, z);
+    case ML_POST_LOGISTIC: return cast(s, ml_logistic(s, cast(s, z, MLXB_F32)), t);
+    case ML_POST_SOFTMAX: return cast(s, ml_softmax(s, cast(s, z, MLXB_F32)), t);
     case ML_POST_SOFTMAX_ZERO: return ml_softmax_zero(s, z);
-    case ML_POST_PROBIT: return ml_probit(s, z);
+    case ML_POST_PROBIT: return cast(s, ml_probit(s, cast(s, z, MLXB_F32)), t);
     default: return z;
   }
 }
@@ -431,6 +443,28 @@ static int lower_imputer(op_ctx *c, const op_def *def) {
 
 /* ---- ArrayFeatureExtractor, FeatureVectorizer, OneHotEncoder ------------------------------ */
 
+/* A key of the table and its position in the attribute list. */
+typedef struct ml_key {
+  int64_t i;   /* integer keys */
+  double r;    /* real keys */
+  int64_t pos;
+} ml_key;
+
+static int ml_key_cmp_int(const void *a, const void *b) {
+  const ml_key *x = a, *y = b;
+  if (x->i != y->i) return x->i < y->i ? -1 : 1;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Real keys compare with < and > (so -0 equals 0), ties by position. */
+static int ml_key_cmp_real(const void *a, const void *b) {
+  const ml_key *x = a, *y = b;
+  if (x->r < y->r) return -1;
+  if (x->r > y->r) return 1;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+
 static bool claim_array_feature_extractor(claim_ctx *c, const op_def *def) {
   if (claim_input_dtype(c, 1) != ONNX_INT64) return claim_decline(c, "indices must be int64");
   if (claim_rank(c, 0) == 0) return claim_decline(c, "X of rank 0");
@@ -524,13 +558,17 @@ static int lower_one_hot_encoder(op_ctx *c, const op_def *def) {
   if (!x) return op_fail(c, "input 0 is missing");
   int r = mlxb_ndim(x);
   if (r > 2) return op_fail(c, "input rank %d (at most 2)", r);
-  uint8_t *keep = malloc((size_t)k);
-  if (!keep) return op_fail(c, "out of memory");
-  for (int64_t i = 0; i < k; i++) {
-    keep[i] = 1;
-    for (int64_t j = i + 1; j < k && keep[i]; j++)
-      if (cats[j] == cats[i]) keep[i] = 0;
+  uint8_t *keep = calloc((size_t)(k + 1), 1);
+  ml_key *sorted = malloc(sizeof *sorted * (size_t)(k + 1));
+  if (!keep || !sorted) {
+    free(keep), free(sorted);
+    return op_fail(c, "out of memory");
   }
+  for (int64_t i = 0; i < k; i++) sorted[i] = (ml_key){cats[i], 0.0, i};
+  qsort(sorted, (size_t)k, sizeof *sorted, ml_key_cmp_int);
+  for (int64_t i = 0; i < k; i++) /* the last position of each run of equal categories */
+    if (i + 1 == k || sorted[i + 1].i != sorted[i].i) keep[sorted[i].pos] = 1;
+  free(sorted);
   mlxb_array *kept = mlxb_from_data(s, keep, &k, 1, MLXB_BOOL);
   free(keep);
   int ax = r;
@@ -616,15 +654,29 @@ static bool claim_label_encoder(claim_ctx *c, const op_def *def) {
   return true;
 }
 
-/* Equality of two keys as ORT's hash map sees it: floats compare with ==, and from opset 4 NaN
- * equals NaN. */
-static bool ml_key_same(double a, double b, bool nan_matches) {
-  if (isnan(a) || isnan(b)) return nan_matches && isnan(a) && isnan(b);
-  return a == b;
+/* The number of sorted keys below x, by bisection over host-known keys [m] (each probe index
+ * is clipped into range, so gathers never leave the table). */
+static mlxb_array *ml_lower_bound(mlxb_scope *s, mlxb_array *keys, int64_t m, mlxb_array *x) {
+  int r = mlxb_ndim(x);
+  int64_t dims[ML_MAX_RANK];
+  mlxb_shape(x, dims);
+  mlxb_array *pos = mlxb_zeros(s, dims, r, MLXB_I32), *lo = mlxb_scalar_i64(s, 0, MLXB_I32);
+  mlxb_array *hi = mlxb_scalar_i64(s, m - 1, MLXB_I32);
+  int64_t step = 1;
+  while (step * 2 <= m) step *= 2;
+  for (; step >= 1; step /= 2) {
+    mlxb_array *cand = add(s, pos, mlxb_scalar_i64(s, step, MLXB_I32));
+    mlxb_array *probe = mlxb_take(s, keys, mlxb_clip(s, sub(s, cand, mlxb_scalar_i64(s, 1, MLXB_I32)), lo, hi), 0);
+    mlxb_array *ok = mlxb_binary(s, MLXB_LOGICAL_AND, cmp(s, MLXB_LESS_EQUAL, cand, mlxb_scalar_i64(s, m, MLXB_I32)),
+                                 cmp(s, MLXB_LESS, probe, x));
+    pos = mlxb_where(s, ok, cand, pos);
+  }
+  return pos;
 }
 
-/* y = values[first key equal to x] or the default. Duplicate keys keep their first value (ORT's
- * map emplace); NaN keys match NaN input from opset 4 only. */
+/* y = the value of the key equal to x, or the default: keys sorted on the host, found by
+ * bisection. Duplicate keys keep their first value (ORT's map emplace); a NaN key matches NaN
+ * input from opset 4 only (NaN never equals itself in opset 2's map). */
 static int lower_label_encoder(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
@@ -638,55 +690,48 @@ static int lower_label_encoder(op_ctx *c, const op_def *def) {
   if (!ml_list_find(n, "keys", kt, &keys) || !ml_list_find(n, "values", vt, &vals) || keys.n != vals.n ||
       !ml_label_default(n, vt, &dr, &di))
     return op_fail(c, "keys, values or default no longer match the claim");
-  int64_t m = 0;
-  int64_t *kint = malloc(sizeof(int64_t) * (size_t)(keys.n + 1));
-  double *kreal = malloc(sizeof(double) * (size_t)(keys.n + 1));
-  int64_t *vint = malloc(sizeof(int64_t) * (size_t)(keys.n + 1));
-  double *vreal = malloc(sizeof(double) * (size_t)(keys.n + 1));
-  bool nan_key = false;
+  if (mlxb_ndim(x) > ML_MAX_RANK) return op_fail(c, "rank %d", mlxb_ndim(x));
+  ml_key *k = malloc(sizeof *k * (size_t)(keys.n + 1));
+  int64_t *kint = malloc(sizeof(int64_t) * (size_t)(keys.n + 1)), *vint = malloc(sizeof(int64_t) * (size_t)(keys.n + 1));
+  double *kreal = malloc(sizeof(double) * (size_t)(keys.n + 1)), *vreal = malloc(sizeof(double) * (size_t)(keys.n + 1));
+  int64_t m = 0, nk = 0, nan_pos = -1;
   int rc = 0;
-  if (!kint || !kreal || !vint || !vreal) { rc = op_fail(c, "out of memory"); goto done; }
+  if (!k || !kint || !vint || !kreal || !vreal) { rc = op_fail(c, "out of memory"); goto done; }
   for (int64_t i = 0; i < keys.n; i++) {
-    bool dup = false;
-    for (int64_t j = 0; j < m && !dup; j++)
-      dup = keys.is_int ? kint[j] == keys.ints[i] : ml_key_same(kreal[j], ml_list_real(&keys, i), nan_matches);
-    if (dup) continue;
-    if (keys.is_int) kint[m] = keys.ints[i];
-    else {
-      kreal[m] = ml_list_real(&keys, i);
-      if (isnan(kreal[m])) {
-        if (!nan_matches) continue; /* never found */
-        nan_key = true;
-      }
+    double r = keys.is_int ? 0.0 : ml_list_real(&keys, i);
+    if (isnan(r)) { /* kept apart: the first NaN key wins where NaN matches */
+      if (nan_matches && nan_pos < 0) nan_pos = i;
+      continue;
     }
-    if (vals.is_int) vint[m] = vals.ints[i];
-    else vreal[m] = ml_list_real(&vals, i);
+    k[nk++] = (ml_key){keys.is_int ? keys.ints[i] : 0, r, i};
+  }
+  qsort(k, (size_t)nk, sizeof *k, keys.is_int ? ml_key_cmp_int : ml_key_cmp_real);
+  for (int64_t i = 0; i < nk; i++) {
+    if (i > 0 && (keys.is_int ? k[i].i == k[i - 1].i : k[i].r == k[i - 1].r)) continue; /* a later duplicate */
+    kint[m] = k[i].i, kreal[m] = k[i].r;
+    if (vals.is_int) vint[m] = vals.ints[k[i].pos];
+    else vreal[m] = ml_list_real(&vals, k[i].pos);
     m++;
   }
   mlxb_dtype kd = (mlxb_dtype)op_mlx_dtype(kt), vd = (mlxb_dtype)op_mlx_dtype(vt);
-  mlxb_array *dflt = vt == ONNX_INT64 ? mlxb_scalar_i64(s, di, MLXB_I64) : mlxb_scalar_f64(s, dr, vd);
-  if (m == 0) {
-    int64_t dims[ML_MAX_RANK];
-    int r = mlxb_ndim(x);
-    if (r > ML_MAX_RANK) { rc = op_fail(c, "rank %d", r); goto done; }
-    mlxb_shape(x, dims);
-    rc = op_set_output(c, 0, mlxb_full(s, dims, r, dflt, vd));
-    goto done;
+  mlxb_array *y = vt == ONNX_INT64 ? mlxb_scalar_i64(s, di, MLXB_I64) : mlxb_scalar_f64(s, dr, vd);
+  int64_t dims[ML_MAX_RANK];
+  mlxb_shape(x, dims);
+  y = mlxb_broadcast_to(s, y, dims, mlxb_ndim(x));
+  if (m > 0) {
+    mlxb_array *karr = keys.is_int ? vec_i64(s, kint, m) : host_reals(s, kreal, &m, 1, kd);
+    mlxb_array *varr = vals.is_int ? vec_i64(s, vint, m) : host_reals(s, vreal, &m, 1, vd);
+    mlxb_array *at = mlxb_clip(s, ml_lower_bound(s, karr, m, x), mlxb_scalar_i64(s, 0, MLXB_I32), mlxb_scalar_i64(s, m - 1, MLXB_I32));
+    mlxb_array *hit = cmp(s, MLXB_EQUAL, mlxb_take(s, karr, at, 0), x);
+    y = mlxb_where(s, hit, mlxb_take(s, varr, at, 0), y);
   }
-  mlxb_array *karr = keys.is_int ? vec_i64(s, kint, m) : cast(s, mlxb_from_data(s, kreal, &m, 1, MLXB_F64), kd);
-  mlxb_array *varr = vals.is_int ? vec_i64(s, vint, m) : cast(s, mlxb_from_data(s, vreal, &m, 1, MLXB_F64), vd);
-  int ax = mlxb_ndim(x);
-  mlxb_array *xe = mlxb_expand_dims(s, x, &ax, 1);
-  mlxb_array *eq = cmp(s, MLXB_EQUAL, xe, karr);
-  if (nan_key)
-    eq = mlxb_binary(s, MLXB_LOGICAL_OR, eq,
-                     mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_unary(s, MLXB_ISNAN, xe), mlxb_unary(s, MLXB_ISNAN, karr)));
-  /* Keys are distinct under this equality, so at most one matches. */
-  mlxb_array *any = mlxb_reduce(s, MLXB_RANY, eq, &ax, 1, false);
-  mlxb_array *idx = cast(s, mlxb_argmax(s, cast(s, eq, MLXB_U8), ax, false), MLXB_I32);
-  rc = op_set_output(c, 0, mlxb_where(s, any, mlxb_take(s, varr, idx, 0), dflt));
+  if (nan_pos >= 0) {
+    mlxb_array *nv = vals.is_int ? mlxb_scalar_i64(s, vals.ints[nan_pos], MLXB_I64) : mlxb_scalar_f64(s, ml_list_real(&vals, nan_pos), vd);
+    y = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, x), nv, y);
+  }
+  rc = op_set_output(c, 0, y);
 done:
-  free(kint), free(kreal), free(vint), free(vreal);
+  free(k), free(kint), free(vint), free(kreal), free(vreal);
   return rc;
 }
 
@@ -819,7 +864,7 @@ static bool svm_model_read(const ir_node *n, svm_model *m, const char **why) {
     if (m->classes < 2) return *why = "one class", false;
     if (m->ncoef < (m->classes - 1) * m->vectors || m->nrho < pairs) return *why = "too few coefficients or rho", false;
     if (m->nprob > 0 && m->nprob < pairs) return *why = "too few prob_a/prob_b", false;
-    if (m->nprob > 0 && m->classes > ML_MAX_PROB_CLASSES) return *why = "probabilities for more than 16 classes", false;
+    if (m->nprob > 0 && m->classes > ML_MAX_PROB_CLASSES) return *why = "probabilities for more than 32 classes", false;
     if (m->nprob == 0 && m->classes == 2 && m->post == ML_POST_PROBIT)
       return *why = "binary PROBIT leaves ORT's second score column unwritten", false;
     m->feats = m->nsv / m->vectors;
@@ -837,6 +882,14 @@ static bool claim_svm_classifier(claim_ctx *c, const op_def *def) {
   const char *why;
   if (!svm_model_read(c->node, &m, &why)) return claim_decline(c, "%s", why);
   return claim_rows_rank(c);
+}
+
+/* Whether every row has converged, read on the host (outside compile traces): sweeps stop early
+ * once they no longer change anything. */
+static bool svm_all_done(mlxb_scope *s, mlxb_array *done) {
+  int64_t all = 0;
+  mlxb_array *a = mlxb_reduce(s, MLXB_RALL, done, NULL, 0, false);
+  return a && mlxb_read_i64(s, a, &all, 1) == 0 && all;
 }
 
 /* Pairwise coupling of the one-vs-one probabilities r into class probabilities (ORT's
@@ -879,6 +932,7 @@ static mlxb_array *svm_coupling(mlxb_scope *s, mlxb_array *sig, int64_t k, int64
     err = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, err), f32(s, 0.0), err); /* '>' never takes NaN */
     mlxb_array *max_err = mlxb_reduce(s, MLXB_RMAX, err, &ax, 1, false);
     done = mlxb_binary(s, MLXB_LOGICAL_OR, done, cmp(s, MLXB_LESS, max_err, eps));
+    if (loop % 4 == 0 && !mlxb_in_trace() && svm_all_done(s, done)) break; /* later sweeps change nothing */
     mlxb_array *np = p;
     for (int64_t i = 0; i < k; i++) {
       mlxb_array *qii = q[i][i], *qpi = column(s, qp, i);
@@ -898,7 +952,7 @@ static mlxb_array *svm_coupling(mlxb_scope *s, mlxb_array *sig, int64_t k, int64
 /* One-vs-one decision values of libsvm: for classes i < j, the coefficients of row j-1 against
  * class i's support vectors plus those of row i against class j's, plus rho; float products
  * summed in double, as ORT. Returns the double sums [n, pairs]. */
-static mlxb_array *svm_pair_sums(op_ctx *c, const svm_model *m, mlxb_array *kern, int64_t n, int *rc) {
+static mlxb_array *svm_pair_sums(op_ctx *c, const svm_model *m, mlxb_array *kern, int *rc) {
   mlxb_scope *s = op_scope(c);
   int64_t k = m->classes, v = m->vectors, pairs = k * (k - 1) / 2;
   float *w = calloc((size_t)(v * pairs), sizeof *w);
@@ -932,7 +986,6 @@ static mlxb_array *svm_pair_sums(op_ctx *c, const svm_model *m, mlxb_array *kern
   mlxb_array *sum = mlxb_reduce(s, MLXB_RSUM, cast(s, prod, MLXB_F64), &ax1, 1, false);
   sum = add(s, sum, cast(s, vec_f32(s, m->rho, pairs), MLXB_F64));
   mlxb_scope_force_cpu(s, old);
-  (void)n;
   return sum;
 }
 
@@ -985,7 +1038,7 @@ static int lower_svm_classifier(op_ctx *c, const op_def *def) {
   } else {
     int rc = 0;
     mlxb_array *kern = svm_kernel_dot(s, &m.p, x, m.sv, m.vectors, feats, 0.0f);
-    mlxb_array *sums = svm_pair_sums(c, &m, kern, rows, &rc);
+    mlxb_array *sums = svm_pair_sums(c, &m, kern, &rc);
     if (rc) return rc;
     bool old = mlxb_scope_force_cpu(s, true);
     mlxb_array *pos = cmp(s, MLXB_GREATER, sums, mlxb_scalar_f64(s, 0.0, MLXB_F64));
@@ -1098,15 +1151,16 @@ static bool tree_reals(const ir_node *n, const char *list, const char *tensor, b
   return true;
 }
 
-static bool tree_set_base(tree_model *m, double *base, int64_t nbase) {
+/* Takes ownership of base. */
+static void tree_set_base(tree_model *m, double *base, int64_t nbase) {
   m->bases = base, m->nbase = nbase;
   for (int64_t i = 0; i < nbase && i < 2; i++) m->base[i] = base[i];
-  return true;
 }
 
 /* Longest root-to-leaf path over every tree (iterative DFS); false on a cycle or past the limit. */
 static bool tree_depth(tree_model *m, tree_err *e) {
-  int64_t *depth = malloc(sizeof(int64_t) * (size_t)(m->n + 1)), *stack = malloc(sizeof(int64_t) * (size_t)(m->n + 1));
+  /* A node shared by several parents (a DAG) may sit on the stack once per incoming edge. */
+  int64_t *depth = malloc(sizeof(int64_t) * (size_t)(m->n + 1)), *stack = malloc(sizeof(int64_t) * (size_t)(2 * m->n + 2));
   uint8_t *state = calloc((size_t)(m->n + 1), 1);
   bool ok = depth && stack && state;
   if (!ok) tree_fail(e, "out of memory");
@@ -1249,9 +1303,11 @@ static bool tree_from_v3(const ir_node *n, bool classifier, bool dbl, tree_model
   qsort(keys, (size_t)n_nodes, sizeof *keys, tree_key_cmp);
   for (int64_t i = 1; i < n_nodes; i++)
     if (keys[i].tree == keys[i - 1].tree && keys[i].node == keys[i - 1].node) { ok = tree_fail(e, "a node is listed twice"); goto fail; }
-  for (int64_t t = 1; t < m->trees; t++) /* a tree id split over two runs would count twice in ORT */
-    for (int64_t u = 0; u < t; u++)
-      if (treeids[m->roots[t]] == treeids[m->roots[u]]) { ok = tree_fail(e, "nodes of a tree are not contiguous"); goto fail; }
+  /* A tree id split over two runs of nodes would count as two trees in ORT: keys are sorted by
+   * tree id, so runs sharing an id show up as more run starts than distinct ids. */
+  int64_t distinct = n_nodes > 0;
+  for (int64_t i = 1; i < n_nodes; i++) distinct += keys[i].tree != keys[i - 1].tree;
+  if (distinct != m->trees) { ok = tree_fail(e, "nodes of a tree are not contiguous"); goto fail; }
   for (int64_t i = 0; i < n_nodes; i++) {
     if (m->mode[i] == TREE_LEAF) continue;
     if (tids[i] < 0 || tids[i] >= n_nodes || fids[i] < 0 || fids[i] >= n_nodes) { ok = tree_fail(e, "child id out of range"); goto fail; }
@@ -1382,7 +1438,7 @@ fail:
 static mlxb_array *tab_i32(mlxb_scope *s, const int32_t *v, int64_t n) { return mlxb_from_data(s, v, &n, 1, MLXB_I32); }
 
 static mlxb_array *tab_real(mlxb_scope *s, const double *v, int64_t n, mlxb_dtype t) {
-  return cast(s, mlxb_from_data(s, v, &n, 1, MLXB_F64), t);
+  return host_reals(s, v, &n, 1, t);
 }
 
 static mlxb_binary_op tree_cmp_op(int mode) {
@@ -1394,6 +1450,53 @@ static mlxb_binary_op tree_cmp_op(int mode) {
     case TREE_EQ: return MLXB_EQUAL;
     default: return MLXB_NOT_EQUAL;
   }
+}
+
+/* BRANCH_MEMBER sets sorted on the host, one run per node in one flat table, with each node's
+ * offset and length (0 for other nodes). */
+static int tree_member_tables(op_ctx *c, const tree_model *m, mlxb_dtype t, mlxb_array **sets, mlxb_array **off,
+                              mlxb_array **len) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < m->n; i++) total += m->set_len[i];
+  double *vals = malloc(sizeof(double) * (size_t)(total + 1));
+  int32_t *o = calloc((size_t)(m->n + 1), sizeof *o), *l = calloc((size_t)(m->n + 1), sizeof *l);
+  ml_key *tmp = malloc(sizeof *tmp * (size_t)(m->max_set + 1));
+  if (!vals || !o || !l || !tmp) {
+    free(vals), free(o), free(l), free(tmp);
+    return op_fail(c, "out of memory");
+  }
+  int64_t at = 0;
+  for (int64_t i = 0; i < m->n; i++) {
+    if (m->mode[i] != TREE_MEMBER) continue;
+    for (int64_t k = 0; k < m->set_len[i]; k++) tmp[k] = (ml_key){0, m->sets[m->set_off[i] + k], k};
+    qsort(tmp, (size_t)m->set_len[i], sizeof *tmp, ml_key_cmp_real);
+    o[i] = (int32_t)at, l[i] = (int32_t)m->set_len[i];
+    for (int64_t k = 0; k < m->set_len[i]; k++) vals[at++] = tmp[k].r;
+  }
+  vals[at] = 0.0; /* keeps the table non-empty */
+  mlxb_scope *s = op_scope(c);
+  int64_t nv = at + 1;
+  *sets = host_reals(s, vals, &nv, 1, t), *off = tab_i32(s, o, m->n), *len = tab_i32(s, l, m->n);
+  free(vals), free(o), free(l), free(tmp);
+  return op_check(c);
+}
+
+/* Whether v is in the node's sorted set [off, off + len): bisection over the widest set, every
+ * probe clipped into the node's run. */
+static mlxb_array *tree_member(mlxb_scope *s, mlxb_array *sets, mlxb_array *off, mlxb_array *len, int64_t widest,
+                               mlxb_array *v) {
+  mlxb_array *one = mlxb_scalar_i64(s, 1, MLXB_I32), *zero = mlxb_scalar_i64(s, 0, MLXB_I32);
+  mlxb_array *last = mlxb_binary(s, MLXB_MAXIMUM, sub(s, len, one), zero), *pos = mul(s, len, zero);
+  int64_t step = 1;
+  while (step * 2 <= widest) step *= 2;
+  for (; step >= 1; step /= 2) {
+    mlxb_array *cand = add(s, pos, mlxb_scalar_i64(s, step, MLXB_I32));
+    mlxb_array *probe = mlxb_take(s, sets, add(s, off, mlxb_clip(s, sub(s, cand, one), zero, last)), 0);
+    mlxb_array *ok = mlxb_binary(s, MLXB_LOGICAL_AND, cmp(s, MLXB_LESS_EQUAL, cand, len), cmp(s, MLXB_LESS, probe, v));
+    pos = mlxb_where(s, ok, cand, pos);
+  }
+  mlxb_array *found = mlxb_take(s, sets, add(s, off, mlxb_clip(s, pos, zero, last)), 0);
+  return mlxb_binary(s, MLXB_LOGICAL_AND, cmp(s, MLXB_GREATER, len, zero), cmp(s, MLXB_EQUAL, found, v));
 }
 
 /* The leaf every row reaches in every tree: [rows, trees] int32 node positions. x is [rows,
@@ -1408,14 +1511,9 @@ static mlxb_array *tree_leaves(op_ctx *c, const tree_model *m, mlxb_array *x, ml
   bool any_miss = false;
   for (int64_t i = 0; i < m->n; i++) any_miss = any_miss || (m->miss[i] && m->mode[i] != TREE_LEAF);
   if (any_miss) miss = mlxb_from_data(s, m->miss, &m->n, 1, MLXB_BOOL);
-  if (m->modes & (1u << TREE_MEMBER)) { /* [nodes, widest set], padded with NaN that equals nothing */
-    double *pad = malloc(sizeof(double) * (size_t)(m->n * m->max_set));
-    if (!pad) return op_fail(c, "out of memory"), NULL;
-    for (int64_t i = 0; i < m->n; i++)
-      for (int64_t k = 0; k < m->max_set; k++) pad[i * m->max_set + k] = k < m->set_len[i] ? m->sets[m->set_off[i] + k] : NAN;
-    int64_t d[2] = {m->n, m->max_set};
-    sets = cast(s, mlxb_from_data(s, pad, d, 2, MLXB_F64), t);
-    free(pad);
+  mlxb_array *set_off = NULL, *set_len = NULL;
+  if (m->modes & (1u << TREE_MEMBER)) {
+    if (tree_member_tables(c, m, t, &sets, &set_off, &set_len)) return NULL;
   }
   mlxb_array *node = mlxb_broadcast_to(s, reshape2(s, tab_i32(s, m->roots, m->trees), 1, m->trees), nt, 2);
   for (int64_t step = 0; step < m->depth; step++) {
@@ -1426,9 +1524,7 @@ static mlxb_array *tree_leaves(op_ctx *c, const tree_model *m, mlxb_array *x, ml
       if (!(m->modes & (1u << k))) continue;
       mlxb_array *ck;
       if (k == TREE_MEMBER) {
-        int ax = 2;
-        mlxb_array *members = mlxb_take(s, sets, node, 0);
-        ck = mlxb_reduce(s, MLXB_RANY, cmp(s, MLXB_EQUAL, mlxb_expand_dims(s, v, &ax, 1), members), &ax, 1, false);
+        ck = tree_member(s, sets, mlxb_take(s, set_off, node, 0), mlxb_take(s, set_len, node, 0), m->max_set, v);
       } else {
         ck = cmp(s, tree_cmp_op(k), v, th);
       }
@@ -1468,7 +1564,7 @@ static int tree_weight_tables(op_ctx *c, const tree_model *m, mlxb_dtype t, mlxb
     for (int64_t i = 0; i < cells; i++) sc[i] = scf[i];
   mlxb_scope *s = op_scope(c);
   int64_t d[2] = {m->n, k};
-  *score = cast(s, mlxb_from_data(op_scope(c), sc, d, 2, MLXB_F64), t);
+  *score = host_reals(s, sc, d, 2, t);
   *has = mlxb_from_data(s, hs, d, 2, MLXB_BOOL);
   free(sc), free(scf), free(hs);
   return op_check(c);
@@ -1533,8 +1629,6 @@ static mlxb_array *tree_regression_scores(op_ctx *c, const tree_model *m, mlxb_a
   }
   if (m->nbase == m->targets) z = add(s, z, tab_real(s, m->bases, m->nbase, t));
   z = mlxb_where(s, has, z, mlxb_scalar_f64(s, 0.0, t));
-  /* PROBIT is float32 in ORT; the other transforms run in the score type (double for TreeEnsemble). */
-  if (m->post == ML_POST_PROBIT) return cast(s, ml_probit(s, cast(s, z, MLXB_F32)), t);
   return ml_post_rows(s, z, m->post);
 }
 
@@ -1675,9 +1769,10 @@ static int lower_tree_classifier(op_ctx *c, const op_def *def) {
     if (tree_binary_outputs(c, &m, labels, agg, has, t, &y, &z)) goto done;
   } else {
     if (m.nbase == m.targets) { /* every class gets its base value and counts as reached */
+      int64_t dims[2] = {mlxb_dim(agg, 0), m.nbase};
       mlxb_array *base = tab_real(s, m.bases, m.nbase, t);
-      agg = mlxb_where(s, has, add(s, agg, base), mlxb_broadcast_to(s, reshape2(s, base, 1, m.nbase), (int64_t[]){mlxb_dim(agg, 0), m.nbase}, 2));
-      has = mlxb_full(s, (int64_t[]){mlxb_dim(agg, 0), m.nbase}, 2, mlxb_scalar_i64(s, 1, MLXB_BOOL), MLXB_BOOL);
+      agg = mlxb_where(s, has, add(s, agg, base), mlxb_broadcast_to(s, reshape2(s, base, 1, m.nbase), dims, 2));
+      has = mlxb_full(s, dims, 2, mlxb_scalar_i64(s, 1, MLXB_BOOL), MLXB_BOOL);
     }
     y = ml_pick_labels(s, labels, m.targets, tree_best_class(s, agg, has, m.targets));
     z = ml_post_rows(s, cast(s, mlxb_where(s, has, agg, mlxb_scalar_f64(s, 0.0, t)), MLXB_F32), m.post);
@@ -1697,7 +1792,8 @@ done:
 static const op_def defs[] = {
     {ML, "LinearClassifier", 1, 1, DT_ML_IN, claim_linear_classifier, lower_linear_classifier, 0, 0,
      "float/double/int32/int64 X of rank 1 or 2 (cast to float, as ORT); int64 classlabels_ints; every "
-     "post_transform; one class with two labels gives [1 - s, s] scores (ORT ignores the transform there). "
+     "post_transform; one class with two labels gives [1 - p, p] (p the score, or its logistic under LOGISTIC; "
+     "other transforms ignored, as ORT), one class without labels a raw score (PROBIT only). "
      "Declined: classlabels_strings (string output), no intercepts, binary PROBIT (ORT leaves a column unwritten)"},
     {ML, "LinearRegressor", 1, 1, DT_F32, claim_linear_regressor, lower_linear_regressor, 0, 0,
      "float X of rank <= 2 (ORT's only type); intercepts used when one per target; every post_transform "
@@ -1728,13 +1824,14 @@ static const op_def defs[] = {
      "Declined: post_transform other than NONE (ORT ignores it), missing kernel_params"},
     {ML, "SVMClassifier", 1, 1, DT_ML_IN, claim_svm_classifier, lower_svm_classifier, 0, 0,
      "float/double/int32/int64 X (cast to float); int64 labels; LINEAR/POLY/RBF/SIGMOID kernels with one-vs-one "
-     "voting, prob_a/prob_b probabilities by ORT's pairwise coupling (<= 16 classes), or liblinear "
+     "voting, prob_a/prob_b probabilities by ORT's pairwise coupling (<= 32 classes), or liblinear "
      "coefficients; every post_transform. Declined: string labels, binary PROBIT without probabilities "
      "(ORT leaves a column unwritten)"},
     {ML, "TreeEnsembleRegressor", 1, 3, DT_F32 | DT_F64, claim_tree_regressor, lower_tree_regressor, 0, 0,
      "float/double X (double thresholds and sums for double, as ORT); BRANCH_LEQ/LT/GTE/GT/EQ/NEQ, missing "
-     "values tracking true; SUM/AVERAGE/MIN/MAX; base_values; every post_transform (one target: PROBIT "
-     "only); *_as_tensor attributes of the threshold type. Declined: trees split into non-contiguous runs, "
+     "values tracking true; SUM/AVERAGE/MIN/MAX; base_values (a target no reached leaf names gives 0, as ORT); "
+     "every post_transform (one target: PROBIT only, leaves without weights give their node value, as ORT); "
+     "*_as_tensor attributes of the threshold type. Declined: trees split into non-contiguous runs, "
      "cycles, depth > 4096"},
     {ML, "TreeEnsembleClassifier", 1, 3, DT_ML_IN, claim_tree_classifier, lower_tree_classifier, 0, 0,
      "float/double/int32/int64 X; int64 labels; node modes and missing tracking as the regressor; scores summed "

@@ -110,7 +110,6 @@ static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g
     } else if (!strcmp(ap, "VALID")) {
       g->pl[i] = g->ph[i] = 0;
     }
-    if (g->pl[i] < 0 || g->ph[i] < 0) return op_fail(c, "negative pads");
     g->out[i] = pool_out_extent(g->in[i], g->k[i], g->s[i], g->d[i], g->pl[i], g->ph[i], ceil_mode);
     if (g->out[i] < 0) return op_fail(c, "spatial axis %d: negative output extent", i);
   }
@@ -151,18 +150,25 @@ static mlxb_array *pool_pad_value(mlxb_scope *s, pool_kind kind, mlxb_dtype t) {
 
 /* Pads the spatial axes of x so that every window of g lies inside: pl before, and after as much
  * as the last window needs (ceil_mode windows may pass the tail pad; those positions hold the
- * pad value and are never counted). Returns a contiguous array. */
+ * pad value and are never counted). A negative head pad crops instead (windows then start
+ * inside the input, as in ORT's AveragePool). Returns a contiguous array. */
 static mlxb_array *pool_pad(mlxb_scope *s, mlxb_array *x, const pool_geom *g, const mlxb_array *value) {
   int rank = g->nsp + 2;
-  int64_t lo[POOL_MAX_RANK] = {0}, hi[POOL_MAX_RANK] = {0};
-  bool any = false;
+  int64_t lo[POOL_MAX_RANK] = {0}, hi[POOL_MAX_RANK] = {0}, start[POOL_MAX_RANK] = {0}, stop[POOL_MAX_RANK],
+          step[POOL_MAX_RANK];
+  bool any = false, crop = false;
+  mlxb_shape(x, stop);
+  for (int i = 0; i < rank; i++) step[i] = 1;
   for (int i = 0; i < g->nsp; i++) {
     int64_t need = g->out[i] > 0 ? (g->out[i] - 1) * g->s[i] + (g->k[i] - 1) * g->d[i] + 1 : 0;
-    int64_t tail = need - g->in[i] - g->pl[i];
-    lo[i + 2] = g->pl[i], hi[i + 2] = tail > 0 ? tail : 0;
+    int64_t head = g->pl[i] > 0 ? g->pl[i] : 0, skip = g->pl[i] < 0 ? -g->pl[i] : 0;
+    if (skip > g->in[i]) skip = g->in[i];
+    int64_t tail = need - (g->in[i] - skip) - head;
+    start[i + 2] = skip, crop |= skip > 0;
+    lo[i + 2] = head, hi[i + 2] = tail > 0 ? tail : 0;
     any |= lo[i + 2] || hi[i + 2];
   }
-  (void)rank;
+  if (crop) x = mlxb_slice(s, x, start, stop, step);
   if (any) x = mlxb_pad(s, x, lo, hi, value, "constant");
   return mlxb_contiguous(s, x);
 }
@@ -212,7 +218,7 @@ static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, ml
   if (any_empty) *any_empty = false;
   for (int i = 0; i < g->nsp; i++) {
     int64_t n = g->out[i];
-    double *cnt = malloc(sizeof *cnt * (size_t)(n ? n : 1));
+    float *cnt = malloc(sizeof *cnt * (size_t)(n ? n : 1)); /* small integers: exact, and GPU-safe */
     if (!cnt) {
       op_fail(c, "out of memory");
       return NULL;
@@ -225,11 +231,11 @@ static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, ml
         inpad += p < g->in[i] + g->ph[i];
       }
       if (real == 0 && any_empty) *any_empty = true;
-      cnt[o] = (double)(count_pad ? inpad : real);
+      cnt[o] = (float)(count_pad ? inpad : real);
     }
     int64_t shape[POOL_MAX_RANK];
     for (int j = 0; j < g->nsp; j++) shape[j] = j == i ? n : 1;
-    mlxb_array *a = mlxb_astype(s, mlxb_reshape(s, mlxb_from_data(s, cnt, &n, 1, MLXB_F64), shape, g->nsp), t);
+    mlxb_array *a = mlxb_astype(s, mlxb_reshape(s, mlxb_from_data(s, cnt, &n, 1, MLXB_F32), shape, g->nsp), t);
     free(cnt);
     total = total ? mlxb_binary(s, MLXB_MUL, total, a) : a;
   }

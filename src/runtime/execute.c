@@ -377,6 +377,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   host_value *derived = NULL;
   int rc = -1;
   PLAN_STAT_ADD(p, runs, 1);
+  mlxb_exclusive_begin(p->cfg.device);
   mlxb_scope *s = mlxb_scope_new(p->cfg.device);
   mlxb_array **in = calloc((size_t)n_inputs + 1, sizeof *in);
   mlxb_array **results = calloc((size_t)p->g->n_outputs + 1, sizeof *results);
@@ -405,5 +406,6 @@ done:
   free(in);
   free(results);
   mlxb_scope_free(s);
+  mlxb_exclusive_end(p->cfg.device);
   return rc;
 }

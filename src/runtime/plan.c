@@ -111,7 +111,10 @@ int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **ou
     return diag_fail(d, "out of memory");
   }
   strcpy(p->name, name ? name : "");
-  if (check_claims(p, d) || upload_constants(p, d)) {
+  mlxb_exclusive_begin(dev);
+  int rc = check_claims(p, d) || upload_constants(p, d) ? -1 : 0;
+  mlxb_exclusive_end(dev);
+  if (rc) {
     plan_free(p);
     return -1;
   }
@@ -122,9 +125,11 @@ int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **ou
 
 void plan_free(plan *p) {
   if (!p) return;
+  mlxb_exclusive_begin(p->cfg.device); /* releases device memory MLX may be using */
   sig_cache_clear(p);
-  pthread_mutex_destroy(&p->lock);
   mlxb_scope_free(p->consts);
+  mlxb_exclusive_end(p->cfg.device);
+  pthread_mutex_destroy(&p->lock);
   free(p->shape_derived);
   free(p->const_arrays);
   free(p->defs);
