@@ -49,7 +49,7 @@ static int read_input(const ep_runtime *rt, OrtKernelContext *ctx, size_t i, inp
   if (st) return ir_ort_status_to_diag(rt->api, st, d, "input shape");
   void *data = NULL;
   if ((st = rt->api->GetTensorMutableData((OrtValue *)val, &data))) return ir_ort_status_to_diag(rt->api, st, d, "input data");
-  v->t.dtype = (int32_t)et;
+  v->t.dtype = ir_dtype_from_ort(et);
   v->t.rank = (int)rank;
   v->t.dims = v->dims;
   v->t.data = data;

@@ -14,6 +14,15 @@ typedef struct builder {
   diag *d;
 } builder;
 
+int32_t ir_dtype_from_ort(ONNXTensorElementDataType et) {
+  switch (et) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT2: return ONNX_UINT2;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT2: return ONNX_INT2;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0: return ONNX_FLOAT8E8M0;
+    default: return (int32_t)et;
+  }
+}
+
 int ir_ort_status_to_diag(const OrtApi *api, OrtStatus *st, diag *d, const char *what) {
   if (!st) return 0;
   diag_fail(d, "%s: %s", what, api->GetErrorMessage(st));
@@ -42,7 +51,7 @@ static int read_type(builder *b, const OrtValueInfo *vi, ir_value *v) {
   size_t rank = 0;
   ORT_CHECK(b, b->api->GetTensorElementType(tsi, &et));
   ORT_CHECK(b, b->api->GetDimensionsCount(tsi, &rank));
-  v->dtype = (int32_t)et;
+  v->dtype = ir_dtype_from_ort(et);
   v->rank = (int)rank;
   v->dims = arena_alloc(b->g->mem, (rank ? rank : 1) * sizeof(int64_t));
   if (!v->dims) return diag_fail(b->d, "out of memory");
@@ -140,7 +149,7 @@ static int read_tensor_attr(builder *b, const OrtOpAttr *attr, ir_attr *a) {
     ir_ort_status_to_diag(b->api, st, b->d, "tensor attribute");
     goto done;
   }
-  t->dtype = (int32_t)et;
+  t->dtype = ir_dtype_from_ort(et);
   t->rank = (int)rank;
   t->dims = arena_alloc(b->g->mem, (rank ? rank : 1) * sizeof(int64_t));
   if (!t->dims) {

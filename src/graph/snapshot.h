@@ -10,6 +10,10 @@
 
 int ir_graph_from_ort(const OrtApi *api, const OrtGraph *graph, ir_graph **out, diag *d);
 
+/* The ONNX data type of an ORT element type. ORT numbers its newest types in another order than
+ * ONNX (uint2, int2, float8e8m0 are 24, 25, 26 in ORT and 25, 26, 24 in ONNX); all else agree. */
+int32_t ir_dtype_from_ort(ONNXTensorElementDataType et);
+
 /* Turns a non-NULL OrtStatus into a diag failure (releasing the status); returns -1. */
 int ir_ort_status_to_diag(const OrtApi *api, OrtStatus *st, diag *d, const char *what);
 

@@ -76,8 +76,8 @@ static float emu_code_value(int32_t dtype, unsigned code) {
     unsigned e = mag >> f->mbits, m = mag & ((1u << f->mbits) - 1);
     unsigned emax = (1u << (7 - f->mbits)) - 1;
     if (f->fnuz && code == 0x80) return f32_from_bits(0xFFC00000u);
-    if (!f->fnuz && f->dtype == ONNX_FLOAT8E4M3FN && mag == 0x7F) return f32_from_bits(0x7FC00000u | sign << 31);
-    if (!f->fnuz && f->dtype == ONNX_FLOAT8E5M2 && e == emax)
+    if (f->dtype == ONNX_FLOAT8E4M3FN && mag == 0x7F) return f32_from_bits(0x7FC00000u | sign << 31);
+    if (f->dtype == ONNX_FLOAT8E5M2 && e == emax)
       return f32_from_bits((m ? 0x7FC00000u : 0x7F800000u) | sign << 31);
     float v = e == 0 ? ldexpf((float)m, 1 - f->bias - f->mbits) : ldexpf((float)((1u << f->mbits) | m), (int)e - f->bias - f->mbits);
     return sign ? -v : v;
@@ -176,22 +176,15 @@ static mlxb_array *encode_e8m0(mlxb_scope *s, mlxb_array *x, bool saturate, roun
   mlxb_array *m = bin(s, MLXB_BITWISE_AND, a, u32(s, 0x7FFFFFu));
   /* Normal inputs: the exponent field, plus one when the mantissa rounds up. Subnormal inputs at
    * or above 2^-127 (m >= 2^22) round between codes 0 and 1. */
-  mlxb_array *inc, *inc_sub;
-  switch (mode) {
-    case ROUND_UP:
-      inc = bin(s, MLXB_NOT_EQUAL, m, zero);
-      inc_sub = bin(s, MLXB_GREATER, m, u32(s, 0x400000u));
-      break;
-    case ROUND_DOWN:
-      inc = inc_sub = bin(s, MLXB_NOT_EQUAL, m, m);
-      break;
-    default:
-      inc = bin(s, MLXB_GREATER_EQUAL, m, u32(s, 0x400000u));
-      inc_sub = bin(s, MLXB_GREATER_EQUAL, m, u32(s, 0x600000u));
-      break;
+  mlxb_array *inc = zero, *inc_sub = zero;
+  if (mode == ROUND_UP) {
+    inc = to_type(s, bin(s, MLXB_NOT_EQUAL, m, zero), MLXB_U32);
+    inc_sub = to_type(s, bin(s, MLXB_GREATER, m, u32(s, 0x400000u)), MLXB_U32);
+  } else if (mode == ROUND_NEAREST) {
+    inc = to_type(s, bin(s, MLXB_GREATER_EQUAL, m, u32(s, 0x400000u)), MLXB_U32);
+    inc_sub = to_type(s, bin(s, MLXB_GREATER_EQUAL, m, u32(s, 0x600000u)), MLXB_U32);
   }
-  mlxb_array *is_sub = bin(s, MLXB_EQUAL, e, zero);
-  mlxb_array *code = mlxb_where(s, is_sub, to_type(s, inc_sub, MLXB_U32), bin(s, MLXB_ADD, e, to_type(s, inc, MLXB_U32)));
+  mlxb_array *code = mlxb_where(s, bin(s, MLXB_EQUAL, e, zero), inc_sub, bin(s, MLXB_ADD, e, inc));
   mlxb_array *low = saturate ? zero : nan, *high = saturate ? u32(s, 0xFE) : nan;
   code = mlxb_where(s, bin(s, MLXB_GREATER, code, u32(s, 0xFE)), high, code);
   if (!saturate)
@@ -297,8 +290,6 @@ static bool claim_cast_pair(claim_ctx *c, int32_t from, int32_t to) {
                          ir_dtype_name(to));
   if (!dtype_known(from) || !dtype_known(to))
     return claim_decline(c, "cast %s to %s: dtype neither MLX nor emulated", ir_dtype_name(from), ir_dtype_name(to));
-  if (c->device == MLXB_DEVICE_GPU && (from == ONNX_DOUBLE || to == ONNX_DOUBLE))
-    return claim_decline(c, "float64 has no MLX GPU kernels");
   round_mode mode;
   if (!parse_round_mode(ir_attr_string(c->node, "round_mode", "up"), &mode))
     return claim_decline(c, "round_mode '%s' is not up, down or nearest", ir_attr_string(c->node, "round_mode", ""));
@@ -327,11 +318,8 @@ static int cast_input(op_ctx *c, int32_t to) {
   if (from == to) return op_set_output(c, 0, mlxb_ref(s, x));
   cast_opts o = {ir_attr_int(op_node(c), "saturate", 1) != 0, ROUND_UP};
   if (!parse_round_mode(ir_attr_string(op_node(c), "round_mode", "up"), &o.mode)) return op_fail(c, "bad round_mode");
-  bool f64 = from == ONNX_DOUBLE || to == ONNX_DOUBLE;
-  bool old = f64 ? mlxb_scope_force_cpu(s, true) : false; /* float64 runs on the CPU only */
-  mlxb_array *y = encode_any(s, decode_any(s, x, from), to, &o);
-  if (f64) mlxb_scope_force_cpu(s, old);
-  return op_set_output(c, 0, y);
+  /* Nodes touching float64 already run on a CPU stream (the runtime sees to it on a GPU). */
+  return op_set_output(c, 0, encode_any(s, decode_any(s, x, from), to, &o));
 }
 
 static int lower_cast(op_ctx *c, const op_def *def) {
@@ -413,11 +401,17 @@ static int q_params(op_ctx *c, mlxb_array *x, mlxb_array **scale, mlxb_array **z
 
 static bool q_scale_ok(int32_t t) { return t == ONNX_FLOAT || t == ONNX_FLOAT16; }
 
+static bool q_rank_ok(claim_ctx *c) {
+  const ir_value *x = claim_input(c, 0);
+  return !x || x->rank <= EMU_MAX_RANK;
+}
+
 static bool claim_quantize(claim_ctx *c, const op_def *def) {
   const ir_value *y = claim_output(c, 0);
   int32_t yt = y ? y->dtype : ONNX_UNDEFINED;
   if (!emu_is(yt)) return claim_decline(c, "output dtype %s is not emulated: the plain row handles it", ir_dtype_name(yt));
   if (yt == ONNX_FLOAT8E8M0) return claim_decline(c, "float8e8m0 is not a quantized type");
+  if (!q_rank_ok(c)) return claim_decline(c, "input rank above %d", EMU_MAX_RANK);
   int32_t xt = claim_input_dtype(c, 0), st = claim_input_dtype(c, 1), zt = claim_input_dtype(c, 2);
   if (!q_scale_ok(xt)) return claim_decline(c, "input dtype %s (float/float16 only)", ir_dtype_name(xt));
   if (st != xt) return claim_decline(c, "scale dtype %s differs from the input's", ir_dtype_name(st));
@@ -460,6 +454,7 @@ static bool claim_dequantize(claim_ctx *c, const op_def *def) {
   int32_t xt = claim_input_dtype(c, 0), st = claim_input_dtype(c, 1), zt = claim_input_dtype(c, 2);
   if (!emu_is(xt)) return claim_decline(c, "input dtype %s is not emulated: the plain row handles it", ir_dtype_name(xt));
   if (xt == ONNX_FLOAT8E8M0) return claim_decline(c, "float8e8m0 is not a quantized type");
+  if (!q_rank_ok(c)) return claim_decline(c, "input rank above %d", EMU_MAX_RANK);
   if (!q_scale_ok(st) && st != ONNX_BFLOAT16 && st != ONNX_FLOAT8E8M0)
     return claim_decline(c, "scale dtype %s (float/float16/bfloat16/float8e8m0 only)", ir_dtype_name(st));
   if (zt != ONNX_UNDEFINED && zt != xt) return claim_decline(c, "zero point dtype differs from the input's");
@@ -500,13 +495,17 @@ static const op_def defs[] = {
      "ORT's rules (negative, zero and tiny inputs give 0x00, or NaN without saturation); float4e2m1: round to nearest "
      "even in the input's precision, saturating at ±6, NaN as the ONNX reference (ml_dtypes) gives; int4/uint4/int2/"
      "uint2: integers keep their low bits, floats round half away from zero to int32 (ORT), NaN and |x| >= 2^31 give "
-     "0. Declined: string, float64 on a GPU, unknown round_mode"},
+     "0. Emulated floats to integers truncate through float32; NaN, inf and out-of-range values are undefined in the "
+     "spec (ORT's results there vary by code path); to bool ±0 is false (ORT tests the code's bits: float8 -0 and "
+     "e8m0 0x00 differ). Declined: string, unknown round_mode"},
     {"", "CastLike", 19, 25, 0, claim_cast_like, lower_cast_like, 0, OP_FLAG_ANY_DTYPE,
      "as Cast, with the target dtype of input 1 (saturate and round_mode honoured)"},
     {"", "QuantizeLinear", 19, 28, 0, claim_quantize, lower_quantize, 0, OP_FLAG_ANY_DTYPE,
      "float/float16 input with a scale of the same dtype to int4/uint4/int2/uint2 (float32 division, round half to "
-     "even, add the zero point, saturate, NaN gives the minimum, as ORT), float8 (x / scale encoded with saturate; the "
-     "zero point ignored, as ORT and the ONNX reference do) or float4e2m1 (x / scale + zero point, ONNX reference); "
+     "even, add the zero point, saturate, NaN gives the minimum, as ORT; ORT's int2/uint2 and float16 int4 kernels "
+     "overflow an int32 for inf and |x / scale| >= 2^31, this row saturates as the spec says), float8 (x / scale "
+     "encoded with saturate; the zero point ignored, as ORT and the ONNX reference do) or float4e2m1 (x / scale + "
+     "zero point, ONNX reference); "
      "per-tensor, per-axis and blocked. Declined: bfloat16/int32 input, a scale dtype or precision other than the "
      "input's, float8e8m0 scales"},
     {"", "DequantizeLinear", 19, 28, 0, claim_dequantize, lower_dequantize, 0, OP_FLAG_ANY_DTYPE,
