@@ -1,7 +1,8 @@
 /* Claim every node, then cluster. Pass 1 walks nodes in topological order and lets a claimed
  * node join the cluster of a claimed producer unless that cluster also reaches it through a
- * node outside the cluster (which would make the fused node part of a cycle). Pass 2 merges
- * whole clusters on the condensed graph when no path between them leaves the pair. */
+ * node outside the cluster (which would make the fused node part of a cycle). Pass 2 merges a
+ * producer cluster with a consumer cluster of the condensed graph when no path between them
+ * passes through a third node. */
 #include "partition/partition.h"
 
 #include <stdint.h>
@@ -207,9 +208,13 @@ static int merge_one_pair(const ir_graph *g, partition *p) {
   char *seen = malloc((size_t)c.n + 1);
   int *stack = malloc(sizeof(int) * ((size_t)c.n + 1));
   int merged = seen && stack ? 0 : -1;
+  /* Only clusters joined by an edge are candidates (a producer cluster and a consumer cluster);
+   * the condensed graph is acyclic, so the edge a -> b rules out a path b -> a, and the pair may
+   * merge unless b is also reachable from a through a third node. */
   for (int a = 0; merged == 0 && a < p->n_clusters; a++) {
-    for (int b = a + 1; merged == 0 && b < p->n_clusters; b++) {
-      if (reachable_indirectly(&c, a, b, seen, stack) || reachable_indirectly(&c, b, a, seen, stack)) continue;
+    for (int e = c.edge_start[a]; merged == 0 && e < c.edge_start[a + 1]; e++) {
+      int b = c.edges[e];
+      if (b >= p->n_clusters || reachable_indirectly(&c, a, b, seen, stack)) continue;
       for (int i = 0; i < p->n_nodes; i++)
         if (p->cluster_of[i] == b) p->cluster_of[i] = a;
       merged = 1;
