@@ -9,7 +9,7 @@
 #define FAMILIES(X)                                                                             \
   X(elementwise) X(activation) X(cast) X(matmul) X(normalization) X(reduction) X(shape)          \
   X(indexing) X(ml) \
-  X(loss) X(quantize) X(signal) X(random) X(misc) X(conv) X(pool) X(vision) X(attention) X(rotary) X(paged_attention) X(contrib_quant) X(contrib_norm) X(contrib_act) X(emulated)
+  X(loss) X(quantize) X(signal) X(random) X(misc) X(conv) X(pool) X(vision) X(attention) X(rotary) X(paged_attention) X(contrib_quant) X(contrib_norm) X(contrib_act) X(moe) X(emulated)
 
 #define DECLARE_FAMILY(stem) extern const op_family ops_family_##stem __attribute__((weak));
 FAMILIES(DECLARE_FAMILY)
