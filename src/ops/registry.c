@@ -6,12 +6,13 @@
 
 #include "ops/op.h"
 
-#define FAMILIES(X)                                                                             \
-  X(elementwise) X(activation) X(cast) X(matmul) X(normalization) X(reduction) X(shape)          \
-  X(indexing) X(ml) \
-  X(loss) X(quantize) X(signal) X(random) X(misc) X(conv) X(pool) X(vision) X(attention) X(rotary) X(paged_attention) X(contrib_quant) X(contrib_norm) X(contrib_act) X(moe) X(emulated)
+#define FAMILIES(X)                                                                            \
+  X(elementwise) X(activation) X(cast) X(emulated) X(matmul) X(normalization) X(reduction)      \
+  X(shape) X(indexing) X(loss) X(quantize) X(signal) X(random) X(misc) X(conv) X(pool)         \
+  X(vision) X(attention) X(rotary) X(paged_attention) X(contrib_quant) X(contrib_norm)          \
+  X(contrib_act) X(moe) X(ml)
 
-#define DECLARE_FAMILY(stem) extern const op_family ops_family_##stem __attribute__((weak));
+#define DECLARE_FAMILY(stem) extern const op_family ops_family_##stem;
 FAMILIES(DECLARE_FAMILY)
 #undef DECLARE_FAMILY
 
@@ -33,7 +34,6 @@ static bool same_domain(const char *a, const char *b) {
 
 const op_def *op_registry_find(const char *domain, const char *op_type, int since_version) {
   for (size_t f = 0; f < n_families; f++) {
-    if (!families[f]) continue;
     for (size_t i = 0; i < families[f]->count; i++) {
       const op_def *d = &families[f]->defs[i];
       if (strcmp(d->op_type, op_type) || !same_domain(d->domain, domain)) continue;
@@ -45,7 +45,6 @@ const op_def *op_registry_find(const char *domain, const char *op_type, int sinc
 
 bool op_registry_knows(const char *domain, const char *op_type) {
   for (size_t f = 0; f < n_families; f++) {
-    if (!families[f]) continue;
     for (size_t i = 0; i < families[f]->count; i++) {
       const op_def *d = &families[f]->defs[i];
       if (!strcmp(d->op_type, op_type) && same_domain(d->domain, domain)) return true;
@@ -58,7 +57,6 @@ const op_def *op_registry_claim(claim_ctx *c) {
   const ir_node *n = c->node;
   bool covered = false;
   for (size_t f = 0; f < n_families; f++) {
-    if (!families[f]) continue;
     for (size_t i = 0; i < families[f]->count; i++) {
       const op_def *d = &families[f]->defs[i];
       if (strcmp(d->op_type, n->op_type) || !same_domain(d->domain, n->domain)) continue;
