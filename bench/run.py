@@ -6,6 +6,14 @@ creation time, first-Run latency and peak memory. Each (workload, engine) pair r
 process so peak memory is its own. Writes docs/PERFORMANCE.md.
 
     bench/run.py [--workloads a,b] [--runs N] [--warmup N] [--device cpu|gpu] [--out FILE]
+                 [--decoder-config tiny|mid|qwen2.5-0.5b] [--verify]
+
+--runs/--warmup default to 50/5, or to the workload's own counts (workloads.default_runs) for
+the slow decoder workloads. The decoder workloads build examples/llm.py's int4 decoder in the
+config named by --decoder-config (default `mid`; qwen2.5-0.5b is the real shape but takes MLX's
+CPU backend over a minute per prefill). --verify runs each workload once per engine instead and checks
+every output of the MLX EP and of MLX direct against ORT's CPU EP (max |difference| within 1e-3
+of the reference's max |value|), one line per workload; the exit status says whether all passed.
 """
 from __future__ import annotations
 
@@ -25,26 +33,29 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 ENGINES = ["mlx_ep", "ort_cpu", "mlx_direct"]
 
 
-def measure(workload: str, engine: str, runs: int, warmup: int, device: str) -> dict:
-    import numpy as np
-    from workloads import WORKLOADS
-    model, feeds = WORKLOADS[workload]()
-    t0 = time.perf_counter()
+def make_runner(model: bytes, feeds: dict, engine: str, device: str):
+    """A callable running the model once on `engine` and returning its outputs."""
     if engine == "mlx_direct":
         import mlx.core as mx
         from mlx_reference import MlxReference
         mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
         ref = MlxReference(model)
-        run = lambda: ref(feeds)  # noqa: E731
+        return lambda: ref(feeds)
+    import onnxruntime as ort
+    if engine == "mlx_ep":
+        import onnxruntime_ep_mlx as mlx_ep
+        sess = mlx_ep.session(model, options={"device": device}, strict=False)
     else:
-        import onnxruntime as ort
-        if engine == "mlx_ep":
-            import onnxruntime_ep_mlx as mlx_ep
-            sess = mlx_ep.session(model, options={"device": device}, strict=False)
-        else:
-            so = ort.SessionOptions()
-            sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-        run = lambda: sess.run(None, feeds)  # noqa: E731
+        sess = ort.InferenceSession(model, ort.SessionOptions(), providers=["CPUExecutionProvider"])
+    return lambda: sess.run(None, feeds)
+
+
+def measure(workload: str, engine: str, runs: int, warmup: int, device: str, decoder_config: str) -> dict:
+    import numpy as np
+    from workloads import load
+    model, feeds = load(workload, decoder_config)
+    t0 = time.perf_counter()
+    run = make_runner(model, feeds, engine, device)
     create = time.perf_counter() - t0
     t0 = time.perf_counter()
     out = run()
@@ -62,6 +73,48 @@ def measure(workload: str, engine: str, runs: int, warmup: int, device: str) -> 
             "create_ms": create * 1e3, "first_run_ms": first * 1e3,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "checksum": float(np.asarray(out[0], dtype=np.float64).sum())}
+
+
+def verify(workload: str, device: str, decoder_config: str, tol: float = 1e-3) -> bool:
+    """Runs the workload once per engine; prints one line comparing MLX EP and MLX direct with
+    ORT's CPU EP (per output: max |a - ref| / max |ref|, the worst over the outputs)."""
+    import numpy as np
+    from workloads import load
+    model, feeds = load(workload, decoder_config)
+    ref = [np.asarray(o) for o in make_runner(model, feeds, "ort_cpu", device)()]
+    ok, parts = True, []
+    for engine in ("mlx_ep", "mlx_direct"):
+        try:
+            outs = make_runner(model, feeds, engine, device)()
+        except Exception as e:  # noqa: BLE001 - reported, not raised: the other engine still runs
+            ok = False
+            parts.append(f"{engine} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            continue
+        worst = 0.0
+        for o, r in zip(outs, ref):
+            o = np.asarray(o)
+            if o.shape != r.shape:
+                worst = float("inf")
+                break
+            if r.size:
+                worst = max(worst, float(np.abs(o.astype(np.float64) - r).max() / max(np.abs(r).max(), 1e-30)))
+        good = len(outs) == len(ref) and worst <= tol
+        ok &= good
+        parts.append(f"{engine} {worst:.1e} {'ok' if good else 'FAIL'}")
+    print(f"verify {workload_label(workload, decoder_config)} vs ORT CPU EP (max rel error, tolerance {tol:g}): "
+          f"{', '.join(parts)}", flush=True)
+    return ok
+
+
+def workload_label(workload: str, decoder_config: str) -> str:
+    from workloads import DECODER_WORKLOADS
+    return f"{workload}[{decoder_config}]" if workload in DECODER_WORKLOADS else workload
+
+
+def run_counts(workload: str, args) -> tuple[int, int]:
+    from workloads import default_runs
+    runs, warmup = default_runs(workload, args.decoder_config)
+    return (args.runs if args.runs is not None else runs, args.warmup if args.warmup is not None else warmup)
 
 
 def machine() -> str:
@@ -90,10 +143,20 @@ def render(results: dict, args) -> str:
              "against Python `mlx.core` (bench/mlx_reference.py): the ceiling for any MLX EP.",
              "EP/MLX > 1 means the EP is slower than hand-written MLX.", "",
              f"- machine: {machine()}", f"- versions: {versions()}", f"- device: MLX {args.device}",
-             f"- runs: {args.runs} after {args.warmup} warm-up runs", "",
+             f"- runs: {runs_line(results, args)}",
+             f"- load average (1 min) at start / end: {args.load[0]:.2f} / {args.load[1]:.2f} "
+             f"(the machine may be shared: numbers are noisy)",
+             f"- bench wall time: {args.wall_s:.0f} s"]
+    from workloads import DECODER_WORKLOADS, describe_decoder
+    if any(w in DECODER_WORKLOADS for w in results):
+        lines.append(f"- decoder `[{args.decoder_config}]`: {describe_decoder(args.decoder_config)}; "
+                     "prefill = 128-token prompt, empty past; decode = 1 token after the prefill's KV (128 "
+                     "positions, computed once by ORT's CPU EP)")
+    lines += ["",
              "| workload | MLX EP ms | ORT CPU EP ms | MLX direct ms | EP/MLX | EP/CPU EP | EP session ms | EP first run ms | EP peak RSS MB |",
              "|---|---|---|---|---|---|---|---|---|"]
     for w, r in results.items():
+        w = workload_label(w, args.decoder_config)
         if "error" in r:
             lines.append(f"| {w} | error: {r['error']} |  |  |  |  |  |  |  |")
             continue
@@ -111,24 +174,47 @@ def render(results: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def runs_line(results: dict, args) -> str:
+    counts = {}
+    for w in results:
+        counts.setdefault(run_counts(w, args), []).append(workload_label(w, args.decoder_config))
+    items = sorted(counts.items(), key=lambda kv: -len(kv[1]))
+    if len(items) == 1:
+        return f"{items[0][0][0]} after {items[0][0][1]} warm-up runs"
+    return "; ".join(f"{r} after {wu} warm-up runs ({', '.join(ws)})" for (r, wu), ws in items)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", default=",".join(__import__("workloads").WORKLOADS))
-    ap.add_argument("--runs", type=int, default=50)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=None, help="runs per measurement (default: per workload)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up runs (default: per workload)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--decoder-config", default="mid", choices=__import__("workloads").DECODER_CONFIGS,
+                    help="decoder workloads' config (default: mid)")
+    ap.add_argument("--verify", action="store_true",
+                    help="check each engine's outputs against ORT's CPU EP instead of timing")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "PERFORMANCE.md"))
     ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    workloads = args.workloads.split(",")
+    unknown = [w for w in workloads if w not in __import__("workloads").WORKLOADS]
+    if unknown:
+        ap.error(f"unknown workload(s): {', '.join(unknown)}")
     if args.one:
-        print(json.dumps(measure(args.one[0], args.one[1], args.runs, args.warmup, args.device)))
+        runs, warmup = run_counts(args.one[0], args)
+        print(json.dumps(measure(args.one[0], args.one[1], runs, warmup, args.device, args.decoder_config)))
         return 0
+    if args.verify:
+        return 0 if all([verify(w, args.device, args.decoder_config) for w in workloads]) else 1
+    start, load0 = time.perf_counter(), os.getloadavg()[0]
     results = {}
-    for w in args.workloads.split(","):
+    for w in workloads:
         results[w] = {}
+        runs, warmup = run_counts(w, args)
         for engine in ENGINES:
-            cmd = [sys.executable, __file__, "--one", w, engine, "--runs", str(args.runs),
-                   "--warmup", str(args.warmup), "--device", args.device]
+            cmd = [sys.executable, __file__, "--one", w, engine, "--runs", str(runs),
+                   "--warmup", str(warmup), "--device", args.device, "--decoder-config", args.decoder_config]
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode != 0:
                 results[w] = {"error": f"{engine}: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}"}
@@ -136,7 +222,10 @@ def main() -> int:
             results[w][engine] = json.loads(p.stdout.strip().splitlines()[-1])
             r = results[w][engine]
             print(f"{w:18s} {engine:10s} median {r['median_ms']:9.3f} ms  first {r['first_run_ms']:9.1f} ms  "
-                  f"create {r['create_ms']:8.1f} ms  rss {r['peak_rss_mb']:6.0f} MB", flush=True)
+                  f"create {r['create_ms']:8.1f} ms  rss {r['peak_rss_mb']:6.0f} MB  checksum {r['checksum']:.6g}",
+                  flush=True)
+    args.wall_s, args.load = time.perf_counter() - start, (load0, os.getloadavg()[0])
+    print(f"bench took {args.wall_s:.0f} s; load average {args.load[0]:.2f} at start, {args.load[1]:.2f} at end")
     text = render(results, args)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -1,8 +1,15 @@
-"""Benchmark workloads: each returns (model bytes, feeds). Weights are random with fixed seeds."""
+"""Benchmark workloads: each returns (model bytes, feeds). Weights are random with fixed seeds.
+
+`load(name, decoder_config)` builds one; the decoder workloads take the decoder config by name
+(DECODER_CONFIGS). `default_runs` gives per-workload default (runs, warm-up) counts.
+"""
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import onnx
@@ -77,9 +84,122 @@ def light_cnn(name="squeezenet"):
     return m.SerializeToString(), {x.name: rng.standard_normal(shape).astype(np.float32)}
 
 
+# ---- decoder (examples/llm.py, genai layout, int4 weights with block 32) ------------------------
+
+def _decoder_configs() -> dict:
+    from llm import QWEN25_05B, TINY, LLMConfig
+    # `mid`: a small Qwen2-style decoder MLX's CPU backend gets through in seconds on 2 cores.
+    mid = LLMConfig(hidden=512, layers=8, heads=8, kv_heads=2, intermediate=1408, vocab=32000, context=2048,
+                    rope_theta=1000000.0, qkv_bias=True)
+    return {"tiny": TINY, "mid": mid, "qwen2.5-0.5b": QWEN25_05B}
+
+
+DECODER_CONFIGS = ("tiny", "mid", "qwen2.5-0.5b")
+PROMPT = 128
+CACHE = os.environ.get("ORT_EP_MLX_BENCH_CACHE", os.path.join(tempfile.gettempdir(), "onnxruntime-ep-mlx-bench"))
+
+
+def decoder_config(name: str):
+    return _decoder_configs()[name]
+
+
+def describe_decoder(name: str) -> str:
+    c = decoder_config(name)
+    return (f"hidden {c.hidden}, {c.layers} layers, {c.heads} heads, {c.kv_heads} KV heads, "
+            f"intermediate {c.intermediate}, vocab {c.vocab}; int4 MatMulNBits/GatherBlockQuantized, block 32")
+
+
+def _decoder_model(name: str) -> bytes:
+    """The decoder's model bytes, generated once per config (and version of examples/llm.py) and
+    kept in CACHE: the bigger configs take seconds to draw."""
+    from llm import make_llm
+    os.makedirs(CACHE, exist_ok=True)
+    cfg = decoder_config(name)
+    with open(os.path.join(ROOT, "examples", "llm.py"), "rb") as f:  # a changed generator draws anew
+        key = hashlib.sha1(repr(cfg).encode() + f.read()).hexdigest()[:12]
+    path = os.path.join(CACHE, f"decoder-{name}-{key}.onnx")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return f.read()
+    model = make_llm(cfg, weights="int4", block_size=32)
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(model)
+    os.replace(tmp, path)
+    return model
+
+
+def _prompt(cfg) -> np.ndarray:
+    return np.random.default_rng(1).integers(0, cfg.vocab, size=(1, PROMPT + 1), dtype=np.int64)
+
+
+def decoder_prefill(name: str = "mid"):
+    """The decoder on a 128-token prompt with an empty past."""
+    from llm import empty_past, step_feeds
+    cfg = decoder_config(name)
+    return _decoder_model(name), step_feeds(cfg, _prompt(cfg)[:, :PROMPT], empty_past(cfg))
+
+
+def _make_past(name: str, path: str) -> None:
+    """Runs the prefill through ORT's CPU EP and saves present.* as the next step's past."""
+    import onnxruntime as ort
+    from llm import next_past
+    model, feeds = decoder_prefill(name)
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    past = next_past(decoder_config(name), sess.run(None, feeds))
+    tmp = f"{path}.{os.getpid()}.npz"
+    np.savez(tmp, **past)
+    os.replace(tmp, path)
+
+
+def decoder_decode(name: str = "mid"):
+    """One token after a 128-token past. The past is the prefill's present.* from ORT's CPU EP,
+    computed once (in a child process, so it adds nothing to this process's peak memory) and
+    kept in CACHE, so every engine gets identical feeds."""
+    from llm import step_feeds
+    cfg = decoder_config(name)
+    model = _decoder_model(name)
+    key = hashlib.sha1(model).hexdigest()[:12]
+    path = os.path.join(CACHE, f"decoder-{name}-{key}-past{PROMPT}.npz")
+    if not os.path.exists(path):
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--make-past", name, path], check=True)
+    with np.load(path) as z:
+        past = {k: z[k] for k in z.files}
+    return model, step_feeds(cfg, _prompt(cfg)[:, PROMPT:], past)
+
+
 WORKLOADS = {
     "tiny_add": tiny,
     "mlp10": mlp10,
     "bert_layer_s128": bert_layer,
     "squeezenet": lambda: light_cnn("squeezenet"),
+    "decoder_prefill128": decoder_prefill,
+    "decoder_decode_after128": decoder_decode,
 }
+DECODER_WORKLOADS = ("decoder_prefill128", "decoder_decode_after128")
+
+# (runs, warm-up) when --runs/--warmup are not given: sized so a full bench/run.py stays within
+# ~15 minutes on a 2-core CPU with the `mid` decoder (MLX's CPU backend takes ~9 s per prefill
+# there, and over a minute per prefill of qwen2.5-0.5b).
+RUNS = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2)}
+RUNS_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1)}
+RUNS_DEFAULT = (50, 5)
+
+
+def default_runs(name: str, decoder_config: str = "mid") -> tuple[int, int]:
+    table = RUNS_QWEN if decoder_config == "qwen2.5-0.5b" else RUNS
+    return table.get(name, RUNS_DEFAULT)
+
+
+def load(name: str, decoder_config: str = "mid"):
+    """(model bytes, feeds) of a workload."""
+    if name in DECODER_WORKLOADS:
+        return WORKLOADS[name](decoder_config)
+    return WORKLOADS[name]()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--make-past":
+        _make_past(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit("usage: workloads.py --make-past CONFIG OUT.npz (used by decoder_decode)")
