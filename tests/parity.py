@@ -83,3 +83,90 @@ def assert_parity(model: bytes, feeds: dict, rtol=None, atol=None, strict=True, 
         else:
             np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
     return got
+
+
+# ---- model builders shared by the op tests -------------------------------------------------------
+
+def feeds_model(op, feeds: dict, inits=None, attrs=None, out_dtypes=None, opset=21, names=None, n_out=1):
+    """One-node model: feeds are graph inputs, inits initializers (name -> array); names orders the
+    node inputs ('' for an absent optional input). Outputs y0, y1, ... have out_dtypes, by default
+    n_out outputs of the first input's dtype. Returns (model, feeds)."""
+    inits = inits or {}
+    names = names or list(feeds) + list(inits)
+    if not out_dtypes:
+        first = next(iter({**feeds, **inits}.values()))
+        out_dtypes = [NP_TO_ONNX[first.dtype]] * n_out
+    node = helper.make_node(op, names, [f"y{i}" for i in range(len(out_dtypes))], **(attrs or {}))
+    ins = [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()]
+    outs = [(f"y{i}", t, None) for i, t in enumerate(out_dtypes)]
+    return make_model([node], ins, outs, inits.items(), opset=opset), feeds
+
+
+def args_model(op, args, attrs=None, n_out=1, out_dtypes=None, opset=21, dynamic=False):
+    """One-node model. args: (name, array, 'feed'|'init') tuples, or None for an absent optional
+    input. dynamic=True gives feeds symbolic dims. Returns (model bytes, feeds)."""
+    ins, inits, feeds, names = [], {}, {}, []
+    for a in args:
+        if a is None:
+            names.append("")
+            continue
+        name, arr, kind = a
+        arr = np.asarray(arr)
+        names.append(name)
+        if kind == "init":
+            inits[name] = arr
+        else:
+            feeds[name] = arr
+            shape = [f"{name}_d{i}" for i in range(arr.ndim)] if dynamic else list(arr.shape)
+            ins.append((name, NP_TO_ONNX[arr.dtype], shape))
+    first = np.asarray(args[0][1])
+    out_dtypes = out_dtypes or [NP_TO_ONNX[first.dtype]] * n_out
+    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **(attrs or {}))
+    outs = [(f"y{i}", out_dtypes[i], None) for i in range(n_out)]
+    return make_model([node], ins, outs, inits.items(), opset=opset), feeds
+
+
+def check_args(op, args, **kw):
+    """assert_parity on args_model(op, args, **kw)."""
+    model, feeds = args_model(op, args, **kw)
+    return assert_parity(model, feeds)
+
+
+# ---- test data ------------------------------------------------------------------------------------
+
+def uniform_data(shape, dtype, lo, hi, seed=0):
+    """Random values of dtype in [lo, hi] (ints: inclusive; unsigned: from max(lo, 0); bools: half
+    of them true)."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return np.asarray(rng.random(shape) < 0.5)
+    if dtype.kind in "iu":
+        lo = max(int(lo), 0) if dtype.kind == "u" else int(lo)
+        return np.asarray(rng.integers(lo, int(hi) + 1, size=shape).astype(dtype))
+    return np.asarray(rng.uniform(lo, hi, size=shape).astype(dtype))
+
+
+def normal_data(shape, dtype=np.float32, seed=0):
+    """Random values of dtype: standard normal floats, ints in [-50, 50), bools half true."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == np.bool_:
+        return rng.random(shape) > 0.5
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(-50, 50, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# ---- claim reports --------------------------------------------------------------------------------
+
+def claim_report(model: bytes, tmp_path, session_may_fail=False) -> str:
+    """The claim report's text for a model whose nodes may fall back to the CPU EP. With
+    session_may_fail the session may fail to build (ORT's CPU EP may lack a kernel for a declined
+    node too): only the report matters then."""
+    path = tmp_path / "report.txt"
+    try:
+        mlx_ep.session(model, options={"report": str(path)}, strict=False)
+    except Exception:  # noqa: BLE001 - e.g. NOT_IMPLEMENTED from the CPU EP
+        if not session_may_fail:
+            raise
+    return path.read_text()

@@ -4,6 +4,7 @@ has no kernel for a dtype (e.g. most float64 activations), a float64 NumPy refer
 spec's formula stands in."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -11,20 +12,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from parity import assert_parity, make_model, onnx_type, run_cpu, run_mlx, single_op_model
+from parity import assert_parity, claim_report, make_model, onnx_type, run_cpu, run_mlx, single_op_model, uniform_data
 
 ERF = np.vectorize(math.erf)
 SELU_A, SELU_G = 1.67326319217681884765625, 1.05070102214813232421875
 
 
 def data(shape, dtype, lo=-6.0, hi=6.0, seed=0):
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        lo = max(int(lo), 0) if dtype.kind == "u" else int(lo)
-        return np.asarray(rng.integers(lo, int(hi) + 1, size=shape).astype(dtype))
-    return np.asarray(rng.uniform(lo, hi, size=shape).astype(dtype))
+    return uniform_data(shape, dtype, lo, hi, seed)
 
 
 def softplus(x):
@@ -81,13 +76,7 @@ def check(op, feeds, attrs=None, opset=None, ref=None, use_ref=False, **tol):
     return assert_parity(model, feeds, **tol)
 
 
-def report_of(model, tmp_path) -> str:
-    path = tmp_path / "report.txt"
-    try:
-        mlx_ep.session(model, options={"report": str(path)}, strict=False)
-    except Exception:  # noqa: BLE001 - the CPU EP may lack the kernel; only the report matters
-        pass
-    return path.read_text()
+report_of = functools.partial(claim_report, session_may_fail=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])

@@ -3,12 +3,13 @@ including out-of-range and special float values, bfloat16 through Cast chains, s
 tensors, and the dtypes that are declined (float8, int4, string)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from parity import NP_TO_ONNX, assert_parity, make_model, run_cpu, run_mlx, single_op_model
+from parity import NP_TO_ONNX, assert_parity, claim_report, make_model, run_cpu, run_mlx, single_op_model
 
 DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64,
           np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
@@ -118,13 +119,7 @@ def test_cast_like_initializer_target():
     assert_parity(model, {"x": x})
 
 
-def report_of(model, tmp_path) -> str:
-    path = tmp_path / "report.txt"
-    try:
-        mlx_ep.session(model, options={"report": str(path)}, strict=False)
-    except Exception:  # noqa: BLE001 - only the claim report matters here
-        pass
-    return path.read_text()
+report_of = functools.partial(claim_report, session_may_fail=True)
 
 
 # float8/int4 targets are the `emulated` family's (tests/test_ops_emulated.py); strings are no tensor MLX has.

@@ -3,14 +3,12 @@ QuickGelu against ORT's CPU EP (float16 runs there through inserted casts), and 
 BiasSplitGelu, which have no CPU kernel in ORT, against a float64 numpy reference of the schema."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pytest
-from onnx import TensorProto
-
-import onnxruntime_ep_mlx as mlx_ep
-from parity import assert_parity, run_mlx, single_op_model
+from parity import assert_parity, claim_report, run_mlx, single_op_model
 
 MS = "com.microsoft"
 
@@ -19,14 +17,7 @@ def data(shape, dtype, lo=-4.0, hi=4.0, seed=0):
     return np.random.default_rng(seed).uniform(lo, hi, size=shape).astype(dtype)
 
 
-def declined_reason(model, tmp_path) -> str:
-    """The claim report; the session itself may fail when ORT's CPU EP has no kernel either."""
-    path = tmp_path / "report.txt"
-    try:
-        mlx_ep.session(model, options={"report": str(path)}, strict=False)
-    except Exception:  # noqa: BLE001 - only the report matters here
-        pass
-    return path.read_text()
+declined_reason = functools.partial(claim_report, session_may_fail=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

@@ -3,28 +3,20 @@ binary arithmetic with integer semantics, logic, comparisons, Where and the vari
 dtypes, broadcasting, scalars and empty tensors."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from parity import assert_parity, make_model, onnx_type, run_cpu, run_mlx, single_op_model
+from parity import assert_parity, claim_report, make_model, onnx_type, run_cpu, run_mlx, single_op_model, uniform_data
 
 B = TensorProto.BOOL
 
 
 def data(shape, dtype, lo=-3.0, hi=3.0, seed=0):
-    """Random values of dtype in [lo, hi] (ints: inclusive; unsigned: from max(lo, 0))."""
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return np.asarray(rng.random(shape) < 0.5)
-    if dtype.kind in "iu":
-        lo = max(int(lo), 0) if dtype.kind == "u" else int(lo)
-        return rng.integers(lo, int(hi) + 1, size=shape).astype(dtype)
-    return rng.uniform(lo, hi, size=shape).astype(dtype)
+    return uniform_data(shape, dtype, lo, hi, seed)
 
 
 def check(op, feeds, attrs=None, opset=21, out_dtypes=None, **tol):
@@ -32,15 +24,7 @@ def check(op, feeds, attrs=None, opset=21, out_dtypes=None, **tol):
     return assert_parity(model, feeds, **tol)
 
 
-def declined_reason(model, tmp_path) -> str:
-    """The claim report's text for a model whose nodes may fall back to the CPU EP (which may
-    itself lack a kernel for them: only the report matters here)."""
-    path = tmp_path / "report.txt"
-    try:
-        mlx_ep.session(model, options={"report": str(path)}, strict=False)
-    except Exception:  # noqa: BLE001 - e.g. NOT_IMPLEMENTED from the CPU EP
-        pass
-    return path.read_text()
+declined_reason = functools.partial(claim_report, session_may_fail=True)
 
 
 # ---- unary ---------------------------------------------------------------------------------------

@@ -7,45 +7,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, make_model, run_mlx
-
-
-def build(op, args, attrs=None, n_out=1, out_dtypes=None, opset=21, dynamic=False):
-    """One-node model. args: (name, array, 'feed'|'init') tuples, or None for an absent optional
-    input. dynamic=True gives feeds symbolic dims. Returns (model bytes, feeds)."""
-    ins, inits, feeds, names = [], {}, {}, []
-    for a in args:
-        if a is None:
-            names.append("")
-            continue
-        name, arr, kind = a
-        arr = np.asarray(arr)
-        names.append(name)
-        if kind == "init":
-            inits[name] = arr
-        else:
-            feeds[name] = arr
-            shape = [f"{name}_d{i}" for i in range(arr.ndim)] if dynamic else list(arr.shape)
-            ins.append((name, NP_TO_ONNX[arr.dtype], shape))
-    first = np.asarray(args[0][1])
-    out_dtypes = out_dtypes or [NP_TO_ONNX[first.dtype]] * n_out
-    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **(attrs or {}))
-    outs = [(f"y{i}", out_dtypes[i], None) for i in range(n_out)]
-    return make_model([node], ins, outs, inits.items(), opset=opset), feeds
-
-
-def check(op, args, **kw):
-    model, feeds = build(op, args, **kw)
-    return assert_parity(model, feeds)
-
-
-def data(shape, dtype=np.float32, seed=0):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype) == np.bool_:
-        return rng.random(shape) > 0.5
-    if np.dtype(dtype).kind in "iu":
-        return rng.integers(-50, 50, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
+from parity import (NP_TO_ONNX, args_model as build, assert_parity, check_args as check, make_model,
+                    normal_data as data, run_mlx)
 
 
 def indices(shape, dim, dtype=np.int64, seed=1, negative=True):

@@ -7,23 +7,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from parity import assert_parity, make_model, onnx_type, run_mlx, single_op_model
+from parity import assert_parity, claim_report as declined_reason, make_model, run_mlx, single_op_model, uniform_data
 
 
 def data(shape, dtype, lo=-2.0, hi=2.0, seed=0):
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        lo = max(int(lo), 0) if dtype.kind == "u" else int(lo)
-        return rng.integers(lo, int(hi) + 1, size=shape).astype(dtype)
-    return rng.uniform(lo, hi, size=shape).astype(dtype)
-
-
-def declined_reason(model, tmp_path) -> str:
-    path = tmp_path / "report.txt"
-    mlx_ep.session(model, options={"report": str(path)}, strict=False)
-    return path.read_text()
+    return uniform_data(shape, dtype, lo, hi, seed)
 
 
 # ---- MatMul -------------------------------------------------------------------------------------

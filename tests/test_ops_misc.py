@@ -5,22 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
-from parity import NP_TO_ONNX, assert_parity, make_model, run_mlx
+from parity import NP_TO_ONNX, assert_parity, feeds_model as build, run_mlx
 
 RNG = np.random.default_rng(0)
-
-
-def build(op, feeds, inits=None, attrs=None, out_dtypes=None, opset=21, names=None, n_out=1):
-    inits = inits or {}
-    names = names or list(feeds) + list(inits)
-    first = next(iter({**feeds, **inits}.values()))
-    out_dtypes = out_dtypes or [NP_TO_ONNX[first.dtype]] * n_out
-    node = helper.make_node(op, names, [f"y{i}" for i in range(len(out_dtypes))], **(attrs or {}))
-    ins = [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()]
-    outs = [(f"y{i}", t, None) for i, t in enumerate(out_dtypes)]
-    return make_model([node], ins, outs, inits.items(), opset=opset), feeds
 
 
 def data(shape, dtype=np.float32):

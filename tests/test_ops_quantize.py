@@ -6,20 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
-
-from parity import NP_TO_ONNX, assert_parity, make_model, run_mlx
-
-
-def build(op, feeds, inits=None, attrs=None, out_dtypes=(), opset=21, names=None):
-    """One-node model: feeds are graph inputs, inits initializers; names orders the node inputs
-    ('' for an absent optional input)."""
-    inits = inits or {}
-    names = names or list(feeds) + list(inits)
-    node = helper.make_node(op, names, [f"y{i}" for i in range(len(out_dtypes))], **(attrs or {}))
-    ins = [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()]
-    outs = [(f"y{i}", t, None) for i, t in enumerate(out_dtypes)]
-    return make_model([node], ins, outs, inits.items(), opset=opset), feeds
+from parity import NP_TO_ONNX, assert_parity, feeds_model as build, run_mlx
 
 
 def ot(dtype):

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
-from parity import NP_TO_ONNX, make_model
+from parity import NP_TO_ONNX, feeds_model
 import onnxruntime_ep_mlx as mlx_ep
 
 N = 200_000  # samples for moment checks: the standard error of a mean is ~ 0.002 * std
 
 
 def model(op, attrs, feeds=None, out_dtype=TensorProto.FLOAT, opset=21):
-    feeds = feeds or {}
-    node = helper.make_node(op, list(feeds), ["y"], **attrs)
-    ins = [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()]
-    return make_model([node], ins, [("y", out_dtype, None)], opset=opset), feeds
+    return feeds_model(op, feeds or {}, attrs=attrs, out_dtypes=[out_dtype], opset=opset)
 
 
 def session(m):

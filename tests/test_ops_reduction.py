@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from parity import assert_parity, make_model, onnx_type, single_op_model
+from parity import assert_parity, claim_report as declined_reason, make_model, onnx_type, single_op_model, uniform_data
 
 I64 = TensorProto.INT64
 
@@ -17,14 +16,7 @@ REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
 
 
 def data(shape, dtype, lo=-3.0, hi=3.0, seed=0):
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        lo = max(int(lo), 0) if dtype.kind == "u" else int(lo)
-        return rng.integers(lo, int(hi) + 1, size=shape).astype(dtype)
-    return rng.uniform(lo, hi, size=shape).astype(dtype)
+    return uniform_data(shape, dtype, lo, hi, seed)
 
 
 def reduce_data(op, shape, dtype, seed=0):
@@ -38,12 +30,6 @@ def reduce_data(op, shape, dtype, seed=0):
 
 def attr_opset(op):
     return 11 if op == "ReduceSum" else 13
-
-
-def declined_reason(model, tmp_path) -> str:
-    path = tmp_path / "report.txt"
-    mlx_ep.session(model, options={"report": str(path)}, strict=False)
-    return path.read_text()
 
 
 # ---- Reduce* ------------------------------------------------------------------------------------

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
-from parity import NP_TO_ONNX, assert_parity, make_model, run_cpu, run_mlx
+from parity import assert_parity, feeds_model, run_cpu, run_mlx
 
 RNG = np.random.default_rng(0)
 
 
 def build(op, feeds, inits=None, attrs=None, out_dtype=TensorProto.FLOAT, opset=20, names=None):
-    inits = inits or {}
-    names = names or list(feeds) + list(inits)
-    node = helper.make_node(op, names, ["y"], **(attrs or {}))
-    ins = [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()]
-    return make_model([node], ins, [("y", out_dtype, None)], inits.items(), opset=opset), feeds
+    return feeds_model(op, feeds, inits, attrs, [out_dtype], opset, names)
 
 
 def fft_tol(got, want):

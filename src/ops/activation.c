@@ -4,7 +4,7 @@
 #include <float.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
 /* Gelu's constants. The tanh form follows the spec's function body, whose constants are float32
  * (CastLike to X): sqrt(float(2/pi)) and float(0.044715), so float64 matches ORT's expansion. */
@@ -13,15 +13,6 @@
 #define ACT_SQRT1_2 0.70710678118654752440
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-static bool dtype_is_float(mlxb_dtype t) {
-  return t == MLXB_F16 || t == MLXB_BF16 || t == MLXB_F32 || t == MLXB_F64;
-}
-
-static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
 
 /* The dtype a formula is evaluated in: float32 for halves, float64 for doubles; integer inputs
  * (Shrink only) follow C's int/float promotion of ORT's kernel: float32. */
@@ -40,21 +31,11 @@ static mlxb_array *minm(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return ml
 static mlxb_array *less(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_LESS, a, b); }
 static mlxb_array *greater(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_GREATER, a, b); }
 
-/* MLX's float64 exp, sigmoid and logaddexp run at float32 precision; its expm1 does not. So
- * float64 builds exp from expm1: expm1(x) + 1 for x >= 0, (1 / (expm1(-x/2) + 1))^2 below (the
- * square keeps results down to the subnormals), a few ulp everywhere. */
-static mlxb_array *exp_of(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (t != MLXB_F64) return mlxb_unary(s, MLXB_EXP, x);
-  mlxb_array *one = num(s, 1.0, t);
-  mlxb_array *up = add(s, mlxb_unary(s, MLXB_EXPM1, x), one);
-  mlxb_array *r = mlxb_binary(s, MLXB_DIV, one, add(s, mlxb_unary(s, MLXB_EXPM1, mul(s, x, num(s, -0.5, t))), one));
-  return mlxb_where(s, mlxb_binary(s, MLXB_GREATER_EQUAL, x, num(s, 0.0, t)), up, mul(s, r, r));
-}
-
-/* 1 / (1 + exp(-x)); float64 from e = exp(-|x|): 1 / (1 + e) for x >= 0, e / (1 + e) below. */
+/* 1 / (1 + exp(-x)). MLX's float64 sigmoid, logaddexp and exp run at float32 precision, so
+ * float64 builds it from e = op_util_exp(-|x|): 1 / (1 + e) for x >= 0, e / (1 + e) below. */
 static mlxb_array *sigmoid_of(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
   if (t != MLXB_F64) return mlxb_unary(s, MLXB_SIGMOID, x);
-  mlxb_array *e = exp_of(s, mlxb_unary(s, MLXB_NEG, mlxb_unary(s, MLXB_ABS, x)), t);
+  mlxb_array *e = op_util_exp(s, mlxb_unary(s, MLXB_NEG, mlxb_unary(s, MLXB_ABS, x)));
   mlxb_array *den = add(s, num(s, 1.0, t), e);
   mlxb_array *pos = mlxb_binary(s, MLXB_DIV, num(s, 1.0, t), den);
   mlxb_array *neg = mlxb_binary(s, MLXB_DIV, e, den);
@@ -65,7 +46,7 @@ static mlxb_array *sigmoid_of(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
  * is that formula; float64 spells it out with the precise exp. */
 static mlxb_array *softplus(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
   if (t != MLXB_F64) return mlxb_binary(s, MLXB_LOGADDEXP, x, num(s, 0.0, t));
-  mlxb_array *e = exp_of(s, mlxb_unary(s, MLXB_NEG, mlxb_unary(s, MLXB_ABS, x)), t);
+  mlxb_array *e = op_util_exp(s, mlxb_unary(s, MLXB_NEG, mlxb_unary(s, MLXB_ABS, x)));
   return add(s, maxm(s, x, num(s, 0.0, t)), mlxb_unary(s, MLXB_LOG1P, e));
 }
 
@@ -181,17 +162,15 @@ static int lower_formula(op_ctx *c, const op_def *def) {
   if (!x) return op_fail(c, "input 0 is missing");
   if (def->arg < 0 || def->arg >= ACT_COUNT) return op_fail(c, "bad activation index %d", def->arg);
   mlxb_dtype t = mlxb_type(x), ct = compute_type(t);
-  mlxb_array *y = act_fns[def->arg](s, op_node(c), cast_to(s, x, ct), ct);
-  return op_set_output(c, 0, cast_to(s, y, t));
+  mlxb_array *y = act_fns[def->arg](s, op_node(c), op_util_cast(s, x, ct), ct);
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 static int lower_relu(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
   if (!x) return op_fail(c, "input 0 is missing");
-  mlxb_dtype t = mlxb_type(x);
-  mlxb_array *zero = dtype_is_float(t) ? mlxb_scalar_f64(s, 0.0, t) : mlxb_scalar_i64(s, 0, t);
-  return op_set_output(c, 0, mlxb_binary(s, MLXB_MAXIMUM, x, zero));
+  return op_set_output(c, 0, mlxb_binary(s, MLXB_MAXIMUM, x, op_util_scalar(s, 0.0, mlxb_type(x))));
 }
 
 static int lower_sigmoid(op_ctx *c, const op_def *def) {
@@ -213,11 +192,11 @@ static int lower_prelu(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *slope = op_input(c, 1);
   if (!x || !slope) return op_fail(c, "X and slope are required");
-  mlxb_dtype t = mlxb_type(x), ct = dtype_is_float(t) ? compute_type(t) : t;
-  mlxb_array *xc = cast_to(s, x, ct);
-  mlxb_array *zero = dtype_is_float(ct) ? num(s, 0.0, ct) : mlxb_scalar_i64(s, 0, ct);
-  mlxb_array *y = mlxb_where(s, less(s, xc, zero), mul(s, cast_to(s, slope, ct), xc), xc);
-  return op_set_output(c, 0, cast_to(s, y, t));
+  mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
+  mlxb_array *xc = op_util_cast(s, x, ct);
+  mlxb_array *zero = op_util_scalar(s, 0.0, ct);
+  mlxb_array *y = mlxb_where(s, less(s, xc, zero), mul(s, op_util_cast(s, slope, ct), xc), xc);
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 /* ---- Clip --------------------------------------------------------------------------------- */
@@ -252,7 +231,7 @@ static mlxb_array *clip_bound(op_ctx *c, int i, const char *name, bool lower, ml
     int64_t none[1] = {0};
     return mlxb_reshape(s, op_input(c, i), none, 0);
   }
-  if (!dtype_is_float(t)) return NULL;
+  if (!op_util_is_float(t)) return NULL;
   double v = lower ? -float_type_max(t) : float_type_max(t);
   if (n->since_version < 11 && ir_node_attr(n, name)) v = ir_attr_float(n, name, 0.0f);
   return mlxb_scalar_f64(s, v, t);

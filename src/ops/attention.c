@@ -7,11 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/op.h"
-
-/* Defined in rotary.c: rotates the first rot_dim channels of x's last axis. */
-mlxb_array *rotary_embed(mlxb_scope *s, mlxb_array *x, mlxb_array *cos, mlxb_array *sin, int64_t rot_dim,
-                         bool interleaved);
+#include "ops/op_util.h"
+#include "ops/rotary.h"
 
 #define ATTN_F32_LOWEST (-3.4028234663852886e38)
 #define ATTN_F16_LOWEST (-65504.0)
@@ -22,11 +19,6 @@ static bool attn_is_half(mlxb_dtype t) { return t == MLXB_F16 || t == MLXB_BF16;
 
 /* The most negative finite value of t: what ORT writes into masked score positions. */
 static double attn_lowest(mlxb_dtype t) { return t == MLXB_F32 ? ATTN_F32_LOWEST : ATTN_F16_LOWEST; }
-
-static mlxb_array *attn_cast(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
 
 /* Rounds float32 values to t and back, where ORT stores an intermediate in the input dtype. */
 static mlxb_array *attn_round(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
@@ -65,21 +57,7 @@ static mlxb_array *attn_from_bnsh(mlxb_scope *s, mlxb_array *x) {
 
 /* Slice [start, stop) of one axis. */
 static mlxb_array *attn_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop) {
-  if (!x) return NULL;
-  int rank = mlxb_ndim(x);
-  int64_t lo[8], hi[8], st[8];
-  if (rank < 1 || rank > 8 || axis < 0 || axis >= rank) {
-    mlxb_set_error(s, "attention: slice of an unsupported rank or axis");
-    return NULL;
-  }
-  mlxb_shape(x, hi);
-  for (int i = 0; i < rank; i++) {
-    lo[i] = 0;
-    st[i] = 1;
-  }
-  lo[axis] = start;
-  hi[axis] = stop;
-  return mlxb_slice(s, x, lo, hi, st);
+  return op_util_slice_axis(s, x, axis, start, stop, 1);
 }
 
 static mlxb_array *attn_concat2(mlxb_scope *s, mlxb_array *a, mlxb_array *b, int axis) {
@@ -88,20 +66,54 @@ static mlxb_array *attn_concat2(mlxb_scope *s, mlxb_array *a, mlxb_array *b, int
   return mlxb_concat(s, parts, 2, axis);
 }
 
+/* x cut, or padded with `fill`, to n entries on one axis (ORT's caches and masks have fixed
+ * lengths the inputs may not match). */
+static mlxb_array *attn_fit_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t n, mlxb_array *fill) {
+  if (!x) return NULL;
+  int64_t have = mlxb_dim(x, axis);
+  if (have >= n) return have == n ? x : attn_slice_axis(s, x, axis, 0, n);
+  int64_t lo[OP_UTIL_MAX_RANK] = {0}, hi[OP_UTIL_MAX_RANK] = {0};
+  hi[axis] = n - have;
+  return mlxb_pad(s, x, lo, hi, fill, "constant");
+}
+
+/* Prepends past_key/past_value [B, N, P, H] to k and v on the sequence axis; returns P (0
+ * without a past). */
+static int64_t attn_append_past(mlxb_scope *s, mlxb_array *pk, mlxb_array *pv, mlxb_array **k, mlxb_array **v) {
+  if (!pk || !pv) return 0;
+  *k = attn_concat2(s, pk, *k, 2);
+  *v = attn_concat2(s, pv, *v, 2);
+  return mlxb_dim(pk, 2);
+}
+
+/* The contrib ops' scale attribute; 0 (the default) means 1 / sqrt(head_size). */
+static float attn_contrib_scale(const ir_node *n, int64_t head_size) {
+  float scale = ir_attr_float(n, "scale", 0.0f);
+  return scale != 0.0f ? scale : (float)(1.0 / sqrt((double)head_size));
+}
+
+/* Output 0, the optional present key/value outputs 1 and 2, and the optional qk output 3 when
+ * qk is given. 0 or -1. */
+static int attn_set_outputs(op_ctx *c, mlxb_array *y, mlxb_array *present_k, mlxb_array *present_v, mlxb_array *qk) {
+  if (op_set_output(c, 0, y)) return -1;
+  if (op_util_set_optional(c, 1, present_k) || op_util_set_optional(c, 2, present_v)) return -1;
+  if (qk && op_util_set_optional(c, 3, qk)) return -1;
+  return op_check(c);
+}
+
 /* keep[.., s, t] = t <= s + offset, with offset a scalar or a [B] int array (-> [B, 1, S, T]). */
 static mlxb_array *attn_causal_keep(mlxb_scope *s, int64_t seq, int64_t total, int64_t offset, mlxb_array *offsets) {
-  int64_t col[2] = {1, total}, row[2] = {seq, 1};
-  mlxb_array *t = mlxb_reshape(s, mlxb_arange(s, 0, (double)total, 1, MLXB_I64), col, 2);
-  mlxb_array *q = mlxb_reshape(s, mlxb_arange(s, (double)offset, (double)(offset + seq), 1, MLXB_I64), row, 2);
+  mlxb_array *t = op_util_iota(s, 0, total, 1, 2, MLXB_I64);
+  mlxb_array *q = op_util_iota(s, offset, seq, 0, 2, MLXB_I64);
   if (!offsets) return mlxb_binary(s, MLXB_LESS_EQUAL, t, q);
-  mlxb_array *off = attn_reshape4(s, attn_cast(s, offsets, MLXB_I64), mlxb_dim(offsets, 0), 1, 1, 1);
+  mlxb_array *off = attn_reshape4(s, op_util_cast(s, offsets, MLXB_I64), mlxb_dim(offsets, 0), 1, 1, 1);
   return mlxb_binary(s, MLXB_LESS_EQUAL, t, mlxb_binary(s, MLXB_ADD, q, off));
 }
 
 /* keep[b, 1, 1, t] = t < lengths[b] */
 static mlxb_array *attn_length_keep(mlxb_scope *s, mlxb_array *lengths, int64_t total) {
-  mlxb_array *t = attn_reshape4(s, mlxb_arange(s, 0, (double)total, 1, MLXB_I64), 1, 1, 1, total);
-  mlxb_array *len = attn_reshape4(s, attn_cast(s, lengths, MLXB_I64), mlxb_dim(lengths, 0), 1, 1, 1);
+  mlxb_array *t = op_util_iota(s, 0, total, 3, 4, MLXB_I64);
+  mlxb_array *len = attn_reshape4(s, op_util_cast(s, lengths, MLXB_I64), mlxb_dim(lengths, 0), 1, 1, 1);
   return mlxb_binary(s, MLXB_LESS, t, len);
 }
 
@@ -165,9 +177,9 @@ static mlxb_array *attn_compute(mlxb_scope *s, attn_args *a) {
   int64_t g = hq / hkv;
   /* Query heads h use key/value head h / g (ORT and ONNX agree): split Hq into [Hkv, g]. */
   int64_t q5[5] = {b, hkv, g, sq, dk}, k5[5] = {b, hkv, 1, tk, dk}, v5[5] = {b, hkv, 1, tk, dv};
-  mlxb_array *q = mlxb_reshape(s, attn_cast(s, a->q, MLXB_F32), q5, 5);
-  mlxb_array *k = mlxb_reshape(s, attn_cast(s, a->k, MLXB_F32), k5, 5);
-  mlxb_array *v = mlxb_reshape(s, attn_cast(s, a->v, MLXB_F32), v5, 5);
+  mlxb_array *q = mlxb_reshape(s, op_util_cast(s, a->q, MLXB_F32), q5, 5);
+  mlxb_array *k = mlxb_reshape(s, op_util_cast(s, a->k, MLXB_F32), k5, 5);
+  mlxb_array *v = mlxb_reshape(s, op_util_cast(s, a->v, MLXB_F32), v5, 5);
   static const int kt[5] = {0, 1, 2, 4, 3};
   mlxb_array *x = mlxb_matmul(s, q, mlxb_transpose(s, k, kt, 5));
   x = attn_reshape4(s, x, b, hq, sq, tk);
@@ -177,19 +189,19 @@ static mlxb_array *attn_compute(mlxb_scope *s, attn_args *a) {
   unsigned pre_bias = (1u << ATTN_QK_RAW) | (1u << ATTN_QK_SOFTCAP);
   bool folded = a->bias && a->softcap <= 0 && !(a->want_qk & pre_bias);
   if (a->round_half && !folded) x = attn_round(s, x, t);
-  if (a->want_qk & (1u << ATTN_QK_RAW)) a->qk[ATTN_QK_RAW] = attn_cast(s, x, t);
+  if (a->want_qk & (1u << ATTN_QK_RAW)) a->qk[ATTN_QK_RAW] = op_util_cast(s, x, t);
   if (a->softcap > 0) {
     mlxb_array *cap = attn_f32(s, a->softcap);
     x = mlxb_binary(s, MLXB_MUL, mlxb_unary(s, MLXB_TANH, mlxb_binary(s, MLXB_DIV, x, cap)), cap);
     if (a->round_half) x = attn_round(s, x, t);
   }
-  if (a->want_qk & (1u << ATTN_QK_SOFTCAP)) a->qk[ATTN_QK_SOFTCAP] = attn_cast(s, x, t);
+  if (a->want_qk & (1u << ATTN_QK_SOFTCAP)) a->qk[ATTN_QK_SOFTCAP] = op_util_cast(s, x, t);
   if (a->bias) {
-    x = mlxb_binary(s, MLXB_ADD, x, attn_cast(s, a->bias, MLXB_F32));
+    x = mlxb_binary(s, MLXB_ADD, x, op_util_cast(s, a->bias, MLXB_F32));
     if (a->round_half) x = attn_round(s, x, t);
   }
   if (a->keep) x = mlxb_where(s, a->keep, x, attn_f32(s, a->fill));
-  if (a->want_qk & (1u << ATTN_QK_MASKED)) a->qk[ATTN_QK_MASKED] = attn_cast(s, x, t);
+  if (a->want_qk & (1u << ATTN_QK_MASKED)) a->qk[ATTN_QK_MASKED] = op_util_cast(s, x, t);
 
   int last = -1;
   mlxb_array *p = (a->smooth || a->sink) ? attn_smooth_softmax(s, x, a->sink) : mlxb_softmax(s, x, &last, 1, true);
@@ -199,11 +211,11 @@ static mlxb_array *attn_compute(mlxb_scope *s, attn_args *a) {
     p = mlxb_where(s, dead, attn_f32(s, 0.0), p);
   }
   if (a->round_half) p = attn_round(s, p, t);
-  if (a->want_qk & (1u << ATTN_QK_SOFTMAX)) a->qk[ATTN_QK_SOFTMAX] = attn_cast(s, p, t);
+  if (a->want_qk & (1u << ATTN_QK_SOFTMAX)) a->qk[ATTN_QK_SOFTMAX] = op_util_cast(s, p, t);
 
   int64_t p5[5] = {b, hkv, g, sq, tk};
   mlxb_array *y = mlxb_matmul(s, mlxb_reshape(s, p, p5, 5), v);
-  return attn_cast(s, attn_reshape4(s, y, b, hq, sq, dv), t);
+  return op_util_cast(s, attn_reshape4(s, y, b, hq, sq, dv), t);
 }
 
 /* ---- claim helpers ------------------------------------------------------------------------ */
@@ -213,12 +225,7 @@ static bool attn_claim_dtypes(claim_ctx *c, const int *same, int n) {
   int32_t t = claim_input_dtype(c, 0);
   if (t != ONNX_FLOAT && t != ONNX_FLOAT16)
     return claim_decline(c, "dtype %s (ORT's CPU EP implements float32 and float16 only)", ir_dtype_name(t));
-  for (int i = 0; i < n; i++) {
-    int32_t u = claim_input_dtype(c, same[i]);
-    if (u != ONNX_UNDEFINED && u != t) return claim_decline(c, "input %d has dtype %s, input 0 %s", same[i],
-                                                            ir_dtype_name(u), ir_dtype_name(t));
-  }
-  return true;
+  return op_util_claim_same_dtypes(c, same, n);
 }
 
 static bool attn_claim_rank(claim_ctx *c, int i, int lo, int hi, const char *what) {
@@ -226,11 +233,6 @@ static bool attn_claim_rank(claim_ctx *c, int i, int lo, int hi, const char *wha
   if (v && v->rank >= 0 && (v->rank < lo || v->rank > hi))
     return claim_decline(c, "%s has rank %d (expected %d..%d)", what, v->rank, lo, hi);
   return true;
-}
-
-static int attn_set_optional(op_ctx *c, int i, mlxb_array *a) {
-  if (!op_has_output(c, i)) return 0;
-  return op_set_output(c, i, a);
 }
 
 /* ---- ai.onnx Attention -------------------------------------------------------------------- */
@@ -263,15 +265,10 @@ static mlxb_array *onnx_attention_mask(op_ctx *c, mlxb_dtype t, int64_t sq, int6
   mlxb_array *low = attn_f32(s, attn_lowest(t));
   mlxb_array *m = op_input(c, 3);
   if (m && mlxb_type(m) == MLXB_BOOL) m = mlxb_where(s, m, attn_f32(s, 0.0), low);
-  else m = attn_cast(s, m, MLXB_F32);
-  if (m && mlxb_dim(m, -1) < total) {
-    /* The spec pads a short mask with masked (-inf / false) columns; ORT's CPU EP rejects
-     * such a mask, so this only widens what runs. */
-    int rank = mlxb_ndim(m);
-    int64_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-    hi[rank - 1] = total - mlxb_dim(m, -1);
-    m = mlxb_pad(s, m, lo, hi, low, "constant");
-  }
+  else m = op_util_cast(s, m, MLXB_F32);
+  /* The spec pads a short mask with masked (-inf / false) columns; ORT's CPU EP rejects such a
+   * mask, so this only widens what runs (a longer mask is rejected by the caller). */
+  if (m && mlxb_dim(m, -1) < total) m = attn_fit_axis(s, m, mlxb_ndim(m) - 1, total, low);
   if (causal_keep) m = mlxb_where(s, causal_keep, m ? m : attn_f32(s, 0.0), low);
   return m;
 }
@@ -297,14 +294,9 @@ static int lower_onnx_attention(op_ctx *c, const op_def *def) {
   int64_t b = mlxb_dim(q, 0), sq = mlxb_dim(q, 2), dk = mlxb_dim(q, 3);
   if (mlxb_dim(k, 3) != dk || mlxb_dim(k, 2) != mlxb_dim(v, 2) || mlxb_dim(k, 1) != mlxb_dim(v, 1))
     return op_fail(c, "inconsistent K/V shapes");
-  int64_t past = 0;
-  if (pk && pv) {
-    if (mlxb_ndim(pk) != 4 || mlxb_ndim(pv) != 4 || mlxb_dim(pk, 2) != mlxb_dim(pv, 2))
-      return op_fail(c, "past_key/past_value must be 4-D with one sequence length");
-    past = mlxb_dim(pk, 2);
-    k = attn_concat2(s, pk, k, 2);
-    v = attn_concat2(s, pv, v, 2);
-  }
+  if (pk && pv && (mlxb_ndim(pk) != 4 || mlxb_ndim(pv) != 4 || mlxb_dim(pk, 2) != mlxb_dim(pv, 2)))
+    return op_fail(c, "past_key/past_value must be 4-D with one sequence length");
+  int64_t past = attn_append_past(s, pk, pv, &k, &v);
   int64_t total = mlxb_dim(k, 2);
   if (mask && (mlxb_dim(mask, -1) > total || mlxb_dim(mask, -2) != sq))
     return op_fail(c, "attn_mask must end in [q_sequence_length, <= total_sequence_length]");
@@ -316,7 +308,7 @@ static int lower_onnx_attention(op_ctx *c, const op_def *def) {
   mlxb_array *causal = NULL;
   if (attn_flag(n, "is_causal", 0) && !(sq == 1 && past > 0)) {
     if (nonpad) {
-      mlxb_array *off = mlxb_binary(s, MLXB_SUB, attn_cast(s, nonpad, MLXB_I64), mlxb_scalar_i64(s, sq, MLXB_I64));
+      mlxb_array *off = mlxb_binary(s, MLXB_SUB, op_util_cast(s, nonpad, MLXB_I64), mlxb_scalar_i64(s, sq, MLXB_I64));
       causal = attn_causal_keep(s, sq, total, 0, off);
     } else {
       causal = attn_causal_keep(s, sq, total, past, NULL);
@@ -338,10 +330,7 @@ static int lower_onnx_attention(op_ctx *c, const op_def *def) {
   a.want_qk = want_qk ? 1u << mode : 0;
   mlxb_array *y = attn_compute(s, &a);
   if (rank == 3) y = attn_from_bnsh(s, y);
-  if (op_set_output(c, 0, y)) return -1;
-  if (attn_set_optional(c, 1, k) || attn_set_optional(c, 2, v)) return -1;
-  if (want_qk && attn_set_optional(c, 3, a.qk[mode])) return -1;
-  return op_check(c);
+  return attn_set_outputs(c, y, k, v, a.qk[mode]);
 }
 
 /* ---- com.microsoft contrib attention: shared mask -------------------------------------------- */
@@ -349,10 +338,9 @@ static int lower_onnx_attention(op_ctx *c, const op_def *def) {
 /* keep[s, t] of ORT's unidirectional mask (AttentionCPUBase::PrepareMask): query s < S - 1 sees
  * keys t <= past + s; the last query sees every key, even when the key count exceeds S. */
 static mlxb_array *contrib_causal_keep(mlxb_scope *s, int64_t sq, int64_t total, int64_t past) {
-  int64_t row[2] = {sq, 1};
   mlxb_array *keep = attn_causal_keep(s, sq, total, past, NULL);
-  mlxb_array *last = mlxb_binary(s, MLXB_EQUAL, mlxb_reshape(s, mlxb_arange(s, 0, (double)sq, 1, MLXB_I64), row, 2),
-                                 mlxb_scalar_i64(s, sq - 1, MLXB_I64));
+  mlxb_array *row = op_util_iota(s, 0, sq, 0, 2, MLXB_I64);
+  mlxb_array *last = mlxb_binary(s, MLXB_EQUAL, row, mlxb_scalar_i64(s, sq - 1, MLXB_I64));
   return mlxb_binary(s, MLXB_LOGICAL_OR, keep, last);
 }
 
@@ -376,8 +364,9 @@ static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int6
         return op_fail(c, "mask_index must be [batch] or [2 * batch]");
       mlxb_array *keep = attn_length_keep(s, attn_slice_axis(s, mask, 0, 0, b), total);
       if (mlxb_dim(mask, 0) == 2 * b) {
-        mlxb_array *t_idx = attn_reshape4(s, mlxb_arange(s, 0, (double)total, 1, MLXB_I64), 1, 1, 1, total);
-        mlxb_array *start = attn_reshape4(s, attn_cast(s, attn_slice_axis(s, mask, 0, b, 2 * b), MLXB_I64), b, 1, 1, 1);
+        mlxb_array *t_idx = op_util_iota(s, 0, total, 3, 4, MLXB_I64);
+        mlxb_array *start = op_util_cast(s, attn_slice_axis(s, mask, 0, b, 2 * b), MLXB_I64);
+        start = attn_reshape4(s, start, b, 1, 1, 1);
         keep = mlxb_binary(s, MLXB_LOGICAL_AND, keep, mlxb_binary(s, MLXB_GREATER_EQUAL, t_idx, start));
       }
       m = mlxb_where(s, keep, zero, filt);
@@ -397,7 +386,7 @@ static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int6
   if (attn_bias) {
     if (mlxb_ndim(attn_bias) != 4 || mlxb_dim(attn_bias, 2) != sq || mlxb_dim(attn_bias, 3) != total)
       return op_fail(c, "attention_bias must be [B or 1, N or 1, S, total_sequence_length]");
-    mlxb_array *ab = attn_cast(s, attn_bias, MLXB_F32);
+    mlxb_array *ab = op_util_cast(s, attn_bias, MLXB_F32);
     m = m ? mlxb_binary(s, MLXB_ADD, ab, m) : ab;
   }
   *out = m;
@@ -459,29 +448,20 @@ static int lower_mha(op_ctx *c, const op_def *def) {
              mlxb_dim(v, 2) != mlxb_dim(k, 2)) {
     return op_fail(c, "BNSH key/value must be [batch, num_heads, kv_sequence, head_size]");
   }
-  int64_t past = 0;
-  if (pk && pv) {
-    past = mlxb_dim(pk, 2);
-    k = attn_concat2(s, pk, k, 2);
-    v = attn_concat2(s, pv, v, 2);
-  }
+  int64_t past = attn_append_past(s, pk, pv, &k, &v);
   int64_t total = mlxb_dim(k, 2);
   mlxb_array *kpm = op_input(c, 4);
   if (kpm && mlxb_ndim(kpm) == 1 && mlxb_dim(kpm, 0) != b) return op_fail(c, "key_padding_mask lengths must be [batch]");
   attn_args a = {.q = q, .k = k, .v = v};
-  float scale = ir_attr_float(n, "scale", 0.0f);
-  a.scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)(d / heads)));
+  a.scale = attn_contrib_scale(n, d / heads);
   if (contrib_bias(c, op_input(c, 4), op_input(c, 5), b, sq, total, past, attn_flag(n, "unidirectional", 0),
                    &a.bias))
     return -1;
   /* ORT's float16 contrib kernels score in float32 end to end (only the output is rounded) */
   a.round_half = false;
-  bool want_qk = op_has_output(c, 3);
-  a.want_qk = want_qk ? 1u << ATTN_QK_MASKED : 0;
-  if (op_set_output(c, 0, attn_from_bnsh(s, attn_compute(s, &a)))) return -1;
-  if (attn_set_optional(c, 1, k) || attn_set_optional(c, 2, v)) return -1;
-  if (want_qk && attn_set_optional(c, 3, a.qk[ATTN_QK_MASKED])) return -1;
-  return op_check(c);
+  a.want_qk = op_has_output(c, 3) ? 1u << ATTN_QK_MASKED : 0;
+  mlxb_array *y = attn_from_bnsh(s, attn_compute(s, &a)); /* fills a.qk */
+  return attn_set_outputs(c, y, k, v, a.qk[ATTN_QK_MASKED]);
 }
 
 /* ---- com.microsoft Attention (fused QKV projection) ---------------------------------------- */
@@ -529,9 +509,9 @@ static int lower_ms_attention(op_ctx *c, const op_def *def) {
     return op_fail(c, "weights must be [input_hidden, q + k + v] and bias [q + k + v]");
   if (qh % heads || vh % heads) return op_fail(c, "hidden sizes are not multiples of num_heads");
   /* the projection is computed in float32 and stored in the input dtype, like ORT's GEMM */
-  mlxb_array *y = mlxb_binary(s, MLXB_ADD, mlxb_matmul(s, attn_cast(s, x, MLXB_F32), attn_cast(s, w, MLXB_F32)),
-                              attn_cast(s, bias, MLXB_F32));
-  y = attn_cast(s, y, t);
+  mlxb_array *y = mlxb_binary(s, MLXB_ADD, mlxb_matmul(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, w, MLXB_F32)),
+                              op_util_cast(s, bias, MLXB_F32));
+  y = op_util_cast(s, y, t);
   mlxb_array *q = attn_to_bnsh(s, attn_slice_axis(s, y, 2, 0, qh), heads);
   mlxb_array *k = attn_to_bnsh(s, attn_slice_axis(s, y, 2, qh, 2 * qh), heads);
   mlxb_array *v = attn_to_bnsh(s, attn_slice_axis(s, y, 2, 2 * qh, cols), heads);
@@ -546,8 +526,7 @@ static int lower_ms_attention(op_ctx *c, const op_def *def) {
     v = attn_concat2(s, mlxb_squeeze(s, attn_slice_axis(s, past, 0, 1, 2), &ax0, 1), v, 2);
   }
   attn_args a = {.q = q, .k = k, .v = v};
-  float scale = ir_attr_float(n, "scale", 0.0f);
-  a.scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)(qh / heads)));
+  a.scale = attn_contrib_scale(n, qh / heads);
   if (contrib_bias(c, op_input(c, 3), op_input(c, 5), b, sq, pl + sq, pl, attn_flag(n, "unidirectional", 0), &a.bias))
     return -1;
   /* ORT's float16 contrib kernels score in float32 end to end (only the output is rounded) */
@@ -605,12 +584,8 @@ static bool claim_gqa(claim_ctx *c, const op_def *def) {
 static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fresh, mlxb_array *past_b, int64_t plen) {
   int64_t b = mlxb_dim(fresh, 0), heads = mlxb_dim(fresh, 1), seq = mlxb_dim(fresh, 2), h = mlxb_dim(fresh, 3);
   mlxb_array *zero = mlxb_scalar_f64(s, 0.0, mlxb_type(fresh));
-  if (!past_b) {
-    if (plen <= seq) return attn_slice_axis(s, fresh, 2, 0, plen);
-    int64_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, plen - seq, 0};
-    return mlxb_pad(s, fresh, lo, hi, zero, "constant");
-  }
-  mlxb_array *r = attn_reshape4(s, mlxb_arange(s, 0, (double)plen, 1, MLXB_I64), 1, 1, plen, 1);
+  if (!past_b) return attn_fit_axis(s, fresh, 2, plen, zero);
+  mlxb_array *r = op_util_iota(s, 0, plen, 2, 4, MLXB_I64);
   mlxb_array *rel = mlxb_binary(s, MLXB_SUB, r, past_b);
   mlxb_array *idx = mlxb_clip(s, rel, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, seq - 1, MLXB_I64));
   int64_t full[4] = {b, heads, plen, h};
@@ -620,14 +595,7 @@ static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fres
                                    mlxb_binary(s, MLXB_LESS, rel, mlxb_scalar_i64(s, seq, MLXB_I64)));
   mlxb_array *y = mlxb_where(s, in_new, gathered, zero);
   if (!past) return y;
-  int64_t pbuf = mlxb_dim(past, 2);
-  if (pbuf < plen) {
-    int64_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, plen - pbuf, 0};
-    past = mlxb_pad(s, past, lo, hi, zero, "constant");
-  } else if (pbuf > plen) {
-    past = attn_slice_axis(s, past, 2, 0, plen);
-  }
-  return mlxb_where(s, mlxb_binary(s, MLXB_LESS, r, past_b), past, y);
+  return mlxb_where(s, mlxb_binary(s, MLXB_LESS, r, past_b), attn_fit_axis(s, past, 2, plen, zero), y);
 }
 
 /* Splits the query (and packed QKV) into BNSH q, k, v. */
@@ -665,8 +633,7 @@ static int gqa_rotary(op_ctx *c, mlxb_array **q, mlxb_array **k, mlxb_array *pas
   if (mlxb_ndim(cos) != 2 || mlxb_ndim(sin) != 2 || mlxb_dim(sin, 1) != half || 2 * half > h)
     return op_fail(c, "cos_cache/sin_cache must be [max_position, <= head_size / 2]");
   if (!pos) {
-    int64_t row[2] = {1, seq};
-    pos = mlxb_reshape(s, mlxb_arange(s, 0, (double)seq, 1, MLXB_I64), row, 2);
+    pos = op_util_iota(s, 0, seq, 1, 2, MLXB_I64);
     if (past_b) pos = mlxb_binary(s, MLXB_ADD, pos, mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2));
   } else if (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 1) != seq) {
     return op_fail(c, "position_ids must be [batch, sequence]");
@@ -688,10 +655,10 @@ static mlxb_array *gqa_keep(op_ctx *c, mlxb_array *past_b, mlxb_array *total_b, 
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   int64_t b = mlxb_dim(total_b, 0), window = ir_attr_int(n, "local_window_size", -1);
-  mlxb_array *t = attn_reshape4(s, mlxb_arange(s, 0, (double)plen, 1, MLXB_I64), 1, 1, 1, plen);
+  mlxb_array *t = op_util_iota(s, 0, plen, 3, 4, MLXB_I64);
   mlxb_array *tot = attn_reshape4(s, total_b, b, 1, 1, 1);
   if (!attn_flag(n, "causal", 1)) return mlxb_binary(s, MLXB_LESS, t, tot);
-  mlxb_array *bound = attn_reshape4(s, mlxb_arange(s, 1, (double)seq + 1, 1, MLXB_I64), 1, 1, seq, 1);
+  mlxb_array *bound = op_util_iota(s, 1, seq, 2, 4, MLXB_I64);
   if (past_b) bound = mlxb_binary(s, MLXB_ADD, bound, past_b);
   mlxb_array *eff = mlxb_binary(s, MLXB_MINIMUM, bound, tot);
   mlxb_array *keep = mlxb_binary(s, MLXB_LESS, t, eff);
@@ -727,7 +694,7 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   /* ORT: the first prompt is S == total_sequence_length; otherwise batch b's past is
    * seqlens_k[b] + 1 - S rows of the past buffer. */
   bool first = seq == tsl;
-  mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, attn_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
+  mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, op_util_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
   mlxb_array *after = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
   mlxb_array *past_b = pk && !first ? after : NULL;
   int64_t plen = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
@@ -738,10 +705,9 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   mlxb_array *present_k = gqa_present(s, pk, k, past_b, plen), *present_v = gqa_present(s, pv, v, past_b, plen);
 
   int64_t qk_mode = ir_attr_int(n, "qk_output", 0);
-  mlxb_array *sink = attn_cast(s, op_input(c, 11), MLXB_F32);
+  mlxb_array *sink = op_util_cast(s, op_input(c, 11), MLXB_F32);
   attn_args a = {.q = q, .k = present_k, .v = present_v, .sink = sink};
-  float scale = ir_attr_float(n, "scale", 0.0f);
-  a.scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)h));
+  a.scale = attn_contrib_scale(n, h);
   a.softcap = ir_attr_float(n, "softcap", 0.0f);
   a.smooth = attn_flag(n, "smooth_softmax", 0);
   bool flash = t == MLXB_F32 && tsl > 1 && a.softcap == 0.0f && !a.smooth && !sink && !qk_mode &&
@@ -751,28 +717,17 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   a.zero_masked_rows = flash && ir_attr_int(n, "local_window_size", -1) > 0;
   mlxb_array *ab = op_input(c, 10);
   if (ab) {
-    int64_t tb = mlxb_dim(ab, 3);
     if (mlxb_dim(ab, 2) != seq) return op_fail(c, "attention_bias must be [B|1, N|1, S, total]");
-    ab = attn_cast(s, ab, MLXB_F32);
-    if (tb < plen) {
-      int64_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, plen - tb};
-      ab = mlxb_pad(s, ab, lo, hi, attn_f32(s, 0.0), "constant");
-    } else if (tb > plen) {
-      ab = attn_slice_axis(s, ab, 3, 0, plen);
-    }
-    a.bias = ab;
+    a.bias = attn_fit_axis(s, op_util_cast(s, ab, MLXB_F32), 3, plen, attn_f32(s, 0.0));
   }
   if (qk_mode) a.want_qk = 1u << (qk_mode == 1 ? ATTN_QK_MASKED : ATTN_QK_SOFTMAX);
-  mlxb_array *y = attn_from_bnsh(s, attn_compute(s, &a));
-  if (op_set_output(c, 0, y)) return -1;
-  if (attn_set_optional(c, 1, present_k) || attn_set_optional(c, 2, present_v)) return -1;
+  mlxb_array *y = attn_from_bnsh(s, attn_compute(s, &a)), *qk = NULL;
   if (qk_mode && op_has_output(c, 3)) {
     /* ORT's score rows hold 0 (not -inf) outside the visible keys; columns [0, tsl) */
-    mlxb_array *qk = qk_mode == 1 ? mlxb_where(s, a.keep, a.qk[ATTN_QK_MASKED], mlxb_scalar_f64(s, 0.0, t))
-                                  : a.qk[ATTN_QK_SOFTMAX];
-    if (attn_set_optional(c, 3, attn_slice_axis(s, attn_cast(s, qk, t), 3, 0, tsl))) return -1;
+    qk = qk_mode == 1 ? mlxb_where(s, a.keep, a.qk[ATTN_QK_MASKED], mlxb_scalar_f64(s, 0.0, t)) : a.qk[ATTN_QK_SOFTMAX];
+    qk = attn_slice_axis(s, op_util_cast(s, qk, t), 3, 0, tsl);
   }
-  return op_check(c);
+  return attn_set_outputs(c, y, present_k, present_v, qk);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

@@ -4,7 +4,7 @@
  * follow the schema, computed in float32. */
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
 /* ORT's constants, float32 as the kernels use them. */
 #define ACT_SQRT1_2 0.70710678118654752440 /* rounded to float32 when used */
@@ -14,11 +14,6 @@
 enum { GELU_ERF, GELU_BIAS_ERF, GELU_FAST, GELU_QUICK };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
 
 static mlxb_array *num(mlxb_scope *s, double v) { return mlxb_scalar_f64(s, v, MLXB_F32); }
 static mlxb_array *add(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_ADD, a, b); }
@@ -58,8 +53,8 @@ static int lower_gelu_family(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
   if (!x) return op_fail(c, "input 0 is missing");
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *v = cast_to(s, x, MLXB_F32);
-  if (op_num_inputs(c) > 1 && op_has_input(c, 1)) v = add(s, v, cast_to(s, op_input(c, 1), MLXB_F32));
+  mlxb_array *v = op_util_cast(s, x, MLXB_F32);
+  if (op_num_inputs(c) > 1 && op_has_input(c, 1)) v = add(s, v, op_util_cast(s, op_input(c, 1), MLXB_F32));
   mlxb_array *y;
   switch (def->arg) {
     case GELU_ERF:
@@ -68,7 +63,7 @@ static int lower_gelu_family(op_ctx *c, const op_def *def) {
     case GELU_QUICK: y = gelu_quick(s, v, ir_attr_float(op_node(c), "alpha", 1.702f)); break;
     default: return op_fail(c, "bad gelu kind %d", def->arg);
   }
-  return op_set_output(c, 0, cast_to(s, y, t));
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 /* ---- BiasAdd, BiasSplitGelu --------------------------------------------------------------- */
@@ -90,8 +85,9 @@ static int lower_bias_add(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *bias = op_input(c, 1), *skip = op_input(c, 2);
   if (!x || !bias || !skip) return op_fail(c, "X, bias and skip are required");
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *y = add(s, add(s, cast_to(s, x, MLXB_F32), cast_to(s, bias, MLXB_F32)), cast_to(s, skip, MLXB_F32));
-  return op_set_output(c, 0, cast_to(s, y, t));
+  mlxb_array *y = add(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, bias, MLXB_F32));
+  y = add(s, y, op_util_cast(s, skip, MLXB_F32));
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 /* v = X + bias; Y = v[..., :D/2] * gelu(v[..., D/2:]) with the erf GELU. */
@@ -103,11 +99,11 @@ static int lower_bias_split_gelu(op_ctx *c, const op_def *def) {
   int64_t d = mlxb_dim(x, 2);
   if (d % 2) return op_fail(c, "last dimension %lld is odd", (long long)d);
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *v = add(s, cast_to(s, x, MLXB_F32), cast_to(s, bias, MLXB_F32));
+  mlxb_array *v = add(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, bias, MLXB_F32));
   mlxb_array *halves[2] = {NULL, NULL};
   int64_t at = d / 2;
   if (!v || mlxb_split(s, v, &at, 1, 2, halves)) return op_check(c) ? -1 : op_fail(c, "split failed");
-  return op_set_output(c, 0, cast_to(s, mul(s, halves[0], gelu_erf(s, halves[1])), t));
+  return op_set_output(c, 0, op_util_cast(s, mul(s, halves[0], gelu_erf(s, halves[1])), t));
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

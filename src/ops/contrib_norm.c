@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
 #define NORM_MAX_RANK 16
 
@@ -19,13 +19,6 @@ enum { GN_PLAIN, GN_SKIP_ADD };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static mlxb_dtype dtype_compute(mlxb_dtype t) { return (t == MLXB_F16 || t == MLXB_BF16) ? MLXB_F32 : t; }
-
-static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
-
 static mlxb_array *add(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_ADD, a, b); }
 static mlxb_array *sub(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_SUB, a, b); }
 static mlxb_array *mul(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_MUL, a, b); }
@@ -34,10 +27,6 @@ static mlxb_array *divide(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return 
 static mlxb_array *mean_last(mlxb_scope *s, mlxb_array *x) {
   int axis = x ? mlxb_ndim(x) - 1 : 0;
   return x ? mlxb_reduce(s, MLXB_RMEAN, x, &axis, 1, true) : NULL;
-}
-
-static mlxb_array *scalar_like(mlxb_scope *s, double v, const mlxb_array *x) {
-  return x ? mlxb_scalar_f64(s, v, mlxb_type(x)) : NULL;
 }
 
 /* Whether output i exists and something reads it. */
@@ -52,22 +41,11 @@ static mlxb_dtype output_dtype_or_f32(op_ctx *c, int i) {
   return t < 0 ? MLXB_F32 : (mlxb_dtype)t;
 }
 
-/* Every present input among `idx` has the dtype of input 0. */
-static bool claim_same_dtypes(claim_ctx *c, const int *idx, int n) {
-  int32_t t = claim_input_dtype(c, 0);
-  for (int i = 0; i < n; i++) {
-    int32_t u = claim_input_dtype(c, idx[i]);
-    if (u != ONNX_UNDEFINED && u != t)
-      return claim_decline(c, "input %d has dtype %s, input 0 %s", idx[i], ir_dtype_name(u), ir_dtype_name(t));
-  }
-  return true;
-}
-
 /* ---- SimplifiedLayerNormalization --------------------------------------------------------- */
 
 static bool claim_simplified_ln(claim_ctx *c, const op_def *def) {
   static const int same[] = {1};
-  if (!claim_same_dtypes(c, same, 1)) return false; /* ORT's CPU kernel reads scale as T */
+  if (!op_util_claim_same_dtypes(c, same, 1)) return false; /* ORT's CPU kernel reads scale as T */
   return true;
 }
 
@@ -82,29 +60,22 @@ static int lower_simplified_ln(op_ctx *c, const op_def *def) {
   if (rank < 1 || rank > NORM_MAX_RANK) return op_fail(c, "rank %d outside [1, %d]", rank, NORM_MAX_RANK);
   mlxb_shape(x, dims);
   int64_t raw = ir_attr_int(op_node(c), "axis", -1);
-  int axis = (int)(raw < 0 ? raw + rank : raw);
-  if (axis < 0 || axis >= rank) return op_fail(c, "axis %lld out of range for rank %d", (long long)raw, rank);
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < rank; i++) {
-    if (i < axis)
-      outer *= dims[i];
-    else
-      inner *= dims[i];
-  }
+  int axis = op_util_axis(raw, rank);
+  if (axis < 0) return op_fail(c, "axis %lld out of range for rank %d", (long long)raw, rank);
+  int64_t outer = op_util_numel(dims, axis), inner = op_util_numel(dims + axis, rank - axis);
   if ((int64_t)mlxb_size(scale) != inner)
     return op_fail(c, "scale has %zu elements, normalized size is %lld", mlxb_size(scale), (long long)inner);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
-  mlxb_dtype t = mlxb_type(x), ct = dtype_compute(t);
-  int64_t d2[2] = {outer, inner};
-  mlxb_array *x2 = cast_to(s, mlxb_reshape(s, x, d2, 2), ct);
+  mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
+  mlxb_array *x2 = op_util_cast(s, op_util_reshape2(s, x, outer, inner), ct);
   mlxb_array *root = mlxb_unary(s, MLXB_SQRT, add(s, mean_last(s, mul(s, x2, x2)), mlxb_scalar_f64(s, eps, ct)));
-  mlxb_array *y = mul(s, divide(s, x2, root), cast_to(s, mlxb_reshape(s, scale, &inner, 1), ct));
-  if (op_set_output(c, 0, cast_to(s, mlxb_reshape(s, y, dims, rank), t))) return -1;
+  mlxb_array *y = mul(s, divide(s, x2, root), op_util_cast(s, mlxb_reshape(s, scale, &inner, 1), ct));
+  if (op_set_output(c, 0, op_util_cast(s, mlxb_reshape(s, y, dims, rank), t))) return -1;
   if (!op_has_output(c, 1)) return 0;
   int64_t sdims[NORM_MAX_RANK];
   for (int i = 0; i < rank; i++) sdims[i] = i < axis ? dims[i] : 1;
   mlxb_array *inv = mlxb_unary(s, MLXB_RECIPROCAL, root);
-  return op_set_output(c, 1, cast_to(s, mlxb_reshape(s, inv, sdims, rank), output_dtype_or_f32(c, 1)));
+  return op_set_output(c, 1, op_util_cast(s, mlxb_reshape(s, inv, sdims, rank), output_dtype_or_f32(c, 1)));
 }
 
 /* ---- SkipLayerNormalization, SkipSimplifiedLayerNormalization ----------------------------- */
@@ -113,7 +84,7 @@ static int skip_bias_index(const op_def *def) { return def->arg == SKIP_SIMPLIFI
 
 static bool claim_skip_ln(claim_ctx *c, const op_def *def) {
   static const int same[] = {1, 2, 3, 4};
-  if (!claim_same_dtypes(c, same, def->arg == SKIP_SIMPLIFIED ? 3 : 4)) return false;
+  if (!op_util_claim_same_dtypes(c, same, def->arg == SKIP_SIMPLIFIED ? 3 : 4)) return false;
   if (claim_output_used(c, SLN_OUT_MEAN) || claim_output_used(c, SLN_OUT_INV_STD))
     return claim_decline(c, "mean/inv_std_var outputs requested (ORT's CPU kernel does not produce them)");
   const ir_value *x = claim_input(c, SLN_INPUT), *skip = claim_input(c, SLN_SKIP);
@@ -145,23 +116,22 @@ static int lower_skip_ln(op_ctx *c, const op_def *def) {
       (srank == 3 && mlxb_dim(skip, 0) != 1 && mlxb_dim(skip, 0) != mlxb_dim(x, 0)))
     return op_fail(c, "skip shape does not broadcast to the input");
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-12f);
-  mlxb_dtype t = mlxb_type(x), ct = dtype_compute(t);
-  mlxb_array *sum = add(s, cast_to(s, x, ct), cast_to(s, skip, ct));
-  if (bias) sum = add(s, sum, cast_to(s, bias, ct));
+  mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
+  mlxb_array *sum = add(s, op_util_cast(s, x, ct), op_util_cast(s, skip, ct));
+  if (bias) sum = add(s, sum, op_util_cast(s, bias, ct));
   mlxb_array *mean_sq = mean_last(s, mul(s, sum, sum)), *y;
   if (simplified) {
     mlxb_array *root = mlxb_unary(s, MLXB_SQRT, add(s, mean_sq, mlxb_scalar_f64(s, eps, ct)));
-    y = mul(s, divide(s, sum, root), cast_to(s, gamma, ct));
+    y = mul(s, divide(s, sum, root), op_util_cast(s, gamma, ct));
   } else {
     mlxb_array *mean = mean_last(s, sum);
     mlxb_array *var = sub(s, mean_sq, mul(s, mean, mean));
     mlxb_array *root = mlxb_unary(s, MLXB_SQRT, add(s, var, mlxb_scalar_f64(s, eps, ct)));
-    y = mul(s, divide(s, sub(s, sum, mean), root), cast_to(s, gamma, ct));
-    if (beta) y = add(s, y, cast_to(s, beta, ct));
+    y = mul(s, divide(s, sub(s, sum, mean), root), op_util_cast(s, gamma, ct));
+    if (beta) y = add(s, y, op_util_cast(s, beta, ct));
   }
-  if (op_set_output(c, SLN_OUT_Y, cast_to(s, y, t))) return -1;
-  if (op_has_output(c, SLN_OUT_SUM) && op_set_output(c, SLN_OUT_SUM, cast_to(s, sum, t))) return -1;
-  return 0;
+  if (op_set_output(c, SLN_OUT_Y, op_util_cast(s, y, t))) return -1;
+  return op_util_set_optional(c, SLN_OUT_SUM, op_util_cast(s, sum, t));
 }
 
 /* ---- EmbedLayerNormalization -------------------------------------------------------------- */
@@ -196,27 +166,26 @@ static int lower_embed_ln(op_ctx *c, const op_def *def) {
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-12f);
   mlxb_array *pos_ids =
       op_has_input(c, ELN_POS_IDS) ? op_input(c, ELN_POS_IDS) : mlxb_arange(s, 0.0, (double)seq, 1.0, MLXB_I32);
-  mlxb_array *sum =
-      add(s, cast_to(s, mlxb_take(s, word, ids, 0), MLXB_F32), cast_to(s, mlxb_take(s, pos, pos_ids, 0), MLXB_F32));
+  mlxb_array *sum = add(s, op_util_cast(s, mlxb_take(s, word, ids, 0), MLXB_F32),
+                        op_util_cast(s, mlxb_take(s, pos, pos_ids, 0), MLXB_F32));
   if (op_has_input(c, ELN_SEG_IDS))
-    sum = add(s, sum, cast_to(s, mlxb_take(s, op_input(c, ELN_SEG), op_input(c, ELN_SEG_IDS), 0), MLXB_F32));
+    sum = add(s, sum, op_util_cast(s, mlxb_take(s, op_input(c, ELN_SEG), op_input(c, ELN_SEG_IDS), 0), MLXB_F32));
   mlxb_array *d = sub(s, sum, mean_last(s, sum));
   mlxb_array *root = mlxb_unary(s, MLXB_SQRT, add(s, mean_last(s, mul(s, d, d)), mlxb_scalar_f64(s, eps, MLXB_F32)));
-  mlxb_array *y = add(s, mul(s, divide(s, d, root), cast_to(s, gamma, MLXB_F32)), cast_to(s, beta, MLXB_F32));
-  if (op_set_output(c, 0, cast_to(s, y, t))) return -1;
+  mlxb_array *y = add(s, mul(s, divide(s, d, root), op_util_cast(s, gamma, MLXB_F32)), op_util_cast(s, beta, MLXB_F32));
+  if (op_set_output(c, 0, op_util_cast(s, y, t))) return -1;
   if (op_has_output(c, 1)) {
     mlxb_array *count;
     if (op_has_input(c, ELN_MASK)) {
       int axis = 1;
       mlxb_array *ones = mlxb_binary(s, MLXB_EQUAL, op_input(c, ELN_MASK), mlxb_scalar_i64(s, 1, MLXB_I32));
-      count = mlxb_reduce(s, MLXB_RSUM, cast_to(s, ones, MLXB_I32), &axis, 1, false);
+      count = mlxb_reduce(s, MLXB_RSUM, op_util_cast(s, ones, MLXB_I32), &axis, 1, false);
     } else {
       count = mlxb_zeros(s, &b, 1, MLXB_I32);
     }
-    if (op_set_output(c, 1, cast_to(s, count, MLXB_I32))) return -1;
+    if (op_set_output(c, 1, op_util_cast(s, count, MLXB_I32))) return -1;
   }
-  if (op_has_output(c, 2) && op_set_output(c, 2, cast_to(s, sum, t))) return -1;
-  return 0;
+  return op_util_set_optional(c, 2, op_util_cast(s, sum, t));
 }
 
 /* ---- GroupNorm, SkipGroupNorm ------------------------------------------------------------- */
@@ -231,7 +200,7 @@ static bool claim_group_norm(claim_ctx *c, const op_def *def) {
   if (x->rank >= 0 && x->rank != 4) return claim_decline(c, "X rank %d (NHWC 4-D)", x->rank);
   if (def->arg == GN_SKIP_ADD) {
     static const int same[] = {GN_SKIP, GN_BIAS};
-    if (!claim_same_dtypes(c, same, 2)) return false;
+    if (!op_util_claim_same_dtypes(c, same, 2)) return false;
   }
   int32_t g = claim_input_dtype(c, GN_GAMMA), bt = claim_input_dtype(c, GN_BETA);
   if (g != bt || (g != ONNX_FLOAT && g != ONNX_FLOAT16))
@@ -255,14 +224,14 @@ static int lower_group_norm(op_ctx *c, const op_def *def) {
     return op_fail(c, "channels %lld not divisible by groups %lld", (long long)ch, (long long)groups);
   float eps = ir_attr_float(node, "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *xf = cast_to(s, x, MLXB_F32);
+  mlxb_array *xf = op_util_cast(s, x, MLXB_F32);
   if (def->arg == GN_SKIP_ADD) {
     mlxb_array *skip = op_input(c, GN_SKIP);
     if (!skip) return op_fail(c, "skip is required");
     if (mlxb_ndim(skip) == 2) skip = mlxb_reshape(s, skip, (int64_t[]){mlxb_dim(skip, 0), 1, 1, mlxb_dim(skip, 1)}, 4);
-    xf = add(s, xf, cast_to(s, skip, MLXB_F32));
-    if (op_has_input(c, GN_BIAS)) xf = add(s, xf, cast_to(s, op_input(c, GN_BIAS), MLXB_F32));
-    if (op_has_output(c, 1) && op_set_output(c, 1, cast_to(s, xf, t))) return -1;
+    xf = add(s, xf, op_util_cast(s, skip, MLXB_F32));
+    if (op_has_input(c, GN_BIAS)) xf = add(s, xf, op_util_cast(s, op_input(c, GN_BIAS), MLXB_F32));
+    if (op_util_set_optional(c, 1, op_util_cast(s, xf, t))) return -1;
   }
   int64_t g4[4] = {dims[0], dims[1] * dims[2], groups, ch / groups};
   int axes[2] = {1, 3};
@@ -270,11 +239,11 @@ static int lower_group_norm(op_ctx *c, const op_def *def) {
   mlxb_array *mean = mlxb_reduce(s, MLXB_RMEAN, xg, axes, 2, true);
   mlxb_array *mean_sq = mlxb_reduce(s, MLXB_RMEAN, mul(s, xg, xg), axes, 2, true);
   mlxb_array *var = sub(s, mean_sq, mul(s, mean, mean));
-  mlxb_array *inv = mlxb_unary(s, MLXB_RSQRT, add(s, var, scalar_like(s, eps, var)));
+  mlxb_array *inv = mlxb_unary(s, MLXB_RSQRT, add(s, var, op_util_scalar_like(s, eps, var)));
   mlxb_array *y = mlxb_reshape(s, mul(s, sub(s, xg, mean), inv), dims, 4);
-  y = add(s, mul(s, y, cast_to(s, gamma, MLXB_F32)), cast_to(s, beta, MLXB_F32));
+  y = add(s, mul(s, y, op_util_cast(s, gamma, MLXB_F32)), op_util_cast(s, beta, MLXB_F32));
   if (ir_attr_int(node, "activation", 0) == 1) y = mul(s, y, mlxb_unary(s, MLXB_SIGMOID, y));
-  return op_set_output(c, 0, cast_to(s, y, t));
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

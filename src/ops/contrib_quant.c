@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
 #define QUANT_MAX_RANK 16
 #define MNB_MAX_BLOCK 256 /* ORT's documented block sizes: powers of two in [16, 256] */
@@ -17,31 +17,12 @@ enum { GBQ_DATA, GBQ_INDICES, GBQ_SCALES, GBQ_ZP };
 
 /* ---- shared helpers ----------------------------------------------------------------------- */
 
-static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
-
 static bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-static mlxb_array *reshape_2(mlxb_scope *s, mlxb_array *x, int64_t d0, int64_t d1) {
-  int64_t dims[2] = {d0, d1};
-  return mlxb_reshape(s, x, dims, 2);
-}
-
-/* x[..., 0:n] on the last axis. */
+/* x[..., 0:n] on the last axis (x itself when it has n entries there). */
 static mlxb_array *slice_last(mlxb_scope *s, mlxb_array *x, int64_t n) {
-  int64_t lo[QUANT_MAX_RANK], hi[QUANT_MAX_RANK], st[QUANT_MAX_RANK];
-  int rank = x ? mlxb_ndim(x) : 0;
-  if (!x || rank < 1 || rank > QUANT_MAX_RANK) return NULL;
-  mlxb_shape(x, hi);
-  if (hi[rank - 1] == n) return x;
-  for (int i = 0; i < rank; i++) {
-    lo[i] = 0;
-    st[i] = 1;
-  }
-  hi[rank - 1] = n;
-  return mlxb_slice(s, x, lo, hi, st);
+  if (!x || (mlxb_ndim(x) > 0 && mlxb_dim(x, -1) == n)) return x;
+  return op_util_slice_axis(s, x, mlxb_ndim(x) - 1, 0, n, 1);
 }
 
 /* Zero-pads the last axis of x up to n elements. */
@@ -179,10 +160,10 @@ static mlxb_array *mnb_zero_points(op_ctx *c, const mnb_attrs *a) {
   if (!op_has_input(c, MNB_ZP)) return mlxb_scalar_f64(s, (double)(1 << (a->bits - 1)), MLXB_F32);
   mlxb_array *zp = op_input(c, MNB_ZP);
   if (!zp) return NULL;
-  if (mlxb_type(zp) != MLXB_U8) return cast_to(s, reshape_2(s, zp, a->n, a->k_blocks), MLXB_F32);
+  if (mlxb_type(zp) != MLXB_U8) return op_util_cast(s, op_util_reshape2(s, zp, a->n, a->k_blocks), MLXB_F32);
   int64_t per_row = (a->k_blocks * a->bits + 7) / 8;
-  mlxb_array *u = unpack_bits(s, reshape_2(s, zp, a->n, per_row), (int)a->bits);
-  return cast_to(s, slice_last(s, u, a->k_blocks), MLXB_F32);
+  mlxb_array *u = unpack_bits(s, op_util_reshape2(s, zp, a->n, per_row), (int)a->bits);
+  return op_util_cast(s, slice_last(s, u, a->k_blocks), MLXB_F32);
 }
 
 /* Dequantized weights [N, K]: ORT's (q - zp) * scale for uint8 or implicit zero points, and
@@ -192,7 +173,8 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
   mlxb_scope *s = op_scope(c);
   int64_t kp = a->k_blocks * a->block;
   mlxb_array *b = op_input(c, MNB_B);
-  mlxb_array *q = cast_to(s, unpack_bits(s, reshape_2(s, b, a->n, kp * a->bits / 8), (int)a->bits), MLXB_F32);
+  mlxb_array *packed = op_util_reshape2(s, b, a->n, kp * a->bits / 8);
+  mlxb_array *q = op_util_cast(s, unpack_bits(s, packed, (int)a->bits), MLXB_F32);
   if (!q) return NULL;
   if (op_has_input(c, MNB_GIDX)) {
     mlxb_array *g = slice_last(s, op_input(c, MNB_GIDX), a->k);
@@ -215,7 +197,7 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
                     mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, s3, z3)));
   else
     w = mlxb_binary(s, MLXB_MUL, mlxb_binary(s, MLXB_SUB, q3, z3), s3);
-  return reshape_2(s, w, a->n, kp);
+  return op_util_reshape2(s, w, a->n, kp);
 }
 
 /* x [..., Kp] @ W^T with W held as MLX affine-quantized weights: B's bytes already are MLX's
@@ -225,7 +207,7 @@ static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_arra
                                         mlxb_array *zp) {
   mlxb_scope *s = op_scope(c);
   int64_t kp = a->k_blocks * a->block;
-  mlxb_array *w = mlxb_view(s, reshape_2(s, op_input(c, MNB_B), a->n, kp * a->bits / 8), MLXB_U32);
+  mlxb_array *w = mlxb_view(s, op_util_reshape2(s, op_input(c, MNB_B), a->n, kp * a->bits / 8), MLXB_U32);
   mlxb_array *biases = mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, scales, zp));
   int group = (int)(a->block < MLX_MAX_GROUP ? a->block : MLX_MAX_GROUP);
   int reps = (int)(a->block / group);
@@ -258,9 +240,9 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   out_dims[rank - 1] = a.n;
   if (mlxb_size(x) == 0) return op_set_output(c, 0, mlxb_zeros(s, out_dims, rank, t)); /* MLX's qmm divides by M */
   int zero = 0;
-  mlxb_array *xf = cast_to(s, x, MLXB_F32);
+  mlxb_array *xf = op_util_cast(s, x, MLXB_F32);
   if (rank == 1) xf = mlxb_expand_dims(s, xf, &zero, 1);
-  mlxb_array *scales = cast_to(s, reshape_2(s, op_input(c, MNB_SCALES), a.n, a.k_blocks), MLXB_F32);
+  mlxb_array *scales = op_util_cast(s, op_util_reshape2(s, op_input(c, MNB_SCALES), a.n, a.k_blocks), MLXB_F32);
   mlxb_array *zp = mnb_zero_points(c, &a);
   if (op_check(c)) return -1;
 
@@ -275,8 +257,8 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
     else
       y = mlxb_matmul(s, xf, mlxb_transpose(s, mnb_dequant_weights(c, &a, scales, zp, zp_float), (int[]){1, 0}, 2));
   }
-  if (op_has_input(c, MNB_BIAS)) y = mlxb_binary(s, MLXB_ADD, y, cast_to(s, op_input(c, MNB_BIAS), MLXB_F32));
-  return op_set_output(c, 0, cast_to(s, mlxb_reshape(s, y, out_dims, rank), t));
+  if (op_has_input(c, MNB_BIAS)) y = mlxb_binary(s, MLXB_ADD, y, op_util_cast(s, op_input(c, MNB_BIAS), MLXB_F32));
+  return op_set_output(c, 0, op_util_cast(s, mlxb_reshape(s, y, out_dims, rank), t));
 }
 
 /* ---- GatherBlockQuantized ----------------------------------------------------------------- */
@@ -332,11 +314,11 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
   int64_t n_idx = (int64_t)mlxb_size(idx);
   mlxb_array *flat = mlxb_reshape(s, mlxb_where(s, valid, wrapped, zero_i), &n_idx, 1);
 
-  mlxb_array *q = cast_to(s, unpack_bits(s, mlxb_take(s, data, flat, 0), bits), MLXB_F32);
-  mlxb_array *sc = cast_to(s, mlxb_take(s, scales, flat, 0), MLXB_F32);
+  mlxb_array *q = op_util_cast(s, unpack_bits(s, mlxb_take(s, data, flat, 0), bits), MLXB_F32);
+  mlxb_array *sc = op_util_cast(s, mlxb_take(s, scales, flat, 0), MLXB_F32);
   mlxb_array *zp;
   if (op_has_input(c, GBQ_ZP)) {
-    zp = cast_to(s, slice_last(s, unpack_bits(s, mlxb_take(s, op_input(c, GBQ_ZP), flat, 0), bits), nb), MLXB_F32);
+    zp = op_util_cast(s, slice_last(s, unpack_bits(s, mlxb_take(s, op_input(c, GBQ_ZP), flat, 0), bits), nb), MLXB_F32);
     zp = slice_last(s, zp ? mlxb_repeat(s, zp, (int)block, rank - 1) : NULL, d);
   } else {
     zp = mlxb_scalar_f64(s, (double)(1 << (bits - 1)), MLXB_F32);
@@ -355,7 +337,7 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
   for (int i = 0; i < out_rank; i++) vdims[i] = i < irank ? out_dims[i] : 1;
   y = mlxb_reshape(s, y, out_dims, out_rank);
   y = mlxb_where(s, mlxb_reshape(s, valid, vdims, out_rank), y, mlxb_scalar_f64(s, 0.0, MLXB_F32));
-  return op_set_output(c, 0, cast_to(s, y, mlxb_type(scales)));
+  return op_set_output(c, 0, op_util_cast(s, y, mlxb_type(scales)));
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

@@ -3,31 +3,11 @@
  * Min/Max/Mean/Sum. MLX broadcasts like NumPy, which is ONNX's multidirectional broadcasting. */
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
-static bool dtype_is_float(mlxb_dtype t) {
-  return t == MLXB_F16 || t == MLXB_BF16 || t == MLXB_F32 || t == MLXB_F64;
-}
-
 static bool dtype_is_signed_int(mlxb_dtype t) { return t >= MLXB_I8 && t <= MLXB_I64; }
-
-/* A 0-d array of dtype t holding v (exact for integers). */
-static mlxb_array *scalar_of(mlxb_scope *s, double v, mlxb_dtype t) {
-  if (dtype_is_float(t)) return mlxb_scalar_f64(s, v, t);
-  return mlxb_scalar_i64(s, (int64_t)v, t);
-}
-
-/* Half-precision sums are accumulated in float32 and rounded once, as ORT's CPU kernels do. */
-static mlxb_dtype accumulate_type(mlxb_dtype t) {
-  return (t == MLXB_F16 || t == MLXB_BF16) ? MLXB_F32 : t;
-}
-
-static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
 
 /* Fails cleanly when a required input is missing instead of passing NULL on. */
 static int inputs_present(op_ctx *c, int n) {
@@ -43,21 +23,11 @@ static int lower_unary(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, y);
 }
 
-/* MLX's float64 exp runs at float32 precision; its expm1 does not. Float64 exp is therefore
- * expm1(x) + 1 for x >= 0 and (1 / (expm1(-x/2) + 1))^2 below (the square reaches the
- * subnormals): a few ulp everywhere. (activation.c builds its float64 sigmoid the same way.) */
+/* float64 through op_util_exp: MLX's own float64 exp is float32-accurate. */
 static int lower_exp(op_ctx *c, const op_def *def) {
-  mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
   if (inputs_present(c, 1)) return -1;
-  mlxb_dtype t = mlxb_type(x);
-  if (t != MLXB_F64) return op_set_output(c, 0, mlxb_unary(s, MLXB_EXP, x));
-  mlxb_array *one = mlxb_scalar_f64(s, 1.0, t);
-  mlxb_array *up = mlxb_binary(s, MLXB_ADD, mlxb_unary(s, MLXB_EXPM1, x), one);
-  mlxb_array *half_neg = mlxb_binary(s, MLXB_MUL, x, mlxb_scalar_f64(s, -0.5, t));
-  mlxb_array *r = mlxb_binary(s, MLXB_DIV, one, mlxb_binary(s, MLXB_ADD, mlxb_unary(s, MLXB_EXPM1, half_neg), one));
-  mlxb_array *pos = mlxb_binary(s, MLXB_GREATER_EQUAL, x, mlxb_scalar_f64(s, 0.0, t));
-  return op_set_output(c, 0, mlxb_where(s, pos, up, mlxb_binary(s, MLXB_MUL, r, r)));
+  return op_set_output(c, 0, op_util_exp(op_scope(c), x));
 }
 
 /* MLX's sign maps NaN to 0; ONNX (and ORT) keep the NaN. */
@@ -66,7 +36,7 @@ static int lower_sign(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
   if (inputs_present(c, 1)) return -1;
   mlxb_array *y = mlxb_unary(s, MLXB_SIGN, x);
-  if (dtype_is_float(mlxb_type(x))) y = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, x), x, y);
+  if (op_util_is_float(mlxb_type(x))) y = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, x), x, y);
   return op_set_output(c, 0, y);
 }
 
@@ -111,7 +81,7 @@ static int lower_div(op_ctx *c, const op_def *def) {
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
   if (inputs_present(c, 2)) return -1;
   mlxb_dtype t = mlxb_type(a);
-  if (dtype_is_float(t)) return op_set_output(c, 0, mlxb_binary(s, MLXB_DIV, a, b));
+  if (op_util_is_float(t)) return op_set_output(c, 0, mlxb_binary(s, MLXB_DIV, a, b));
   return op_set_output(c, 0, int_div_trunc(s, a, b, t));
 }
 
@@ -136,9 +106,7 @@ static mlxb_array *int_fmod(mlxb_scope *s, mlxb_array *a, mlxb_array *b, mlxb_dt
 }
 
 static bool claim_mod(claim_ctx *c, const op_def *def) {
-  int32_t t = claim_input_dtype(c, 0);
-  bool is_float = t == ONNX_FLOAT || t == ONNX_FLOAT16 || t == ONNX_BFLOAT16 || t == ONNX_DOUBLE;
-  if (is_float && ir_attr_int(c->node, "fmod", 0) == 0)
+  if (op_util_onnx_is_float(claim_input_dtype(c, 0)) && ir_attr_int(c->node, "fmod", 0) == 0)
     return claim_decline(c, "fmod=0 on a float type (the spec requires fmod=1; ORT rejects it)");
   return true;
 }
@@ -149,7 +117,7 @@ static int lower_mod(op_ctx *c, const op_def *def) {
   if (inputs_present(c, 2)) return -1;
   mlxb_dtype t = mlxb_type(a);
   bool fmod = ir_attr_int(op_node(c), "fmod", 0) != 0;
-  if (dtype_is_float(t)) {
+  if (op_util_is_float(t)) {
     if (!fmod) return op_fail(c, "fmod=0 is not defined for floats");
     return op_set_output(c, 0, float_fmod(s, a, b, t));
   }
@@ -178,9 +146,9 @@ static int lower_pow(op_ctx *c, const op_def *def) {
   mlxb_dtype ta = mlxb_type(a), te = mlxb_type(e);
   mlxb_array *y;
   if (ta != te) {
-    y = mlxb_binary(s, MLXB_POW, cast_to(s, a, MLXB_F64), cast_to(s, e, MLXB_F64));
-    y = cast_to(s, y, ta);
-  } else if (dtype_is_float(ta)) {
+    y = mlxb_binary(s, MLXB_POW, op_util_cast(s, a, MLXB_F64), op_util_cast(s, e, MLXB_F64));
+    y = op_util_cast(s, y, ta);
+  } else if (op_util_is_float(ta)) {
     y = mlxb_binary(s, MLXB_POW, a, e);
   } else {
     y = int_pow(s, a, e, ta);
@@ -232,8 +200,8 @@ static int lower_where(op_ctx *c, const op_def *def) {
 static mlxb_array *fold_inputs(op_ctx *c, mlxb_binary_op op, mlxb_dtype t) {
   mlxb_scope *s = op_scope(c);
   int n = op_num_inputs(c);
-  mlxb_array *acc = cast_to(s, op_input(c, 0), t);
-  for (int i = 1; i < n && acc; i++) acc = mlxb_binary(s, op, acc, cast_to(s, op_input(c, i), t));
+  mlxb_array *acc = op_util_cast(s, op_input(c, 0), t);
+  for (int i = 1; i < n && acc; i++) acc = mlxb_binary(s, op, acc, op_util_cast(s, op_input(c, i), t));
   return acc;
 }
 
@@ -244,26 +212,30 @@ static bool claim_variadic(claim_ctx *c, const op_def *def) {
   return true;
 }
 
-/* Min and Max are exact in any dtype; Sum accumulates halves in float32 like ORT. */
-static int lower_variadic(op_ctx *c, const op_def *def) {
+/* The input count of a variadic node, or -1 (recorded) when an input is missing. */
+static int variadic_count(op_ctx *c) {
   int n = op_num_inputs(c);
   if (n < 1) return op_fail(c, "needs at least one input");
-  if (inputs_present(c, n)) return -1;
+  return inputs_present(c, n) ? -1 : n;
+}
+
+/* Min and Max are exact in any dtype; Sum accumulates halves in float32 like ORT. */
+static int lower_variadic(op_ctx *c, const op_def *def) {
+  if (variadic_count(c) < 0) return -1;
   mlxb_dtype t = mlxb_type(op_input(c, 0));
   mlxb_binary_op op = (mlxb_binary_op)def->arg;
-  mlxb_dtype acc = op == MLXB_ADD ? accumulate_type(t) : t;
-  return op_set_output(c, 0, cast_to(op_scope(c), fold_inputs(c, op, acc), t));
+  mlxb_dtype acc = op == MLXB_ADD ? op_util_compute_type(t) : t;
+  return op_set_output(c, 0, op_util_cast(op_scope(c), fold_inputs(c, op, acc), t));
 }
 
 static int lower_mean(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
-  int n = op_num_inputs(c);
-  if (n < 1) return op_fail(c, "needs at least one input");
-  if (inputs_present(c, n)) return -1;
-  mlxb_dtype t = mlxb_type(op_input(c, 0)), acc = accumulate_type(t);
+  int n = variadic_count(c);
+  if (n < 0) return -1;
+  mlxb_dtype t = mlxb_type(op_input(c, 0)), acc = op_util_compute_type(t);
   mlxb_array *sum = fold_inputs(c, MLXB_ADD, acc);
-  if (n > 1) sum = mlxb_binary(s, MLXB_DIV, sum, scalar_of(s, (double)n, acc));
-  return op_set_output(c, 0, cast_to(s, sum, t));
+  if (n > 1) sum = mlxb_binary(s, MLXB_DIV, sum, op_util_scalar(s, (double)n, acc));
+  return op_set_output(c, 0, op_util_cast(s, sum, t));
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

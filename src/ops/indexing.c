@@ -6,32 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define INDEX_MAX_RANK 32
+#define INDEX_MAX_RANK OP_UTIL_MAX_RANK
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-static int index_axis(int64_t axis, int rank) {
-  if (axis < -(int64_t)rank || axis >= rank) return -1;
-  return (int)(axis < 0 ? axis + rank : axis);
-}
-
-/* Input i and its dims; returns the rank or -1 with the failure recorded. */
-static int index_input(op_ctx *c, int i, mlxb_array **x, int64_t *dims) {
-  *x = op_input(c, i);
-  if (!*x) return op_check(c) ? -1 : op_fail(c, "input %d is missing", i);
-  int rank = mlxb_ndim(*x);
-  if (rank < 0 || rank > INDEX_MAX_RANK) return op_fail(c, "input %d has rank %d (at most %d)", i, rank, INDEX_MAX_RANK);
-  mlxb_shape(*x, dims);
-  return rank;
-}
-
-static int64_t index_numel(const int64_t *dims, int rank) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= dims[i];
-  return n;
-}
 
 /* Clips an index array into [-dim, dim-1] in its own dtype (a bound the dtype cannot hold is
  * left out, as no index of that dtype can pass it). */
@@ -61,19 +40,13 @@ static int index_check_empty_axis(op_ctx *c, int64_t dim, mlxb_array *idx) {
 /* 0..n-1 of dtype t shaped to rank dims with n on `axis`, broadcast to dims. */
 static mlxb_array *index_iota(op_ctx *c, const int64_t *dims, int rank, int axis, mlxb_dtype t) {
   mlxb_scope *s = op_scope(c);
-  int64_t shape[INDEX_MAX_RANK];
-  for (int i = 0; i < rank; i++) shape[i] = i == axis ? dims[i] : 1;
-  mlxb_array *r = mlxb_arange(s, 0, (double)dims[axis], 1, t);
-  return mlxb_broadcast_to(s, mlxb_reshape(s, r, shape, rank), dims, rank);
+  return mlxb_broadcast_to(s, op_util_iota(s, 0, dims[axis], axis, rank, t), dims, rank);
 }
 
 /* Component k of the last axis of ND indices [..., m], as an array of shape [...]. */
 static mlxb_array *index_component(op_ctx *c, mlxb_array *idx, const int64_t *dims, int rank, int k) {
   mlxb_scope *s = op_scope(c);
-  int64_t start[INDEX_MAX_RANK], stop[INDEX_MAX_RANK], step[INDEX_MAX_RANK];
-  for (int i = 0; i < rank; i++) start[i] = 0, stop[i] = dims[i], step[i] = 1;
-  start[rank - 1] = k, stop[rank - 1] = k + 1;
-  return mlxb_reshape(s, mlxb_slice(s, idx, start, stop, step), dims, rank - 1);
+  return mlxb_reshape(s, op_util_slice_axis(s, idx, rank - 1, k, k + 1, 1), dims, rank - 1);
 }
 
 static bool claim_rank(claim_ctx *c, const op_def *def) {
@@ -89,10 +62,10 @@ static bool claim_rank(claim_ctx *c, const op_def *def) {
 static int lower_gather(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
   int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
-  int rank = index_input(c, 0, &x, dims);
-  if (rank < 0 || index_input(c, 1, &idx, idims) < 0) return -1;
+  int rank = op_util_input_dims(c, 0, &x, dims);
+  if (rank < 0 || op_util_input_dims(c, 1, &idx, idims) < 0) return -1;
   if (rank == 0) return op_fail(c, "data must have rank >= 1");
-  int axis = index_axis(ir_attr_int(op_node(c), "axis", 0), rank);
+  int axis = op_util_axis(ir_attr_int(op_node(c), "axis", 0), rank);
   if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
   if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
   return op_set_output(c, 0, mlxb_take(op_scope(c), x, index_clip(c, idx, dims[axis]), axis));
@@ -103,10 +76,10 @@ static int lower_gather(op_ctx *c, const op_def *def) {
 static int lower_gather_elements(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
   int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
-  int rank = index_input(c, 0, &x, dims);
-  if (rank < 0 || index_input(c, 1, &idx, idims) < 0) return -1;
+  int rank = op_util_input_dims(c, 0, &x, dims);
+  if (rank < 0 || op_util_input_dims(c, 1, &idx, idims) < 0) return -1;
   if (rank == 0 || mlxb_ndim(idx) != rank) return op_fail(c, "data and indices must have the same rank >= 1");
-  int axis = index_axis(ir_attr_int(op_node(c), "axis", 0), rank);
+  int axis = op_util_axis(ir_attr_int(op_node(c), "axis", 0), rank);
   if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
   if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
   /* Indices may be shorter than data on other axes: narrow data there (MLX would broadcast). */
@@ -128,8 +101,8 @@ static int lower_gather_elements(op_ctx *c, const op_def *def) {
 static int lower_gather_nd(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
   int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
-  int r = index_input(c, 0, &x, dims);
-  int q = r < 0 ? -1 : index_input(c, 1, &idx, idims);
+  int r = op_util_input_dims(c, 0, &x, dims);
+  int q = r < 0 ? -1 : op_util_input_dims(c, 1, &idx, idims);
   if (r < 0 || q < 0) return -1;
   int64_t b = ir_attr_int(op_node(c), "batch_dims", 0);
   if (q < 1 || b < 0 || b >= q || b >= r) return op_fail(c, "invalid batch_dims %lld for ranks %d, %d", (long long)b, r, q);
@@ -139,7 +112,7 @@ static int lower_gather_nd(op_ctx *c, const op_def *def) {
     if (dims[i] != idims[i]) return op_fail(c, "batch dimension %d differs between data and indices", i);
   mlxb_scope *s = op_scope(c);
   /* Fold the batch dims into one axis of size B, indexed by a broadcast iota. */
-  int64_t B = index_numel(dims, (int)b);
+  int64_t B = op_util_numel(dims, (int)b);
   int64_t xd[INDEX_MAX_RANK], id[INDEX_MAX_RANK], out[2 * INDEX_MAX_RANK];
   int xr = 0, ir = 0;
   if (b > 0) xd[xr++] = B, id[ir++] = B;
@@ -196,19 +169,19 @@ static bool claim_scatter(claim_ctx *c, const op_def *def) {
 static int lower_scatter_elements(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx, *upd;
   int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK], udims[INDEX_MAX_RANK];
-  int r = index_input(c, 0, &x, dims);
-  if (r < 0 || index_input(c, 1, &idx, idims) < 0 || index_input(c, 2, &upd, udims) < 0) return -1;
+  int r = op_util_input_dims(c, 0, &x, dims);
+  if (r < 0 || op_util_input_dims(c, 1, &idx, idims) < 0 || op_util_input_dims(c, 2, &upd, udims) < 0) return -1;
   mlxb_scatter_mode mode;
   if (!scatter_mode(ir_attr_string(op_node(c), "reduction", "none"), &mode)) return op_fail(c, "unknown reduction");
   if (r == 0 || mlxb_ndim(idx) != r || mlxb_ndim(upd) != r) return op_fail(c, "data, indices and updates need one rank >= 1");
   for (int i = 0; i < r; i++)
     if (idims[i] != udims[i]) return op_fail(c, "indices and updates differ in shape");
-  int axis = index_axis(ir_attr_int(op_node(c), "axis", 0), r);
+  int axis = op_util_axis(ir_attr_int(op_node(c), "axis", 0), r);
   if (axis < 0) return op_fail(c, "axis out of range for rank %d", r);
   for (int i = 0; i < r; i++)
     if (i != axis && idims[i] > dims[i]) return op_fail(c, "indices dim %d exceeds data's", i);
   if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
-  if (index_numel(idims, r) == 0) return op_set_output(c, 0, x);
+  if (op_util_numel(idims, r) == 0) return op_set_output(c, 0, x);
   /* A full coordinate per update: the indices on `axis`, iotas elsewhere. */
   mlxb_scope *s = op_scope(c);
   mlxb_array *parts[INDEX_MAX_RANK];
@@ -227,9 +200,9 @@ static int lower_scatter_elements(op_ctx *c, const op_def *def) {
 static int lower_scatter_nd(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx, *upd;
   int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK], udims[INDEX_MAX_RANK];
-  int r = index_input(c, 0, &x, dims);
-  int q = r < 0 ? -1 : index_input(c, 1, &idx, idims);
-  if (q < 0 || index_input(c, 2, &upd, udims) < 0) return -1;
+  int r = op_util_input_dims(c, 0, &x, dims);
+  int q = r < 0 ? -1 : op_util_input_dims(c, 1, &idx, idims);
+  if (q < 0 || op_util_input_dims(c, 2, &upd, udims) < 0) return -1;
   mlxb_scatter_mode mode;
   if (!scatter_mode(ir_attr_string(op_node(c), "reduction", "none"), &mode)) return op_fail(c, "unknown reduction");
   if (q < 1) return op_fail(c, "indices must have rank >= 1");
@@ -242,7 +215,7 @@ static int lower_scatter_nd(op_ctx *c, const op_def *def) {
     int64_t want = i < q - 1 ? idims[i] : dims[m + i - (q - 1)];
     if (udims[i] != want) return op_fail(c, "updates dim %d is %lld, expected %lld", i, (long long)udims[i], (long long)want);
   }
-  if (index_numel(idims, q - 1) == 0) return op_set_output(c, 0, x);
+  if (op_util_numel(idims, q - 1) == 0) return op_set_output(c, 0, x);
   mlxb_scope *s = op_scope(c);
   mlxb_array *parts[INDEX_MAX_RANK];
   int axes[INDEX_MAX_RANK];
@@ -262,19 +235,15 @@ static int lower_scatter_nd(op_ctx *c, const op_def *def) {
 
 /* ---- OneHot ------------------------------------------------------------------------------- */
 
-static bool index_is_float(int32_t t) {
-  return t == ONNX_FLOAT || t == ONNX_FLOAT16 || t == ONNX_DOUBLE || t == ONNX_BFLOAT16;
-}
-
 static int lower_one_hot(op_ctx *c, const op_def *def) {
   mlxb_array *idx, *vals;
   int64_t idims[INDEX_MAX_RANK], vdims[INDEX_MAX_RANK];
-  int r = index_input(c, 0, &idx, idims);
-  if (r < 0 || index_input(c, 2, &vals, vdims) < 0) return -1;
+  int r = op_util_input_dims(c, 0, &idx, idims);
+  if (r < 0 || op_util_input_dims(c, 2, &vals, vdims) < 0) return -1;
   if (r + 1 > INDEX_MAX_RANK) return op_fail(c, "indices rank %d too large", r);
   if (mlxb_size(vals) != 2) return op_fail(c, "values must hold [off, on]");
   int64_t depth;
-  if (index_is_float(op_input_dtype(c, 1))) {
+  if (op_util_onnx_is_float(op_input_dtype(c, 1))) {
     double d;
     if (op_input_doubles(c, 1, &d, 1) != 1) return op_check(c) ? -1 : op_fail(c, "depth must hold one value");
     depth = (int64_t)d; /* ORT casts the depth to int64 */
@@ -282,7 +251,7 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
     return op_check(c) ? -1 : op_fail(c, "depth must hold one value");
   }
   if (depth <= 0) return op_fail(c, "depth %lld must be positive", (long long)depth);
-  int axis = index_axis(ir_attr_int(op_node(c), "axis", -1), r + 1);
+  int axis = op_util_axis(ir_attr_int(op_node(c), "axis", -1), r + 1);
   if (axis < 0) return op_fail(c, "axis out of range for output rank %d", r + 1);
   mlxb_scope *s = op_scope(c);
   /* Compare in a dtype that holds every index and position exactly, as ORT compares
@@ -290,24 +259,21 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
    * unsigned ones in uint64 (never negative). Indices in [-depth, -1] count from the end. */
   int32_t it = op_input_dtype(c, 0);
   bool is_unsigned = it == ONNX_UINT8 || it == ONNX_UINT16 || it == ONNX_UINT32 || it == ONNX_UINT64;
-  mlxb_dtype ct = it == ONNX_DOUBLE ? MLXB_F64 : index_is_float(it) ? MLXB_F32 : is_unsigned ? MLXB_U64 : MLXB_I64;
+  mlxb_dtype ct = is_unsigned ? MLXB_U64 : MLXB_I64;
+  if (op_util_onnx_is_float(it)) ct = it == ONNX_DOUBLE ? MLXB_F64 : MLXB_F32;
   if (ct == MLXB_F32 && depth > (1 << 24)) return op_fail(c, "depth %lld is too large for float indices", (long long)depth);
   mlxb_array *pos = mlxb_astype(s, idx, ct);
   if (!is_unsigned) {
     mlxb_array *neg = mlxb_binary(s, MLXB_LESS, pos, mlxb_scalar_i64(s, 0, ct));
     pos = mlxb_where(s, neg, mlxb_binary(s, MLXB_ADD, pos, mlxb_scalar_i64(s, depth, ct)), pos);
   }
-  int64_t ed[INDEX_MAX_RANK], rd[INDEX_MAX_RANK];
-  for (int i = 0, j = 0; i <= r; i++) {
-    ed[i] = i == axis ? 1 : idims[j++];
-    rd[i] = i == axis ? depth : 1;
-  }
-  mlxb_array *iota = mlxb_reshape(s, mlxb_arange(s, 0, (double)depth, 1, ct), rd, r + 1);
+  int64_t ed[INDEX_MAX_RANK];
+  for (int i = 0, j = 0; i <= r; i++) ed[i] = i == axis ? 1 : idims[j++];
+  mlxb_array *iota = op_util_iota(s, 0, depth, axis, r + 1, ct);
   mlxb_array *hit = mlxb_binary(s, MLXB_EQUAL, mlxb_reshape(s, pos, ed, r + 1), iota);
   mlxb_array *flat = mlxb_reshape(s, vals, (const int64_t[]){2}, 1);
-  int64_t z[1] = {0}, one[1] = {1}, two[1] = {2}, st[1] = {1};
-  mlxb_array *off = mlxb_reshape(s, mlxb_slice(s, flat, z, one, st), NULL, 0);
-  mlxb_array *on = mlxb_reshape(s, mlxb_slice(s, flat, one, two, st), NULL, 0);
+  mlxb_array *off = mlxb_reshape(s, op_util_slice_axis(s, flat, 0, 0, 1, 1), NULL, 0);
+  mlxb_array *on = mlxb_reshape(s, op_util_slice_axis(s, flat, 0, 1, 2, 1), NULL, 0);
   return op_set_output(c, 0, mlxb_where(s, hit, on, off));
 }
 
@@ -316,19 +282,19 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
 static int lower_compress(op_ctx *c, const op_def *def) {
   mlxb_array *x, *cond;
   int64_t dims[INDEX_MAX_RANK], cdims[INDEX_MAX_RANK];
-  int r = index_input(c, 0, &x, dims);
-  if (r < 0 || index_input(c, 1, &cond, cdims) < 0) return -1;
+  int r = op_util_input_dims(c, 0, &x, dims);
+  if (r < 0 || op_util_input_dims(c, 1, &cond, cdims) < 0) return -1;
   if (mlxb_ndim(cond) != 1) return op_fail(c, "condition must be 1-D");
   mlxb_scope *s = op_scope(c);
   const ir_attr *axis_attr = ir_node_attr(op_node(c), "axis");
   int axis = 0;
   int64_t dim;
   if (axis_attr) {
-    axis = index_axis(axis_attr->i, r);
+    axis = op_util_axis(axis_attr->i, r);
     if (axis < 0) return op_fail(c, "axis out of range for rank %d", r);
     dim = dims[axis];
   } else {
-    dim = index_numel(dims, r);
+    dim = op_util_numel(dims, r);
     x = mlxb_reshape(s, x, &dim, 1);
   }
   /* The condition's values decide the output shape: read them on the host. Entries past the

@@ -3,7 +3,7 @@
  * with them (MLX does no bounds checks), and ignore_index rows are masked out with where. */
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
 #define LOSS_MAX_RANK 32
 
@@ -107,8 +107,7 @@ static int lower_softmax_ce(op_ctx *c, const op_def *def) {
   mlxb_array *y = loss_nll(c, lp, t, op_input(c, 2));
   if (!y) return op_check(c) ? -1 : op_fail(c, "loss was not computed");
   if (op_set_output(c, 0, y)) return -1;
-  if (op_has_output(c, 1)) return op_set_output(c, 1, lp);
-  return 0;
+  return op_util_set_optional(c, 1, lp);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

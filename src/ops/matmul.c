@@ -5,33 +5,15 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define MATMUL_MAX_RANK 32
+#define MATMUL_MAX_RANK OP_UTIL_MAX_RANK
 /* Elements of one broadcast product chunk [batch..., M, k, N] in integer MatMul. */
 #define MATMUL_INT_CHUNK_ELEMS ((int64_t)1 << 24)
 #define EINSUM_MAX_EQUATION 512
 #define EINSUM_MAX_INPUTS 16
 
-static bool dtype_is_float(mlxb_dtype t) {
-  return t == MLXB_F16 || t == MLXB_BF16 || t == MLXB_F32 || t == MLXB_F64;
-}
-
 /* ---- MatMul ------------------------------------------------------------------------------- */
-
-/* x[..., start:stop] along one axis (non-negative axis). */
-static mlxb_array *slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop) {
-  int64_t lo[MATMUL_MAX_RANK], hi[MATMUL_MAX_RANK], step[MATMUL_MAX_RANK];
-  int rank = mlxb_ndim(x);
-  mlxb_shape(x, hi);
-  for (int i = 0; i < rank; i++) {
-    lo[i] = 0;
-    step[i] = 1;
-  }
-  lo[axis] = start;
-  hi[axis] = stop;
-  return mlxb_slice(s, x, lo, hi, step);
-}
 
 /* Elements of the broadcast batch shape of a [..., M, K] and b [..., K, N] (ranks >= 2). */
 static int64_t matmul_batch_elems(const mlxb_array *a, const mlxb_array *b) {
@@ -72,7 +54,8 @@ static mlxb_array *matmul_int(mlxb_scope *s, mlxb_array *a, mlxb_array *b) {
   int64_t k0 = 0;
   do { /* at least once, so that K == 0 still yields zeros of the right shape */
     int64_t k1 = k - k0 < chunk ? k : k0 + chunk;
-    mlxb_array *prod = mlxb_binary(s, MLXB_MUL, slice_axis(s, ae, ka, k0, k1), slice_axis(s, be, kb, k0, k1));
+    mlxb_array *a_part = op_util_slice_axis(s, ae, ka, k0, k1, 1), *b_part = op_util_slice_axis(s, be, kb, k0, k1, 1);
+    mlxb_array *prod = mlxb_binary(s, MLXB_MUL, a_part, b_part);
     mlxb_array *part = mlxb_reduce(s, MLXB_RSUM, prod, &sum_axis, 1, false);
     acc = acc ? mlxb_binary(s, MLXB_ADD, acc, part) : part;
     k0 = k1;
@@ -91,7 +74,7 @@ static int lower_matmul(op_ctx *c, const op_def *def) {
   if (mlxb_ndim(a) == 0 || mlxb_ndim(b) == 0) return op_fail(c, "MatMul operands must have rank >= 1");
   if (mlxb_type(a) != mlxb_type(b)) return op_fail(c, "operand dtypes differ");
   mlxb_scope *s = op_scope(c);
-  if (dtype_is_float(mlxb_type(a))) return op_set_output(c, 0, mlxb_matmul(s, a, b));
+  if (op_util_is_float(mlxb_type(a))) return op_set_output(c, 0, mlxb_matmul(s, a, b));
   return op_set_output(c, 0, matmul_int(s, a, b));
 }
 

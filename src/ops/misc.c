@@ -6,27 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define MISC_MAX_RANK 32
+#define MISC_MAX_RANK OP_UTIL_MAX_RANK
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-static int misc_axis(int64_t axis, int rank) {
-  if (axis < -(int64_t)rank || axis >= rank) return -1;
-  return (int)(axis < 0 ? axis + rank : axis);
-}
-
-static int misc_dims(op_ctx *c, mlxb_array *x, int64_t *dims) {
-  int r = mlxb_ndim(x);
-  if (r > MISC_MAX_RANK) return op_fail(c, "rank %d is too large", r);
-  mlxb_shape(x, dims);
-  return r;
-}
-
-static bool misc_is_float(int32_t t) {
-  return t == ONNX_FLOAT || t == ONNX_FLOAT16 || t == ONNX_BFLOAT16 || t == ONNX_DOUBLE;
-}
 
 static bool claim_rank_limit(claim_ctx *c, const op_def *def) {
   const ir_value *x = claim_input(c, 0);
@@ -64,7 +48,7 @@ static int lower_dropout(op_ctx *c, const op_def *def) {
   int mt = op_mlx_dtype(op_output_dtype(c, 1));
   if (mt < 0) mt = MLXB_BOOL;
   int64_t dims[MISC_MAX_RANK];
-  int r = misc_dims(c, x, dims);
+  int r = op_util_dims(c, x, dims);
   if (r < 0) return -1;
   bool on = op_node(c)->since_version >= 12;
   mlxb_array *v = mlxb_scalar_i64(s, on ? 1 : 0, (mlxb_dtype)mt);
@@ -77,18 +61,15 @@ static int lower_dropout(op_ctx *c, const op_def *def) {
  * uses); float16 is factored in float32 and rounded once. */
 static int lower_det(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
-  mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  mlxb_array *x;
   int64_t dims[MISC_MAX_RANK];
-  int r = misc_dims(c, x, dims);
+  int r = op_util_input_dims(c, 0, &x, dims);
   if (r < 0) return -1;
   if (r < 2 || dims[r - 1] != dims[r - 2]) return op_fail(c, "input must be [..., M, M]");
   mlxb_dtype out = mlxb_type(x), work = out == MLXB_F64 ? MLXB_F64 : MLXB_F32;
   int64_t n = dims[r - 1];
   if (n == 0) return op_set_output(c, 0, mlxb_full(s, dims, r - 2, mlxb_scalar_f64(s, 1.0, out), out));
-  int64_t total = 1;
-  for (int i = 0; i < r - 2; i++) total *= dims[i];
-  if (total == 0) return op_set_output(c, 0, mlxb_zeros(s, dims, r - 2, out));
+  if (op_util_numel(dims, r - 2) == 0) return op_set_output(c, 0, mlxb_zeros(s, dims, r - 2, out));
   mlxb_array *lu, *piv;
   if (mlxb_lu_factor(s, mlxb_astype(s, x, work), &lu, &piv)) return op_check(c);
   int64_t idims[MISC_MAX_RANK];
@@ -117,17 +98,16 @@ static int lower_reverse_sequence(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *lens = op_input(c, 1);
   if (!x || !lens) return op_check(c) ? -1 : op_fail(c, "input and sequence_lens are required");
   int64_t dims[MISC_MAX_RANK];
-  int r = misc_dims(c, x, dims);
+  int r = op_util_dims(c, x, dims);
   if (r < 0) return -1;
   const ir_node *n = op_node(c);
   int64_t ta = ir_attr_int(n, "time_axis", 0), ba = ir_attr_int(n, "batch_axis", 1);
   if (r < 2 || !((ta == 0 && ba == 1) || (ta == 1 && ba == 0))) return op_fail(c, "time_axis/batch_axis must be 0/1 or 1/0 on rank >= 2");
   int64_t steps = dims[ta], batch = dims[ba];
   if (mlxb_ndim(lens) != 1 || mlxb_dim(lens, 0) != batch) return op_fail(c, "sequence_lens must hold one length per batch entry");
-  int64_t tshape[2], bshape[2];
-  tshape[ta] = steps, tshape[ba] = 1;
+  int64_t bshape[2];
   bshape[ta] = 1, bshape[ba] = batch;
-  mlxb_array *t = mlxb_reshape(s, mlxb_arange(s, 0, (double)steps, 1, MLXB_I64), tshape, 2);
+  mlxb_array *t = op_util_iota(s, 0, steps, (int)ta, 2, MLXB_I64);
   mlxb_array *len = mlxb_clip(s, mlxb_astype(s, lens, MLXB_I64), mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, steps, MLXB_I64));
   len = mlxb_reshape(s, len, bshape, 2);
   mlxb_array *rev = mlxb_binary(s, MLXB_SUB, mlxb_binary(s, MLXB_SUB, len, mlxb_scalar_i64(s, 1, MLXB_I64)), t);
@@ -153,9 +133,10 @@ static int lower_tensor_scatter(op_ctx *c, const op_def *def) {
   mlxb_array *past = op_input(c, 0), *upd = op_input(c, 1), *w = op_input(c, 2);
   if (!past || !upd) return op_check(c) ? -1 : op_fail(c, "past_cache and update are required");
   int64_t dims[MISC_MAX_RANK], udims[MISC_MAX_RANK];
-  int r = misc_dims(c, past, dims);
-  if (r < 0 || misc_dims(c, upd, udims) != r) return op_check(c) ? -1 : op_fail(c, "past_cache and update ranks differ");
-  int axis = misc_axis(ir_attr_int(op_node(c), "axis", -2), r);
+  int r = op_util_dims(c, past, dims);
+  if (r < 0 || op_util_dims(c, upd, udims) != r)
+    return op_check(c) ? -1 : op_fail(c, "past_cache and update ranks differ");
+  int axis = op_util_axis(ir_attr_int(op_node(c), "axis", -2), r);
   if (r < 2 || axis <= 0) return op_fail(c, "axis must name a non-batch axis");
   for (int i = 0; i < r; i++)
     if (i != axis && dims[i] != udims[i]) return op_fail(c, "update differs from past_cache outside the sequence axis");
@@ -163,10 +144,10 @@ static int lower_tensor_scatter(op_ctx *c, const op_def *def) {
   if (seq > cache) return op_fail(c, "update holds %lld steps, the cache %lld", (long long)seq, (long long)cache);
   if (seq == 0 || mlxb_size(upd) == 0) return op_set_output(c, 0, past);
   bool circular = !strcmp(ir_attr_string(op_node(c), "mode", "linear"), "circular");
-  int64_t bshape[2] = {batch, 1}, sshape[2] = {1, seq};
+  int64_t bshape[2] = {batch, 1};
   mlxb_array *start = w ? mlxb_reshape(s, mlxb_astype(s, w, MLXB_I64), bshape, 2) : mlxb_zeros(s, bshape, 2, MLXB_I64);
   if (w && (mlxb_ndim(w) != 1 || mlxb_dim(w, 0) != batch)) return op_fail(c, "write_indices must hold one index per batch entry");
-  mlxb_array *pos = mlxb_binary(s, MLXB_ADD, start, mlxb_reshape(s, mlxb_arange(s, 0, (double)seq, 1, MLXB_I64), sshape, 2));
+  mlxb_array *pos = mlxb_binary(s, MLXB_ADD, start, op_util_iota(s, 0, seq, 1, 2, MLXB_I64));
   mlxb_array *cl = mlxb_scalar_i64(s, cache, MLXB_I64);
   pos = circular ? mlxb_binary(s, MLXB_REMAINDER, pos, cl)
                  : mlxb_clip(s, pos, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, cache - 1, MLXB_I64));
@@ -199,7 +180,7 @@ static int lower_scatter(op_ctx *c, const op_def *def) {
 static int host_values(op_ctx *c, int i, size_t count, double **f, int64_t **q) {
   *f = NULL, *q = NULL;
   if (count > (size_t)INT32_MAX) return op_fail(c, "input %d has too many elements to read", i);
-  if (misc_is_float(op_input_dtype(c, i))) {
+  if (op_util_onnx_is_float(op_input_dtype(c, i))) {
     *f = malloc((count ? count : 1) * sizeof **f);
     if (!*f) return op_fail(c, "out of memory");
     if (op_input_doubles(c, i, *f, (int)count) != (int)count) return free(*f), *f = NULL, op_check(c) ? -1 : op_fail(c, "cannot read input %d", i);
@@ -222,10 +203,9 @@ static bool claim_nonzero(claim_ctx *c, const op_def *def) {
 /* The coordinates of every nonzero element, row-major: int64 [rank, count]. NaN counts as
  * nonzero. A scalar gives [1, count], as ORT does. */
 static int lower_nonzero(op_ctx *c, const op_def *def) {
-  mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  mlxb_array *x;
   int64_t dims[MISC_MAX_RANK];
-  int r = misc_dims(c, x, dims);
+  int r = op_util_input_dims(c, 0, &x, dims);
   if (r < 0) return -1;
   size_t n = mlxb_size(x);
   double *f;
@@ -353,10 +333,9 @@ static size_t unique_group(const unique_rows *u, unique_work *w, bool sorted) {
 
 static int lower_unique(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
-  mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  mlxb_array *x;
   int64_t dims[MISC_MAX_RANK];
-  int r = misc_dims(c, x, dims);
+  int r = op_util_input_dims(c, 0, &x, dims);
   if (r < 0) return -1;
   const ir_node *n = op_node(c);
   const ir_attr *axis_attr = ir_node_attr(n, "axis");
@@ -365,7 +344,7 @@ static int lower_unique(op_ctx *c, const op_def *def) {
   unique_rows u = {NULL, NULL, op_input_dtype(c, 0) == ONNX_UINT64, total, 1, 1};
   int axis = 0;
   if (axis_attr) {
-    axis = misc_axis(axis_attr->i, r);
+    axis = op_util_axis(axis_attr->i, r);
     if (axis < 0) return op_fail(c, "axis out of range for rank %d", r);
     u.rows = (size_t)dims[axis];
     for (int i = axis + 1; i < r; i++) u.inner *= (size_t)dims[i];

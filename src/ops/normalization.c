@@ -5,38 +5,15 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define NORM_MAX_RANK 32
+#define NORM_MAX_RANK OP_UTIL_MAX_RANK
 #define LRN_MAX_SIZE 128
 
 enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX };
 enum { GN_PER_GROUP, GN_PER_CHANNEL };
 
 /* ---- small helpers ------------------------------------------------------------------------- */
-
-static mlxb_dtype dtype_compute(mlxb_dtype t) { return (t == MLXB_F16 || t == MLXB_BF16) ? MLXB_F32 : t; }
-
-static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
-
-static int axis_normalize(int64_t axis, int rank) {
-  if (axis < 0) axis += rank;
-  return (axis < 0 || axis >= rank) ? -1 : (int)axis;
-}
-
-static int64_t dims_product(const int64_t *dims, int from, int to) {
-  int64_t n = 1;
-  for (int i = from; i < to; i++) n *= dims[i];
-  return n;
-}
-
-static mlxb_array *reshape_2(mlxb_scope *s, mlxb_array *x, int64_t d0, int64_t d1) {
-  int64_t dims[2] = {d0, d1};
-  return mlxb_reshape(s, x, dims, 2);
-}
 
 static mlxb_array *reshape_3(mlxb_scope *s, mlxb_array *x, int64_t d0, int64_t d1, int64_t d2) {
   int64_t dims[3] = {d0, d1, d2};
@@ -47,16 +24,25 @@ static mlxb_array *reduce_axis(mlxb_scope *s, mlxb_reduce_op op, mlxb_array *x, 
   return mlxb_reduce(s, op, x, &axis, 1, true);
 }
 
-static mlxb_array *scalar_like(mlxb_scope *s, double v, const mlxb_array *x) {
-  return x ? mlxb_scalar_f64(s, v, mlxb_type(x)) : NULL;
+/* x's dims; the rank, or -1 with the failure recorded when it is above NORM_MAX_RANK or below
+ * min_rank. */
+static int norm_dims(op_ctx *c, const mlxb_array *x, int64_t *dims, int min_rank) {
+  int rank = op_util_dims(c, x, dims);
+  if (rank >= 0 && rank < min_rank) return op_fail(c, "input rank %d < %d", rank, min_rank);
+  return rank;
 }
 
-/* Fetches the input's shape; fails above NORM_MAX_RANK. */
-static int input_shape(op_ctx *c, mlxb_array *x, int64_t *dims, int *rank) {
-  *rank = mlxb_ndim(x);
-  if (*rank > NORM_MAX_RANK) return op_fail(c, "rank %d exceeds %d", *rank, NORM_MAX_RANK);
-  mlxb_shape(x, dims);
-  return 0;
+/* x's dims and the node's `axis` attribute (default -1) resolved against x's rank: the axis, or
+ * -1 with the failure recorded. */
+static int norm_dims_axis(op_ctx *c, mlxb_array *x, int64_t *dims, int *rank) {
+  *rank = op_util_dims(c, x, dims);
+  if (*rank < 0) return -1;
+  return op_util_resolve_axis(c, ir_attr_int(op_node(c), "axis", -1), *rank);
+}
+
+/* x as 2-D [prod(dims[:axis]), prod(dims[axis:])]: norms over axis..end work on its rows. */
+static mlxb_array *norm_flatten_at(mlxb_scope *s, mlxb_array *x, const int64_t *dims, int rank, int axis) {
+  return op_util_reshape2(s, x, op_util_numel(dims, axis), op_util_numel(dims + axis, rank - axis));
 }
 
 /* Normalizes the last axis of a 2-D/3-D float array: returns (x - mean) / sqrt(var + eps) and,
@@ -67,7 +53,7 @@ static mlxb_array *standardize_last(mlxb_scope *s, mlxb_array *x, double eps, ml
   mlxb_array *mean = reduce_axis(s, MLXB_RMEAN, x, axis);
   mlxb_array *d = mlxb_binary(s, MLXB_SUB, x, mean);
   mlxb_array *var = reduce_axis(s, MLXB_RMEAN, mlxb_binary(s, MLXB_MUL, d, d), axis);
-  mlxb_array *std = mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, var, scalar_like(s, eps, var)));
+  mlxb_array *std = mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, var, op_util_scalar_like(s, eps, var)));
   if (mean_out) *mean_out = mean;
   if (std_out) *std_out = std;
   return mlxb_binary(s, MLXB_DIV, d, std);
@@ -79,7 +65,14 @@ static mlxb_array *channel_param(mlxb_scope *s, mlxb_array *v, int rank, mlxb_dt
   if (!v) return NULL;
   dims[0] = (int64_t)mlxb_size(v);
   for (int i = 1; i < rank - 1; i++) dims[i] = 1;
-  return cast_to(s, mlxb_reshape(s, v, dims, rank - 1), t);
+  return op_util_cast(s, mlxb_reshape(s, v, dims, rank - 1), t);
+}
+
+/* y * scale + bias, both per-channel vectors shaped by channel_param for rank and dtype t. */
+static mlxb_array *channel_affine(mlxb_scope *s, mlxb_array *y, mlxb_array *scale, mlxb_array *bias, int rank,
+                                  mlxb_dtype t) {
+  y = mlxb_binary(s, MLXB_MUL, y, channel_param(s, scale, rank, t));
+  return mlxb_binary(s, MLXB_ADD, y, channel_param(s, bias, rank, t));
 }
 
 /* ---- Softmax, LogSoftmax, Hardmax --------------------------------------------------------- */
@@ -87,19 +80,15 @@ static mlxb_array *channel_param(mlxb_scope *s, mlxb_array *v, int rank, mlxb_dt
 static mlxb_array *softmax_kind(mlxb_scope *s, int kind, mlxb_array *x, int axis) {
   mlxb_dtype t = mlxb_type(x);
   if (kind == SM_HARDMAX) {
-    int64_t n = mlxb_dim(x, axis);
-    int64_t dims[NORM_MAX_RANK];
-    int rank = mlxb_ndim(x);
-    for (int i = 0; i < rank; i++) dims[i] = i == axis ? n : 1;
-    mlxb_array *pos = mlxb_reshape(s, mlxb_arange(s, 0.0, (double)n, 1.0, MLXB_U32), dims, rank);
+    mlxb_array *pos = op_util_iota(s, 0, mlxb_dim(x, axis), axis, mlxb_ndim(x), MLXB_U32);
     mlxb_array *best = mlxb_argmax(s, x, axis, true); /* first index on ties, as ORT */
     return mlxb_astype(s, mlxb_binary(s, MLXB_EQUAL, pos, best), t);
   }
-  mlxb_array *xc = cast_to(s, x, dtype_compute(t));
-  if (kind == SM_SOFTMAX) return cast_to(s, mlxb_softmax(s, xc, &axis, 1, false), t);
+  mlxb_array *xc = op_util_cast(s, x, op_util_compute_type(t));
+  if (kind == SM_SOFTMAX) return op_util_cast(s, mlxb_softmax(s, xc, &axis, 1, false), t);
   mlxb_array *shifted = mlxb_binary(s, MLXB_SUB, xc, reduce_axis(s, MLXB_RMAX, xc, axis));
   mlxb_array *lse = mlxb_unary(s, MLXB_LOG, reduce_axis(s, MLXB_RSUM, mlxb_unary(s, MLXB_EXP, shifted), axis));
-  return cast_to(s, mlxb_binary(s, MLXB_SUB, shifted, lse), t);
+  return op_util_cast(s, mlxb_binary(s, MLXB_SUB, shifted, lse), t);
 }
 
 /* MLX's float64 exp is only float32-accurate; Hardmax needs no exp. */
@@ -115,16 +104,16 @@ static int lower_softmax(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
   int64_t dims[NORM_MAX_RANK];
-  int rank;
   if (!x) return op_fail(c, "missing input");
-  if (input_shape(c, x, dims, &rank)) return -1;
+  int rank = op_util_dims(c, x, dims);
+  if (rank < 0) return -1;
   bool legacy = def->since_max < 13;
   int64_t raw = ir_attr_int(op_node(c), "axis", legacy ? 1 : -1);
-  int axis = legacy && (raw == rank) ? rank : axis_normalize(raw, rank);
-  if (axis < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)raw, rank);
+  int axis = legacy && (raw == rank) ? rank : op_util_resolve_axis(c, raw, rank);
+  if (axis < 0) return -1;
   if (mlxb_size(x) == 0) return op_set_output(c, 0, x);
   if (!legacy) return op_set_output(c, 0, softmax_kind(s, def->arg, x, axis));
-  mlxb_array *x2 = reshape_2(s, x, dims_product(dims, 0, axis), dims_product(dims, axis, rank));
+  mlxb_array *x2 = norm_flatten_at(s, x, dims, rank, axis);
   mlxb_array *y = x2 ? softmax_kind(s, def->arg, x2, 1) : NULL;
   return op_set_output(c, 0, y ? mlxb_reshape(s, y, dims, rank) : NULL);
 }
@@ -146,7 +135,7 @@ static int layernorm_stats_output(op_ctx *c, int i, mlxb_array *v, const int64_t
   for (int k = 0; k < rank; k++) shape[k] = k < axis ? dims[k] : 1;
   int t = op_mlx_dtype(op_output_dtype(c, i));
   if (t < 0) t = MLXB_F32;
-  return op_set_output(c, i, cast_to(s, mlxb_reshape(s, v, shape, rank), (mlxb_dtype)t));
+  return op_set_output(c, i, op_util_cast(s, mlxb_reshape(s, v, shape, rank), (mlxb_dtype)t));
 }
 
 static int lower_layernorm(op_ctx *c, const op_def *def) {
@@ -155,23 +144,21 @@ static int lower_layernorm(op_ctx *c, const op_def *def) {
   int64_t dims[NORM_MAX_RANK];
   int rank;
   if (!x || !scale) return op_fail(c, "missing input");
-  if (input_shape(c, x, dims, &rank)) return -1;
-  int64_t raw = ir_attr_int(op_node(c), "axis", -1);
-  int axis = axis_normalize(raw, rank);
-  if (axis < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)raw, rank);
+  int axis = norm_dims_axis(c, x, dims, &rank);
+  if (axis < 0) return -1;
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   bool want_mean = op_has_output(c, 1), want_inv = op_has_output(c, 2);
   mlxb_dtype t = mlxb_type(x);
   if (!want_mean && !want_inv && axis == rank - 1 && t != MLXB_F64 && is_vector_of(scale, dims[axis]) &&
       (!bias || is_vector_of(bias, dims[axis])))
     return op_set_output(c, 0, mlxb_layer_norm(s, x, scale, bias, eps));
-  mlxb_dtype ct = dtype_compute(t);
+  mlxb_dtype ct = op_util_compute_type(t);
   mlxb_array *mean, *std;
-  mlxb_array *x2 = cast_to(s, reshape_2(s, x, dims_product(dims, 0, axis), dims_product(dims, axis, rank)), ct);
+  mlxb_array *x2 = op_util_cast(s, norm_flatten_at(s, x, dims, rank, axis), ct);
   mlxb_array *y = mlxb_reshape(s, standardize_last(s, x2, eps, &mean, &std), dims, rank);
-  y = mlxb_binary(s, MLXB_MUL, y, cast_to(s, scale, ct));
-  if (bias) y = mlxb_binary(s, MLXB_ADD, y, cast_to(s, bias, ct));
-  if (op_set_output(c, 0, cast_to(s, y, t))) return -1;
+  y = mlxb_binary(s, MLXB_MUL, y, op_util_cast(s, scale, ct));
+  if (bias) y = mlxb_binary(s, MLXB_ADD, y, op_util_cast(s, bias, ct));
+  if (op_set_output(c, 0, op_util_cast(s, y, t))) return -1;
   if (want_mean && layernorm_stats_output(c, 1, mean, dims, axis, rank)) return -1;
   if (want_inv && layernorm_stats_output(c, 2, mlxb_unary(s, MLXB_RECIPROCAL, std), dims, axis, rank)) return -1;
   return 0;
@@ -183,21 +170,18 @@ static int lower_rmsnorm(op_ctx *c, const op_def *def) {
   int64_t dims[NORM_MAX_RANK];
   int rank;
   if (!x || !scale) return op_fail(c, "missing input");
-  if (input_shape(c, x, dims, &rank)) return -1;
-  int64_t raw = ir_attr_int(op_node(c), "axis", -1);
-  int axis = axis_normalize(raw, rank);
-  if (axis < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)raw, rank);
+  int axis = norm_dims_axis(c, x, dims, &rank);
+  if (axis < 0) return -1;
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x);
   if (axis == rank - 1 && t != MLXB_F64 && is_vector_of(scale, dims[axis]) && mlxb_type(scale) == t)
     return op_set_output(c, 0, mlxb_rms_norm(s, x, scale, eps));
   /* the ONNX function: normalize in float32, cast to T, then multiply by scale in T */
-  mlxb_array *x2 = cast_to(s, reshape_2(s, x, dims_product(dims, 0, axis), dims_product(dims, axis, rank)),
-                           dtype_compute(t));
+  mlxb_array *x2 = op_util_cast(s, norm_flatten_at(s, x, dims, rank, axis), op_util_compute_type(t));
   mlxb_array *ms = reduce_axis(s, MLXB_RMEAN, mlxb_binary(s, MLXB_MUL, x2, x2), 1);
-  mlxb_array *rms = mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, ms, scalar_like(s, eps, ms)));
-  mlxb_array *y = cast_to(s, mlxb_reshape(s, mlxb_binary(s, MLXB_DIV, x2, rms), dims, rank), t);
-  return op_set_output(c, 0, mlxb_binary(s, MLXB_MUL, y, cast_to(s, scale, t)));
+  mlxb_array *rms = mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, ms, op_util_scalar_like(s, eps, ms)));
+  mlxb_array *y = op_util_cast(s, mlxb_reshape(s, mlxb_binary(s, MLXB_DIV, x2, rms), dims, rank), t);
+  return op_set_output(c, 0, mlxb_binary(s, MLXB_MUL, y, op_util_cast(s, scale, t)));
 }
 
 /* ---- BatchNormalization (inference) ------------------------------------------------------- */
@@ -223,16 +207,16 @@ static int lower_batchnorm(op_ctx *c, const op_def *def) {
   for (int i = 1; i < 5; i++)
     if (!op_input(c, i)) return op_fail(c, "missing input %d", i);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
-  mlxb_dtype t = mlxb_type(x), ct = dtype_compute(t);
+  mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   mlxb_array *scale = channel_param(s, op_input(c, 1), rank, ct), *b = channel_param(s, op_input(c, 2), rank, ct);
   mlxb_array *mean = channel_param(s, op_input(c, 3), rank, ct), *var = channel_param(s, op_input(c, 4), rank, ct);
   /* ORT's form: y = x * (scale / sqrt(var + eps)) + (b - mean * scale / sqrt(var + eps)) */
-  mlxb_array *std = mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, var, scalar_like(s, eps, var)));
+  mlxb_array *std = mlxb_unary(s, MLXB_SQRT, mlxb_binary(s, MLXB_ADD, var, op_util_scalar_like(s, eps, var)));
   mlxb_array *inv_std = mlxb_unary(s, MLXB_RECIPROCAL, std);
   mlxb_array *k = mlxb_binary(s, MLXB_MUL, inv_std, scale);
   mlxb_array *shift = mlxb_binary(s, MLXB_SUB, b, mlxb_binary(s, MLXB_MUL, mean, k));
-  mlxb_array *y = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, cast_to(s, x, ct), k), shift);
-  return op_set_output(c, 0, cast_to(s, y, t));
+  mlxb_array *y = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, op_util_cast(s, x, ct), k), shift);
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 /* ---- InstanceNormalization, GroupNormalization -------------------------------------------- */
@@ -241,17 +225,14 @@ static int lower_instancenorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
   int64_t dims[NORM_MAX_RANK];
-  int rank;
   if (!x || !scale || !bias) return op_fail(c, "missing input");
-  if (input_shape(c, x, dims, &rank)) return -1;
-  if (rank < 3) return op_fail(c, "input rank %d < 3", rank);
+  int rank = norm_dims(c, x, dims, 3);
+  if (rank < 0) return -1;
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
-  mlxb_dtype t = mlxb_type(x), ct = dtype_compute(t);
-  mlxb_array *x3 = cast_to(s, reshape_3(s, x, dims[0], dims[1], dims_product(dims, 2, rank)), ct);
+  mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
+  mlxb_array *x3 = op_util_cast(s, reshape_3(s, x, dims[0], dims[1], op_util_numel(dims + 2, rank - 2)), ct);
   mlxb_array *y = mlxb_reshape(s, standardize_last(s, x3, eps, NULL, NULL), dims, rank);
-  y = mlxb_binary(s, MLXB_MUL, y, channel_param(s, scale, rank, ct));
-  y = mlxb_binary(s, MLXB_ADD, y, channel_param(s, bias, rank, ct));
-  return op_set_output(c, 0, cast_to(s, y, t));
+  return op_set_output(c, 0, op_util_cast(s, channel_affine(s, y, scale, bias, rank, ct), t));
 }
 
 static bool claim_groupnorm(claim_ctx *c, const op_def *def) {
@@ -267,28 +248,23 @@ static int lower_groupnorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
   int64_t dims[NORM_MAX_RANK];
-  int rank;
   if (!x || !scale || !bias) return op_fail(c, "missing input");
-  if (input_shape(c, x, dims, &rank)) return -1;
-  if (rank < 2) return op_fail(c, "input rank %d < 2", rank);
+  int rank = norm_dims(c, x, dims, 2);
+  if (rank < 0) return -1;
   int64_t groups = ir_attr_int(op_node(c), "num_groups", 0);
   if (groups <= 0 || dims[1] % groups)
     return op_fail(c, "channels %lld not divisible by num_groups %lld", (long long)dims[1], (long long)groups);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
-  mlxb_dtype t = mlxb_type(x), ct = def->arg == GN_PER_GROUP ? dtype_compute(t) : MLXB_F32;
-  int64_t spatial = dims_product(dims, 2, rank);
-  mlxb_array *x3 = cast_to(s, reshape_3(s, x, dims[0], groups, dims[1] / groups * spatial), ct);
+  mlxb_dtype t = mlxb_type(x), ct = def->arg == GN_PER_GROUP ? op_util_compute_type(t) : MLXB_F32;
+  int64_t spatial = op_util_numel(dims + 2, rank - 2);
+  mlxb_array *x3 = op_util_cast(s, reshape_3(s, x, dims[0], groups, dims[1] / groups * spatial), ct);
   mlxb_array *norm = standardize_last(s, x3, eps, NULL, NULL);
-  mlxb_array *y;
   if (def->arg == GN_PER_GROUP) {
-    y = mlxb_binary(s, MLXB_MUL, norm, channel_param(s, scale, 3, ct));
-    y = mlxb_binary(s, MLXB_ADD, y, channel_param(s, bias, 3, ct));
-    return op_set_output(c, 0, cast_to(s, mlxb_reshape(s, y, dims, rank), t));
+    mlxb_array *y = channel_affine(s, norm, scale, bias, 3, ct);
+    return op_set_output(c, 0, op_util_cast(s, mlxb_reshape(s, y, dims, rank), t));
   }
-  y = cast_to(s, reshape_3(s, norm, dims[0], dims[1], spatial), t);
-  y = mlxb_binary(s, MLXB_MUL, y, channel_param(s, scale, 3, t));
-  y = mlxb_binary(s, MLXB_ADD, y, channel_param(s, bias, 3, t));
-  return op_set_output(c, 0, mlxb_reshape(s, y, dims, rank));
+  mlxb_array *y = op_util_cast(s, reshape_3(s, norm, dims[0], dims[1], spatial), t);
+  return op_set_output(c, 0, mlxb_reshape(s, channel_affine(s, y, scale, bias, 3, t), dims, rank));
 }
 
 /* ---- LpNormalization, MeanVarianceNormalization ------------------------------------------- */
@@ -303,19 +279,17 @@ static int lower_lpnorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
   if (!x) return op_fail(c, "missing input");
-  int rank = mlxb_ndim(x);
-  int64_t raw = ir_attr_int(op_node(c), "axis", -1);
-  int axis = axis_normalize(raw, rank);
-  if (axis < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)raw, rank);
+  int axis = op_util_resolve_axis(c, ir_attr_int(op_node(c), "axis", -1), mlxb_ndim(x));
+  if (axis < 0) return -1;
   bool l1 = ir_attr_int(op_node(c), "p", 2) == 1;
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *xc = cast_to(s, x, dtype_compute(t));
+  mlxb_array *xc = op_util_cast(s, x, op_util_compute_type(t));
   mlxb_array *norm = l1 ? reduce_axis(s, MLXB_RSUM, mlxb_unary(s, MLXB_ABS, xc), axis)
                         : mlxb_unary(s, MLXB_SQRT, reduce_axis(s, MLXB_RSUM, mlxb_binary(s, MLXB_MUL, xc, xc), axis));
   /* ORT writes zeros where the norm is 0 */
-  mlxb_array *zero = scalar_like(s, 0.0, xc);
+  mlxb_array *zero = op_util_scalar_like(s, 0.0, xc);
   mlxb_array *y = mlxb_where(s, mlxb_binary(s, MLXB_EQUAL, norm, zero), zero, mlxb_binary(s, MLXB_DIV, xc, norm));
-  return op_set_output(c, 0, cast_to(s, y, t));
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 /* ORT's kernel: (x - mean) / sqrt(mean((x - mean)^2)) without the function's 1e-9, axes out of
@@ -333,7 +307,7 @@ static int lower_mvn(op_ctx *c, const op_def *def) {
   bool used[NORM_MAX_RANK] = {false};
   int list[NORM_MAX_RANK], count = 0;
   for (size_t i = 0; i < n; i++) {
-    int a = axis_normalize(axes[i], rank);
+    int a = op_util_axis(axes[i], rank);
     if (a >= 0) used[a] = true;
   }
   for (int a = 0; a < rank; a++)
@@ -366,37 +340,29 @@ static int lower_lrn(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
   int64_t dims[NORM_MAX_RANK];
-  int rank;
   if (!x) return op_fail(c, "missing input");
-  if (input_shape(c, x, dims, &rank)) return -1;
-  if (rank < 2) return op_fail(c, "input rank %d < 2", rank);
+  int rank = norm_dims(c, x, dims, 2);
+  if (rank < 0) return -1;
   int64_t size = ir_attr_int(n, "size", 1);
   if (size < 1 || size > LRN_MAX_SIZE) return op_fail(c, "size %lld outside [1, %d]", (long long)size, LRN_MAX_SIZE);
   float alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f);
   float bias = ir_attr_float(n, "bias", 1.0f);
-  mlxb_dtype t = mlxb_type(x), ct = dtype_compute(t);
-  mlxb_array *xc = cast_to(s, x, ct);
-  int64_t lo[NORM_MAX_RANK] = {0}, hi[NORM_MAX_RANK] = {0}, start[NORM_MAX_RANK] = {0}, stop[NORM_MAX_RANK],
-          step[NORM_MAX_RANK];
+  mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
+  mlxb_array *xc = op_util_cast(s, x, ct);
+  int64_t lo[NORM_MAX_RANK] = {0}, hi[NORM_MAX_RANK] = {0};
   lo[1] = (size - 1) / 2;
   hi[1] = size - 1 - lo[1];
   mlxb_array *padded = mlxb_pad(s, mlxb_binary(s, MLXB_MUL, xc, xc), lo, hi, mlxb_scalar_f64(s, 0.0, ct), "constant");
   mlxb_array *sum = NULL;
-  for (int i = 0; i < rank; i++) {
-    stop[i] = dims[i];
-    step[i] = 1;
-  }
   for (int64_t j = 0; j < size; j++) {
-    start[1] = j;
-    stop[1] = j + dims[1];
-    mlxb_array *win = mlxb_slice(s, padded, start, stop, step);
+    mlxb_array *win = op_util_slice_axis(s, padded, 1, j, j + dims[1], 1);
     sum = sum ? mlxb_binary(s, MLXB_ADD, sum, win) : win;
   }
   float alpha_over_size = alpha / (float)size;
   mlxb_array *base = mlxb_binary(s, MLXB_ADD, mlxb_scalar_f64(s, bias, ct),
                                  mlxb_binary(s, MLXB_MUL, mlxb_scalar_f64(s, alpha_over_size, ct), sum));
   mlxb_array *y = mlxb_binary(s, MLXB_MUL, xc, mlxb_binary(s, MLXB_POW, base, mlxb_scalar_f64(s, -beta, ct)));
-  return op_set_output(c, 0, cast_to(s, y, t));
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 /* ---- the table --------------------------------------------------------------------------- */
@@ -417,7 +383,8 @@ static const op_def defs[] = {
   {"", "Hardmax", 1, 12, DT_FLOAT, claim_softmax, lower_softmax, SM_HARDMAX, 0,
    DOC_SM_LEGACY " First index wins ties."},
   {"", "Hardmax", 13, 13, DT_FLOAT, claim_softmax, lower_softmax, SM_HARDMAX, 0, DOC_SM " First index wins ties."},
-  {"", "LayerNormalization", 17, 17, DT_FLOAT, claim_stash_f32, lower_layernorm, 0, 0,
+  {"", "LayerNormalization", 1, 17, DT_FLOAT, claim_stash_f32, lower_layernorm, 0, 0,
+   "Opset 17, and the opset-1 schema ORT registers in the ai.onnx domain for older models (same semantics). "
    "Any axis (normalized over axis..end), epsilon, optional B, Scale broadcast over the normalized dims; Mean "
    "and InvStdDev outputs. Statistics in float32 (float64 for float64). Declined: stash_type != 1."},
   {"", "RMSNormalization", 23, 23, DT_FLOAT, claim_stash_f32, lower_rmsnorm, 0, 0,

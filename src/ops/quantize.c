@@ -5,9 +5,9 @@
  * (MLX's matmul has no integer kernels). The 4-bit and float8 types are declined. */
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define Q_MAX_RANK 32
+#define Q_MAX_RANK OP_UTIL_MAX_RANK
 
 #define DT_Q8 (DT(ONNX_INT8) | DT(ONNX_UINT8))
 #define DT_Q16 (DT(ONNX_INT16) | DT(ONNX_UINT16))
@@ -15,11 +15,6 @@
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static bool q_in(uint64_t set, int32_t t) { return t != ONNX_UNDEFINED && (set & DT(t)); }
-
-static int q_axis(int64_t axis, int rank) {
-  if (axis < -(int64_t)rank || axis >= rank) return -1;
-  return (int)(axis < 0 ? axis + rank : axis);
-}
 
 /* The representable range of an integer MLX dtype (as doubles, exact up to 32 bits). */
 static void q_range(mlxb_dtype t, double *lo, double *hi) {
@@ -30,54 +25,6 @@ static void q_range(mlxb_dtype t, double *lo, double *hi) {
     case MLXB_U16: *lo = 0, *hi = 65535; break;
     default: *lo = -2147483648.0, *hi = 2147483647.0; break;
   }
-}
-
-static mlxb_array *q_cast(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
-
-/* A scale or zero point shaped to broadcast against x [dims]: one value (per tensor), a 1-D
- * tensor on `axis` (per axis), or with block_size > 0 a tensor of x's rank whose `axis` holds
- * ceil(D / block_size) entries, each repeated block_size times (blocked). */
-static mlxb_array *q_param(op_ctx *c, mlxb_array *p, const int64_t *dims, int rank, int axis, int64_t block) {
-  mlxb_scope *s = op_scope(c);
-  int pr = mlxb_ndim(p);
-  if (mlxb_size(p) == 1 && pr <= 1 && block == 0) return mlxb_reshape(s, p, NULL, 0);
-  if (axis < 0) {
-    op_fail(c, "axis out of range for rank %d", rank);
-    return NULL;
-  }
-  if (block == 0) {
-    if (pr != 1 || mlxb_dim(p, 0) != dims[axis]) {
-      op_fail(c, "per-axis parameters must be 1-D of length %lld", (long long)dims[axis]);
-      return NULL;
-    }
-    int64_t shape[Q_MAX_RANK];
-    for (int i = 0; i < rank; i++) shape[i] = i == axis ? dims[axis] : 1;
-    return mlxb_reshape(s, p, shape, rank);
-  }
-  if (pr != rank) {
-    op_fail(c, "blocked parameters must have the input's rank %d", rank);
-    return NULL;
-  }
-  int64_t pd[Q_MAX_RANK];
-  mlxb_shape(p, pd);
-  for (int i = 0; i < rank; i++) {
-    int64_t want = i == axis ? (dims[i] + block - 1) / block : dims[i];
-    if (pd[i] != want) {
-      op_fail(c, "blocked parameter dim %d is %lld, expected %lld", i, (long long)pd[i], (long long)want);
-      return NULL;
-    }
-  }
-  if (block > INT32_MAX) {
-    op_fail(c, "block_size %lld is too large", (long long)block);
-    return NULL;
-  }
-  mlxb_array *r = mlxb_repeat(s, p, (int)block, axis);
-  int64_t start[Q_MAX_RANK] = {0}, stop[Q_MAX_RANK], step[Q_MAX_RANK];
-  for (int i = 0; i < rank; i++) stop[i] = dims[i], step[i] = 1;
-  return mlxb_slice(s, r, start, stop, step);
 }
 
 /* saturate(round_half_even(x / scale) + zp) in float32, NaN giving the type's minimum as ORT's
@@ -93,20 +40,23 @@ static mlxb_array *q_quantize(mlxb_scope *s, mlxb_array *x, mlxb_array *scale, m
   return mlxb_astype(s, q, t);
 }
 
-/* Scale and optional zero point of x shaped for broadcasting by the node's axis and block_size;
- * *zpp stays NULL without a zero point. 0 or -1. */
-static int q_params(op_ctx *c, mlxb_array *x, mlxb_array *scale, mlxb_array *zp, mlxb_array **sp, mlxb_array **zpp) {
-  *sp = *zpp = NULL;
-  int rank = mlxb_ndim(x);
+/* The x, scale and optional zero point inputs of a Q/DQ node, the last two shaped for
+ * broadcasting against x by the node's axis and block_size; *zpp stays NULL without a zero
+ * point. 0 or -1. */
+static int q_inputs(op_ctx *c, mlxb_array **x, mlxb_array **sp, mlxb_array **zpp) {
+  mlxb_array *scale = op_input(c, 1), *zp = op_input(c, 2);
+  *x = op_input(c, 0), *sp = *zpp = NULL;
+  if (!*x || !scale) return op_check(c) ? -1 : op_fail(c, "input and scale are required");
+  int rank = mlxb_ndim(*x);
   if (rank > Q_MAX_RANK) return op_fail(c, "input rank %d is too large", rank);
   int64_t dims[Q_MAX_RANK];
-  mlxb_shape(x, dims);
+  mlxb_shape(*x, dims);
   const ir_node *n = op_node(c);
-  int axis = q_axis(ir_attr_int(n, "axis", 1), rank);
+  int axis = op_util_axis(ir_attr_int(n, "axis", 1), rank);
   int64_t block = ir_attr_int(n, "block_size", 0);
   if (block < 0) return op_fail(c, "block_size must be non-negative");
-  if (!(*sp = q_param(c, scale, dims, rank, axis, block))) return -1;
-  if (zp && !(*zpp = q_param(c, zp, dims, rank, axis, block))) return -1;
+  if (!(*sp = op_util_quant_param(c, scale, dims, rank, axis, block))) return -1;
+  if (zp && !(*zpp = op_util_quant_param(c, zp, dims, rank, axis, block))) return -1;
   return 0;
 }
 
@@ -126,13 +76,12 @@ static bool claim_quantize(claim_ctx *c, const op_def *def) {
 
 static int lower_quantize(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
-  mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *zp = op_input(c, 2);
-  if (!x || !scale) return op_check(c) ? -1 : op_fail(c, "input and scale are required");
+  mlxb_array *x, *sp, *zpp;
+  if (q_inputs(c, &x, &sp, &zpp)) return -1;
   int mt = op_mlx_dtype(op_output_dtype(c, 0));
   if (mt < 0) return op_fail(c, "unknown output dtype");
-  mlxb_array *sp, *zpp;
-  if (q_params(c, x, scale, zp, &sp, &zpp)) return -1;
-  mlxb_array *y = q_quantize(s, q_cast(s, x, MLXB_F32), q_cast(s, sp, MLXB_F32), q_cast(s, zpp, MLXB_F32), (mlxb_dtype)mt);
+  mlxb_array *xf = op_util_cast(s, x, MLXB_F32);
+  mlxb_array *y = q_quantize(s, xf, op_util_cast(s, sp, MLXB_F32), op_util_cast(s, zpp, MLXB_F32), (mlxb_dtype)mt);
   return op_set_output(c, 0, y);
 }
 
@@ -148,14 +97,12 @@ static bool claim_dequantize(claim_ctx *c, const op_def *def) {
 /* (float)((int32)x - (int32)zp) * (float)scale, rounded once to the output type (ORT's order). */
 static int lower_dequantize(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
-  mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *zp = op_input(c, 2);
-  if (!x || !scale) return op_check(c) ? -1 : op_fail(c, "input and scale are required");
-  mlxb_array *sp, *zpp;
-  if (q_params(c, x, scale, zp, &sp, &zpp)) return -1;
-  mlxb_array *xi = q_cast(s, x, MLXB_I32);
-  if (zpp) xi = mlxb_binary(s, MLXB_SUB, xi, q_cast(s, zpp, MLXB_I32));
-  mlxb_array *y = mlxb_binary(s, MLXB_MUL, q_cast(s, xi, MLXB_F32), q_cast(s, sp, MLXB_F32));
-  return op_set_output(c, 0, q_cast(s, y, mlxb_type(scale)));
+  mlxb_array *x, *sp, *zpp;
+  if (q_inputs(c, &x, &sp, &zpp)) return -1;
+  mlxb_array *xi = op_util_cast(s, x, MLXB_I32);
+  if (zpp) xi = mlxb_binary(s, MLXB_SUB, xi, op_util_cast(s, zpp, MLXB_I32));
+  mlxb_array *y = mlxb_binary(s, MLXB_MUL, op_util_cast(s, xi, MLXB_F32), op_util_cast(s, sp, MLXB_F32));
+  return op_set_output(c, 0, op_util_cast(s, y, mlxb_type(sp))); /* the scale's dtype */
 }
 
 /* ---- DynamicQuantizeLinear ---------------------------------------------------------------- */
@@ -189,7 +136,7 @@ static int lower_dynamic_quantize(op_ctx *c, const op_def *def) {
  * A with several values holds one per row, of B one per column. */
 static mlxb_array *q_int_matmul(op_ctx *c, mlxb_array *a, mlxb_array *azp, mlxb_array *b, mlxb_array *bzp) {
   mlxb_scope *s = op_scope(c);
-  mlxb_array *af = q_cast(s, a, MLXB_F64), *bf = q_cast(s, b, MLXB_F64);
+  mlxb_array *af = op_util_cast(s, a, MLXB_F64), *bf = op_util_cast(s, b, MLXB_F64);
   if (azp && mlxb_size(azp) == 1) {
     azp = mlxb_reshape(s, azp, NULL, 0);
   } else if (azp) {
@@ -205,8 +152,8 @@ static mlxb_array *q_int_matmul(op_ctx *c, mlxb_array *a, mlxb_array *azp, mlxb_
   /* The products run on the CPU: float64 has no GPU kernels, and its 53-bit mantissa holds every
    * partial sum of 8-bit products exactly. */
   bool old = mlxb_scope_force_cpu(s, true);
-  if (azp) af = mlxb_binary(s, MLXB_SUB, af, q_cast(s, azp, MLXB_F64));
-  if (bzp) bf = mlxb_binary(s, MLXB_SUB, bf, q_cast(s, bzp, MLXB_F64));
+  if (azp) af = mlxb_binary(s, MLXB_SUB, af, op_util_cast(s, azp, MLXB_F64));
+  if (bzp) bf = mlxb_binary(s, MLXB_SUB, bf, op_util_cast(s, bzp, MLXB_F64));
   mlxb_array *acc = mlxb_matmul(s, af, bf);
   acc = mlxb_astype(s, mlxb_astype(s, acc, MLXB_I64), MLXB_I32);
   mlxb_scope_force_cpu(s, old);
@@ -262,9 +209,9 @@ static int lower_qlinear_matmul(op_ctx *c, const op_def *def) {
     return op_fail(c, "a and y scales and zero points must be scalars");
   mlxb_array *acc = q_int_matmul(c, in[0], in[2], in[3], in[5]);
   if (!acc) return -1; /* the failure is recorded */
-  mlxb_array *bs = q_cast(s, mlxb_size(in[4]) == 1 ? mlxb_reshape(s, in[4], NULL, 0) : in[4], MLXB_F32);
-  mlxb_array *as = q_cast(s, mlxb_reshape(s, in[1], NULL, 0), MLXB_F32);
-  mlxb_array *ys = q_cast(s, mlxb_reshape(s, in[6], NULL, 0), MLXB_F32);
+  mlxb_array *bs = op_util_cast(s, mlxb_size(in[4]) == 1 ? mlxb_reshape(s, in[4], NULL, 0) : in[4], MLXB_F32);
+  mlxb_array *as = op_util_cast(s, mlxb_reshape(s, in[1], NULL, 0), MLXB_F32);
+  mlxb_array *ys = op_util_cast(s, mlxb_reshape(s, in[6], NULL, 0), MLXB_F32);
   mlxb_array *mult = mlxb_binary(s, MLXB_DIV, mlxb_binary(s, MLXB_MUL, as, bs), ys);
   mlxb_array *v = mlxb_unary(s, MLXB_ROUND, mlxb_binary(s, MLXB_MUL, mlxb_astype(s, acc, MLXB_F32), mult));
   mlxb_dtype yt = mlxb_type(in[7]);

@@ -5,30 +5,40 @@
  * and a cluster holding such a node is kept out of compiled replay, which would freeze them. */
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define RAND_MAX_RANK 32
+#define RAND_MAX_RANK OP_UTIL_MAX_RANK
 
-/* The seed attribute (a float) as generator key material. */
-static bool rand_seed(const ir_node *n, uint64_t *seed) {
-  const ir_attr *a = ir_node_attr(n, "seed");
-  if (!a || a->type != IR_ATTR_FLOAT) return false;
+/* The seed attribute (a float) as generator key material in *seed; *seeded says whether there
+ * is one. Unseeded draws must differ per Run, which a compiled program (replaying a trace) cannot
+ * do: failing inside a trace makes the runtime run the cluster eagerly instead. 0 or -1. */
+static int rand_seed(op_ctx *c, uint64_t *seed, bool *seeded) {
+  const ir_attr *a = ir_node_attr(op_node(c), "seed");
+  *seed = 0;
+  *seeded = a && a->type == IR_ATTR_FLOAT;
+  if (!*seeded) return mlxb_in_trace() ? op_fail(c, "unseeded random values cannot be compiled") : 0;
   float f = a->f;
   uint32_t bits;
   memcpy(&bits, &f, sizeof bits);
   *seed = bits;
-  return true;
-}
-
-/* Unseeded draws must differ per Run, which a compiled program (replaying a trace) cannot do:
- * failing inside a trace makes the runtime run the cluster eagerly instead. */
-static int rand_check_fresh(op_ctx *c, bool seeded) {
-  if (!seeded && mlxb_in_trace()) return op_fail(c, "unseeded random values cannot be compiled");
   return 0;
 }
 
-static bool rand_is_float(int32_t t) {
-  return t == ONNX_FLOAT || t == ONNX_FLOAT16 || t == ONNX_DOUBLE || t == ONNX_BFLOAT16;
+/* The input whose shape a *Like op or Bernoulli copies must fit the dims buffer. */
+static bool rand_claim_input_rank(claim_ctx *c) {
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank > RAND_MAX_RANK) return claim_decline(c, "rank %d is too large", x->rank);
+  return true;
+}
+
+/* The dims of the input whose shape a *Like op or Bernoulli copies; its rank, or -1 (recorded). */
+static int rand_dims_of(op_ctx *c, int64_t *dims) {
+  mlxb_array *x = op_input(c, 0);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  int rank = mlxb_ndim(x);
+  if (rank > RAND_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
+  mlxb_shape(x, dims);
+  return rank;
 }
 
 /* The dtype attribute, or the input's dtype for *Like ops without one. */
@@ -45,18 +55,14 @@ enum { RAND_NORMAL, RAND_UNIFORM, RAND_NORMAL_LIKE, RAND_UNIFORM_LIKE }; /* op_d
 static bool claim_random(claim_ctx *c, const op_def *def) {
   bool like = def->arg == RAND_NORMAL_LIKE || def->arg == RAND_UNIFORM_LIKE;
   int32_t t = rand_dtype(c->node, like ? claim_input_dtype(c, 0) : ONNX_UNDEFINED, ONNX_FLOAT);
-  if (!rand_is_float(t)) return claim_decline(c, "dtype %s is not a float type", ir_dtype_name(t));
-  if (!like) {
-    const int64_t *shape;
-    size_t n = ir_attr_ints(c->node, "shape", &shape);
-    if (!ir_node_attr(c->node, "shape")) return claim_decline(c, "no shape attribute");
-    if (n > RAND_MAX_RANK) return claim_decline(c, "rank %zu is too large", n);
-    for (size_t i = 0; i < n; i++)
-      if (shape[i] < 0) return claim_decline(c, "negative dimension in shape");
-  } else {
-    const ir_value *x = claim_input(c, 0);
-    if (x && x->rank > RAND_MAX_RANK) return claim_decline(c, "rank %d is too large", x->rank);
-  }
+  if (!op_util_onnx_is_float(t)) return claim_decline(c, "dtype %s is not a float type", ir_dtype_name(t));
+  if (like) return rand_claim_input_rank(c);
+  const int64_t *shape;
+  size_t n = ir_attr_ints(c->node, "shape", &shape);
+  if (!ir_node_attr(c->node, "shape")) return claim_decline(c, "no shape attribute");
+  if (n > RAND_MAX_RANK) return claim_decline(c, "rank %zu is too large", n);
+  for (size_t i = 0; i < n; i++)
+    if (shape[i] < 0) return claim_decline(c, "negative dimension in shape");
   return true;
 }
 
@@ -64,17 +70,13 @@ static int lower_random(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   bool like = def->arg == RAND_NORMAL_LIKE || def->arg == RAND_UNIFORM_LIKE;
-  uint64_t seed = 0;
-  bool seeded = rand_seed(n, &seed);
-  if (rand_check_fresh(c, seeded)) return -1;
+  uint64_t seed;
+  bool seeded;
+  if (rand_seed(c, &seed, &seeded)) return -1;
   int64_t dims[RAND_MAX_RANK];
   int rank;
   if (like) {
-    mlxb_array *x = op_input(c, 0);
-    if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
-    rank = mlxb_ndim(x);
-    if (rank > RAND_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
-    mlxb_shape(x, dims);
+    if ((rank = rand_dims_of(c, dims)) < 0) return -1;
   } else {
     const int64_t *shape;
     size_t k = ir_attr_ints(n, "shape", &shape);
@@ -99,9 +101,7 @@ static int lower_random(op_ctx *c, const op_def *def) {
 static bool claim_bernoulli(claim_ctx *c, const op_def *def) {
   int32_t t = rand_dtype(c->node, claim_input_dtype(c, 0), ONNX_FLOAT);
   if (op_mlx_dtype(t) < 0) return claim_decline(c, "output dtype %s", ir_dtype_name(t));
-  const ir_value *x = claim_input(c, 0);
-  if (x && x->rank > RAND_MAX_RANK) return claim_decline(c, "rank %d is too large", x->rank);
-  return true;
+  return rand_claim_input_rank(c);
 }
 
 /* 1 where a uniform draw in [0, 1) falls below p, as ORT's kernel does. */
@@ -109,14 +109,12 @@ static int lower_bernoulli(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *p = op_input(c, 0);
-  if (!p) return op_check(c) ? -1 : op_fail(c, "input is required");
-  uint64_t seed = 0;
-  bool seeded = rand_seed(n, &seed);
-  if (rand_check_fresh(c, seeded)) return -1;
   int64_t dims[RAND_MAX_RANK];
-  int rank = mlxb_ndim(p);
-  if (rank > RAND_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
-  mlxb_shape(p, dims);
+  int rank = rand_dims_of(c, dims);
+  if (rank < 0) return -1;
+  uint64_t seed;
+  bool seeded;
+  if (rand_seed(c, &seed, &seeded)) return -1;
   int mt = op_mlx_dtype(rand_dtype(n, op_input_dtype(c, 0), ONNX_FLOAT));
   if (mt < 0) return op_fail(c, "unsupported dtype");
   mlxb_array *u = mlxb_random_uniform(s, dims, rank, MLXB_F32, 0.0, 1.0, seeded, seed);
@@ -140,9 +138,9 @@ static int lower_multinomial(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   mlxb_array *logits = op_input(c, 0);
   if (!logits) return op_check(c) ? -1 : op_fail(c, "input is required");
-  uint64_t seed = 0;
-  bool seeded = rand_seed(n, &seed);
-  if (rand_check_fresh(c, seeded)) return -1;
+  uint64_t seed;
+  bool seeded;
+  if (rand_seed(c, &seed, &seeded)) return -1;
   int64_t k = ir_attr_int(n, "sample_size", 1);
   if (k < 0 || k > INT32_MAX) return op_fail(c, "sample_size %lld is out of range", (long long)k);
   mlxb_dtype t = ir_attr_int(n, "dtype", ONNX_INT32) == ONNX_INT64 ? MLXB_I64 : MLXB_I32;

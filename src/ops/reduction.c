@@ -2,13 +2,14 @@
  * Integer reductions follow ORT's CPU EP: they accumulate in float64 and saturate when casting back
  * (ReduceSum of int32 gives INT32_MAX on overflow, not a wrapped value); float16/bfloat16 compute in
  * float32 and round once at the end, as ORT's inserted casts do. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define REDUCE_MAX_RANK 32
+#define REDUCE_MAX_RANK OP_UTIL_MAX_RANK
 
 typedef enum reduce_kind {
   RK_SUM, RK_MEAN, RK_MAX, RK_MIN, RK_PROD, RK_L1, RK_L2, RK_LOGSUM, RK_LOGSUMEXP, RK_SUMSQUARE
@@ -32,24 +33,6 @@ typedef struct reduce_plan {
 } reduce_plan;
 
 /* ---- small helpers ------------------------------------------------------------------------- */
-
-static bool dtype_is_float(mlxb_dtype t) {
-  return t == MLXB_F16 || t == MLXB_BF16 || t == MLXB_F32 || t == MLXB_F64;
-}
-
-/* float16/bfloat16 are computed in float32 (ORT casts them around its float kernels). */
-static mlxb_dtype dtype_compute(mlxb_dtype t) { return (t == MLXB_F16 || t == MLXB_BF16) ? MLXB_F32 : t; }
-
-static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
-  if (!x || mlxb_type(x) == t) return x;
-  return mlxb_astype(s, x, t);
-}
-
-/* Normalizes a possibly negative axis; -1 when out of range. */
-static int axis_normalize(int64_t axis, int rank) {
-  if (axis < 0) axis += rank;
-  return (axis < 0 || axis >= rank) ? -1 : (int)axis;
-}
 
 /* x reversed along one axis (a gather: no reliance on negative-stride slicing conventions). */
 static mlxb_array *reverse_axis(mlxb_scope *s, mlxb_array *x, int axis) {
@@ -83,34 +66,20 @@ static mlxb_array *cast_saturate(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
 /* Axes come from an input from ReduceSum-13 / other Reduce*-18 on, from an attribute before. */
 static bool reduce_axes_from_input(const op_def *def) { return def->since_min >= 13; }
 
+/* The node's axes (count 0 when none are given); noop when an empty list must leave x as it is. */
 static int reduce_read_axes(op_ctx *c, const op_def *def, int64_t *axes, int *count, bool *noop) {
-  const ir_node *n = op_node(c);
-  *count = 0;
-  *noop = false;
-  if (reduce_axes_from_input(def)) {
-    if (op_has_input(c, 1)) {
-      int k = op_input_ints(c, 1, axes, REDUCE_MAX_RANK);
-      if (k < 0) return op_fail(c, "cannot read the axes input (more than %d values or unknown)", REDUCE_MAX_RANK);
-      *count = k;
-    }
-    *noop = *count == 0 && ir_attr_int(n, "noop_with_empty_axes", 0) != 0;
-    return 0;
-  }
-  const int64_t *a = NULL;
-  size_t na = ir_attr_ints(n, "axes", &a);
-  if (na > REDUCE_MAX_RANK) return op_fail(c, "too many axes (%zu)", na);
-  if (na) memcpy(axes, a, na * sizeof *a);
-  *count = (int)na;
-  return 0;
+  int since = reduce_axes_from_input(def) ? 0 : INT_MAX;
+  *count = op_util_attr_or_input_ints(c, "axes", 1, since, axes, REDUCE_MAX_RANK);
+  *noop = since == 0 && *count == 0 && ir_attr_int(op_node(c), "noop_with_empty_axes", 0) != 0;
+  return *count < 0 ? -1 : 0;
 }
 
 static int reduce_plan_build(op_ctx *c, const op_def *def, const mlxb_array *x, reduce_plan *p) {
   int64_t axes[REDUCE_MAX_RANK];
   int count;
   memset(p, 0, sizeof *p);
-  p->rank = mlxb_ndim(x);
-  if (p->rank > REDUCE_MAX_RANK) return op_fail(c, "rank %d exceeds %d", p->rank, REDUCE_MAX_RANK);
-  mlxb_shape(x, p->dims);
+  p->rank = op_util_dims(c, x, p->dims);
+  if (p->rank < 0) return -1;
   p->keepdims = ir_attr_int(op_node(c), "keepdims", 1) != 0;
   if (reduce_read_axes(c, def, axes, &count, &p->noop)) return -1;
   if (p->noop) {
@@ -121,8 +90,8 @@ static int reduce_plan_build(op_ctx *c, const op_def *def, const mlxb_array *x, 
     return 0;
   }
   for (int i = 0; i < count; i++) {
-    int a = axis_normalize(axes[i], p->rank);
-    if (a < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)axes[i], p->rank);
+    int a = op_util_resolve_axis(c, axes[i], p->rank);
+    if (a < 0) return -1;
     p->reduced[a] = true;
   }
   p->count = 1;
@@ -206,7 +175,7 @@ static mlxb_array *reduce_int(mlxb_scope *s, reduce_kind k, mlxb_array *x, const
 
 /* The value of a reduction over zero elements, as ORT gives it. */
 static mlxb_array *reduce_empty_value(mlxb_scope *s, reduce_kind k, mlxb_dtype t) {
-  bool is_float = dtype_is_float(t);
+  bool is_float = op_util_is_float(t);
   switch (k) {
     case RK_PROD: return mlxb_scalar_f64(s, 1.0, t);
     case RK_MAX:
@@ -243,9 +212,9 @@ static mlxb_array *reduce_typed(mlxb_scope *s, reduce_kind k, mlxb_array *x, con
   if (!p->noop && p->out_size == 0) return mlxb_zeros(s, p->out_dims, p->out_rank, t);
   if (!p->noop && p->count == 0)
     return mlxb_full(s, p->out_dims, p->out_rank, reduce_empty_value(s, k, t), t);
-  if (!dtype_is_float(t)) return reduce_int(s, k, x, p);
+  if (!op_util_is_float(t)) return reduce_int(s, k, x, p);
   if (k == RK_MAX || k == RK_MIN) return reduce_float(s, k, x, p); /* exact in any float type */
-  return cast_to(s, reduce_float(s, k, cast_to(s, x, dtype_compute(t)), p), t);
+  return op_util_cast(s, reduce_float(s, k, op_util_cast(s, x, op_util_compute_type(t)), p), t);
 }
 
 static int lower_reduce(op_ctx *c, const op_def *def) {
@@ -271,9 +240,8 @@ static int lower_arg(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
   if (!x) return op_fail(c, "missing input");
   int rank = mlxb_ndim(x);
-  int64_t raw = ir_attr_int(n, "axis", 0);
-  int axis = axis_normalize(raw, rank);
-  if (axis < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)raw, rank);
+  int axis = op_util_resolve_axis(c, ir_attr_int(n, "axis", 0), rank);
+  if (axis < 0) return -1;
   bool keepdims = ir_attr_int(n, "keepdims", 1) != 0;
   bool last = ir_attr_int(n, "select_last_index", 0) != 0;
   int64_t len = mlxb_dim(x, axis);
@@ -281,8 +249,7 @@ static int lower_arg(op_ctx *c, const op_def *def) {
     if (len == 0) return op_fail(c, "cannot take the %s over an empty axis", def->op_type);
     int64_t dims[REDUCE_MAX_RANK], out[REDUCE_MAX_RANK];
     int r = 0;
-    if (rank > REDUCE_MAX_RANK) return op_fail(c, "rank %d exceeds %d", rank, REDUCE_MAX_RANK);
-    mlxb_shape(x, dims);
+    if (op_util_dims(c, x, dims) < 0) return -1;
     for (int a = 0; a < rank; a++)
       if (a != axis || keepdims) out[r++] = a == axis ? 1 : dims[a];
     return op_set_output(c, 0, mlxb_zeros(s, out, r, MLXB_I64));
@@ -303,14 +270,13 @@ static int lower_cumsum(op_ctx *c, const op_def *def) {
   int64_t raw;
   if (!x) return op_fail(c, "missing input");
   if (op_input_ints(c, 1, &raw, 1) != 1) return op_fail(c, "axis must be a single integer");
-  int rank = mlxb_ndim(x);
-  int axis = axis_normalize(raw, rank);
-  if (axis < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)raw, rank);
+  int axis = op_util_resolve_axis(c, raw, mlxb_ndim(x));
+  if (axis < 0) return -1;
   bool exclusive = ir_attr_int(n, "exclusive", 0) != 0;
   bool reverse = ir_attr_int(n, "reverse", 0) != 0;
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *y = mlxb_cumulative(s, MLXB_RSUM, cast_to(s, x, dtype_compute(t)), axis, reverse, !exclusive);
-  return op_set_output(c, 0, cast_to(s, y, t));
+  mlxb_array *y = mlxb_cumulative(s, MLXB_RSUM, op_util_cast(s, x, op_util_compute_type(t)), axis, reverse, !exclusive);
+  return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
 /* ---- TopK -------------------------------------------------------------------------------- */
@@ -353,21 +319,18 @@ static int lower_topk(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  int64_t k;
+  int64_t k, dims[REDUCE_MAX_RANK];
   if (!x) return op_fail(c, "missing input");
   if (topk_read_k(c, def, &k)) return -1;
-  int rank = mlxb_ndim(x);
-  int64_t raw = ir_attr_int(n, "axis", -1);
-  int axis = axis_normalize(raw, rank);
-  if (axis < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)raw, rank);
-  if (rank > REDUCE_MAX_RANK) return op_fail(c, "rank %d exceeds %d", rank, REDUCE_MAX_RANK);
+  int rank = op_util_dims(c, x, dims);
+  if (rank < 0) return -1;
+  int axis = op_util_resolve_axis(c, ir_attr_int(n, "axis", -1), rank);
+  if (axis < 0) return -1;
   int64_t len = mlxb_dim(x, axis);
   if (k < 0 || k > len) return op_fail(c, "K=%lld is outside [0, %lld]", (long long)k, (long long)len);
   bool largest = ir_attr_int(n, "largest", 1) != 0;
   mlxb_array *values, *indices;
   if (k == 0 || mlxb_size(x) == 0) {
-    int64_t dims[REDUCE_MAX_RANK];
-    mlxb_shape(x, dims);
     dims[axis] = k;
     values = mlxb_zeros(s, dims, rank, mlxb_type(x));
     indices = mlxb_zeros(s, dims, rank, MLXB_I64);
@@ -375,8 +338,7 @@ static int lower_topk(op_ctx *c, const op_def *def) {
     indices = topk_indices(s, x, axis, k, largest);
     values = mlxb_take_along_axis(s, x, indices, axis);
   }
-  if (op_has_output(c, 0) && op_set_output(c, 0, values)) return -1;
-  if (op_has_output(c, 1) && op_set_output(c, 1, indices)) return -1;
+  if (op_util_set_optional(c, 0, values) || op_util_set_optional(c, 1, indices)) return -1;
   return op_check(c);
 }
 

@@ -4,44 +4,24 @@
  * itself (rotary_embed) is shared with GroupQueryAttention's do_rotary in attention.c. */
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
+#include "ops/rotary.h"
 
 /* ---- the rotation ------------------------------------------------------------------------- */
 
+/* x[..., start:stop:step] on the last axis. */
 static mlxb_array *rotary_slice_last(mlxb_scope *s, mlxb_array *x, int64_t start, int64_t stop, int64_t step) {
-  int rank = mlxb_ndim(x);
-  int64_t lo[8], hi[8], st[8], dims[8];
-  if (rank < 1 || rank > 8) {
-    mlxb_set_error(s, "rotary: unsupported rank");
-    return NULL;
-  }
-  mlxb_shape(x, dims);
-  for (int i = 0; i < rank; i++) {
-    lo[i] = 0;
-    hi[i] = dims[i];
-    st[i] = 1;
-  }
-  lo[rank - 1] = start;
-  hi[rank - 1] = stop;
-  st[rank - 1] = step;
-  return mlxb_slice(s, x, lo, hi, st);
+  return x ? op_util_slice_axis(s, x, mlxb_ndim(x) - 1, start, stop, step) : NULL;
 }
 
-/* Rotates the first rot_dim channels of x's last axis; cos and sin hold rot_dim / 2 values on
- * their last axis and broadcast against x's other axes. Half-precision inputs are computed in
- * float32 and rounded once, as MLAS's rotary kernel does; float32 stays float32. */
-mlxb_array *rotary_embed(mlxb_scope *s, mlxb_array *x, mlxb_array *cos, mlxb_array *sin, int64_t rot_dim,
-                         bool interleaved);
-
+/* Defined here, declared in rotary.h for attention.c. */
 mlxb_array *rotary_embed(mlxb_scope *s, mlxb_array *x, mlxb_array *cos, mlxb_array *sin, int64_t rot_dim,
                          bool interleaved) {
   if (!x || !cos || !sin) return NULL;
   mlxb_dtype t = mlxb_type(x);
-  mlxb_dtype ct = (t == MLXB_F16 || t == MLXB_BF16) ? MLXB_F32 : t;
+  mlxb_dtype ct = op_util_compute_type(t);
   int64_t head = mlxb_dim(x, -1), half = rot_dim / 2;
-  mlxb_array *xc = t == ct ? x : mlxb_astype(s, x, ct);
-  mlxb_array *c = mlxb_type(cos) == ct ? cos : mlxb_astype(s, cos, ct);
-  mlxb_array *sn = mlxb_type(sin) == ct ? sin : mlxb_astype(s, sin, ct);
+  mlxb_array *xc = op_util_cast(s, x, ct), *c = op_util_cast(s, cos, ct), *sn = op_util_cast(s, sin, ct);
   mlxb_array *x1, *x2;
   if (interleaved) {
     x1 = rotary_slice_last(s, xc, 0, rot_dim, 2);
@@ -71,7 +51,7 @@ mlxb_array *rotary_embed(mlxb_scope *s, mlxb_array *x, mlxb_array *cos, mlxb_arr
     const mlxb_array *parts[2] = {rot, rotary_slice_last(s, xc, rot_dim, head, 1)};
     rot = mlxb_concat(s, parts, 2, -1);
   }
-  return (rot && ct != t) ? mlxb_astype(s, rot, t) : rot;
+  return op_util_cast(s, rot, t);
 }
 
 /* ---- shared checks ------------------------------------------------------------------------ */
@@ -221,10 +201,7 @@ static int lower_ms_rotary(op_ctx *c, const op_def *def) {
   if (half != rot_dim / 2) return op_fail(c, "cos/sin cache width is not rotary_embedding_dim / 2");
   mlxb_array *idx;
   if (mlxb_size(pos) == 1 && mlxb_ndim(pos) <= 1) {
-    mlxb_array *base = mlxb_reshape(s, pos, NULL, 0);
-    idx = mlxb_binary(s, MLXB_ADD, mlxb_arange(s, 0, (double)l.s, 1, MLXB_I64), base);
-    int64_t d2[2] = {1, l.s};
-    idx = mlxb_reshape(s, idx, d2, 2);
+    idx = mlxb_binary(s, MLXB_ADD, op_util_iota(s, 0, l.s, 1, 2, MLXB_I64), mlxb_reshape(s, pos, NULL, 0));
   } else if (mlxb_ndim(pos) == 2 && mlxb_dim(pos, 0) == l.b && mlxb_dim(pos, 1) == l.s) {
     idx = pos;
   } else {

@@ -6,52 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define SHAPE_MAX_RANK 32
+#define SHAPE_MAX_RANK OP_UTIL_MAX_RANK
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-/* Normalizes axis into [0, rank); -1 when out of range. */
-static int shape_axis(int64_t axis, int rank) {
-  if (axis < -(int64_t)rank || axis >= rank) return -1;
-  return (int)(axis < 0 ? axis + rank : axis);
-}
-
-/* Input i and its dims; returns the rank or -1 with the failure recorded. */
-static int shape_input(op_ctx *c, int i, mlxb_array **x, int64_t *dims) {
-  *x = op_input(c, i);
-  if (!*x) return op_check(c) ? -1 : op_fail(c, "input %d is missing", i);
-  int rank = mlxb_ndim(*x);
-  if (rank < 0 || rank > SHAPE_MAX_RANK) return op_fail(c, "input %d has rank %d (at most %d)", i, rank, SHAPE_MAX_RANK);
-  mlxb_shape(*x, dims);
-  return rank;
-}
-
-static int64_t shape_numel(const int64_t *dims, int rank) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= dims[i];
-  return n;
-}
-
-static mlxb_dtype shape_mlx_type(int32_t onnx) { return (mlxb_dtype)op_mlx_dtype(onnx); }
-
-/* Reads an int attribute list or, from opset `input_since` on, the optional input `input`.
- * Returns the count, 0 when absent, -1 on failure (recorded). */
-static int shape_ints_attr_or_input(op_ctx *c, const char *attr, int input, int input_since, int64_t *out, int max) {
-  const ir_node *n = op_node(c);
-  if (n->since_version < input_since) {
-    const int64_t *v;
-    size_t cnt = ir_attr_ints(n, attr, &v);
-    if (cnt > (size_t)max) return op_fail(c, "attribute %s has %zu values (at most %d)", attr, cnt, max);
-    if (cnt) memcpy(out, v, cnt * sizeof *v);
-    return (int)cnt;
-  }
-  if (!op_has_input(c, input)) return 0;
-  int cnt = op_input_ints(c, input, out, max);
-  if (cnt < 0) return op_check(c) ? -1 : op_fail(c, "cannot read input %d on the host (at most %d values)", input, max);
-  return cnt;
-}
 
 /* Output `out` is x reshaped to dims[rank] (MLX checks the element count). */
 static int shape_set_reshaped(op_ctx *c, int out, mlxb_array *x, const int64_t *dims, int rank) {
@@ -84,7 +43,7 @@ static bool shape_claim_host(claim_ctx *c, const op_def *def) {
 static int lower_reshape(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t in_dims[SHAPE_MAX_RANK], want[SHAPE_MAX_RANK];
-  int in_rank = shape_input(c, 0, &x, in_dims);
+  int in_rank = op_util_input_dims(c, 0, &x, in_dims);
   if (in_rank < 0) return -1;
   int rank = op_input_ints(c, 1, want, SHAPE_MAX_RANK);
   if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", SHAPE_MAX_RANK);
@@ -104,7 +63,7 @@ static int lower_reshape(op_ctx *c, const op_def *def) {
     if (want[i] < 0) return op_fail(c, "invalid shape value %lld", (long long)want[i]);
     known *= want[i];
   }
-  int64_t total = shape_numel(in_dims, in_rank);
+  int64_t total = op_util_numel(in_dims, in_rank);
   if (infer >= 0) {
     if (known == 0) return op_fail(c, "cannot infer -1 when the other dimensions multiply to 0");
     if (total % known) return op_fail(c, "cannot reshape %lld elements with -1", (long long)total);
@@ -120,7 +79,7 @@ static int lower_reshape(op_ctx *c, const op_def *def) {
 static int lower_transpose(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   const int64_t *p;
   size_t n = ir_attr_ints(op_node(c), "perm", &p);
@@ -155,7 +114,7 @@ static int lower_concat(op_ctx *c, const op_def *def) {
     }
     if (rank < 0) rank = mlxb_ndim(xs[i]);
   }
-  int axis = shape_axis(ir_attr_int(op_node(c), "axis", 0), rank);
+  int axis = op_util_axis(ir_attr_int(op_node(c), "axis", 0), rank);
   if (axis < 0) {
     free(xs);
     return op_fail(c, "axis out of range for rank %d", rank);
@@ -196,21 +155,21 @@ static void slice_axis_window(int64_t dim, int64_t start, int64_t end, int64_t s
 static int lower_slice(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   const ir_node *node = op_node(c);
   int64_t starts[SHAPE_MAX_RANK], ends[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], steps[SHAPE_MAX_RANK];
   int ns, ne, na, nt = 0;
   if (node->since_version < 10) {
-    ns = shape_ints_attr_or_input(c, "starts", -1, INT_MAX, starts, SHAPE_MAX_RANK);
-    ne = shape_ints_attr_or_input(c, "ends", -1, INT_MAX, ends, SHAPE_MAX_RANK);
-    na = shape_ints_attr_or_input(c, "axes", -1, INT_MAX, axes, SHAPE_MAX_RANK);
+    ns = op_util_attr_or_input_ints(c, "starts", -1, INT_MAX, starts, SHAPE_MAX_RANK);
+    ne = op_util_attr_or_input_ints(c, "ends", -1, INT_MAX, ends, SHAPE_MAX_RANK);
+    na = op_util_attr_or_input_ints(c, "axes", -1, INT_MAX, axes, SHAPE_MAX_RANK);
   } else {
     ns = op_input_ints(c, 1, starts, SHAPE_MAX_RANK);
     ne = op_input_ints(c, 2, ends, SHAPE_MAX_RANK);
     if (ns < 0 || ne < 0) return op_check(c) ? -1 : op_fail(c, "cannot read starts/ends on the host");
-    na = shape_ints_attr_or_input(c, "", 3, 0, axes, SHAPE_MAX_RANK);
-    nt = shape_ints_attr_or_input(c, "", 4, 0, steps, SHAPE_MAX_RANK);
+    na = op_util_attr_or_input_ints(c, "", 3, 0, axes, SHAPE_MAX_RANK);
+    nt = op_util_attr_or_input_ints(c, "", 4, 0, steps, SHAPE_MAX_RANK);
   }
   if (ns < 0 || ne < 0 || na < 0 || nt < 0) return -1;
   if (ns != ne) return op_fail(c, "starts and ends differ in length (%d, %d)", ns, ne);
@@ -228,7 +187,7 @@ static int lower_slice(op_ctx *c, const op_def *def) {
   bool seen[SHAPE_MAX_RANK] = {false};
   for (int i = 0; i < rank; i++) w_start[i] = 0, w_stop[i] = dims[i], w_step[i] = 1;
   for (int k = 0; k < ns; k++) {
-    int a = shape_axis(axes[k], rank);
+    int a = op_util_axis(axes[k], rank);
     if (a < 0 || seen[a]) return op_fail(c, "axis %lld is out of range or repeated", (long long)axes[k]);
     if (steps[k] == 0) return op_fail(c, "step 0 on axis %d", a);
     seen[a] = true;
@@ -242,13 +201,13 @@ static int lower_slice(op_ctx *c, const op_def *def) {
 static int lower_squeeze(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
-  int na = shape_ints_attr_or_input(c, "axes", 1, 13, axes, SHAPE_MAX_RANK);
+  int na = op_util_attr_or_input_ints(c, "axes", 1, 13, axes, SHAPE_MAX_RANK);
   if (na < 0) return -1;
   bool drop[SHAPE_MAX_RANK] = {false};
   for (int k = 0; k < na; k++) {
-    int a = shape_axis(axes[k], rank);
+    int a = op_util_axis(axes[k], rank);
     if (a < 0) return op_fail(c, "axis %lld out of range for rank %d", (long long)axes[k], rank);
     if (dims[a] != 1) return op_fail(c, "cannot squeeze axis %d of size %lld", a, (long long)dims[a]);
     drop[a] = true;
@@ -262,15 +221,15 @@ static int lower_squeeze(op_ctx *c, const op_def *def) {
 static int lower_unsqueeze(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
-  int na = shape_ints_attr_or_input(c, "axes", 1, 13, axes, SHAPE_MAX_RANK);
+  int na = op_util_attr_or_input_ints(c, "axes", 1, 13, axes, SHAPE_MAX_RANK);
   if (na < 0) return -1;
   int out_rank = rank + na;
   if (out_rank > SHAPE_MAX_RANK) return op_fail(c, "output rank %d exceeds %d", out_rank, SHAPE_MAX_RANK);
   bool add[SHAPE_MAX_RANK] = {false};
   for (int k = 0; k < na; k++) {
-    int a = shape_axis(axes[k], out_rank);
+    int a = op_util_axis(axes[k], out_rank);
     if (a < 0 || add[a]) return op_fail(c, "axis %lld is out of range or repeated", (long long)axes[k]);
     add[a] = true;
   }
@@ -281,12 +240,12 @@ static int lower_unsqueeze(op_ctx *c, const op_def *def) {
 static int lower_flatten(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int64_t axis = ir_attr_int(op_node(c), "axis", 1);
   if (axis < -(int64_t)rank || axis > rank) return op_fail(c, "axis %lld out of range for rank %d", (long long)axis, rank);
   if (axis < 0) axis += rank;
-  int64_t out[2] = {shape_numel(dims, (int)axis), shape_numel(dims + axis, rank - (int)axis)};
+  int64_t out[2] = {op_util_numel(dims, (int)axis), op_util_numel(dims + axis, rank - (int)axis)};
   return shape_set_reshaped(c, 0, x, out, 2);
 }
 
@@ -295,7 +254,7 @@ static int lower_flatten(op_ctx *c, const op_def *def) {
 static int lower_expand(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK], want[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int nw = op_input_ints(c, 1, want, SHAPE_MAX_RANK);
   if (nw < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", SHAPE_MAX_RANK);
@@ -315,7 +274,7 @@ static int lower_expand(op_ctx *c, const op_def *def) {
 static int lower_tile(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK], reps[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int n = op_input_ints(c, 1, reps, SHAPE_MAX_RANK);
   if (n < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the repeats input");
@@ -342,7 +301,7 @@ static int64_t shape_clamp(int64_t v, int rank) {
 static int lower_shape(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int64_t start = shape_clamp(ir_attr_int(op_node(c), "start", 0), rank);
   int64_t end = shape_clamp(ir_attr_int(op_node(c), "end", rank), rank);
@@ -353,9 +312,9 @@ static int lower_shape(op_ctx *c, const op_def *def) {
 static int lower_size(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
-  int64_t n = shape_numel(dims, rank);
+  int64_t n = op_util_numel(dims, rank);
   return op_set_output_ints(c, 0, &n, 1, dims, 0, ONNX_INT64);
 }
 
@@ -363,16 +322,14 @@ static int lower_size(op_ctx *c, const op_def *def) {
 
 /* Sets output 0 from host data; small int32/int64 tensors stay host-known for shape math. */
 static int shape_set_host_tensor(op_ctx *c, const void *data, const int64_t *dims, int rank, int32_t dtype) {
-  int64_t n = shape_numel(dims, rank);
+  int64_t n = op_util_numel(dims, rank);
   if ((dtype == ONNX_INT64 || dtype == ONNX_INT32) && n <= 64) {
     int64_t vals[64];
     for (int64_t i = 0; i < n; i++)
       vals[i] = dtype == ONNX_INT64 ? ((const int64_t *)data)[i] : ((const int32_t *)data)[i];
     return op_set_output_ints(c, 0, vals, (int)n, dims, rank, dtype);
   }
-  int t = op_mlx_dtype(dtype);
-  if (t < 0) return op_fail(c, "dtype %s has no MLX equivalent", ir_dtype_name(dtype));
-  return op_set_output(c, 0, mlxb_from_data(op_scope(c), data, dims, rank, (mlxb_dtype)t));
+  return op_util_set_host_data(c, 0, data, dims, rank, dtype);
 }
 
 static bool claim_constant(claim_ctx *c, const op_def *def) {
@@ -424,11 +381,11 @@ static int lower_constant(op_ctx *c, const op_def *def) {
 static int lower_split(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   const ir_node *node = op_node(c);
   int nout = op_num_outputs(c);
-  int axis = shape_axis(ir_attr_int(node, "axis", 0), rank);
+  int axis = op_util_axis(ir_attr_int(node, "axis", 0), rank);
   if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
   int64_t dim = dims[axis];
   int64_t *sizes = calloc((size_t)nout + 1, sizeof *sizes);
@@ -439,7 +396,7 @@ static int lower_split(op_ctx *c, const op_def *def) {
     op_fail(c, "out of memory");
     goto done;
   }
-  int ns = shape_ints_attr_or_input(c, "split", 1, 13, sizes, nout + 1);
+  int ns = op_util_attr_or_input_ints(c, "split", 1, 13, sizes, nout + 1);
   if (ns < 0) goto done;
   int64_t num_outputs = ir_attr_int(node, "num_outputs", 0);
   if (ns > 0) {
@@ -486,7 +443,7 @@ static int lower_split(op_ctx *c, const op_def *def) {
     goto done;
   }
   for (int i = 0; i < nout; i++)
-    if (op_has_output(c, i) && op_set_output(c, i, parts[i]) < 0) goto done;
+    if (op_util_set_optional(c, i, parts[i]) < 0) goto done;
   rc = 0;
 done:
   free(sizes);
@@ -535,13 +492,13 @@ static mlxb_array *pad_wrap_axis(op_ctx *c, mlxb_array *x, int axis, int64_t dim
 static int lower_pad(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK], pads[2 * SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, dims);
+  int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   const ir_node *node = op_node(c);
   const char *mode = ir_attr_string(node, "mode", "constant");
-  int np = shape_ints_attr_or_input(c, "pads", 1, 11, pads, 2 * SHAPE_MAX_RANK);
+  int np = op_util_attr_or_input_ints(c, "pads", 1, 11, pads, 2 * SHAPE_MAX_RANK);
   if (np < 0) return -1;
-  int na = node->since_version >= 18 ? shape_ints_attr_or_input(c, "", 3, 0, axes, SHAPE_MAX_RANK) : 0;
+  int na = node->since_version >= 18 ? op_util_attr_or_input_ints(c, "", 3, 0, axes, SHAPE_MAX_RANK) : 0;
   if (na < 0) return -1;
   if (na == 0) {
     for (int i = 0; i < rank; i++) axes[i] = i;
@@ -550,7 +507,7 @@ static int lower_pad(op_ctx *c, const op_def *def) {
   if (np != 2 * na) return op_fail(c, "pads has %d values for %d axes", np, na);
   int64_t lo[SHAPE_MAX_RANK] = {0}, hi[SHAPE_MAX_RANK] = {0};
   for (int k = 0; k < na; k++) {
-    int a = shape_axis(axes[k], rank);
+    int a = op_util_axis(axes[k], rank);
     if (a < 0) return op_fail(c, "axis %lld out of range for rank %d", (long long)axes[k], rank);
     lo[a] = pads[k], hi[a] = pads[k + na];
   }
@@ -620,7 +577,7 @@ static int shape_blocks(op_ctx *c, mlxb_array *x, const int64_t *six, const int 
 static int lower_depth_to_space(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t d[SHAPE_MAX_RANK];
-  if (shape_input(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
+  if (op_util_input_dims(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
   int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
   if (bs <= 0 || d[1] % (bs * bs)) return op_fail(c, "channels %lld not divisible by blocksize^2", (long long)d[1]);
   int64_t cc = d[1] / (bs * bs);
@@ -638,7 +595,7 @@ static int lower_depth_to_space(op_ctx *c, const op_def *def) {
 static int lower_space_to_depth(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t d[SHAPE_MAX_RANK];
-  if (shape_input(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
+  if (op_util_input_dims(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
   int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
   if (bs <= 0 || d[2] % bs || d[3] % bs) return op_fail(c, "spatial dims not divisible by blocksize");
   int64_t six[6] = {d[0], d[1], d[2] / bs, bs, d[3] / bs, bs};
@@ -655,7 +612,7 @@ static int lower_space_to_depth(op_ctx *c, const op_def *def) {
 static int range_ints(op_ctx *c, int32_t dtype) {
   int64_t v[3];
   for (int i = 0; i < 3; i++)
-    if (op_input_ints(c, i, &v[i], 1) != 1) return op_check(c) ? -1 : op_fail(c, "input %d must be a scalar", i);
+    if (op_util_input_int(c, i, &v[i])) return -1;
   int64_t start = v[0], limit = v[1], delta = v[2];
   if (delta == 0) return op_fail(c, "delta is zero");
   /* Differences in 128 bits: limit - start may overflow int64. */
@@ -683,7 +640,7 @@ static int range_ints(op_ctx *c, int32_t dtype) {
 static int range_floats(op_ctx *c, int32_t dtype) {
   double v[3];
   for (int i = 0; i < 3; i++)
-    if (op_input_doubles(c, i, &v[i], 1) != 1) return op_check(c) ? -1 : op_fail(c, "input %d must be a scalar", i);
+    if (op_util_input_double(c, i, &v[i])) return -1;
   if (v[2] == 0) return op_fail(c, "delta is zero");
   double n;
   if (dtype == ONNX_FLOAT) {
@@ -705,7 +662,7 @@ static int range_floats(op_ctx *c, int32_t dtype) {
     double acc = v[0];
     for (int64_t i = 0; i < count; i++, acc += v[2]) ((double *)buf)[i] = acc;
   }
-  int rc = op_set_output(c, 0, mlxb_from_data(op_scope(c), buf, &count, 1, shape_mlx_type(dtype)));
+  int rc = shape_set_host_tensor(c, buf, &count, 1, dtype);
   free(buf);
   return rc;
 }
@@ -741,7 +698,7 @@ static int lower_constant_of_shape(op_ctx *c, const op_def *def) {
   const void *data = &zero;
   int32_t dtype = ONNX_FLOAT;
   if (a && a->tensor) data = a->tensor->data, dtype = a->tensor->dtype;
-  int64_t n = shape_numel(dims, rank);
+  int64_t n = op_util_numel(dims, rank);
   if ((dtype == ONNX_INT64 || dtype == ONNX_INT32) && n <= 64) {
     int64_t one = dtype == ONNX_INT64 ? *(const int64_t *)data : *(const int32_t *)data, vals[64];
     for (int64_t i = 0; i < n; i++) vals[i] = one;
@@ -767,7 +724,7 @@ static int64_t shape_clamp_range(int64_t v, int64_t lo, int64_t hi) { return v <
 static int lower_eye_like(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t d[SHAPE_MAX_RANK];
-  if (shape_input(c, 0, &x, d) != 2) return op_check(c) ? -1 : op_fail(c, "input must have rank 2");
+  if (op_util_input_dims(c, 0, &x, d) != 2) return op_check(c) ? -1 : op_fail(c, "input must have rank 2");
   int32_t dtype = (int32_t)ir_attr_int(op_node(c), "dtype", op_input_dtype(c, 0));
   int t = op_mlx_dtype(dtype);
   if (t < 0) return op_fail(c, "dtype %s has no MLX equivalent", ir_dtype_name(dtype));
@@ -779,7 +736,7 @@ static int lower_eye_like(op_ctx *c, const op_def *def) {
 static int lower_trilu(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t d[SHAPE_MAX_RANK];
-  int rank = shape_input(c, 0, &x, d);
+  int rank = op_util_input_dims(c, 0, &x, d);
   if (rank < 0) return -1;
   if (rank < 2) return op_fail(c, "input must have rank >= 2");
   int64_t k = 0;

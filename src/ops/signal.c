@@ -6,30 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
 #define SIG_MAX_RANK 32
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-/* A host-read integer scalar input. */
-static int sig_scalar_int(op_ctx *c, int i, int64_t *v) {
-  int64_t buf[1];
-  int n = op_input_ints(c, i, buf, 1);
-  if (n < 0) return -1;
-  if (n != 1) return op_fail(c, "input %d must hold one value", i);
-  *v = buf[0];
-  return 0;
-}
-
-static int sig_scalar_double(op_ctx *c, int i, double *v) {
-  double buf[1];
-  int n = op_input_doubles(c, i, buf, 1);
-  if (n < 0) return -1;
-  if (n != 1) return op_fail(c, "input %d must hold one value", i);
-  *v = buf[0];
-  return 0;
-}
 
 /* The complex64 signal of x [..., 1] (real: returned as float32 [...]) or x [..., 2]. */
 static mlxb_array *sig_signal(op_ctx *c, mlxb_array *x, bool *complex_out) {
@@ -81,13 +62,13 @@ static int lower_dft(op_ctx *c, const op_def *def) {
   mlxb_array *sig = sig_signal(c, x, &cplx);
   if (!sig) return -1;
   int64_t axis = n->since_version >= 20 ? -2 : ir_attr_int(n, "axis", 1);
-  if (n->since_version >= 20 && op_has_input(c, 2) && sig_scalar_int(c, 2, &axis)) return -1;
+  if (n->since_version >= 20 && op_has_input(c, 2) && op_util_input_int(c, 2, &axis)) return -1;
   if (axis < 0) axis += r;
   if (axis < 0 || axis > r - 2) return op_fail(c, "axis out of range for rank %d", r);
   bool onesided = ir_attr_int(n, "onesided", 0) != 0, inverse = ir_attr_int(n, "inverse", 0) != 0;
   int64_t len = mlxb_dim(sig, (int)axis);
   int64_t pts = onesided && inverse ? 2 * (len - 1) : len;
-  if (op_has_input(c, 1) && sig_scalar_int(c, 1, &pts)) return -1;
+  if (op_has_input(c, 1) && op_util_input_int(c, 1, &pts)) return -1;
   if (pts <= 0) return op_fail(c, "dft_length %lld must be positive", (long long)pts);
   int ax = (int)axis;
   if (onesided && inverse) {
@@ -128,14 +109,14 @@ static int lower_stft(op_ctx *c, const op_def *def) {
   bool onesided = ir_attr_int(op_node(c), "onesided", 1) != 0;
   if (cplx && onesided) return op_fail(c, "a onesided STFT needs a real signal");
   int64_t step = 0, length = mlxb_dim(x, 1), frame = length;
-  if (sig_scalar_int(c, 1, &step)) return -1;
+  if (op_util_input_int(c, 1, &step)) return -1;
   if (window) {
     if (mlxb_ndim(window) != 1) return op_fail(c, "window must be 1-D");
     frame = mlxb_dim(window, 0);
   }
   if (op_has_input(c, 3)) {
     int64_t fl = 0;
-    if (sig_scalar_int(c, 3, &fl)) return -1;
+    if (op_util_input_int(c, 3, &fl)) return -1;
     if (window && fl != frame) return op_fail(c, "frame_length %lld differs from the window's %lld", (long long)fl, (long long)frame);
     frame = fl;
   }
@@ -144,9 +125,7 @@ static int lower_stft(op_ctx *c, const op_def *def) {
                    (long long)length);
   int64_t frames = (length - frame) / step + 1;
   /* idx[f, k] = f * step + k picks every frame at once: [batch, frames, frame]. */
-  int64_t fdims[2] = {frames, 1}, kdims[2] = {1, frame};
-  mlxb_array *f = mlxb_reshape(s, mlxb_arange(s, 0, (double)frames, 1, MLXB_I64), fdims, 2);
-  mlxb_array *k = mlxb_reshape(s, mlxb_arange(s, 0, (double)frame, 1, MLXB_I64), kdims, 2);
+  mlxb_array *f = op_util_iota(s, 0, frames, 0, 2, MLXB_I64), *k = op_util_iota(s, 0, frame, 1, 2, MLXB_I64);
   mlxb_array *idx = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, f, mlxb_scalar_i64(s, step, MLXB_I64)), k);
   mlxb_array *framed = mlxb_take(s, sig, idx, 1);
   if (window) framed = mlxb_binary(s, MLXB_MUL, framed, window);
@@ -188,17 +167,11 @@ static void table_store(void *buf, int32_t t, size_t i, double v) {
   }
 }
 
-static int table_output(op_ctx *c, const void *buf, const int64_t *dims, int rank, int32_t t) {
-  int mt = op_mlx_dtype(t);
-  if (mt < 0) return op_fail(c, "output dtype %s", ir_dtype_name(t));
-  return op_set_output(c, 0, mlxb_from_data(op_scope(c), buf, dims, rank, (mlxb_dtype)mt));
-}
-
 /* Cosine-sum windows w[i] = a0 - a1 cos(2 pi i / N) + a2 cos(4 pi i / N), N = size (periodic) or
  * size - 1, with ORT's float coefficients and its pi = 3.14159265. */
 static int lower_window(op_ctx *c, const op_def *def) {
   int64_t size = 0;
-  if (sig_scalar_int(c, 0, &size)) return -1;
+  if (op_util_input_int(c, 0, &size)) return -1;
   if (size < 0 || size > (int64_t)1 << 31) return op_fail(c, "window size %lld is out of range", (long long)size);
   float a0, a1, a2;
   switch (def->arg) {
@@ -219,7 +192,7 @@ static int lower_window(op_ctx *c, const op_def *def) {
     double a2c = a2 == 0 ? 0 : a2 * cos(2 * step * (double)i);
     table_store(buf, t, i, a0 - a1 * cos(step * (double)i) + a2c);
   }
-  int rc = table_output(c, buf, &size, 1, t);
+  int rc = op_util_set_host_data(c, 0, buf, &size, 1, t);
   free(buf);
   return rc;
 }
@@ -231,8 +204,8 @@ static double hz_from_mel(double mel) { return 700 * (pow(10, mel / 2595) - 1); 
 static int lower_mel(op_ctx *c, const op_def *def) {
   int64_t bins = 0, dft = 0, rate = 0;
   double lo_hz = 0, hi_hz = 0;
-  if (sig_scalar_int(c, 0, &bins) || sig_scalar_int(c, 1, &dft) || sig_scalar_int(c, 2, &rate) ||
-      sig_scalar_double(c, 3, &lo_hz) || sig_scalar_double(c, 4, &hi_hz))
+  if (op_util_input_int(c, 0, &bins) || op_util_input_int(c, 1, &dft) || op_util_input_int(c, 2, &rate) ||
+      op_util_input_double(c, 3, &lo_hz) || op_util_input_double(c, 4, &hi_hz))
     return -1;
   if (bins < 0 || bins > 1 << 20 || dft <= 0 || dft > (int64_t)1 << 30 || rate <= 0)
     return op_fail(c, "num_mel_bins %lld, dft_length %lld or sample_rate %lld out of range", (long long)bins, (long long)dft,
@@ -274,7 +247,7 @@ static int lower_mel(op_ctx *c, const op_def *def) {
     }
   }
   int64_t dims[2] = {spec, bins};
-  int rc = table_output(c, buf, dims, 2, t);
+  int rc = op_util_set_host_data(c, 0, buf, dims, 2, t);
   free(buf);
   free(fbin);
   return rc;

@@ -1,0 +1,212 @@
+/* Helpers shared by the op families (see op_util.h): small, stateless, and failing the way a
+ * lowering does, through op_fail or the scope's sticky error. */
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/op_util.h"
+
+/* ---- dtypes ------------------------------------------------------------------------------- */
+
+bool op_util_is_float(mlxb_dtype t) { return t == MLXB_F16 || t == MLXB_BF16 || t == MLXB_F32 || t == MLXB_F64; }
+
+bool op_util_onnx_is_float(int32_t t) {
+  return t == ONNX_FLOAT || t == ONNX_FLOAT16 || t == ONNX_BFLOAT16 || t == ONNX_DOUBLE;
+}
+
+mlxb_dtype op_util_compute_type(mlxb_dtype t) { return (t == MLXB_F16 || t == MLXB_BF16) ? MLXB_F32 : t; }
+
+mlxb_array *op_util_cast(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
+  if (!x || mlxb_type(x) == t) return x;
+  return mlxb_astype(s, x, t);
+}
+
+mlxb_array *op_util_scalar(mlxb_scope *s, double v, mlxb_dtype t) {
+  if (op_util_is_float(t)) return mlxb_scalar_f64(s, v, t);
+  return mlxb_scalar_i64(s, (int64_t)v, t);
+}
+
+mlxb_array *op_util_scalar_like(mlxb_scope *s, double v, const mlxb_array *x) {
+  return x ? mlxb_scalar_f64(s, v, mlxb_type(x)) : NULL;
+}
+
+/* MLX's float64 exp runs at float32 precision; its expm1 does not. Float64 exp is therefore
+ * expm1(x) + 1 for x >= 0 and (1 / (expm1(-x/2) + 1))^2 below (the square reaches the
+ * subnormals): a few ulp everywhere. */
+mlxb_array *op_util_exp(mlxb_scope *s, mlxb_array *x) {
+  if (!x) return NULL;
+  mlxb_dtype t = mlxb_type(x);
+  if (t != MLXB_F64) return mlxb_unary(s, MLXB_EXP, x);
+  mlxb_array *one = mlxb_scalar_f64(s, 1.0, t);
+  mlxb_array *up = mlxb_binary(s, MLXB_ADD, mlxb_unary(s, MLXB_EXPM1, x), one);
+  mlxb_array *half_neg = mlxb_binary(s, MLXB_MUL, x, mlxb_scalar_f64(s, -0.5, t));
+  mlxb_array *r = mlxb_binary(s, MLXB_DIV, one, mlxb_binary(s, MLXB_ADD, mlxb_unary(s, MLXB_EXPM1, half_neg), one));
+  mlxb_array *pos = mlxb_binary(s, MLXB_GREATER_EQUAL, x, mlxb_scalar_f64(s, 0.0, t));
+  return mlxb_where(s, pos, up, mlxb_binary(s, MLXB_MUL, r, r));
+}
+
+/* ---- axes and shapes ---------------------------------------------------------------------- */
+
+int op_util_axis(int64_t axis, int rank) {
+  if (axis < -(int64_t)rank || axis >= rank) return -1;
+  return (int)(axis < 0 ? axis + rank : axis);
+}
+
+int op_util_resolve_axis(op_ctx *c, int64_t axis, int rank) {
+  int a = op_util_axis(axis, rank);
+  if (a < 0) return op_fail(c, "axis %lld is out of range for rank %d", (long long)axis, rank);
+  return a;
+}
+
+int64_t op_util_numel(const int64_t *dims, int n) {
+  int64_t total = 1;
+  for (int i = 0; i < n; i++) total *= dims[i];
+  return total;
+}
+
+int op_util_input_dims(op_ctx *c, int i, mlxb_array **x, int64_t *dims) {
+  *x = op_input(c, i);
+  if (!*x) return op_check(c) ? -1 : op_fail(c, "input %d is missing", i);
+  int rank = mlxb_ndim(*x);
+  if (rank < 0 || rank > OP_UTIL_MAX_RANK)
+    return op_fail(c, "input %d has rank %d (at most %d)", i, rank, OP_UTIL_MAX_RANK);
+  mlxb_shape(*x, dims);
+  return rank;
+}
+
+int op_util_dims(op_ctx *c, const mlxb_array *x, int64_t *dims) {
+  int rank = mlxb_ndim(x);
+  if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d exceeds %d", rank, OP_UTIL_MAX_RANK);
+  mlxb_shape(x, dims);
+  return rank;
+}
+
+mlxb_array *op_util_iota(mlxb_scope *s, int64_t start, int64_t n, int axis, int rank, mlxb_dtype t) {
+  if (rank < 1 || rank > OP_UTIL_MAX_RANK || axis < 0 || axis >= rank) {
+    mlxb_set_error(s, "iota of an unsupported rank or axis");
+    return NULL;
+  }
+  int64_t dims[OP_UTIL_MAX_RANK];
+  for (int i = 0; i < rank; i++) dims[i] = i == axis ? n : 1;
+  return mlxb_reshape(s, mlxb_arange(s, (double)start, (double)(start + n), 1, t), dims, rank);
+}
+
+mlxb_array *op_util_reshape2(mlxb_scope *s, mlxb_array *x, int64_t d0, int64_t d1) {
+  int64_t dims[2] = {d0, d1};
+  return mlxb_reshape(s, x, dims, 2);
+}
+
+mlxb_array *op_util_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop, int64_t step) {
+  if (!x) return NULL;
+  int rank = mlxb_ndim(x);
+  if (rank < 1 || rank > OP_UTIL_MAX_RANK || axis < 0 || axis >= rank) {
+    mlxb_set_error(s, "slice of an unsupported rank or axis");
+    return NULL;
+  }
+  int64_t lo[OP_UTIL_MAX_RANK], hi[OP_UTIL_MAX_RANK], st[OP_UTIL_MAX_RANK];
+  mlxb_shape(x, hi);
+  for (int i = 0; i < rank; i++) lo[i] = 0, st[i] = 1;
+  lo[axis] = start, hi[axis] = stop, st[axis] = step;
+  return mlxb_slice(s, x, lo, hi, st);
+}
+
+/* ---- values read on the host -------------------------------------------------------------- */
+
+int op_util_attr_or_input_ints(op_ctx *c, const char *attr, int input, int input_since, int64_t *out, int max) {
+  const ir_node *n = op_node(c);
+  if (n->since_version < input_since) {
+    const int64_t *v;
+    size_t cnt = ir_attr_ints(n, attr, &v);
+    if (cnt > (size_t)max) return op_fail(c, "attribute %s has %zu values (at most %d)", attr, cnt, max);
+    if (cnt) memcpy(out, v, cnt * sizeof *v);
+    return (int)cnt;
+  }
+  if (!op_has_input(c, input)) return 0;
+  int cnt = op_input_ints(c, input, out, max);
+  if (cnt < 0) return op_check(c) ? -1 : op_fail(c, "cannot read input %d on the host (at most %d values)", input, max);
+  return cnt;
+}
+
+/* op_input_ints/op_input_doubles record their own failures; only a wrong count is left to say. */
+int op_util_input_int(op_ctx *c, int i, int64_t *v) {
+  int n = op_input_ints(c, i, v, 1);
+  if (n < 0) return -1;
+  return n == 1 ? 0 : op_fail(c, "input %d must hold one value", i);
+}
+
+int op_util_input_double(op_ctx *c, int i, double *v) {
+  int n = op_input_doubles(c, i, v, 1);
+  if (n < 0) return -1;
+  return n == 1 ? 0 : op_fail(c, "input %d must hold one value", i);
+}
+
+/* ---- outputs ------------------------------------------------------------------------------ */
+
+int op_util_set_optional(op_ctx *c, int i, mlxb_array *a) {
+  if (!op_has_output(c, i)) return 0;
+  return op_set_output(c, i, a);
+}
+
+int op_util_set_host_data(op_ctx *c, int i, const void *data, const int64_t *dims, int rank, int32_t dtype) {
+  int t = op_mlx_dtype(dtype);
+  if (t < 0) return op_fail(c, "dtype %s has no MLX equivalent", ir_dtype_name(dtype));
+  return op_set_output(c, i, mlxb_from_data(op_scope(c), data, dims, rank, (mlxb_dtype)t));
+}
+
+/* ---- quantization parameters -------------------------------------------------------------- */
+
+static mlxb_array *quant_param_per_axis(op_ctx *c, mlxb_array *p, const int64_t *dims, int rank, int axis) {
+  if (mlxb_ndim(p) != 1 || mlxb_dim(p, 0) != dims[axis]) {
+    op_fail(c, "per-axis parameters must be 1-D of length %lld", (long long)dims[axis]);
+    return NULL;
+  }
+  int64_t shape[OP_UTIL_MAX_RANK];
+  for (int i = 0; i < rank; i++) shape[i] = i == axis ? dims[axis] : 1;
+  return mlxb_reshape(op_scope(c), p, shape, rank);
+}
+
+static mlxb_array *quant_param_blocked(op_ctx *c, mlxb_array *p, const int64_t *dims, int rank, int axis,
+                                       int64_t block) {
+  if (mlxb_ndim(p) != rank) {
+    op_fail(c, "blocked parameters must have the input's rank %d", rank);
+    return NULL;
+  }
+  int64_t pd[OP_UTIL_MAX_RANK];
+  mlxb_shape(p, pd);
+  for (int i = 0; i < rank; i++) {
+    int64_t want = i == axis ? (dims[i] + block - 1) / block : dims[i];
+    if (pd[i] != want) {
+      op_fail(c, "blocked parameter dim %d is %lld, expected %lld", i, (long long)pd[i], (long long)want);
+      return NULL;
+    }
+  }
+  if (block > INT32_MAX) {
+    op_fail(c, "block_size %lld is too large", (long long)block);
+    return NULL;
+  }
+  /* the last block may be partial: cut the repeats back to the input's length */
+  mlxb_scope *s = op_scope(c);
+  return op_util_slice_axis(s, mlxb_repeat(s, p, (int)block, axis), axis, 0, dims[axis], 1);
+}
+
+mlxb_array *op_util_quant_param(op_ctx *c, mlxb_array *p, const int64_t *dims, int rank, int axis, int64_t block) {
+  if (!p) return NULL;
+  if (mlxb_size(p) == 1 && mlxb_ndim(p) <= 1 && block == 0) return mlxb_reshape(op_scope(c), p, NULL, 0);
+  if (axis < 0) {
+    op_fail(c, "axis out of range for rank %d", rank);
+    return NULL;
+  }
+  if (block == 0) return quant_param_per_axis(c, p, dims, rank, axis);
+  return quant_param_blocked(c, p, dims, rank, axis, block);
+}
+
+/* ---- claims ------------------------------------------------------------------------------- */
+
+bool op_util_claim_same_dtypes(claim_ctx *c, const int *inputs, int n) {
+  int32_t t = claim_input_dtype(c, 0);
+  for (int i = 0; i < n; i++) {
+    int32_t u = claim_input_dtype(c, inputs[i]);
+    if (u != ONNX_UNDEFINED && u != t)
+      return claim_decline(c, "input %d has dtype %s, input 0 %s", inputs[i], ir_dtype_name(u), ir_dtype_name(t));
+  }
+  return true;
+}

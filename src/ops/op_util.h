@@ -1,0 +1,72 @@
+/* Helpers shared by the op families' claim and lower functions: dtype tests, the float32 compute
+ * type of half-precision inputs, axis normalization, shapes, iotas and one-axis slices, values
+ * read on the host from an attribute or an input, optional outputs, quantization parameters and
+ * common claim checks. What only one family needs stays in that family's file. */
+#ifndef EP_MLX_OP_UTIL_H
+#define EP_MLX_OP_UTIL_H
+
+#include "ops/op.h"
+
+/* Dims held in the fixed-size shape buffers of the families (ranks above it are declined or fail). */
+#define OP_UTIL_MAX_RANK 32
+
+/* ---- dtypes ------------------------------------------------------------------------------- */
+bool op_util_is_float(mlxb_dtype t);     /* float16, bfloat16, float32, float64 */
+bool op_util_onnx_is_float(int32_t t);   /* the same for an ONNX dtype */
+/* float16/bfloat16 compute in float32 and round once at the end, as ORT's inserted casts do;
+ * every other dtype computes in itself. */
+mlxb_dtype op_util_compute_type(mlxb_dtype t);
+/* x as dtype t: x itself when it already has it (or is NULL). */
+mlxb_array *op_util_cast(mlxb_scope *s, mlxb_array *x, mlxb_dtype t);
+/* A 0-d array of dtype t holding v (exact for integers). */
+mlxb_array *op_util_scalar(mlxb_scope *s, double v, mlxb_dtype t);
+/* A 0-d array of x's (float) dtype holding v; NULL when x is NULL. */
+mlxb_array *op_util_scalar_like(mlxb_scope *s, double v, const mlxb_array *x);
+/* exp(x) at the precision of x's float dtype (MLX's own float64 exp is float32-accurate). */
+mlxb_array *op_util_exp(mlxb_scope *s, mlxb_array *x);
+
+/* ---- axes and shapes ---------------------------------------------------------------------- */
+/* A possibly negative axis in [-rank, rank) as [0, rank); -1 when out of range. */
+int op_util_axis(int64_t axis, int rank);
+/* The same, recording "axis ... is out of range" and returning -1 when it is. */
+int op_util_resolve_axis(op_ctx *c, int64_t axis, int rank);
+int64_t op_util_numel(const int64_t *dims, int n); /* product of dims[0..n) */
+/* Input i and its dims (dims holds OP_UTIL_MAX_RANK); the rank, or -1 with the failure recorded
+ * when the input is missing or its rank is too large. */
+int op_util_input_dims(op_ctx *c, int i, mlxb_array **x, int64_t *dims);
+/* x's dims (dims holds OP_UTIL_MAX_RANK); the rank, or -1 with the failure recorded. */
+int op_util_dims(op_ctx *c, const mlxb_array *x, int64_t *dims);
+/* start, start + 1, ..., start + n - 1 of dtype t along `axis` of a rank-`rank` shape of ones,
+ * so that it broadcasts against arrays holding n entries on that axis (positions, masks). */
+mlxb_array *op_util_iota(mlxb_scope *s, int64_t start, int64_t n, int axis, int rank, mlxb_dtype t);
+mlxb_array *op_util_reshape2(mlxb_scope *s, mlxb_array *x, int64_t d0, int64_t d1);
+/* x[start:stop:step] along one non-negative axis, every other axis whole. */
+mlxb_array *op_util_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t start, int64_t stop, int64_t step);
+
+/* ---- values read on the host -------------------------------------------------------------- */
+/* An int list from attribute `attr` before opset `input_since`, from the optional input `input`
+ * from then on (schemas moved such lists to inputs). Returns the count, 0 when absent, or -1
+ * with the failure recorded. */
+int op_util_attr_or_input_ints(op_ctx *c, const char *attr, int input, int input_since, int64_t *out, int max);
+/* The one value of input i; 0, or -1 with the failure recorded. */
+int op_util_input_int(op_ctx *c, int i, int64_t *v);
+int op_util_input_double(op_ctx *c, int i, double *v);
+
+/* ---- outputs ------------------------------------------------------------------------------ */
+/* Sets output i only when the node has it (optional outputs are often left out). 0 or -1. */
+int op_util_set_optional(op_ctx *c, int i, mlxb_array *a);
+/* Sets output i to a copy of host data of ONNX dtype `dtype`. 0 or -1. */
+int op_util_set_host_data(op_ctx *c, int i, const void *data, const int64_t *dims, int rank, int32_t dtype);
+
+/* ---- quantization parameters -------------------------------------------------------------- */
+/* A scale or zero point p shaped to broadcast against x [dims]: one value (per tensor), a 1-D
+ * tensor on `axis` (per axis), or with block > 0 a tensor of x's rank whose `axis` holds
+ * ceil(D / block) entries, each repeated block times (blocked); axis < 0 means out of range.
+ * NULL for a NULL p, and NULL with the failure recorded when p does not fit. */
+mlxb_array *op_util_quant_param(op_ctx *c, mlxb_array *p, const int64_t *dims, int rank, int axis, int64_t block);
+
+/* ---- claims ------------------------------------------------------------------------------- */
+/* Every present input among inputs[0..n) has input 0's dtype (ORT's kernels read them as T). */
+bool op_util_claim_same_dtypes(claim_ctx *c, const int *inputs, int n);
+
+#endif
