@@ -497,12 +497,29 @@ mlxb_array *mlxb_contiguous(mlxb_scope *s, const mlxb_array *x) {
 
 /* ---- linear algebra and neural-network ops ------------------------------------------------ */
 
+/* Products with an empty operand are zeros of the product's shape (an empty sum is 0): MLX's
+ * CUDA kernels crashed the process on such shapes, so they never reach a kernel. */
+static mx::array zeros_if_empty(const mx::array &y, std::initializer_list<const mx::array *> operands,
+                                mx::StreamOrDevice d) {
+  bool empty = y.size() == 0;
+  for (const mx::array *o : operands) empty = empty || o->size() == 0;
+  return empty ? mx::zeros(y.shape(), y.dtype(), d) : y;
+}
+
 mlxb_array *mlxb_matmul(mlxb_scope *s, const mlxb_array *a, const mlxb_array *b) {
-  return guard(s, "mlxb_matmul", [&] { return mx::matmul(arr(a), arr(b), scope_dev(s)); });
+  return guard(s, "mlxb_matmul", [&] {
+    const mx::array &x = arr(a), &y = arr(b);
+    return zeros_if_empty(mx::matmul(x, y, scope_dev(s)), {&x, &y}, scope_dev(s));
+  });
 }
 
 mlxb_array *mlxb_addmm(mlxb_scope *s, const mlxb_array *c, const mlxb_array *a, const mlxb_array *b, float alpha, float beta) {
-  return guard(s, "mlxb_addmm", [&] { return mx::addmm(arr(c), arr(a), arr(b), alpha, beta, scope_dev(s)); });
+  return guard(s, "mlxb_addmm", [&] {
+    const mx::array &x = arr(a), &y = arr(b), &z = arr(c);
+    if (x.size() && y.size()) return mx::addmm(z, x, y, alpha, beta, scope_dev(s));
+    mx::array prod = zeros_if_empty(mx::matmul(x, y, scope_dev(s)), {&x, &y}, scope_dev(s));
+    return mx::add(prod, mx::multiply(z, mx::array(beta, z.dtype()), scope_dev(s)), scope_dev(s));
+  });
 }
 
 mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, int nspatial,
@@ -515,8 +532,9 @@ mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_arr
       if (nspatial < 0) throw bridge_error("negative nspatial");
       return v ? std::vector<int>(v, v + nspatial) : std::vector<int>(nspatial, dflt);
     };
-    return mx::conv_general(in, wt, list(strides, 1), list(pad_lo, 0), list(pad_hi, 0), list(kernel_dilation, 1),
-                            list(input_dilation, 1), groups, flip, scope_dev(s));
+    mx::array y = mx::conv_general(in, wt, list(strides, 1), list(pad_lo, 0), list(pad_hi, 0),
+                                   list(kernel_dilation, 1), list(input_dilation, 1), groups, flip, scope_dev(s));
+    return zeros_if_empty(y, {&in, &wt}, scope_dev(s));
   });
 }
 
@@ -543,8 +561,10 @@ mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, c
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                                   const mlxb_array *biases, bool transpose, int group_size, int bits) {
   return guard(s, "mlxb_quantized_matmul", [&] {
-    return mx::quantized_matmul(arr(x), arr(w), arr(scales), opt(biases), transpose, group_size, bits, "affine",
-                                scope_dev(s));
+    const mx::array &in = arr(x);
+    mx::array y = mx::quantized_matmul(in, arr(w), arr(scales), opt(biases), transpose, group_size, bits, "affine",
+                                       scope_dev(s));
+    return zeros_if_empty(y, {&in}, scope_dev(s));
   });
 }
 
