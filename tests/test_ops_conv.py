@@ -8,30 +8,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, make_model, run_cpu, run_mlx
+from parity import args_model, assert_parity, make_model, normal_data as rand, run_cpu, run_mlx
 
 
-def rand(shape, dtype=np.float32, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-
-
-def build(op, args, attrs=None, out_dtype=None, opset=21, n_out=1):
+def build(op, args, attrs=None, out_dtype=None, opset=21):
     """args: (name, array, 'feed'|'init') or None for an absent optional input."""
-    ins, inits, feeds, names = [], {}, {}, []
-    for a in args:
-        if a is None:
-            names.append("")
-            continue
-        name, arr, kind = a
-        names.append(name)
-        if kind == "init":
-            inits[name] = arr
-        else:
-            feeds[name] = arr
-            ins.append((name, NP_TO_ONNX[arr.dtype], list(arr.shape)))
-    out_dtype = out_dtype or NP_TO_ONNX[args[0][1].dtype]
-    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **(attrs or {}))
-    return make_model([node], ins, [(f"y{i}", out_dtype, None) for i in range(n_out)], inits.items(), opset=opset), feeds
+    return args_model(op, args, attrs, out_dtypes=[out_dtype] if out_dtype else None, opset=opset)
 
 
 def check(op, args, attrs=None, rtol=None, atol=None, **kw):

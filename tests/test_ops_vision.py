@@ -6,30 +6,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, make_model, run_mlx
-
-
-def rand(shape, dtype=np.float32, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+from parity import args_model, assert_parity, make_model, normal_data as rand, run_mlx
 
 
 def check(op, args, attrs=None, opset=21, out_dtype=None, **tol):
     """args: (name, array, 'feed'|'init') tuples, or None for an absent optional input."""
-    ins, inits, feeds, names = [], {}, {}, []
-    for a in args:
-        if a is None:
-            names.append("")
-            continue
-        name, arr, kind = a
-        names.append(name)
-        if kind == "init":
-            inits[name] = arr
-        else:
-            feeds[name] = arr
-            ins.append((name, NP_TO_ONNX[arr.dtype], list(arr.shape)))
-    out_dtype = out_dtype or NP_TO_ONNX[args[0][1].dtype]
-    node = helper.make_node(op, names, ["y"], **(attrs or {}))
-    model = make_model([node], ins, [("y", out_dtype, None)], inits.items(), opset=opset)
+    model, feeds = args_model(op, args, attrs, out_dtypes=[out_dtype] if out_dtype else None, opset=opset)
     return assert_parity(model, feeds, **tol)
 
 

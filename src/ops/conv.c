@@ -7,11 +7,10 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 
 #define CONV_MAX_SP 3 /* MLX convolves 1 to 3 spatial axes */
 #define CONV_MAX_RANK (CONV_MAX_SP + 2)
-
-typedef enum conv_pad { CONV_PAD_NOTSET, CONV_PAD_VALID, CONV_PAD_SAME_UPPER, CONV_PAD_SAME_LOWER, CONV_PAD_BAD } conv_pad;
 
 /* Geometry of one convolution, all per spatial axis. */
 typedef struct conv_geom {
@@ -36,34 +35,11 @@ static int conv_failed(op_ctx *c) {
 
 /* ---- attributes --------------------------------------------------------------------------- */
 
-static conv_pad conv_auto_pad(const ir_node *n) {
-  const char *s = ir_attr_string(n, "auto_pad", "NOTSET");
-  if (!strcmp(s, "NOTSET") || !*s) return CONV_PAD_NOTSET;
-  if (!strcmp(s, "VALID")) return CONV_PAD_VALID;
-  if (!strcmp(s, "SAME_UPPER")) return CONV_PAD_SAME_UPPER;
-  if (!strcmp(s, "SAME_LOWER")) return CONV_PAD_SAME_LOWER;
-  return CONV_PAD_BAD;
-}
-
-/* Fills out[n] from an ints attribute, or with dflt when it is absent or empty. Returns false when
- * the attribute has a count other than n. */
-static bool conv_attr_ints(const ir_node *node, const char *name, int64_t *out, int n, int64_t dflt) {
-  const int64_t *v;
-  size_t cnt = ir_attr_ints(node, name, &v);
-  if (cnt == 0) {
-    for (int i = 0; i < n; i++) out[i] = dflt;
-    return true;
-  }
-  if (cnt != (size_t)n) return false;
-  memcpy(out, v, (size_t)n * sizeof *out);
-  return true;
-}
-
 /* Attribute checks shared by every conv row; rank is the input rank when known (else -1),
  * w_input the index of the weight input. */
 static bool conv_claim_attrs(claim_ctx *c, int rank, int w_input) {
   const ir_node *n = c->node;
-  if (conv_auto_pad(n) == CONV_PAD_BAD) return claim_decline(c, "auto_pad '%s' is unknown", ir_attr_string(n, "auto_pad", ""));
+  if (!op_util_claim_auto_pad(c)) return false;
   if (ir_attr_int(n, "group", 1) < 1) return claim_decline(c, "group must be >= 1");
   if (rank >= 0 && (rank < 3 || rank > CONV_MAX_RANK))
     return claim_decline(c, "input rank %d (MLX convolves 1 to 3 spatial axes)", rank);
@@ -120,30 +96,26 @@ static int conv_geom_read(op_ctx *c, const mlxb_array *x, const mlxb_array *w, b
   int64_t ks[CONV_MAX_SP];
   const int64_t *kv;
   if (ir_attr_ints(n, "kernel_shape", &kv)) {
-    if (!conv_attr_ints(n, "kernel_shape", ks, g->nsp, 1)) return op_fail(c, "kernel_shape does not match the weight rank");
+    if (!op_util_attr_ints(n, "kernel_shape", ks, g->nsp, 1)) return op_fail(c, "kernel_shape does not match the weight rank");
     for (int i = 0; i < g->nsp; i++)
       if (ks[i] != g->k[i]) return op_fail(c, "kernel_shape does not match the weight shape");
   }
-  if (!conv_attr_ints(n, "strides", g->stride, g->nsp, 1) || !conv_attr_ints(n, "dilations", g->dil, g->nsp, 1) ||
-      !conv_attr_ints(n, "output_padding", g->adj, g->nsp, 0))
-    return op_fail(c, "strides, dilations or output_padding do not match the spatial rank %d", g->nsp);
-  int64_t pads[2 * CONV_MAX_SP];
-  if (!conv_attr_ints(n, "pads", pads, 2 * g->nsp, 0)) return op_fail(c, "pads do not match the spatial rank %d", g->nsp);
-  for (int i = 0; i < g->nsp; i++) {
+  if (op_util_spatial_attrs(c, g->nsp, g->stride, g->dil, g->pad_lo, g->pad_hi)) return -1;
+  if (!op_util_attr_ints(n, "output_padding", g->adj, g->nsp, 0))
+    return op_fail(c, "output_padding does not match the spatial rank %d", g->nsp);
+  for (int i = 0; i < g->nsp; i++)
     if (g->stride[i] < 1 || g->dil[i] < 1 || g->k[i] < 1) return op_fail(c, "strides, dilations and kernel must be >= 1");
-    g->pad_lo[i] = pads[i], g->pad_hi[i] = pads[i + g->nsp];
-  }
   return 0;
 }
 
 /* Conv pads and output extent (ORT's ComputePadAndOutputShape, float division included). */
 static int conv_geom_forward(op_ctx *c, conv_geom *g) {
-  conv_pad ap = conv_auto_pad(op_node(c));
+  op_util_pad ap = op_util_auto_pad(op_node(c));
   for (int i = 0; i < g->nsp; i++) {
     int64_t dk = g->dil[i] * (g->k[i] - 1) + 1, in = g->in[i], s = g->stride[i];
-    if (ap == CONV_PAD_NOTSET) {
+    if (ap == OP_UTIL_PAD_NOTSET) {
       g->out[i] = (int64_t)((float)(in + g->pad_lo[i] + g->pad_hi[i] - dk) / (float)s + 1);
-    } else if (ap == CONV_PAD_VALID) {
+    } else if (ap == OP_UTIL_PAD_VALID) {
       g->pad_lo[i] = g->pad_hi[i] = 0;
       g->out[i] = (in - dk) / s + 1;
     } else {
@@ -151,7 +123,7 @@ static int conv_geom_forward(op_ctx *c, conv_geom *g) {
       int64_t needed = (target - 1) * s + dk - in; /* the dilated kernel, as the spec says (ORT rejects dilation) */
       if (needed < 0) needed = 0;                  /* ORT never crops here */
       g->out[i] = (in + needed - dk) / s + 1;
-      g->pad_lo[i] = ap == CONV_PAD_SAME_LOWER ? (needed + 1) / 2 : needed / 2;
+      g->pad_lo[i] = ap == OP_UTIL_PAD_SAME_LOWER ? (needed + 1) / 2 : needed / 2;
       g->pad_hi[i] = needed - g->pad_lo[i];
     }
     if (g->out[i] <= 0) return op_fail(c, "spatial axis %d: output extent %lld is not positive", i, (long long)g->out[i]);
@@ -164,7 +136,7 @@ static int conv_geom_forward(op_ctx *c, conv_geom *g) {
  * the larger half at the tail for SAME_UPPER and at the head otherwise (ORT 1.2x, the spec). */
 static int conv_geom_transpose(op_ctx *c, conv_geom *g) {
   const ir_node *n = op_node(c);
-  conv_pad ap = conv_auto_pad(n);
+  op_util_pad ap = op_util_auto_pad(n);
   const int64_t *os;
   size_t nos = ir_attr_ints(n, "output_shape", &os);
   if (nos && nos != (size_t)g->nsp && nos != (size_t)g->nsp + 2)
@@ -175,12 +147,12 @@ static int conv_geom_transpose(op_ctx *c, conv_geom *g) {
     if (nos) {
       want = nos == (size_t)g->nsp ? os[i] : os[i + 2];
       if (want < 0) return op_fail(c, "negative output_shape");
-    } else if (ap == CONV_PAD_SAME_UPPER || ap == CONV_PAD_SAME_LOWER) {
+    } else if (ap == OP_UTIL_PAD_SAME_UPPER || ap == OP_UTIL_PAD_SAME_LOWER) {
       want = g->in[i] * g->stride[i];
     }
     if (want >= 0) {
       int64_t total = full - want > 0 ? full - want : 0;
-      if (ap == CONV_PAD_SAME_UPPER) g->pad_lo[i] = total / 2, g->pad_hi[i] = total - total / 2;
+      if (ap == OP_UTIL_PAD_SAME_UPPER) g->pad_lo[i] = total / 2, g->pad_hi[i] = total - total / 2;
       else g->pad_lo[i] = total - total / 2, g->pad_hi[i] = total / 2;
     }
     g->out[i] = nos ? want : full - g->pad_lo[i] - g->pad_hi[i];

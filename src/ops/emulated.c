@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 
-#define EMU_MAX_RANK 32
+/* Shapes pass through op_util_quant_param, whose buffers hold OP_UTIL_MAX_RANK dims. */
+#define EMU_MAX_RANK OP_UTIL_MAX_RANK
 
 /* ---- formats ------------------------------------------------------------------------------ */
 
@@ -330,55 +332,6 @@ static int lower_cast_like(op_ctx *c, const op_def *def) { return cast_input(c, 
 
 /* ---- QuantizeLinear / DequantizeLinear ----------------------------------------------------- */
 
-static int q_axis(int64_t axis, int rank) {
-  if (axis < -(int64_t)rank || axis >= rank) return -1;
-  return (int)(axis < 0 ? axis + rank : axis);
-}
-
-/* A scale or zero point (values, any dtype) shaped to broadcast against x [dims]: one value (per
- * tensor), a 1-D tensor on `axis` (per axis), or with block > 0 a tensor of x's rank whose `axis`
- * holds ceil(D / block) entries, each repeated block times (blocked). */
-static mlxb_array *q_param(op_ctx *c, mlxb_array *p, const int64_t *dims, int rank, int axis, int64_t block) {
-  mlxb_scope *s = op_scope(c);
-  if (!p) return NULL;
-  int pr = mlxb_ndim(p);
-  if (mlxb_size(p) == 1 && pr <= 1 && block == 0) return mlxb_reshape(s, p, NULL, 0);
-  if (axis < 0) {
-    op_fail(c, "axis out of range for rank %d", rank);
-    return NULL;
-  }
-  if (block == 0) {
-    if (pr != 1 || mlxb_dim(p, 0) != dims[axis]) {
-      op_fail(c, "per-axis parameters must be 1-D of length %lld", (long long)dims[axis]);
-      return NULL;
-    }
-    int64_t shape[EMU_MAX_RANK];
-    for (int i = 0; i < rank; i++) shape[i] = i == axis ? dims[axis] : 1;
-    return mlxb_reshape(s, p, shape, rank);
-  }
-  if (pr != rank) {
-    op_fail(c, "blocked parameters must have the input's rank %d", rank);
-    return NULL;
-  }
-  int64_t pd[EMU_MAX_RANK];
-  mlxb_shape(p, pd);
-  for (int i = 0; i < rank; i++) {
-    int64_t want = i == axis ? (dims[i] + block - 1) / block : dims[i];
-    if (pd[i] != want) {
-      op_fail(c, "blocked parameter dim %d is %lld, expected %lld", i, (long long)pd[i], (long long)want);
-      return NULL;
-    }
-  }
-  if (block > INT32_MAX) {
-    op_fail(c, "block_size %lld is too large", (long long)block);
-    return NULL;
-  }
-  mlxb_array *r = mlxb_repeat(s, p, (int)block, axis);
-  int64_t start[EMU_MAX_RANK] = {0}, stop[EMU_MAX_RANK], step[EMU_MAX_RANK];
-  for (int i = 0; i < rank; i++) stop[i] = dims[i], step[i] = 1;
-  return mlxb_slice(s, r, start, stop, step);
-}
-
 /* Shapes (and decodes) the scale and zero point of a Q/DQ node for x; the zero point stays NULL
  * when absent. 0, or -1 with the failure recorded. */
 static int q_params(op_ctx *c, mlxb_array *x, mlxb_array **scale, mlxb_array **zp) {
@@ -388,13 +341,13 @@ static int q_params(op_ctx *c, mlxb_array *x, mlxb_array **scale, mlxb_array **z
   int64_t dims[EMU_MAX_RANK];
   mlxb_shape(x, dims);
   const ir_node *n = op_node(c);
-  int axis = q_axis(ir_attr_int(n, "axis", 1), rank);
+  int axis = op_util_axis(ir_attr_int(n, "axis", 1), rank);
   int64_t block = ir_attr_int(n, "block_size", 0);
   if (block < 0) return op_fail(c, "block_size must be non-negative");
   mlxb_array *sv = op_input(c, 1), *zv = op_input(c, 2);
   if (!sv) return op_check(c) ? -1 : op_fail(c, "scale is required");
-  *scale = q_param(c, to_type(s, decode_any(s, sv, op_input_dtype(c, 1)), MLXB_F32), dims, rank, axis, block);
-  *zp = zv ? q_param(c, decode_any(s, zv, op_input_dtype(c, 2)), dims, rank, axis, block) : NULL;
+  *scale = op_util_quant_param(c, to_type(s, decode_any(s, sv, op_input_dtype(c, 1)), MLXB_F32), dims, rank, axis, block);
+  *zp = zv ? op_util_quant_param(c, decode_any(s, zv, op_input_dtype(c, 2)), dims, rank, axis, block) : NULL;
   if (!*scale || (zv && !*zp)) return op_check(c) ? -1 : op_fail(c, "bad scale or zero point");
   return 0;
 }

@@ -199,6 +199,40 @@ mlxb_array *op_util_quant_param(op_ctx *c, mlxb_array *p, const int64_t *dims, i
   return quant_param_blocked(c, p, dims, rank, axis, block);
 }
 
+/* ---- spatial attributes (convolutions and poolings) --------------------------------------- */
+
+op_util_pad op_util_auto_pad(const ir_node *n) {
+  const char *s = ir_attr_string(n, "auto_pad", "NOTSET");
+  if (!strcmp(s, "NOTSET") || !*s) return OP_UTIL_PAD_NOTSET;
+  if (!strcmp(s, "VALID")) return OP_UTIL_PAD_VALID;
+  if (!strcmp(s, "SAME_UPPER")) return OP_UTIL_PAD_SAME_UPPER;
+  if (!strcmp(s, "SAME_LOWER")) return OP_UTIL_PAD_SAME_LOWER;
+  return OP_UTIL_PAD_BAD;
+}
+
+bool op_util_attr_ints(const ir_node *node, const char *name, int64_t *out, int n, int64_t dflt) {
+  const int64_t *v;
+  size_t cnt = ir_attr_ints(node, name, &v);
+  if (cnt == 0) {
+    for (int i = 0; i < n; i++) out[i] = dflt;
+    return true;
+  }
+  if (cnt != (size_t)n) return false;
+  memcpy(out, v, (size_t)n * sizeof *out);
+  return true;
+}
+
+int op_util_spatial_attrs(op_ctx *c, int nsp, int64_t *strides, int64_t *dilations, int64_t *pad_lo, int64_t *pad_hi) {
+  const ir_node *n = op_node(c);
+  int64_t pads[2 * OP_UTIL_MAX_RANK];
+  if (nsp < 0 || nsp > OP_UTIL_MAX_RANK) return op_fail(c, "spatial rank %d is out of range", nsp);
+  if (!op_util_attr_ints(n, "strides", strides, nsp, 1) || !op_util_attr_ints(n, "dilations", dilations, nsp, 1) ||
+      !op_util_attr_ints(n, "pads", pads, 2 * nsp, 0))
+    return op_fail(c, "strides, dilations or pads do not match the spatial rank %d", nsp);
+  for (int i = 0; i < nsp; i++) pad_lo[i] = pads[i], pad_hi[i] = pads[i + nsp];
+  return 0;
+}
+
 /* ---- claims ------------------------------------------------------------------------------- */
 
 bool op_util_claim_same_dtypes(claim_ctx *c, const int *inputs, int n) {
@@ -209,4 +243,9 @@ bool op_util_claim_same_dtypes(claim_ctx *c, const int *inputs, int n) {
       return claim_decline(c, "input %d has dtype %s, input 0 %s", inputs[i], ir_dtype_name(u), ir_dtype_name(t));
   }
   return true;
+}
+
+bool op_util_claim_auto_pad(claim_ctx *c) {
+  if (op_util_auto_pad(c->node) != OP_UTIL_PAD_BAD) return true;
+  return claim_decline(c, "auto_pad '%s' is unknown", ir_attr_string(c->node, "auto_pad", ""));
 }

@@ -1,7 +1,7 @@
 /* Helpers shared by the op families' claim and lower functions: dtype tests, the float32 compute
  * type of half-precision inputs, axis normalization, shapes, iotas and one-axis slices, values
- * read on the host from an attribute or an input, optional outputs, quantization parameters and
- * common claim checks. What only one family needs stays in that family's file. */
+ * read on the host from an attribute or an input, optional outputs, quantization parameters, the
+ * spatial attributes of convolutions and poolings and common claim checks. What only one family needs stays in that family's file. */
 #ifndef EP_MLX_OP_UTIL_H
 #define EP_MLX_OP_UTIL_H
 
@@ -65,8 +65,27 @@ int op_util_set_host_data(op_ctx *c, int i, const void *data, const int64_t *dim
  * NULL for a NULL p, and NULL with the failure recorded when p does not fit. */
 mlxb_array *op_util_quant_param(op_ctx *c, mlxb_array *p, const int64_t *dims, int rank, int axis, int64_t block);
 
+/* ---- spatial attributes (convolutions and poolings) --------------------------------------- */
+typedef enum op_util_pad {
+  OP_UTIL_PAD_NOTSET, /* explicit pads ("NOTSET" or empty) */
+  OP_UTIL_PAD_VALID,
+  OP_UTIL_PAD_SAME_UPPER,
+  OP_UTIL_PAD_SAME_LOWER,
+  OP_UTIL_PAD_BAD /* a value the spec does not know (claims decline it) */
+} op_util_pad;
+op_util_pad op_util_auto_pad(const ir_node *n);
+/* Fills out[n] from an ints attribute, or with dflt when it is absent or empty. Returns false when
+ * the attribute has a count other than n. */
+bool op_util_attr_ints(const ir_node *node, const char *name, int64_t *out, int n, int64_t dflt);
+/* strides and dilations (default 1) and pads split into head and tail (default 0) for nsp
+ * spatial axes (nsp <= OP_UTIL_MAX_RANK); 0, or -1 with the failure recorded when a count does
+ * not match. Values are not range-checked here. */
+int op_util_spatial_attrs(op_ctx *c, int nsp, int64_t *strides, int64_t *dilations, int64_t *pad_lo, int64_t *pad_hi);
+
 /* ---- claims ------------------------------------------------------------------------------- */
 /* Every present input among inputs[0..n) has input 0's dtype (ORT's kernels read them as T). */
 bool op_util_claim_same_dtypes(claim_ctx *c, const int *inputs, int n);
+/* auto_pad is one the spec knows; declines it otherwise. */
+bool op_util_claim_auto_pad(claim_ctx *c);
 
 #endif

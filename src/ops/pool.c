@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/op_util.h"
 
 #define POOL_MAX_SP 8
 #define POOL_MAX_RANK (POOL_MAX_SP + 2)
@@ -61,19 +62,6 @@ static mlxb_array *pool_input(op_ctx *c, int64_t *dims, int *rank) {
   return x;
 }
 
-/* Fills out[n] from an ints attribute or with dflt; false when the count is not n. */
-static bool pool_attr_ints(const ir_node *node, const char *name, int64_t *out, int n, int64_t dflt) {
-  const int64_t *v;
-  size_t cnt = ir_attr_ints(node, name, &v);
-  if (cnt == 0) {
-    for (int i = 0; i < n; i++) out[i] = dflt;
-    return true;
-  }
-  if (cnt != (size_t)n) return false;
-  memcpy(out, v, (size_t)n * sizeof *out);
-  return true;
-}
-
 /* One output extent (ORT's PoolAttributes::ComputeOutputSize): truncating division, or a float
  * ceil whose last window must start inside the input or the head pad. */
 static int64_t pool_out_extent(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pl, int64_t ph, bool ceil_mode) {
@@ -89,25 +77,21 @@ static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g
   const ir_node *n = op_node(c);
   memset(g, 0, sizeof *g);
   g->nsp = rank - 2;
-  int64_t pads[2 * POOL_MAX_SP];
-  if (!pool_attr_ints(n, "kernel_shape", g->k, g->nsp, 0) || !ir_node_attr(n, "kernel_shape"))
+  if (!op_util_attr_ints(n, "kernel_shape", g->k, g->nsp, 0) || !ir_node_attr(n, "kernel_shape"))
     return op_fail(c, "kernel_shape must have %d values", g->nsp);
-  if (!pool_attr_ints(n, "strides", g->s, g->nsp, 1) || !pool_attr_ints(n, "dilations", g->d, g->nsp, 1) ||
-      !pool_attr_ints(n, "pads", pads, 2 * g->nsp, 0))
-    return op_fail(c, "strides, dilations or pads do not match the spatial rank %d", g->nsp);
-  const char *ap = ir_attr_string(n, "auto_pad", "NOTSET");
+  if (op_util_spatial_attrs(c, g->nsp, g->s, g->d, g->pl, g->ph)) return -1;
+  op_util_pad ap = op_util_auto_pad(n);
   bool ceil_mode = ir_attr_int(n, "ceil_mode", 0) != 0;
   for (int i = 0; i < g->nsp; i++) {
     g->in[i] = dims[i + 2];
     if (g->k[i] < 1 || g->s[i] < 1 || g->d[i] < 1) return op_fail(c, "kernel, strides and dilations must be >= 1");
-    g->pl[i] = pads[i], g->ph[i] = pads[i + g->nsp];
-    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+    if (ap == OP_UTIL_PAD_SAME_UPPER || ap == OP_UTIL_PAD_SAME_LOWER) {
       /* ORT pads with the undilated kernel here. */
       int64_t target = (g->in[i] + g->s[i] - 1) / g->s[i];
       int64_t needed = (target - 1) * g->s[i] + g->k[i] - g->in[i];
-      g->pl[i] = !strcmp(ap, "SAME_LOWER") ? (needed + 1) / 2 : needed / 2;
+      g->pl[i] = ap == OP_UTIL_PAD_SAME_LOWER ? (needed + 1) / 2 : needed / 2;
       g->ph[i] = needed - g->pl[i];
-    } else if (!strcmp(ap, "VALID")) {
+    } else if (ap == OP_UTIL_PAD_VALID) {
       g->pl[i] = g->ph[i] = 0;
     }
     g->out[i] = pool_out_extent(g->in[i], g->k[i], g->s[i], g->d[i], g->pl[i], g->ph[i], ceil_mode);
@@ -121,9 +105,7 @@ static bool pool_claim_common(claim_ctx *c, bool need_kernel) {
   const ir_value *x = claim_input(c, 0);
   if (x && x->rank >= 0 && (x->rank < 3 || x->rank > POOL_MAX_RANK))
     return claim_decline(c, "input rank %d (must be 3 to %d)", x->rank, POOL_MAX_RANK);
-  const char *ap = ir_attr_string(n, "auto_pad", "NOTSET");
-  if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID") && strcmp(ap, "SAME_UPPER") && strcmp(ap, "SAME_LOWER") && *ap)
-    return claim_decline(c, "auto_pad '%s' is unknown", ap);
+  if (!op_util_claim_auto_pad(c)) return false;
   if (!need_kernel) return true;
   const int64_t *k;
   size_t nk = ir_attr_ints(n, "kernel_shape", &k);
