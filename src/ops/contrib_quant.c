@@ -202,20 +202,37 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
 
 /* x [..., Kp] @ W^T with W held as MLX affine-quantized weights: B's bytes already are MLX's
  * packing (element 0 in the low bits of each little-endian uint32), so the weights are a view of
- * B; MLX's bias is -scale * zp. Blocks above 128 become several groups sharing one scale. */
+ * B; MLX's bias is -scale * zp. Blocks above 128 become several groups sharing one scale. With
+ * constant B, scales and zero points (the usual exported model) the three arrays are derived once
+ * per plan (op_const_memo), not at every Run. */
+enum { MNB_MEMO_W, MNB_MEMO_SCALES, MNB_MEMO_BIASES };
+
 static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales,
                                         mlxb_array *zp) {
   mlxb_scope *s = op_scope(c);
-  int64_t kp = a->k_blocks * a->block;
-  mlxb_array *w = mlxb_view(s, op_util_reshape2(s, op_input(c, MNB_B), a->n, kp * a->bits / 8), MLXB_U32);
-  mlxb_array *biases = mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, scales, zp));
   int group = (int)(a->block < MLX_MAX_GROUP ? a->block : MLX_MAX_GROUP);
-  int reps = (int)(a->block / group);
-  if (reps > 1) {
-    scales = mlxb_repeat(s, scales, reps, 1);
-    biases = mlxb_repeat(s, biases, reps, 1);
+  static const int weight_inputs[] = {MNB_B, MNB_SCALES, MNB_ZP};
+  bool memo = op_inputs_const(c, weight_inputs, 3);
+  mlxb_array *w = memo ? op_const_memo_get(c, MNB_MEMO_W) : NULL;
+  mlxb_array *sc = memo ? op_const_memo_get(c, MNB_MEMO_SCALES) : NULL;
+  mlxb_array *biases = memo ? op_const_memo_get(c, MNB_MEMO_BIASES) : NULL;
+  if (!w || !sc || !biases) {
+    int64_t kp = a->k_blocks * a->block;
+    w = mlxb_view(s, op_util_reshape2(s, op_input(c, MNB_B), a->n, kp * a->bits / 8), MLXB_U32);
+    sc = scales;
+    biases = mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, scales, zp));
+    int reps = (int)(a->block / group);
+    if (reps > 1) {
+      sc = mlxb_repeat(s, sc, reps, 1);
+      biases = mlxb_repeat(s, biases, reps, 1);
+    }
+    if (memo) {
+      w = op_const_memo_put(c, MNB_MEMO_W, w);
+      sc = op_const_memo_put(c, MNB_MEMO_SCALES, sc);
+      biases = op_const_memo_put(c, MNB_MEMO_BIASES, biases);
+    }
   }
-  return mlxb_quantized_matmul(s, x, w, scales, biases, true, group, (int)a->bits);
+  return mlxb_quantized_matmul(s, x, w, sc, biases, true, group, (int)a->bits);
 }
 
 static int lower_matmul_nbits(op_ctx *c, const op_def *def) {

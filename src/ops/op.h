@@ -68,6 +68,16 @@ int op_input_doubles(op_ctx *c, int i, double *out, int max);
 int op_set_output(op_ctx *c, int i, mlxb_array *a);
 /* Marks an output as host-known (e.g. Shape's result) so consumers need no evaluation. */
 int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64_t *dims, int rank, int32_t dtype);
+/* Arrays a lowering derives from constant inputs alone (repacked weights, scales) are evaluated
+ * once per plan and kept with its constants, so later Runs neither rebuild nor recompute them.
+ * op_const_memo_get returns the kept array of (this node, slot) or NULL; op_const_memo_put
+ * evaluates a, keeps it and returns the kept array (inside a compile trace, where nothing may be
+ * evaluated, it returns a as is). Slots 0..OP_CONST_MEMO_SLOTS-1. */
+enum { OP_CONST_MEMO_SLOTS = 4 };
+mlxb_array *op_const_memo_get(op_ctx *c, int slot);
+mlxb_array *op_const_memo_put(op_ctx *c, int slot, mlxb_array *a);
+/* Whether every listed input is absent or a constant of the plan. */
+bool op_inputs_const(const op_ctx *c, const int *inputs, int n);
 /* Records a failure (node and op are prefixed by the caller) and returns -1. */
 int op_fail(op_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* -1 with the bridge's message when the scope has an error, else 0. */

@@ -4,6 +4,7 @@
  * of a signature is always eager and records the shape-derived values it read on the host, so
  * later Runs (and traces) need no evaluation for them. Also implements op_ctx for lowerings. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,42 @@ int32_t op_input_dtype(const op_ctx *c, int i) {
 int32_t op_output_dtype(const op_ctx *c, int i) {
   if (i < 0 || i >= c->node->n_outputs || c->node->outputs[i] < 0) return ONNX_UNDEFINED;
   return c->g->values[c->node->outputs[i]].dtype;
+}
+
+static mlxb_array **memo_slot(op_ctx *c, int slot) {
+  if (slot < 0 || slot >= OP_CONST_MEMO_SLOTS) return NULL;
+  ptrdiff_t node = c->node - c->g->nodes;
+  return &c->plan->memo[node * OP_CONST_MEMO_SLOTS + slot];
+}
+
+mlxb_array *op_const_memo_get(op_ctx *c, int slot) {
+  mlxb_array **m = memo_slot(c, slot);
+  if (!m) return NULL;
+  pthread_mutex_lock(&c->plan->lock);
+  mlxb_array *kept = *m;
+  pthread_mutex_unlock(&c->plan->lock);
+  return kept;
+}
+
+mlxb_array *op_const_memo_put(op_ctx *c, int slot, mlxb_array *a) {
+  mlxb_array **m = memo_slot(c, slot);
+  if (!a || !m || c->tracing) return a;
+  mlxb_array *kept = mlxb_contiguous(c->s, a);
+  if (mlxb_eval(c->s, &kept, 1)) return NULL;
+  pthread_mutex_lock(&c->plan->lock);
+  if (!*m) *m = mlxb_ref(c->plan->consts, kept); /* another Run may have kept one first */
+  mlxb_array *result = *m ? *m : kept;
+  pthread_mutex_unlock(&c->plan->lock);
+  return result;
+}
+
+bool op_inputs_const(const op_ctx *c, const int *inputs, int n) {
+  for (int k = 0; k < n; k++) {
+    int i = inputs[k];
+    if (!op_has_input(c, i)) continue;
+    if (!c->plan->const_arrays[c->node->inputs[i]]) return false;
+  }
+  return true;
 }
 
 int op_fail(op_ctx *c, const char *fmt, ...) {

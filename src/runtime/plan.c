@@ -105,8 +105,9 @@ int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **ou
   p->defs = calloc((size_t)g->n_nodes + 1, sizeof *p->defs);
   p->const_arrays = calloc((size_t)g->n_values + 1, sizeof *p->const_arrays);
   p->shape_derived = calloc((size_t)g->n_values + 1, sizeof *p->shape_derived);
+  p->memo = calloc((size_t)g->n_nodes * OP_CONST_MEMO_SLOTS + 1, sizeof *p->memo);
   p->consts = mlxb_scope_new(dev);
-  if (!p->name || !p->defs || !p->const_arrays || !p->shape_derived || !p->consts) {
+  if (!p->name || !p->defs || !p->const_arrays || !p->shape_derived || !p->memo || !p->consts) {
     plan_free(p);
     return diag_fail(d, "out of memory");
   }
@@ -131,6 +132,7 @@ void plan_free(plan *p) {
   mlxb_exclusive_end(p->cfg.device);
   pthread_mutex_destroy(&p->lock);
   free(p->shape_derived);
+  free(p->memo);
   free(p->const_arrays);
   free(p->defs);
   free(p->name);

@@ -41,7 +41,8 @@ struct plan {
   bool *shape_derived;     /* per value: a function of input shapes and constants only */
   plan_config cfg;
   bool compile;            /* cfg.compile resolved for the device */
-  pthread_mutex_t lock;    /* guards the signature cache */
+  pthread_mutex_t lock;    /* guards the signature cache and memo */
+  mlxb_array **memo;       /* n_nodes * OP_CONST_MEMO_SLOTS arrays kept in consts (op_const_memo) */
   sig_entry *lru;
   int n_entries;
   plan_stats stats;        /* updated with atomics */
