@@ -95,6 +95,8 @@ enum {
   OP_FLAG_NONE = 0,
   OP_FLAG_ANY_DTYPE = 1 << 0,   /* op handles dtypes MLX lacks itself (Cast to int4, ...) */
   OP_FLAG_HOST_VALUES = 1 << 1, /* reads input values on the host (Reshape shape, Slice starts) */
+  OP_FLAG_SHAPE_ONLY = 1 << 2,  /* outputs depend on input shapes only (Shape, Size) */
+  OP_FLAG_RANDOM = 1 << 3,      /* outputs are not a function of the inputs (random draws) */
 };
 
 struct op_def {

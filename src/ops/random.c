@@ -155,17 +155,17 @@ static int lower_multinomial(op_ctx *c, const op_def *def) {
   "generator; float64 values are drawn in float32 (MLX's generator has no float64)"
 
 static const op_def defs[] = {
-  {"", "RandomNormal", 1, 22, 0, claim_random, lower_random, RAND_NORMAL, 0,
+  {"", "RandomNormal", 1, 22, 0, claim_random, lower_random, RAND_NORMAL, OP_FLAG_RANDOM,
    "float/float16/float64/bfloat16, mean/scale/shape attributes" RAND_DOC_SEED},
-  {"", "RandomUniform", 1, 22, 0, claim_random, lower_random, RAND_UNIFORM, 0,
+  {"", "RandomUniform", 1, 22, 0, claim_random, lower_random, RAND_UNIFORM, OP_FLAG_RANDOM,
    "float/float16/float64/bfloat16, low/high/shape attributes" RAND_DOC_SEED},
-  {"", "RandomNormalLike", 1, 22, DT_ALL, claim_random, lower_random, RAND_NORMAL_LIKE, 0,
+  {"", "RandomNormalLike", 1, 22, DT_ALL, claim_random, lower_random, RAND_NORMAL_LIKE, OP_FLAG_RANDOM,
    "shape of any input, float dtype from the attribute or the input" RAND_DOC_SEED},
-  {"", "RandomUniformLike", 1, 22, DT_ALL, claim_random, lower_random, RAND_UNIFORM_LIKE, 0,
+  {"", "RandomUniformLike", 1, 22, DT_ALL, claim_random, lower_random, RAND_UNIFORM_LIKE, OP_FLAG_RANDOM,
    "shape of any input, float dtype from the attribute or the input" RAND_DOC_SEED},
-  {"", "Bernoulli", 15, 22, DT_FLOAT, claim_bernoulli, lower_bernoulli, 0, 0,
+  {"", "Bernoulli", 15, 22, DT_FLOAT, claim_bernoulli, lower_bernoulli, 0, OP_FLAG_RANDOM,
    "float probabilities, any MLX output dtype; 1 where a uniform draw falls below p" RAND_DOC_SEED},
-  {"", "Multinomial", 7, 22, DT_FLOAT, claim_multinomial, lower_multinomial, 0, 0,
+  {"", "Multinomial", 7, 22, DT_FLOAT, claim_multinomial, lower_multinomial, 0, OP_FLAG_RANDOM,
    "[batch, classes] unnormalized log-probabilities, sample_size draws, int32/int64 output" RAND_DOC_SEED},
 };
 

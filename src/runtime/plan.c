@@ -68,21 +68,20 @@ static int check_claims(plan *p, diag *d) {
   return 0;
 }
 
-/* A value is shape-derived when input shapes and constants alone determine it: Shape/Size
- * results, constants, and anything computed only from such values. */
+/* A value is shape-derived when input shapes and constants alone determine it: outputs of rows
+ * flagged OP_FLAG_SHAPE_ONLY, constants, and anything computed deterministically from such values. */
 static void mark_shape_derived(plan *p) {
   const ir_graph *g = p->g;
   for (int v = 0; v < g->n_values; v++) p->shape_derived[v] = g->values[v].is_const;
   for (int i = 0; i < g->n_nodes; i++) {
     const ir_node *n = &g->nodes[i];
-    bool derived = !strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size");
+    unsigned flags = p->defs[i]->flags;
+    bool derived = (flags & OP_FLAG_SHAPE_ONLY) != 0;
     if (!derived) {
-      derived = n->n_implicit_inputs == 0;
+      derived = n->n_implicit_inputs == 0 && !(flags & OP_FLAG_RANDOM);
       for (int k = 0; k < n->n_inputs && derived; k++)
         derived = n->inputs[k] < 0 || p->shape_derived[n->inputs[k]];
     }
-    if (!strncmp(n->op_type, "Random", 6) || !strcmp(n->op_type, "Bernoulli") || !strcmp(n->op_type, "Multinomial"))
-      derived = false; /* not a function of its inputs */
     for (int k = 0; k < n->n_outputs; k++)
       if (n->outputs[k] >= 0) p->shape_derived[n->outputs[k]] = derived;
   }
