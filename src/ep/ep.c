@@ -29,10 +29,14 @@ static void write_run_report(ep_instance *ep, const plan *p) {
   plan_get_stats(p, &st);
   fprintf(f,
           "MLXExecutionProvider run report: cluster '%s' (%d nodes): runs=%llu sig_hits=%llu sig_misses=%llu "
-          "evictions=%llu traces=%llu compiled_runs=%llu eager_runs=%llu host_reads=%llu\n",
+          "evictions=%llu traces=%llu compiled_runs=%llu eager_runs=%llu host_reads=%llu padded_runs=%llu\n",
           plan_name(p), plan_num_nodes(p), (unsigned long long)st.runs, (unsigned long long)st.sig_hits,
           (unsigned long long)st.sig_misses, (unsigned long long)st.evictions, (unsigned long long)st.traces,
-          (unsigned long long)st.compiled_runs, (unsigned long long)st.eager_runs, (unsigned long long)st.host_reads);
+          (unsigned long long)st.compiled_runs, (unsigned long long)st.eager_runs, (unsigned long long)st.host_reads,
+          (unsigned long long)st.padded_runs);
+  char padded[1024];
+  plan_describe_buckets(p, padded, sizeof padded);
+  if (*padded) fprintf(f, "  decode buckets pad: %s\n", padded);
   ep_report_close(f);
 }
 
@@ -112,7 +116,7 @@ static OrtStatus *compile_one(ep_instance *ep, const OrtGraph *graph, const OrtN
   if (st) return st;
   ir_graph *g = NULL;
   plan *p = NULL;
-  plan_config cfg = {ep->opts.device, ep->opts.compile, ep->opts.cache_size};
+  plan_config cfg = {ep->opts.device, ep->opts.compile, ep->opts.cache_size, ep->opts.decode_bucket};
   if (ir_graph_from_ort(rt->api, graph, &g, &d) || plan_create(g, &cfg, name, &p, &d)) {
     diag_prefix(&d, "compiling '%s': ", name ? name : "");
     return ep_status_from_diag(rt, &d);

@@ -35,6 +35,7 @@ typedef struct ep_options {
   mlxb_device device;      /* where clusters run */
   plan_compile_mode compile; /* option compile=0|1|auto */
   int cache_size;          /* option cache_size: input signatures kept per cluster */
+  int decode_bucket;       /* option decode_bucket: padded-length step of growing inputs, 0 = off */
   char report_path[1024];  /* claim report destination: "", "stderr", "stdout" or a file */
 } ep_options;
 

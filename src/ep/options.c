@@ -56,10 +56,10 @@ static int parse_compile(const char *v, plan_compile_mode *out, diag *d) {
   return 0;
 }
 
-static int parse_cache_size(const char *v, int *out, diag *d) {
+static int parse_int(const char *key, const char *v, long lo, long hi, int *out, diag *d) {
   char *end = NULL;
   long n = strtol(v, &end, 10);
-  if (!*v || *end || n < 1 || n > 4096) return diag_fail(d, "option cache_size='%s' is invalid (1..4096)", v);
+  if (!*v || *end || n < lo || n > hi) return diag_fail(d, "option %s='%s' is invalid (%ld..%ld)", key, v, lo, hi);
   *out = (int)n;
   return 0;
 }
@@ -87,7 +87,10 @@ int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_option
   if (rc < 0 || parse_compile(rc ? buf : "auto", &out->compile, d)) return -1;
   out->cache_size = 32;
   rc = read_option(rt, so, "cache_size", buf, sizeof buf, d);
-  if (rc < 0 || (rc && parse_cache_size(buf, &out->cache_size, d))) return -1;
+  if (rc < 0 || (rc && parse_int("cache_size", buf, 1, 4096, &out->cache_size, d))) return -1;
+  out->decode_bucket = 256;
+  rc = read_option(rt, so, "decode_bucket", buf, sizeof buf, d);
+  if (rc < 0 || (rc && parse_int("decode_bucket", buf, 0, 1 << 20, &out->decode_bucket, d))) return -1;
   const char *env = getenv("ORT_EP_MLX_REPORT");
   if (env) snprintf(out->report_path, sizeof out->report_path, "%s", env);
   rc = read_option(rt, so, "report", buf, sizeof buf, d);

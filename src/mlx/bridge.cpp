@@ -350,6 +350,41 @@ mlxb_array *mlxb_from_data(mlxb_scope *s, const void *data, const int64_t *dims,
   });
 }
 
+mlxb_array *mlxb_borrow_data(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t) {
+  return guard(s, "mlxb_borrow_data", [&] {
+    if (t == MLXB_BOOL) throw bridge_error("bool data cannot be borrowed");
+    mx::Shape shape = to_shape(dims, rank);
+    size_t n = 1;
+    for (int d : shape) n *= static_cast<size_t>(d);
+    if (n == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
+    if (!data) throw bridge_error("null data for a non-empty array");
+    return mx::array(const_cast<void *>(data), std::move(shape), to_mx(t), [](void *) {});
+  });
+}
+
+mlxb_array *mlxb_from_data_padded(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t,
+                                  int axis, int64_t pad) {
+  return guard(s, "mlxb_from_data_padded", [&] {
+    if (t == MLXB_BOOL) throw bridge_error("bool data cannot be padded");
+    if (axis < 0 || axis >= rank || pad < 0) throw bridge_error("invalid padding axis");
+    mx::Shape shape = to_shape(dims, rank);
+    size_t outer = 1, row = to_mx(t).size();
+    for (int a = 0; a < axis; a++) outer *= static_cast<size_t>(shape[a]);
+    for (int a = axis + 1; a < rank; a++) row *= static_cast<size_t>(shape[a]);
+    size_t valid = row * static_cast<size_t>(shape[axis]), total = valid + row * static_cast<size_t>(pad);
+    shape[axis] = static_cast<int>(dims[axis] + pad);
+    if (outer * total == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
+    if (!data && valid) throw bridge_error("null data for a non-empty array");
+    char *buf = static_cast<char *>(malloc(outer * total));
+    if (!buf) throw std::bad_alloc();
+    for (size_t o = 0; o < outer; o++) {
+      if (valid) memcpy(buf + o * total, static_cast<const char *>(data) + o * valid, valid);
+      memset(buf + o * total + valid, 0, total - valid);
+    }
+    return mx::array(buf, std::move(shape), to_mx(t), [](void *p) { free(p); });
+  });
+}
+
 mlxb_array *mlxb_scalar_f64(mlxb_scope *s, double v, mlxb_dtype t) {
   return guard(s, "mlxb_scalar_f64", [&] { return mx::array(v, to_mx(t)); });
 }

@@ -57,6 +57,14 @@ bool mlxb_scope_force_cpu(mlxb_scope *s, bool force);
 /* ---- creation and queries ---------------------------------------------------------------- */
 /* Copies `data` (row-major, dims[rank]) into a new array. data may be NULL when the size is 0. */
 mlxb_array *mlxb_from_data(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t);
+/* Wraps caller memory without a copy where MLX allows it (its CPU allocator; other backends
+ * copy). The memory must stay valid and unchanged while any array of the scope may read it; MLX
+ * never writes into it, as the scope's own reference keeps it from being donated. Not for bool. */
+mlxb_array *mlxb_borrow_data(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t);
+/* Copies `data` (dims[rank]) into a new array whose `axis` is `pad` longer, the extra trailing
+ * rows zero. Not for bool. */
+mlxb_array *mlxb_from_data_padded(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t,
+                                  int axis, int64_t pad);
 mlxb_array *mlxb_scalar_f64(mlxb_scope *s, double v, mlxb_dtype t);
 mlxb_array *mlxb_scalar_i64(mlxb_scope *s, int64_t v, mlxb_dtype t);
 mlxb_array *mlxb_full(mlxb_scope *s, const int64_t *dims, int rank, const mlxb_array *value, mlxb_dtype t);

@@ -730,6 +730,24 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   return attn_set_outputs(c, y, present_k, present_v, qk);
 }
 
+/* A decode step with the KV cache padded: past_key/past_value carry zero rows after the valid
+ * ones and total_sequence_length counts them. The present length is max(past buffer, total),
+ * both grown by pad, and the extra rows come out as zeros; which keys are visible follows from
+ * seqlens_k (data), not from the buffer length, so the valid outputs are the unpadded ones. The
+ * runtime pads only when the past is non-empty and the total exceeds the query length, so the
+ * first-prompt test (S == total_sequence_length) answers the same. */
+static bool pad_gqa(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+  for (int k = 0; k < n->n_inputs; k++) {
+    pad_kind want = k == 3 || k == 4 ? PAD_ROWS : k == 6 ? PAD_LENGTH : PAD_NONE;
+    if (in[k].kind != want || (want == PAD_ROWS && in[k].axis != 2) || (want == PAD_LENGTH && in[k].axis != 0))
+      return false;
+  }
+  if (n->n_inputs <= 6 || (n->n_inputs > 10 && n->inputs[10] >= 0)) return false;
+  if (ir_attr_int(n, "qk_output", 0) != 0 && n->n_outputs > 3 && n->outputs[3] >= 0) return false;
+  for (int k = 1; k <= 2 && k < n->n_outputs; k++) out[k] = (pad_fact){PAD_ROWS, 2};
+  return true;
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
@@ -754,7 +772,8 @@ static const op_def defs[] = {
      "do_rotary (interleaved or not, partial) with position_ids or ORT's default positions; local_window_size; "
      "softcap; smooth_softmax; head_sink; attention_bias; scale; causal=0; qk_output 1/2. total_sequence_length "
      "is read on the host. Declined: quantized KV cache (k/v_quant_type, kv_cache_bit_width, k/v_scale), "
-     "sliding_window_cache, q/k_norm_weight (ORT CPU rejects them), non-causal with a window, bfloat16"},
+     "sliding_window_cache, q/k_norm_weight (ORT CPU rejects them), non-causal with a window, bfloat16",
+     pad_gqa},
     {"com.microsoft", "Attention", 1, 1, DT_F32 | DT_F16, claim_ms_attention, lower_ms_attention, 0, 0,
      "float32/float16; input [B, S, D] projected by weights [D, q + k + v] plus bias (projection in float32); "
      "qkv_hidden_sizes (q == k); mask_index int32 as end positions [B], end and start positions [2B], raw "

@@ -27,10 +27,26 @@ static int lower_cast(op_ctx *c, const op_def *def) {
 
 static int lower_cast_like(op_ctx *c, const op_def *def) { return cast_input(c, op_input_dtype(c, 1)); }
 
+static bool is_int(int32_t t) {
+  return t == ONNX_INT32 || t == ONNX_INT64 || t == ONNX_INT16 || t == ONNX_INT8 || t == ONNX_UINT8 ||
+         t == ONNX_UINT16 || t == ONNX_UINT32 || t == ONNX_UINT64;
+}
+
+/* Zero rows stay zero (or false) in every target type; a padded length stays exact between
+ * integer types wide enough for it. */
+static bool pad_cast(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+  int32_t to = (int32_t)ir_attr_int(n, "to", ONNX_UNDEFINED);
+  if (in[0].kind == PAD_LENGTH &&
+      !(is_int(g->values[n->inputs[0]].dtype) && (to == ONNX_INT32 || to == ONNX_INT64)))
+    return false;
+  out[0] = in[0];
+  return true;
+}
+
 static const op_def defs[] = {
     {"", "Cast", 6, 28, DT_ALL, claim_cast, lower_cast, 0, 0,
      "every pair of MLX dtypes (bool, ints, float16/bfloat16/float/double); float-to-int truncates; "
-     "declined: string, float8, int4 and other dtypes MLX lacks (saturate only concerns float8)"},
+     "declined: string, float8, int4 and other dtypes MLX lacks (saturate only concerns float8)", pad_cast},
     {"", "CastLike", 15, 25, DT_ALL, NULL, lower_cast_like, 0, 0,
      "every pair of MLX dtypes, as Cast; declined: dtypes MLX lacks"},
 };

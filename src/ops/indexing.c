@@ -334,9 +334,25 @@ static bool claim_one_hot(claim_ctx *c, const op_def *def) {
   return claim_rank(c, def);
 }
 
+/* Gather of one constant index from a 1-D shape vector whose element j is a padded length:
+ * the result is that padded length when the index is j, unaffected otherwise. */
+static bool pad_gather(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+  const ir_value *data = &g->values[n->inputs[0]];
+  if (in[0].kind != PAD_LENGTH || in[1].kind != PAD_NONE || data->rank != 1 || data->dims[0] < 0) return false;
+  if (ir_attr_int(n, "axis", 0) != 0) return false;
+  claim_ctx c = {.graph = g, .node = n};
+  const ir_value *idx = claim_input(&c, 1);
+  int64_t i;
+  if (!idx || idx->rank > 1 || claim_const_ints(&c, 1, &i, 1) != 1) return false;
+  if (i < 0) i += data->dims[0];
+  if (i == in[0].axis) out[0] = (pad_fact){PAD_LENGTH, 0};
+  return true;
+}
+
 static const op_def defs[] = {
   {"", "Gather", 1, 13, DT_ALL, claim_indices, lower_gather, 0, 0,
-   "int32/int64 indices, negative indices wrap, negative axis; out-of-range indices are clipped (ORT errors)"},
+   "int32/int64 indices, negative indices wrap, negative axis; out-of-range indices are clipped (ORT errors)",
+   pad_gather},
   {"", "GatherElements", 11, 13, DT_ALL, claim_indices, lower_gather_elements, 0, 0,
    "int32/int64 indices, negative indices wrap; indices may be shorter than data on other axes"},
   {"", "GatherND", 11, 13, DT_ALL, claim_indices, lower_gather_nd, 0, 0,

@@ -87,6 +87,27 @@ int op_check(op_ctx *c);
 int op_mlx_dtype(int32_t onnx_dtype);
 int32_t op_onnx_dtype(mlxb_dtype t);
 
+/* ---- length padding (decode buckets, src/runtime/buckets.c) -------------------------------
+ * To replay one compiled program across a decode loop, the runtime may pad the growing axis of
+ * some cluster inputs (a KV cache's sequence axis, an attention mask's length) with `pad`
+ * trailing zeros, the same `pad` for every padded input of a Run. A node sees such inputs only if
+ * its row's `pad` rule accepts them: the rule gets the fact of every input and sets the fact of
+ * every output, promising that the valid part of each output equals the unpadded result. */
+typedef enum pad_kind {
+  PAD_NONE = 0, /* the value is what it would be without padding */
+  PAD_ROWS,     /* the unpadded value followed by `pad` zero rows along `axis` */
+  PAD_LENGTH    /* integer tensor: element `axis` (0 for a scalar) is the unpadded value + pad */
+} pad_kind;
+
+typedef struct pad_fact {
+  pad_kind kind;
+  int axis;
+} pad_fact;
+
+/* Called when at least one input fact is not PAD_NONE; in[]/out[] have n_inputs/n_outputs
+ * entries (absent values PAD_NONE). Returns false when the node cannot take the padding. */
+typedef bool (*op_pad_fn)(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out);
+
 /* ---- the table ---------------------------------------------------------------------------- */
 typedef bool (*op_claim_fn)(claim_ctx *c, const op_def *def);
 typedef int (*op_lower_fn)(op_ctx *c, const op_def *def);
@@ -110,6 +131,7 @@ struct op_def {
   int arg;             /* per-row data for shared workers (e.g. an mlxb_unary_op) */
   unsigned flags;      /* OP_FLAG_* */
   const char *doc;     /* forms and constraints, for docs/OPERATORS.md */
+  op_pad_fn pad;       /* optional: which padded inputs the lowering tolerates (above) */
 };
 
 typedef struct op_family {

@@ -342,6 +342,34 @@ static int lower_topk(op_ctx *c, const op_def *def) {
   return op_check(c);
 }
 
+/* An integer sum over the padded axis adds only zeros: the result is the unpadded one. (Float
+ * sums are declined: a longer axis may change the order of rounding.) */
+static bool pad_reduce_sum(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+  const ir_value *x = &g->values[n->inputs[0]];
+  int32_t t = x->dtype;
+  if (in[0].kind != PAD_ROWS || x->rank < 0 || !(t == ONNX_INT32 || t == ONNX_INT64)) return false;
+  for (int k = 1; k < n->n_inputs; k++)
+    if (in[k].kind != PAD_NONE) return false;
+  claim_ctx c = {.graph = g, .node = n};
+  int64_t axes[REDUCE_MAX_RANK];
+  int count;
+  if (n->since_version >= 13) {
+    count = claim_input(&c, 1) ? claim_const_ints(&c, 1, axes, REDUCE_MAX_RANK) : 0;
+    if (count < 0) return false;
+    if (count == 0 && ir_attr_int(n, "noop_with_empty_axes", 0)) return false;
+  } else {
+    const int64_t *attr = NULL;
+    size_t n_attr = ir_attr_ints(n, "axes", &attr);
+    if (n_attr > REDUCE_MAX_RANK) return false;
+    count = (int)n_attr;
+    for (int k = 0; k < count; k++) axes[k] = attr[k];
+  }
+  bool reduced = count == 0;
+  for (int k = 0; k < count; k++)
+    reduced = reduced || axes[k] == in[0].axis || axes[k] + x->rank == in[0].axis;
+  return reduced;
+}
+
 /* ---- the table --------------------------------------------------------------------------- */
 
 #define DT_SUMLIKE (DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64))
@@ -351,14 +379,16 @@ static int lower_topk(op_ctx *c, const op_def *def) {
 #define DOC_ATTR "axes attribute (empty = all), keepdims, negative axes;" DOC_EMPTY
 #define DOC_INPUT "axes input (constant or runtime), keepdims, noop_with_empty_axes, negative axes;" DOC_EMPTY
 
-#define REDUCE_ROWS_CLAIM(name, kind, attr_max, in_min, in_max, dtypes, claim, extra)                                \
-  {"", name, 1, attr_max, dtypes, claim, lower_reduce, kind, 0, DOC_ATTR extra},                                   \
-  {"", name, in_min, in_max, dtypes, claim, lower_reduce, kind, OP_FLAG_HOST_VALUES, DOC_INPUT extra}
+#define REDUCE_ROWS_FULL(name, kind, attr_max, in_min, in_max, dtypes, claim, pad, extra)                         \
+  {"", name, 1, attr_max, dtypes, claim, lower_reduce, kind, 0, DOC_ATTR extra, pad},                              \
+  {"", name, in_min, in_max, dtypes, claim, lower_reduce, kind, OP_FLAG_HOST_VALUES, DOC_INPUT extra, pad}
+#define REDUCE_ROWS_CLAIM(name, kind, attr_max, in_min, in_max, dtypes, claim, extra) \
+  REDUCE_ROWS_FULL(name, kind, attr_max, in_min, in_max, dtypes, claim, NULL, extra)
 #define REDUCE_ROWS(name, kind, attr_max, in_min, in_max, dtypes, extra) \
   REDUCE_ROWS_CLAIM(name, kind, attr_max, in_min, in_max, dtypes, NULL, extra)
 
 static const op_def defs[] = {
-  REDUCE_ROWS("ReduceSum", RK_SUM, 12, 13, 13, DT_SUMLIKE, DOC_INT),
+  REDUCE_ROWS_FULL("ReduceSum", RK_SUM, 12, 13, 13, DT_SUMLIKE, NULL, pad_reduce_sum, DOC_INT),
   REDUCE_ROWS("ReduceMean", RK_MEAN, 17, 18, 18, DT_SUMLIKE, DOC_INT " Integer means truncate."),
   REDUCE_ROWS("ReduceProd", RK_PROD, 17, 18, 18, DT_SUMLIKE, DOC_INT),
   REDUCE_ROWS("ReduceL1", RK_L1, 17, 18, 18, DT_SUMLIKE, DOC_INT),

@@ -309,6 +309,21 @@ static int lower_shape(op_ctx *c, const op_def *def) {
   return op_set_output_ints(c, 0, dims + start, (int)n, &n, 1, ONNX_INT64);
 }
 
+/* Shape of a padded tensor: the padded axis reads pad more than without padding. */
+static bool pad_shape(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+  const ir_value *x = &g->values[n->inputs[0]];
+  if (in[0].kind != PAD_ROWS || x->rank < 0) return false;
+  int64_t start = shape_clamp(ir_attr_int(n, "start", 0), x->rank);
+  int64_t end = shape_clamp(ir_attr_int(n, "end", x->rank), x->rank);
+  if (in[0].axis >= start && in[0].axis < end) out[0] = (pad_fact){PAD_LENGTH, (int)(in[0].axis - start)};
+  return true;
+}
+
+static bool pad_identity(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+  out[0] = in[0];
+  return true;
+}
+
 static int lower_size(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[SHAPE_MAX_RANK];
@@ -768,9 +783,9 @@ static const op_def defs[] = {
   {"", "Expand", 8, 13, DT_ALL, shape_claim_host, lower_expand, 0, OP_FLAG_HOST_VALUES,
    "shape read on the host; bidirectional broadcast"},
   {"", "Identity", 1, 25, DT_ALL, NULL, lower_identity, 0, 0,
-   "tensors only; sequence and optional inputs are declined (no MLX dtype)"},
+   "tensors only; sequence and optional inputs are declined (no MLX dtype)", pad_identity},
   {"", "Shape", 1, 25, DT_ALL, shape_claim_rank, lower_shape, 0, OP_FLAG_SHAPE_ONLY,
-   "start/end attributes (15+); the result is host-known"},
+   "start/end attributes (15+); the result is host-known", pad_shape},
   {"", "Size", 1, 25, DT_ALL, shape_claim_rank, lower_size, 0, OP_FLAG_SHAPE_ONLY, "the result is host-known"},
   {"", "Constant", 1, 25, 0, claim_constant, lower_constant, 0, 0,
    "value, value_float(s), value_int(s); value_string(s) and sparse_value declined"},

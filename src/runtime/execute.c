@@ -212,6 +212,8 @@ int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64
 
 /* ---- Run --------------------------------------------------------------------------------- */
 
+enum { MAX_RANK = 64 };
+
 typedef struct run_state {
   mlxb_scope *s;
   mlxb_array **vals;
@@ -250,19 +252,26 @@ static int check_input(const plan *p, const ir_value *val, const rt_tensor *t, d
   return 0;
 }
 
-static int bind_inputs(const plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_inputs, mlxb_array **arrays,
-                       diag *d) {
+/* One input as an MLX array: padded to its bucket, or borrowing ORT's buffer where MLX can read
+ * it in place (the Run outlives every array of its scope), or copied. */
+static mlxb_array *bind_input(const plan *p, mlxb_scope *s, const rt_tensor *t, int i, int64_t pad) {
+  if (ir_dtype_emulated_bits(t->dtype)) return emulated_upload(s, t->dtype, t->data, t->dims, t->rank);
+  mlxb_dtype type = (mlxb_dtype)op_mlx_dtype(t->dtype);
+  if (pad > 0 && p->buckets.input_axis[i] >= 0)
+    return mlxb_from_data_padded(s, t->data, t->dims, t->rank, type, p->buckets.input_axis[i], pad);
+  if (type != MLXB_BOOL && p->cfg.device == MLXB_DEVICE_CPU) return mlxb_borrow_data(s, t->data, t->dims, t->rank, type);
+  return mlxb_from_data(s, t->data, t->dims, t->rank, type);
+}
+
+static int bind_inputs(const plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_inputs, int64_t pad,
+                       mlxb_array **arrays, diag *d) {
   const ir_graph *g = p->g;
   if (n_inputs != g->n_inputs)
     return diag_fail(d, "%s: expected %d inputs, got %d", p->name, g->n_inputs, n_inputs);
   for (int i = 0; i < n_inputs; i++) {
     const ir_value *val = &g->values[g->inputs[i]];
-    const rt_tensor *t = &inputs[i];
-    if (check_input(p, val, t, d)) return -1;
-    if (ir_dtype_emulated_bits(t->dtype))
-      arrays[i] = emulated_upload(s, t->dtype, t->data, t->dims, t->rank);
-    else
-      arrays[i] = mlxb_from_data(s, t->data, t->dims, t->rank, (mlxb_dtype)op_mlx_dtype(t->dtype));
+    if (check_input(p, val, &inputs[i], d)) return -1;
+    arrays[i] = bind_input(p, s, &inputs[i], i, pad);
     if (!arrays[i]) return diag_fail(d, "%s: input '%s': %s", p->name, val->name, mlxb_error(s));
   }
   return 0;
@@ -299,15 +308,25 @@ static int lower_nodes(plan *p, run_state *r, const host_value *known, bool trac
   return 0;
 }
 
-enum { MAX_RANK = 64 };
+/* Drops the `pad` rows a padded Run leaves at the end of an output's padded axis. */
+static mlxb_array *trim_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad) {
+  int axis = pad > 0 && p->buckets.n_padded ? p->buckets.output_axis[i] : -1;
+  int rank = mlxb_ndim(a);
+  if (axis < 0 || axis >= rank || rank > MAX_RANK) return a;
+  int64_t start[MAX_RANK] = {0}, stop[MAX_RANK], step[MAX_RANK];
+  mlxb_shape(a, stop);
+  for (int k = 0; k < rank; k++) step[k] = 1;
+  stop[axis] = stop[axis] > pad ? stop[axis] - pad : 0;
+  return mlxb_slice(s, a, start, stop, step);
+}
 
 /* Evaluates the outputs once and copies them into the buffers the caller hands out. */
-static int write_outputs(const plan *p, mlxb_scope *s, mlxb_array **results, rt_output_alloc_fn alloc, void *user,
-                         diag *d) {
+static int write_outputs(const plan *p, mlxb_scope *s, mlxb_array **results, int64_t pad, rt_output_alloc_fn alloc,
+                         void *user, diag *d) {
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
     if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
-    results[i] = mlxb_contiguous(s, results[i]);
+    results[i] = mlxb_contiguous(s, trim_output(p, s, results[i], i, pad));
   }
   if (mlxb_eval(s, results, (size_t)n)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   for (int i = 0; i < n; i++) {
@@ -414,22 +433,28 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   host_value *derived = NULL;
   int rc = -1;
   PLAN_STAT_ADD(p, runs, 1);
+  int64_t pad = buckets_pad(p, inputs, n_inputs);
+  PLAN_STAT_ADD(p, padded_runs, pad > 0 ? 1 : 0);
   mlxb_exclusive_begin(p->cfg.device);
   mlxb_scope *s = mlxb_scope_new(p->cfg.device);
   mlxb_array **in = calloc((size_t)n_inputs + 1, sizeof *in);
   mlxb_array **results = calloc((size_t)p->g->n_outputs + 1, sizeof *results);
-  if (!s || !in || !results || sig_key_make(inputs, n_inputs, &key, &key_len, &hash)) {
+  rt_tensor *views = pad > 0 ? malloc(sizeof *views * (size_t)n_inputs) : NULL;
+  int64_t *view_dims = pad > 0 ? malloc(sizeof *view_dims * (size_t)n_inputs * BUCKET_MAX_RANK) : NULL;
+  if (pad > 0 && views && view_dims) buckets_padded_views(p, inputs, n_inputs, pad, views, view_dims);
+  const rt_tensor *seen = pad > 0 ? views : inputs; /* the inputs as the MLX graph sees them */
+  if (!s || !in || !results || (pad > 0 && (!views || !view_dims)) || sig_key_make(seen, n_inputs, &key, &key_len, &hash)) {
     diag_fail(d, "out of memory");
     goto done;
   }
-  if (bind_inputs(p, s, inputs, n_inputs, in, d)) goto done;
+  if (bind_inputs(p, s, inputs, n_inputs, pad, in, d)) goto done;
   e = sig_lookup(p, key, key_len, hash);
   PLAN_STAT_ADD(p, sig_hits, e ? 1 : 0);
   PLAN_STAT_ADD(p, sig_misses, e ? 0 : 1);
   int compiled = e && p->compile ? run_compiled(p, s, in, e, results, d) : 1;
   if (compiled < 0) goto done;
   if (compiled > 0 && run_eager(p, s, in, e, results, e ? NULL : &derived, d)) goto done;
-  if (write_outputs(p, s, results, alloc, user, d)) goto done;
+  if (write_outputs(p, s, results, pad, alloc, user, d)) goto done;
   if (!e && derived) {
     e = sig_insert(p, key, key_len, hash, derived);
     key = NULL;
@@ -440,6 +465,8 @@ done:
   sig_release(p, e);
   host_values_free(derived, p->g->n_values);
   free(key);
+  free(views);
+  free(view_dims);
   free(in);
   free(results);
   mlxb_scope_free(s);

@@ -119,6 +119,10 @@ int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **ou
     return -1;
   }
   mark_shape_derived(p);
+  if (buckets_analyse(p, d)) {
+    plan_free(p);
+    return -1;
+  }
   *out = p;
   return 0;
 }
@@ -130,6 +134,7 @@ void plan_free(plan *p) {
   mlxb_scope_free(p->consts);
   mlxb_exclusive_end(p->cfg.device);
   pthread_mutex_destroy(&p->lock);
+  buckets_free(&p->buckets);
   free(p->shape_derived);
   free(p->memo);
   free(p->const_arrays);
@@ -153,4 +158,5 @@ void plan_get_stats(const plan *p, plan_stats *out) {
   out->compiled_runs = __atomic_load_n(&p->stats.compiled_runs, __ATOMIC_RELAXED);
   out->eager_runs = __atomic_load_n(&p->stats.eager_runs, __ATOMIC_RELAXED);
   out->host_reads = __atomic_load_n(&p->stats.host_reads, __ATOMIC_RELAXED);
+  out->padded_runs = __atomic_load_n(&p->stats.padded_runs, __ATOMIC_RELAXED);
 }

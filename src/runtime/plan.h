@@ -32,6 +32,7 @@ typedef struct plan_config {
   mlxb_device device;
   plan_compile_mode compile;
   int cache_size;       /* input signatures remembered per plan (LRU) */
+  int bucket_step;      /* decode buckets: padded lengths are multiples of this; 0 = never pad */
 } plan_config;
 
 typedef struct plan_stats {
@@ -43,6 +44,7 @@ typedef struct plan_stats {
   uint64_t compiled_runs; /* Runs that replayed a compiled program */
   uint64_t eager_runs;    /* Runs that built the graph node by node */
   uint64_t host_reads;    /* values evaluated to read them on the host */
+  uint64_t padded_runs;   /* Runs whose growing inputs were padded to a bucket (buckets.c) */
 } plan_stats;
 
 /* Asks the caller (the EP shell) for the buffer of output `index`; 0 ok, -1 with d set. */
@@ -57,6 +59,9 @@ int plan_num_outputs(const plan *p);
 const char *plan_name(const plan *p);
 int plan_num_nodes(const plan *p);
 void plan_get_stats(const plan *p, plan_stats *out);
+
+/* "name[axis], ..." of the inputs a decode step pads (buckets.c); "" when none. */
+void plan_describe_buckets(const plan *p, char *buf, size_t len);
 
 int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc_fn alloc, void *user, diag *d);
 

@@ -32,6 +32,14 @@ typedef struct sig_entry {
   int refs;               /* 1 while listed + Runs in flight; freed at 0 */
 } sig_entry;
 
+/* Length buckets (buckets.c): which cluster inputs a decode step may pad, on which axis, and
+ * which outputs then carry padding to trim. Fixed at plan creation; n_padded == 0 when none. */
+typedef struct bucket_plan {
+  int n_padded;
+  int *input_axis;  /* per cluster input: the padded axis, or -1 */
+  int *output_axis; /* per cluster output: the axis to trim, or -1 */
+} bucket_plan;
+
 struct plan {
   char *name;              /* fused node name, for messages */
   ir_graph *g;             /* owned snapshot of the cluster; constants no longer borrowed */
@@ -43,6 +51,7 @@ struct plan {
   bool compile;            /* cfg.compile resolved for the device */
   pthread_mutex_t lock;    /* guards the signature cache and memo */
   mlxb_array **memo;       /* n_nodes * OP_CONST_MEMO_SLOTS arrays kept in consts (op_const_memo) */
+  bucket_plan buckets;
   sig_entry *lru;
   int n_entries;
   plan_stats stats;        /* updated with atomics */
@@ -56,6 +65,18 @@ sig_entry *sig_insert(plan *p, int64_t *key, int len, uint64_t hash, host_value 
 void sig_release(plan *p, sig_entry *e); /* accepts NULL */
 void sig_cache_clear(plan *p);
 void host_values_free(host_value *h, int n);
+
+/* Length buckets (buckets.c). */
+int buckets_analyse(plan *p, diag *d);  /* fills p->buckets; -1 only when out of memory */
+void buckets_free(bucket_plan *b);
+/* The pad of this Run (0: run unpadded): rounds the shortest padded input length up past the
+ * next multiple of the bucket step, when the guards in buckets.c hold. */
+int64_t buckets_pad(const plan *p, const rt_tensor *inputs, int n_inputs);
+/* Writes in `out` each input as the program sees it; padded inputs get their dims from `dims`
+ * (BUCKET_MAX_RANK entries per input). */
+enum { BUCKET_MAX_RANK = 16 };
+void buckets_padded_views(const plan *p, const rt_tensor *inputs, int n_inputs, int64_t pad, rt_tensor *out,
+                          int64_t *dims);
 
 #define PLAN_STAT_ADD(p, field, n) __atomic_add_fetch(&(p)->stats.field, (n), __ATOMIC_RELAXED)
 
