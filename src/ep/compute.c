@@ -73,7 +73,8 @@ static OrtStatus *ORT_API_CALL compute_run(OrtNodeComputeInfo *this_ptr, void *s
   if (st) return st;
   input_view stack_views[MAX_STACK_INPUTS];
   input_view *views = n <= MAX_STACK_INPUTS ? stack_views : malloc(sizeof *views * n);
-  rt_tensor *tensors = malloc(sizeof *tensors * (n ? n : 1));
+  rt_tensor stack_tensors[MAX_STACK_INPUTS];
+  rt_tensor *tensors = n <= MAX_STACK_INPUTS ? stack_tensors : malloc(sizeof *tensors * n);
   if (!views || !tensors) {
     diag_fail(&d, "out of memory");
     goto done;
@@ -86,7 +87,7 @@ static OrtStatus *ORT_API_CALL compute_run(OrtNodeComputeInfo *this_ptr, void *s
   plan_execute(c->plan, tensors, (int)n, alloc_output, &io, &d);
 done:
   if (views != stack_views) free(views);
-  free(tensors);
+  if (tensors != stack_tensors) free(tensors);
   return d.failed ? ep_status_from_diag(rt, &d) : NULL;
 }
 

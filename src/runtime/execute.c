@@ -425,8 +425,55 @@ static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry
   return 0;
 }
 
+/* Per-Run buffers: on the stack for clusters of usual size, so a Run that hits the signature
+ * cache allocates nothing of its own beyond the MLX scope. */
+enum { FRAME_IO = 96, FRAME_KEY = 1024 };
+
+typedef struct run_frame {
+  mlxb_array *in_stack[FRAME_IO], *out_stack[FRAME_IO];
+  rt_tensor view_stack[FRAME_IO];
+  int64_t dims_stack[FRAME_IO * BUCKET_MAX_RANK];
+  int64_t key_stack[FRAME_KEY];
+  mlxb_array **in, **results;
+  rt_tensor *views;
+  int64_t *view_dims;
+  int64_t *key;
+} run_frame;
+
+static void *frame_buf(void *stack, size_t stack_bytes, size_t bytes) {
+  if (bytes <= stack_bytes) {
+    memset(stack, 0, bytes);
+    return stack;
+  }
+  return calloc(1, bytes);
+}
+
+static void frame_release(run_frame *f) {
+  if (f->in != f->in_stack) free(f->in);
+  if (f->results != f->out_stack) free(f->results);
+  if (f->views != f->view_stack) free(f->views);
+  if (f->view_dims != f->dims_stack) free(f->view_dims);
+  if (f->key != f->key_stack) free(f->key);
+}
+
+static int frame_init(run_frame *f, int n_inputs, int n_outputs, const rt_tensor *inputs, bool padded) {
+  size_t ni = (size_t)n_inputs + 1, key_len = 1;
+  for (int i = 0; i < n_inputs; i++) key_len += 2 + (size_t)inputs[i].rank;
+  f->in = frame_buf(f->in_stack, sizeof f->in_stack, sizeof *f->in * ni);
+  f->results = frame_buf(f->out_stack, sizeof f->out_stack, sizeof *f->results * ((size_t)n_outputs + 1));
+  f->key = key_len <= FRAME_KEY ? f->key_stack : malloc(sizeof *f->key * key_len);
+  if (!f->in || !f->results || !f->key) return -1;
+  if (!padded) return 0;
+  f->views = frame_buf(f->view_stack, sizeof f->view_stack, sizeof *f->views * ni);
+  f->view_dims = frame_buf(f->dims_stack, sizeof f->dims_stack, sizeof *f->view_dims * ni * BUCKET_MAX_RANK);
+  return f->views && f->view_dims ? 0 : -1;
+}
+
 int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc_fn alloc, void *user, diag *d) {
-  int64_t *key = NULL;
+  run_frame f; /* only the pointers are set here: the stacks are cleared as far as used */
+  f.in = f.results = NULL;
+  f.views = NULL;
+  f.view_dims = f.key = NULL;
   int key_len = 0;
   uint64_t hash = 0;
   sig_entry *e = NULL;
@@ -437,38 +484,30 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   PLAN_STAT_ADD(p, padded_runs, pad > 0 ? 1 : 0);
   mlxb_exclusive_begin(p->cfg.device);
   mlxb_scope *s = mlxb_scope_new(p->cfg.device);
-  mlxb_array **in = calloc((size_t)n_inputs + 1, sizeof *in);
-  mlxb_array **results = calloc((size_t)p->g->n_outputs + 1, sizeof *results);
-  rt_tensor *views = pad > 0 ? malloc(sizeof *views * (size_t)n_inputs) : NULL;
-  int64_t *view_dims = pad > 0 ? malloc(sizeof *view_dims * (size_t)n_inputs * BUCKET_MAX_RANK) : NULL;
-  if (pad > 0 && views && view_dims) buckets_padded_views(p, inputs, n_inputs, pad, views, view_dims);
-  const rt_tensor *seen = pad > 0 ? views : inputs; /* the inputs as the MLX graph sees them */
-  if (!s || !in || !results || (pad > 0 && (!views || !view_dims)) || sig_key_make(seen, n_inputs, &key, &key_len, &hash)) {
+  if (!s || frame_init(&f, n_inputs, p->g->n_outputs, inputs, pad > 0)) {
     diag_fail(d, "out of memory");
     goto done;
   }
-  if (bind_inputs(p, s, inputs, n_inputs, pad, in, d)) goto done;
-  e = sig_lookup(p, key, key_len, hash);
+  if (pad > 0) buckets_padded_views(p, inputs, n_inputs, pad, f.views, f.view_dims);
+  /* the signature of the inputs as the MLX graph sees them */
+  sig_key_make(pad > 0 ? f.views : inputs, n_inputs, f.key, &key_len, &hash);
+  if (bind_inputs(p, s, inputs, n_inputs, pad, f.in, d)) goto done;
+  e = sig_lookup(p, f.key, key_len, hash);
   PLAN_STAT_ADD(p, sig_hits, e ? 1 : 0);
   PLAN_STAT_ADD(p, sig_misses, e ? 0 : 1);
-  int compiled = e && p->compile ? run_compiled(p, s, in, e, results, d) : 1;
+  int compiled = e && p->compile ? run_compiled(p, s, f.in, e, f.results, d) : 1;
   if (compiled < 0) goto done;
-  if (compiled > 0 && run_eager(p, s, in, e, results, e ? NULL : &derived, d)) goto done;
-  if (write_outputs(p, s, results, pad, alloc, user, d)) goto done;
+  if (compiled > 0 && run_eager(p, s, f.in, e, f.results, e ? NULL : &derived, d)) goto done;
+  if (write_outputs(p, s, f.results, pad, alloc, user, d)) goto done;
   if (!e && derived) {
-    e = sig_insert(p, key, key_len, hash, derived);
-    key = NULL;
+    e = sig_insert(p, f.key, key_len, hash, derived);
     derived = NULL;
   }
   rc = 0;
 done:
   sig_release(p, e);
   host_values_free(derived, p->g->n_values);
-  free(key);
-  free(views);
-  free(view_dims);
-  free(in);
-  free(results);
+  frame_release(&f);
   mlxb_scope_free(s);
   mlxb_exclusive_end(p->cfg.device);
   return rc;

@@ -58,10 +58,12 @@ struct plan {
 };
 
 /* Signature cache (sigcache.c). */
-int sig_key_make(const rt_tensor *inputs, int n, int64_t **key, int *len, uint64_t *hash);
+/* Writes the key (per input: dtype, rank, dims...) into key[], which has room for
+ * sum(2 + rank) entries. */
+void sig_key_make(const rt_tensor *inputs, int n, int64_t *key, int *len, uint64_t *hash);
 sig_entry *sig_lookup(plan *p, const int64_t *key, int len, uint64_t hash); /* +1 ref or NULL */
-/* Lists a new entry (taking ownership of key and host); returns it with +1 ref, or NULL. */
-sig_entry *sig_insert(plan *p, int64_t *key, int len, uint64_t hash, host_value *host);
+/* Lists a new entry (copying key, taking ownership of host); returns it with +1 ref, or NULL. */
+sig_entry *sig_insert(plan *p, const int64_t *key, int len, uint64_t hash, host_value *host);
 void sig_release(plan *p, sig_entry *e); /* accepts NULL */
 void sig_cache_clear(plan *p);
 void host_values_free(host_value *h, int n);

@@ -12,11 +12,9 @@ void host_values_free(host_value *h, int n) {
   free(h);
 }
 
-int sig_key_make(const rt_tensor *inputs, int n, int64_t **key, int *len, uint64_t *hash) {
+void sig_key_make(const rt_tensor *inputs, int n, int64_t *k, int *len, uint64_t *hash) {
   int total = 0;
   for (int i = 0; i < n; i++) total += 2 + inputs[i].rank;
-  int64_t *k = malloc(sizeof *k * (size_t)(total ? total : 1));
-  if (!k) return -1;
   int pos = 0;
   uint64_t h = 1469598103934665603ull;
   for (int i = 0; i < n; i++) {
@@ -25,10 +23,8 @@ int sig_key_make(const rt_tensor *inputs, int n, int64_t **key, int *len, uint64
     for (int d = 0; d < inputs[i].rank; d++) k[pos++] = inputs[i].dims[d];
   }
   for (int i = 0; i < total; i++) h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
-  *key = k;
   *len = total;
   *hash = h;
-  return 0;
 }
 
 static void entry_free(plan *p, sig_entry *e) {
@@ -61,15 +57,18 @@ sig_entry *sig_lookup(plan *p, const int64_t *key, int len, uint64_t hash) {
   return e;
 }
 
-sig_entry *sig_insert(plan *p, int64_t *key, int len, uint64_t hash, host_value *host) {
+sig_entry *sig_insert(plan *p, const int64_t *key, int len, uint64_t hash, host_value *host) {
   sig_entry *e = calloc(1, sizeof *e);
-  if (!e) {
-    free(key);
+  int64_t *copy = malloc(sizeof *copy * (size_t)(len ? len : 1));
+  if (!e || !copy) {
+    free(e);
+    free(copy);
     host_values_free(host, p->g->n_values);
     return NULL;
   }
+  memcpy(copy, key, sizeof *copy * (size_t)len);
   e->owner = p;
-  e->key = key;
+  e->key = copy;
   e->key_len = len;
   e->hash = hash;
   e->host = host;
