@@ -179,16 +179,18 @@ WORKLOADS = {
 DECODER_WORKLOADS = ("decoder_prefill128", "decoder_decode_after128")
 
 # (runs, warm-up) when --runs/--warmup are not given: sized so a full bench/run.py stays within
-# ~15 minutes on a 2-core CPU with the `mid` decoder (MLX's CPU backend takes ~9 s per prefill
-# there, and over a minute per prefill of qwen2.5-0.5b).
-RUNS = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2)}
-RUNS_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1)}
+# ~6 minutes on a 2-core CPU with the `mid` decoder (MLX's CPU backend takes ~6 s per prefill
+# there, and over a minute per prefill of qwen2.5-0.5b). The overhead probes take well under a
+# millisecond per Run: many runs cost nothing and steady their medians.
+RUNS = {"tiny_add": (2000, 100), "mlp10": (2000, 100)}
+RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2)}
+RUNS_DECODER_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1)}
 RUNS_DEFAULT = (50, 5)
 
 
 def default_runs(name: str, decoder_config: str = "mid") -> tuple[int, int]:
-    table = RUNS_QWEN if decoder_config == "qwen2.5-0.5b" else RUNS
-    return table.get(name, RUNS_DEFAULT)
+    decoder = RUNS_DECODER_QWEN if decoder_config == "qwen2.5-0.5b" else RUNS_DECODER
+    return {**RUNS, **decoder}.get(name, RUNS_DEFAULT)
 
 
 def load(name: str, decoder_config: str = "mid"):

@@ -39,6 +39,11 @@ WINDOW_CASES = [
     ((1, 2, 7, 9), {"kernel_shape": [6, 6], "strides": [6, 6], "auto_pad": "SAME_UPPER"}),
     ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [0, 1, 1, 1, 1, 0]}),
     ((1, 1, 6, 5, 6), {"kernel_shape": [3, 2, 2], "strides": [2, 2, 2], "ceil_mode": 1}),
+    # kernels past 16 are reduced over a strided view, shorter ones as slices: both orders
+    ((1, 2, 21, 9), {"kernel_shape": [18, 3], "strides": [1, 2], "pads": [1, 0, 2, 1]}),
+    ((1, 2, 9, 23), {"kernel_shape": [2, 17], "strides": [2, 3], "dilations": [2, 1], "ceil_mode": 1}),
+    ((1, 2, 5, 6), {"kernel_shape": [1, 1], "strides": [2, 1]}),
+    ((1, 2, 4, 5), {"kernel_shape": [1, 1]}),  # the identity
 ]
 
 
@@ -59,6 +64,16 @@ def test_maxpool_indices(shape, attrs, storage_order):
 def test_maxpool_other_dtypes(dtype):
     x = (rand((1, 2, 7, 7)) * 40).astype(dtype)
     check("MaxPool", {"x": x}, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_of_transposed_input(op):
+    """The pool reads a non-contiguous view (a transpose's output) inside one fused graph."""
+    x = rand((1, 9, 8, 3))
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node(op, ["t"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 9, 8, 3])], [("y", TensorProto.FLOAT, None)])
+    assert_parity(model, {"x": x})
 
 
 def test_maxpool_ties_and_inf():

@@ -1,6 +1,7 @@
 /* Pooling: MaxPool (with Indices), AveragePool, LpPool, their Global forms, MaxUnpool and
- * MaxRoiPool. MLX has no pooling primitive: windows are strided views (as_strided) of the padded
- * input, reduced one spatial axis at a time (max and sums are separable), and everything that
+ * MaxRoiPool. MLX has no pooling primitive: windows of the padded input are reduced one spatial
+ * axis at a time (max and sums are separable), as a chain of strided slices (one per kernel
+ * offset) or, for long kernels, one reduction of a strided view; everything that
  * depends only on shapes (output extents, element counts, index maps) is computed on the host
  * with ORT's formulas. */
 #include <float.h>
@@ -133,7 +134,7 @@ static mlxb_array *pool_pad_value(mlxb_scope *s, pool_kind kind, mlxb_dtype t) {
 /* Pads the spatial axes of x so that every window of g lies inside: pl before, and after as much
  * as the last window needs (ceil_mode windows may pass the tail pad; those positions hold the
  * pad value and are never counted). A negative head pad crops instead (windows then start
- * inside the input, as in ORT's AveragePool). Returns a contiguous array. */
+ * inside the input, as in ORT's AveragePool). */
 static mlxb_array *pool_pad(mlxb_scope *s, mlxb_array *x, const pool_geom *g, const mlxb_array *value) {
   int rank = g->nsp + 2;
   int64_t lo[POOL_MAX_RANK] = {0}, hi[POOL_MAX_RANK] = {0}, start[POOL_MAX_RANK] = {0}, stop[POOL_MAX_RANK],
@@ -152,12 +153,18 @@ static mlxb_array *pool_pad(mlxb_scope *s, mlxb_array *x, const pool_geom *g, co
   }
   if (crop) x = mlxb_slice(s, x, start, stop, step);
   if (any) x = mlxb_pad(s, x, lo, hi, value, "constant");
-  return mlxb_contiguous(s, x);
+  return x;
 }
 
-/* Reduces the windows of spatial axis `ax` (of a contiguous padded array): a strided view with
- * the window as a trailing axis, reduced away. */
-static mlxb_array *pool_reduce_axis(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, mlxb_reduce_op op) {
+/* Kernels up to this extent are reduced as a chain of strided slices; longer ones as one
+ * reduction over a strided view. */
+#define POOL_SLICE_MAX_K 16
+
+/* The windows of spatial axis `ax` reduced as one reduction: a strided view with the window as
+ * a trailing axis. MLX reduces such a view element by element (a general strided loop), which
+ * only pays off when one reduction replaces many slices. */
+static mlxb_array *pool_reduce_axis_view(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, mlxb_reduce_op op) {
+  x = mlxb_contiguous(s, x); /* the view's strides assume a row-major buffer */
   int rank = mlxb_ndim(x);
   int64_t dims[POOL_MAX_RANK + 1], strides[POOL_MAX_RANK + 1];
   mlxb_shape(x, dims);
@@ -169,13 +176,36 @@ static mlxb_array *pool_reduce_axis(mlxb_scope *s, mlxb_array *x, const pool_geo
   dims[a] = g->out[ax], strides[a] = step * g->s[ax];
   mlxb_array *v = mlxb_as_strided(s, x, dims, strides, rank + 1, 0);
   int last = rank;
-  return mlxb_contiguous(s, mlxb_reduce(s, op, v, &last, 1, false));
+  return mlxb_reduce(s, op, v, &last, 1, false);
+}
+
+/* Reduces the windows of spatial axis `ax` of the padded x (every window inside). Short kernels:
+ * kernel offset j contributes the slice starting at j * dilation with the pooling stride, and
+ * the k slices are combined elementwise (maximum, or a sum in kernel order). MLX runs each of
+ * those as a vectorised strided loop, 3x to 25x faster than the general strided reduction of
+ * pool_reduce_axis_view on CPU for 3x3 windows. Maximum propagates NaN as the reduction does. */
+static mlxb_array *pool_reduce_axis(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, pool_kind kind) {
+  if (g->k[ax] > POOL_SLICE_MAX_K) return pool_reduce_axis_view(s, x, g, ax, kind == POOL_MAX ? MLXB_RMAX : MLXB_RSUM);
+  int rank = mlxb_ndim(x), a = ax + 2;
+  int64_t start[POOL_MAX_RANK] = {0}, stop[POOL_MAX_RANK], step[POOL_MAX_RANK];
+  mlxb_shape(x, stop);
+  for (int i = 0; i < rank; i++) step[i] = 1;
+  step[a] = g->s[ax];
+  mlxb_array *y = NULL;
+  for (int64_t j = 0; j < g->k[ax]; j++) {
+    start[a] = j * g->d[ax];
+    stop[a] = g->out[ax] > 0 ? start[a] + (g->out[ax] - 1) * g->s[ax] + 1 : start[a];
+    mlxb_array *part = mlxb_slice(s, x, start, stop, step);
+    y = !y ? part : mlxb_binary(s, kind == POOL_MAX ? MLXB_MAXIMUM : MLXB_ADD, y, part);
+  }
+  return y;
 }
 
 /* All windows of x at once: [N, C, out..., K] with K the flattened kernel (row-major). */
 static mlxb_array *pool_windows(mlxb_scope *s, mlxb_array *x, const pool_geom *g) {
   int rank = g->nsp + 2;
   int64_t dims[POOL_MAX_RANK], vd[2 * POOL_MAX_RANK], vs[2 * POOL_MAX_RANK], flat[POOL_MAX_RANK + 1];
+  x = mlxb_contiguous(s, x); /* the view's strides assume a row-major buffer */
   mlxb_shape(x, dims);
   int64_t st[POOL_MAX_RANK], acc = 1;
   for (int i = rank - 1; i >= 0; i--) st[i] = acc, acc *= dims[i];
@@ -192,12 +222,10 @@ static mlxb_array *pool_windows(mlxb_scope *s, mlxb_array *x, const pool_geom *g
 
 /* Per output position, how many window elements are real input (count_pad false) or lie within
  * the padded input (count_pad true). Separable: per-axis counts multiplied out, as an array
- * [out...] of dtype t broadcastable against [N, C, out...]. Sets *any_empty when some window
- * holds no real element. */
-static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, mlxb_dtype t, bool *any_empty) {
+ * [out...] of dtype t broadcastable against [N, C, out...]. */
+static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, mlxb_dtype t) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *total = NULL;
-  if (any_empty) *any_empty = false;
   for (int i = 0; i < g->nsp; i++) {
     int64_t n = g->out[i];
     float *cnt = malloc(sizeof *cnt * (size_t)(n ? n : 1)); /* small integers: exact, and GPU-safe */
@@ -212,7 +240,6 @@ static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, ml
         real += p >= 0 && p < g->in[i];
         inpad += p < g->in[i] + g->ph[i];
       }
-      if (real == 0 && any_empty) *any_empty = true;
       cnt[o] = (float)(count_pad ? inpad : real);
     }
     int64_t shape[POOL_MAX_RANK];
@@ -224,19 +251,41 @@ static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, ml
   return total;
 }
 
-/* Windowed reduction of x [N, C, in...] per g: max, sum or sum of |x|^p. Halves are computed in
- * float32. Returns [N, C, out...] in the compute dtype. */
-static mlxb_array *pool_sum_or_max(op_ctx *c, mlxb_array *x, const pool_geom *g, pool_kind kind, int64_t p) {
+/* Every window of the padded x reduced, one spatial axis after the other (max and sums are
+ * separable): [N, C, out...]. */
+static mlxb_array *pool_reduce_windows(mlxb_scope *s, mlxb_array *xp, const pool_geom *g, pool_kind kind) {
+  for (int i = 0; i < g->nsp; i++) xp = pool_reduce_axis(s, xp, g, i, kind);
+  return xp;
+}
+
+/* Whether some window holds no real input element (only padding): a host check, so that the
+ * common case builds no count arrays. */
+static bool pool_any_empty(const pool_geom *g) {
+  for (int i = 0; i < g->nsp; i++) {
+    for (int64_t o = 0; o < g->out[i]; o++) {
+      int64_t start = o * g->s[i] - g->pl[i], real = 0;
+      for (int64_t j = 0; j < g->k[i] && !real; j++) {
+        int64_t p = start + j * g->d[i];
+        real = p >= 0 && p < g->in[i];
+      }
+      if (!real) return true;
+    }
+  }
+  return false;
+}
+
+/* Windowed reduction of x [N, C, in...] per g: sum or sum of |x|^p (MaxPool pads itself, to
+ * share the padded input with its Indices output). Halves are computed in float32. Returns
+ * [N, C, out...] in the compute dtype. */
+static mlxb_array *pool_sum(op_ctx *c, mlxb_array *x, const pool_geom *g, pool_kind kind, int64_t p) {
   mlxb_scope *s = op_scope(c);
   mlxb_dtype t = mlxb_type(x);
-  if (kind != POOL_MAX && pool_is_half(t)) x = mlxb_astype(s, x, MLXB_F32), t = MLXB_F32;
+  if (pool_is_half(t)) x = mlxb_astype(s, x, MLXB_F32), t = MLXB_F32;
   if (kind == POOL_LP) {
     x = mlxb_unary(s, MLXB_ABS, x);
     if (p != 1) x = mlxb_binary(s, MLXB_POW, x, mlxb_scalar_f64(s, (double)p, t));
   }
-  x = pool_pad(s, x, g, pool_pad_value(s, kind, t));
-  for (int i = 0; i < g->nsp; i++) x = pool_reduce_axis(s, x, g, i, kind == POOL_MAX ? MLXB_RMAX : MLXB_RSUM);
-  return x;
+  return pool_reduce_windows(s, pool_pad(s, x, g, pool_pad_value(s, kind, t)), g, kind);
 }
 
 /* ---- MaxPool ------------------------------------------------------------------------------ */
@@ -314,18 +363,17 @@ static int lower_maxpool(op_ctx *c, const op_def *def) {
   pool_geom g;
   if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *y = pool_sum_or_max(c, x, &g, POOL_MAX, 0);
-  bool empty = false;
-  mlxb_array *cnt = pool_counts(c, &g, false, MLXB_F32, &empty);
-  if (!cnt) return pool_failed(c);
+  mlxb_array *xp = pool_pad(s, x, &g, pool_pad_value(s, POOL_MAX, t));
+  mlxb_array *y = pool_reduce_windows(s, xp, &g, POOL_MAX);
   /* A window of padding only gives the lowest finite value in ORT. */
-  if (empty && pool_is_float(t)) {
+  if (pool_any_empty(&g) && pool_is_float(t)) {
+    mlxb_array *cnt = pool_counts(c, &g, false, MLXB_F32);
+    if (!cnt) return pool_failed(c);
     double lowest = t == MLXB_F64 ? -DBL_MAX : t == MLXB_F16 ? -65504.0 : t == MLXB_BF16 ? -3.3895313892515355e38 : -FLT_MAX;
     y = mlxb_where(s, mlxb_binary(s, MLXB_EQUAL, cnt, mlxb_scalar_f64(s, 0, MLXB_F32)), mlxb_scalar_f64(s, lowest, t), y);
   }
   if (op_set_output(c, 0, y) < 0) return -1;
   if (!op_has_output(c, 1)) return 0;
-  mlxb_array *xp = pool_pad(s, x, &g, pool_pad_value(s, POOL_MAX, t));
   mlxb_array *idx = maxpool_indices(c, xp, &g, dims);
   return idx ? op_set_output(c, 1, idx) : pool_failed(c);
 }
@@ -343,8 +391,8 @@ static int lower_avgpool(op_ctx *c, const op_def *def) {
   if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
   mlxb_dtype t = mlxb_type(x), ct = pool_is_half(t) ? MLXB_F32 : t;
   bool include_pad = ir_attr_int(op_node(c), "count_include_pad", 0) != 0;
-  mlxb_array *sum = pool_sum_or_max(c, x, &g, POOL_AVG, 0);
-  mlxb_array *cnt = pool_counts(c, &g, include_pad, ct, NULL);
+  mlxb_array *sum = pool_sum(c, x, &g, POOL_AVG, 0);
+  mlxb_array *cnt = pool_counts(c, &g, include_pad, ct);
   if (!cnt) return pool_failed(c);
   /* Windows without elements keep their zero sum. */
   cnt = mlxb_binary(s, MLXB_MAXIMUM, cnt, mlxb_scalar_f64(s, 1, ct));
@@ -373,7 +421,7 @@ static int lower_lppool(op_ctx *c, const op_def *def) {
   if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
   int64_t p = ir_attr_int(op_node(c), "p", 2);
   if (p < 1) return op_fail(c, "p must be >= 1");
-  mlxb_array *sum = pool_sum_or_max(c, x, &g, POOL_LP, p);
+  mlxb_array *sum = pool_sum(c, x, &g, POOL_LP, p);
   return op_set_output(c, 0, pool_lp_finish(op_scope(c), sum, p, mlxb_type(x)));
 }
 
