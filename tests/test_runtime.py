@@ -1,7 +1,14 @@
 """The runtime's signature cache and compile path: traces happen once per input signature,
 data-dependent host reads never bake a stale value into a compiled program, the LRU evicts,
-and the run report counts all of it."""
+and the run report counts all of it. CPU traces build no fused kernel (no g++ at run time), a
+failed trace frees the process-wide trace lock, and a freed program leaves no trace behind in
+any thread."""
+import os
+import queue
 import re
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -71,10 +78,9 @@ def test_invalid_options_fail_session_creation(bad):
 
 
 def test_decode_loop_traces(tmp_path):
-    """64 greedy decode steps of the generated decoder: the eager default performs no trace at
-    all; the run report states the counts (docs/ARCHITECTURE.md has the policy)."""
-    import os
-    import sys
+    """64 greedy decode steps of the generated decoder with the default options (compile=auto:
+    on, on every device): the prompt's signature runs eagerly once, the decode steps share one
+    decode bucket, so one trace serves 63 replays (docs/ARCHITECTURE.md has the policy)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
     from llm import TINY, empty_past, make_llm, next_past, step_feeds
     report = tmp_path / "report.txt"
@@ -85,4 +91,116 @@ def test_decode_loop_traces(tmp_path):
         outs = sess.run(None, step_feeds(TINY, token, next_past(TINY, outs)))
     del sess
     st = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
-    assert st["runs"] == 65 and st["traces"] == 0 and st["eager_runs"] == 65
+    assert st["runs"] == 65 and st["traces"] == 1 and st["compiled_runs"] == 63 and st["eager_runs"] == 2
+
+
+def elementwise_chain_model():
+    # Seven elementwise nodes and a scalar constant: MLX's kernel fusion would make them one
+    # "Compiled" kernel, JIT-built with g++ on the CPU.
+    nodes = [helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Mul", ["c", "a"], ["d"]),
+             helper.make_node("Relu", ["d"], ["e"]), helper.make_node("Sub", ["e", "b"], ["f"]),
+             helper.make_node("Mul", ["f", "half"], ["g"]), helper.make_node("Abs", ["g"], ["h"]),
+             helper.make_node("Neg", ["h"], ["i"]), helper.make_node("Tanh", ["i"], ["y"])]
+    return make_model(nodes, [("a", F, [4, 8]), ("b", F, [4, 8])], [("y", F, [4, 8])],
+                      initializers={"half": np.array(0.5, np.float32)})
+
+
+def elementwise_chain_reference(f):
+    return np.tanh(-np.abs((np.maximum((f["a"] + f["b"]) * f["a"], 0) - f["b"]) * 0.5))
+
+
+def chain_feeds(n):
+    rng = np.random.default_rng(1)
+    return [{k: rng.standard_normal((4, 8)).astype(np.float32) for k in "ab"} for _ in range(n)]
+
+
+JIT_PROBE = """
+import onnxruntime_ep_mlx as mlx_ep
+from test_runtime import chain_feeds, elementwise_chain_model
+sess = mlx_ep.session(elementwise_chain_model(), options={"device": "cpu", "compile": "1"}, strict=True)
+for f in chain_feeds(3):
+    sess.run(None, f)
+"""
+
+
+def test_cpu_compile_traces_without_fusion(tmp_path):
+    """compile=1 on the CPU: one trace, later Runs replay it, and no fused kernel is JIT-built
+    (MLX's CPU fusion would run g++ here, seconds per kernel)."""
+    feeds = chain_feeds(4)
+    outs, st = run_report(tmp_path, elementwise_chain_model(), {"device": "cpu", "compile": "1"}, feeds)
+    for f, y in zip(feeds, outs):
+        np.testing.assert_allclose(y, elementwise_chain_reference(f), rtol=1e-5, atol=1e-6)
+    assert st["traces"] == 1 and st["compiled_runs"] == 3 and st["eager_runs"] == 1
+    # MLX's CPU backend writes the kernels it JIT-builds under $TMPDIR/mlx/: a process of its
+    # own with a fresh TMPDIR shows whether the same session built any.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "TMPDIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([os.path.join(os.path.dirname(tests), "python"), tests])}
+    subprocess.run([sys.executable, "-c", JIT_PROBE], env=env, check=True, timeout=300)
+    assert not (tmp_path / "mlx").exists(), sorted(p.name for p in (tmp_path / "mlx").rglob("*"))
+
+
+def test_failed_trace_releases_the_trace_lock(tmp_path):
+    """A trace that fails (a Reshape fed by data) must not keep the process-wide trace lock:
+    another thread traces afterwards, and this thread again."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    failing = mlx_ep.session(make_model(nodes, [("x", F, [6]), ("shape", I64, [2])], [("y", F, None)]),
+                             options={"device": "cpu", "compile": "1"}, strict=True)
+    for _ in range(3):  # the second Run traces, fails, and runs eagerly
+        failing.run(None, {"x": np.arange(6, dtype=np.float32), "shape": np.array([2, 3], np.int64)})
+    feeds = chain_feeds(3)
+    results = {}
+
+    def traced_elsewhere():
+        results["other"] = run_report(tmp_path / "other", elementwise_chain_model(), {"device": "cpu", "compile": "1"},
+                                      feeds)
+
+    (tmp_path / "other").mkdir()
+    worker = threading.Thread(target=traced_elsewhere, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "a trace on another thread waited for the lock of a failed trace"
+    _, st = results["other"]
+    assert st["traces"] == 1 and st["compiled_runs"] == 2
+    outs, st = run_report(tmp_path, elementwise_chain_model(), {"device": "cpu", "compile": "1"}, feeds)
+    assert st["traces"] == 1 and st["compiled_runs"] == 2
+    for f, y in zip(feeds, outs):
+        np.testing.assert_allclose(y, elementwise_chain_reference(f), rtol=1e-5, atol=1e-6)
+
+
+def test_freed_programs_leave_no_trace_in_other_threads(tmp_path):
+    """MLX keeps traces in a cache per thread and, left alone, forgets a freed program only in
+    the cache of the thread that compiled it. A session compiled and traced here and traced
+    again by a worker thread, then freed, must release its 4 MiB weight from both caches."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((1024, 1024)).astype(np.float32)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F, [1, 1024])],
+                       [("y", F, [1, 1024])], initializers={"w": w})
+    feeds = {"x": rng.standard_normal((1, 1024)).astype(np.float32)}
+    todo, done = queue.Queue(), queue.Queue()
+
+    def worker():
+        while (sess := todo.get()) is not None:
+            done.put(sess.run(None, feeds)[0])
+
+    def rss_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    try:
+        for i in range(25):
+            if i == 5:
+                start = rss_mib()
+            sess = mlx_ep.session(model, options={"device": "cpu", "compile": "1"}, strict=True)
+            sess.run(None, feeds)
+            sess.run(None, feeds)  # compiled and traced on this thread
+            todo.put(sess)
+            np.testing.assert_allclose(done.get(timeout=120), feeds["x"] @ w, rtol=1e-4, atol=1e-4)
+            del sess
+        grown = rss_mib() - start
+    finally:
+        todo.put(None)
+        thread.join(timeout=120)
+    assert grown < 40, f"{grown:.0f} MiB kept by 20 freed sessions (80 MiB when traces outlive them)"

@@ -1,23 +1,102 @@
-/* Compiled programs: a C trace callback wrapped as the std::function MLX's compile() expects.
+/* Compiled programs: a C trace callback wrapped as the function MLX's compile() expects.
  * MLX traces on the first call per input signature and thread (its compile cache is
- * thread-local); later calls replay the simplified, fused graph. */
+ * thread-local); later calls replay the simplified graph.
+ *
+ * Identity: MLX keys its caches by a function id and, when a compiled std::function dies,
+ * erases that id from the cache of the thread that compiled it only. An entry another thread
+ * traced would stay (holding the plan's constants) and, were the id a reused heap address,
+ * be replayed for an unrelated program. So every program gets an id that is never reused, and
+ * remembers the cache of every thread that traced it to erase the id there when it is freed.
+ *
+ * Fusion: on a GPU, MLX fuses elementwise chains into "Compiled" kernels; on the CPU the same
+ * fusion JIT-builds C++ with g++ at run time (about a second per kernel), so CPU programs trace
+ * with CompileMode::no_fuse. The mode is process-global and MLX reads it in the compiled
+ * function right after our trace callback returns, so a trace holds a process-wide trace lock
+ * from the moment the callback starts until the compiled call returns to mlxb_program_call,
+ * which restores the default mode and releases it. Replays never call the callback and never
+ * take the lock. */
 #include "mlx/bridge_internal.h"
 
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <functional>
+#include <mutex>
+
+#include "mlx/compile_impl.h"
 
 using namespace mlxb_detail;
+
+namespace {
+
+using array_fn = std::function<std::vector<mx::array>(const std::vector<mx::array> &)>;
+
+} // namespace
 
 struct mlxb_program {
   mlxb_device device;
   mlxb_trace_fn trace;
   void *user;
   int n_outputs;
-  std::function<std::vector<mx::array>(const std::vector<mx::array> &)> fn;
+  bool traced; /* false when MLX compile is disabled: fn then calls the callback on every call */
+  std::uintptr_t id;
+  array_fn fn;
+  std::mutex caches_mutex;
+  std::vector<mx::detail::CompileCacheWeakPtr> caches; /* of the threads that traced it */
 };
 
 namespace {
 
+std::mutex trace_mutex;              /* one trace at a time owns MLX's global compile mode */
+thread_local bool holds_trace_lock;  /* this thread took trace_mutex in a trace callback */
+
+void trace_lock_acquire(mlxb_device dev) {
+  if (holds_trace_lock) return;
+  trace_mutex.lock();
+  holds_trace_lock = true;
+  mx::set_compile_mode(dev == MLXB_DEVICE_GPU ? mx::CompileMode::enabled : mx::CompileMode::no_fuse);
+}
+
+/* Restores MLX's default mode for whoever compiles next, then lets the next trace in. Compile
+ * was enabled when the program was made (else nothing traces); a disable_compile() since then
+ * is undone here, which MLX, having no getter for its mode, gives us no way to see. */
+void trace_lock_release() noexcept {
+  if (!holds_trace_lock) return;
+  try {
+    mx::set_compile_mode(mx::CompileMode::enabled);
+  } catch (...) {
+  }
+  holds_trace_lock = false;
+  trace_mutex.unlock();
+}
+
+/* Releases the trace lock when a program call ends, also by an exception from the trace. */
+struct trace_lock_release_guard {
+  trace_lock_release_guard() = default;
+  trace_lock_release_guard(const trace_lock_release_guard &) = delete;
+  trace_lock_release_guard &operator=(const trace_lock_release_guard &) = delete;
+  ~trace_lock_release_guard() { trace_lock_release(); }
+};
+
+/* Ids MLX itself uses are code or heap addresses, below 2^63 on every supported platform. */
+std::uintptr_t new_program_id() {
+  static std::atomic<std::uint64_t> next{0};
+  return static_cast<std::uintptr_t>((std::uint64_t{1} << 63) | next.fetch_add(1, std::memory_order_relaxed));
+}
+
+void remember_tracing_thread(mlxb_program *p) {
+  auto cache = mx::detail::compile_cache();
+  std::lock_guard<std::mutex> lock(p->caches_mutex);
+  for (const auto &c : p->caches)
+    if (!c.owner_before(cache) && !cache.owner_before(c)) return;
+  p->caches.push_back(std::move(cache));
+}
+
 std::vector<mx::array> run_trace(mlxb_program *p, const std::vector<mx::array> &inputs) {
+  if (p->traced) {
+    trace_lock_acquire(p->device);
+    remember_tracing_thread(p);
+  }
   mlxb_scope tmp(p->device == MLXB_DEVICE_GPU ? mx::Device(mx::Device::gpu) : mx::Device(mx::Device::cpu));
   std::vector<mlxb_array *> in;
   in.reserve(inputs.size());
@@ -34,21 +113,37 @@ std::vector<mx::array> run_trace(mlxb_program *p, const std::vector<mx::array> &
   return result;
 }
 
+/* The traced function; a named type so that mlxb_compile can tell whether MLX compiled it. */
+struct trace_entry {
+  mlxb_program *p;
+  std::vector<mx::array> operator()(const std::vector<mx::array> &inputs) const { return run_trace(p, inputs); }
+};
+
 } // namespace
 
 extern "C" {
 
 mlxb_program *mlxb_compile(mlxb_device dev, mlxb_trace_fn trace, void *user, int n_outputs, bool shapeless,
                            char *err, size_t err_len) {
+  mlxb_program *p = nullptr;
   try {
-    auto *p = new mlxb_program{dev, trace, user, n_outputs, {}};
-    p->fn = mx::compile([p](const std::vector<mx::array> &inputs) { return run_trace(p, inputs); }, shapeless);
+    p = new mlxb_program{};
+    p->device = dev;
+    p->trace = trace;
+    p->user = user;
+    p->n_outputs = n_outputs;
+    p->id = new_program_id();
+    p->fn = mx::detail::compile(array_fn(trace_entry{p}), p->id, shapeless);
+    /* With compile disabled (MLX_DISABLE_COMPILE, mx::disable_compile) MLX hands our function
+     * back: it then runs on every call, nothing is traced and MLX's mode is not ours to set. */
+    p->traced = p->fn.target<trace_entry>() == nullptr;
     return p;
   } catch (const std::exception &e) {
     if (err && err_len) snprintf(err, err_len, "mlxb_compile: %s", e.what());
   } catch (...) {
     if (err && err_len) snprintf(err, err_len, "mlxb_compile: unknown exception");
   }
+  delete p;
   return nullptr;
 }
 
@@ -56,14 +151,23 @@ int mlxb_program_call(mlxb_scope *s, mlxb_program *p, mlxb_array *const *inputs,
                       int n_outputs) {
   return guard_status(s, "mlxb_program_call", [&] {
     if (!p) throw bridge_error("null program");
-    std::vector<mx::array> in = to_arrays(const_cast<const mlxb_array *const *>(inputs), n_inputs);
-    std::vector<mx::array> out = p->fn(in);
+    if (n_outputs != p->n_outputs) throw bridge_error("program called for a different output count");
+    std::vector<mx::array> out;
+    {
+      trace_lock_release_guard release; /* a trace inside fn took the lock; MLX has used the mode by now */
+      out = p->fn(to_arrays(const_cast<const mlxb_array *const *>(inputs), n_inputs));
+    }
     if (static_cast<int>(out.size()) != n_outputs) throw bridge_error("program returned a different output count");
-    for (int i = 0; i < n_outputs; i++) outputs[i] = scope_keep(s, out[static_cast<size_t>(i)]);
+    for (int i = 0; i < n_outputs; i++) outputs[i] = scope_keep(s, std::move(out[static_cast<size_t>(i)]));
   });
 }
 
 void mlxb_program_free(mlxb_program *p) {
+  if (!p) return;
+  try {
+    for (const auto &cache : p->caches) mx::detail::compile_erase(cache, p->id); /* expired: no-op */
+  } catch (...) {
+  }
   try {
     delete p;
   } catch (...) {

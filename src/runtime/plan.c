@@ -98,7 +98,7 @@ int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **ou
   p->g = g;
   p->cfg = *cfg;
   if (p->cfg.cache_size < 1) p->cfg.cache_size = 1;
-  p->compile = cfg->compile == PLAN_COMPILE_ON || (cfg->compile == PLAN_COMPILE_AUTO && dev == MLXB_DEVICE_GPU);
+  p->compile = cfg->compile != PLAN_COMPILE_OFF; /* AUTO: on, on every device (plan.h) */
   pthread_mutex_init(&p->lock, NULL);
   p->name = malloc(strlen(name ? name : "") + 1);
   p->defs = calloc((size_t)g->n_nodes + 1, sizeof *p->defs);

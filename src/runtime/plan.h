@@ -24,8 +24,9 @@ typedef struct rt_tensor {
 typedef enum plan_compile_mode {
   PLAN_COMPILE_OFF,     /* build and evaluate the MLX graph at every Run */
   PLAN_COMPILE_ON,      /* MLX compile() once per input signature, replay afterwards */
-  PLAN_COMPILE_AUTO     /* ON on a GPU; OFF on the CPU, where MLX's compile JIT-builds every
-                           fused kernel with g++ (seconds each) for no measured gain */
+  PLAN_COMPILE_AUTO     /* ON on every device. CPU programs are traced without MLX's kernel
+                           fusion (which would JIT-build each fused kernel with g++, seconds
+                           each); replaying a trace costs no more than lowering every node */
 } plan_compile_mode;
 
 typedef struct plan_config {
