@@ -195,9 +195,19 @@ class MlxReference:
         return _Quantized(data, arrays[n.input[2]], zp, data.shape[0], k, bits, block)
 
     def __call__(self, feeds: dict):
+        return [np.array(r) for r in self.run_mx(feeds)]
+
+    def run_mx(self, feeds: dict) -> list:
+        """The outputs as evaluated mx arrays. Feeds may be NumPy arrays, or mx arrays for
+        float inputs (integer feeds must be NumPy: shape arithmetic reads them on the host): a
+        decode loop feeds the previous step's present.* back as they came out, a KV cache that
+        stays in MLX as in a hand-written port."""
         env = dict(self.consts)
         host = dict(self.host)
         for k, v in feeds.items():
+            if isinstance(v, mx.array):
+                env[k] = v
+                continue
             env[k] = mx.array(v)
             if np.asarray(v).dtype.kind in "iu":
                 host[k] = np.asarray(v)
@@ -211,7 +221,7 @@ class MlxReference:
                 env.pop(name, None)
         results = [env[o] for o in self.outputs]
         mx.eval(results)
-        return [np.array(r) for r in results]
+        return results
 
     def _host(self, n, host, value):
         host[n.output[0]] = value

@@ -23,6 +23,14 @@ runs each workload once per engine instead and checks every output of the MLX EP
 direct against ORT's CPU EP (max |difference| within 1e-3 of the reference's max |value|), one
 line per workload; the exit status says whether all passed.
 
+decoder_decode_loop64 is a whole greedy decode loop per Run: 64 steps after the 128-token
+prompt's KV (workloads.decode_loop), each feeding the previous step's present.* back as the next
+past with a growing attention mask, so the MLX EP sees KV inputs that grow every step (its decode
+buckets pad them, src/runtime/buckets.c). Its rows also give tokens/s (64 / median seconds), and
+the MLX EP's worker runs with option report=<file> and reports the run report's traces and
+padded_runs over all of its Runs ("decode loop: ..." under the table). --verify compares the
+logits of every step and the last present.*, every engine fed ORT CPU EP's greedy tokens.
+
 The issue's acceptance, stated in the report: every workload's EP throughput at least 0.95x MLX
 direct's (MLX direct median / EP median), and the per-Run EP overhead on the 10-node graph
 (mlp10: EP median minus MLX direct median) at most 30 us.
@@ -53,21 +61,77 @@ PAUSE_S = 0.01
 PRIME_BELOW_S = 0.01  # Runs shorter than this get an untimed Run before each batch
 
 
-def make_runner(model: bytes, feeds: dict, engine: str, device: str):
-    """A callable running the model once on `engine` and returning its outputs."""
-    if engine == "mlx_direct":
-        import mlx.core as mx
-        from mlx_reference import MlxReference
-        mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
-        ref = MlxReference(model)
-        return lambda: ref(feeds)
-    import onnxruntime as ort
-    if engine == "mlx_ep":
-        import onnxruntime_ep_mlx as mlx_ep
-        sess = mlx_ep.session(model, options={"device": device}, strict=False)
-    else:
-        sess = ort.InferenceSession(model, ort.SessionOptions(), providers=["CPUExecutionProvider"])
-    return lambda: sess.run(None, feeds)
+class Session:
+    """A model on one engine: calling it with feeds runs the model once and returns its outputs.
+    keep_mx: MLX direct returns evaluated mx arrays instead of NumPy ones (a decode loop keeps its
+    KV cache in MLX). report: the MLX EP's report file (option report=), written by close()."""
+
+    def __init__(self, model: bytes, engine: str, device: str, keep_mx: bool = False, report: str | None = None):
+        self.ref = self.sess = None
+        if engine == "mlx_direct":
+            import mlx.core as mx
+            from mlx_reference import MlxReference
+            mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+            self.ref = MlxReference(model)
+            self.run = self.ref.run_mx if keep_mx else self.ref
+            return
+        import onnxruntime as ort
+        if engine == "mlx_ep":
+            import onnxruntime_ep_mlx as mlx_ep
+            options = {"device": device, **({"report": report} if report else {})}
+            self.sess = mlx_ep.session(model, options=options, strict=False)
+        else:
+            self.sess = ort.InferenceSession(model, ort.SessionOptions(), providers=["CPUExecutionProvider"])
+        self.run = lambda feeds: self.sess.run(None, feeds)
+
+    def __call__(self, feeds: dict) -> list:
+        return self.run(feeds)
+
+    def close(self) -> None:
+        """Releases the session now: the MLX EP writes its run report when ORT destroys it."""
+        self.ref = self.sess = self.run = None
+        gc.collect()
+
+
+def make_runner(workload: str, model: bytes, feeds: dict, engine: str, device: str, decoder_config: str,
+                report: str | None = None, tokens=None):
+    """(session, run): run() is one timed Run of the workload on `engine` and returns (outputs,
+    greedy tokens or None): one model run, or for a loop workload (workloads.LOOPS) the whole
+    decode loop, its outputs the logits of every step and the last present.* (tokens: forced
+    tokens, see workloads.decode_loop)."""
+    from workloads import LOOPS, decode_loop
+    steps = LOOPS.get(workload, 0)
+    sess = Session(model, engine, device, keep_mx=bool(steps), report=report)
+    if not steps:
+        return sess, lambda: (sess(feeds), None)
+    return sess, lambda: decode_loop(sess, feeds, decoder_config, steps, tokens)
+
+
+def checksum(workload: str, outs: list) -> float:
+    """The sum of the first output (of every step's logits for a loop workload)."""
+    import numpy as np
+    from workloads import LOOPS
+    first = outs[:LOOPS[workload]] if workload in LOOPS else outs[:1]
+    return float(sum(np.asarray(o, dtype=np.float64).sum() for o in first))
+
+
+def read_run_report(path: str) -> dict:
+    """The MLX EP's run report lines summed over clusters: traces and padded_runs added up,
+    runs the most of any cluster (every cluster runs once per ORT Run)."""
+    import re
+    stats = {"runs": 0, "traces": 0, "padded_runs": 0, "clusters": 0}
+    try:
+        with open(path) as f:
+            lines = [line.split("run report:", 1)[1] for line in f if "run report:" in line]
+    except OSError:
+        return stats
+    for line in lines:
+        c = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+        stats["runs"] = max(stats["runs"], c.get("runs", 0))
+        stats["traces"] += c.get("traces", 0)
+        stats["padded_runs"] += c.get("padded_runs", 0)
+        stats["clusters"] += 1
+    return stats
 
 
 def timed_runs(run, n: int, prime: bool) -> list[float]:
@@ -114,9 +178,9 @@ def peak_rss_mb() -> float:
 def worker(workload: str, engine: str, warmup: int, device: str, decoder_config: str) -> int:
     """--worker: one engine of one workload, driven over stdin/stdout by the parent. Sends one JSON
     line once the session is created, run once and warmed up; then answers {"runs": n} with the
-    times of n Runs and {"done": true} with the process's peak memory."""
-    import numpy as np
-    from workloads import load
+    times of n Runs and {"done": true} with the process's peak memory (and for the MLX EP on a
+    loop workload, its run report's counters over all of its Runs)."""
+    from workloads import LOOPS, load
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything a library prints goes to stderr, not into the protocol
 
@@ -125,10 +189,15 @@ def worker(workload: str, engine: str, warmup: int, device: str, decoder_config:
         proto.flush()
 
     model, feeds = load(workload, decoder_config)
+    report = None
+    if engine == "mlx_ep" and workload in LOOPS:
+        fd, report = tempfile.mkstemp(prefix="bench-report-", suffix=".txt")
+        os.close(fd)
     gc.collect()
     reset_peak_rss()
     t0 = time.perf_counter()
-    run = make_runner(model, feeds, engine, device)
+    sess, run_once = make_runner(workload, model, feeds, engine, device, decoder_config, report)
+    run = lambda: run_once()[0]  # noqa: E731
     create = time.perf_counter() - t0
     t0 = time.perf_counter()
     out = run()
@@ -141,14 +210,19 @@ def worker(workload: str, engine: str, warmup: int, device: str, decoder_config:
     # A batch starts after the process slept through the other engines' turns: for short Runs,
     # one untimed Run first, so that the batch does not time a cold start.
     prime = last < PRIME_BELOW_S
-    send({"create_ms": create * 1e3, "first_run_ms": first * 1e3,
-          "checksum": float(np.asarray(out[0], dtype=np.float64).sum())})
+    send({"create_ms": create * 1e3, "first_run_ms": first * 1e3, "checksum": checksum(workload, out)})
+    del out
     for line in sys.stdin:
         cmd = json.loads(line)
         if "runs" in cmd:
             send({"times": timed_runs(run, int(cmd["runs"]), prime)})
         else:
-            send({"peak_rss_mb": peak_rss_mb()})
+            msg = {"peak_rss_mb": peak_rss_mb()}
+            sess.close()
+            if report:
+                msg["run_report"] = read_run_report(report)
+                os.unlink(report)
+            send(msg)
             return 0
     return 0
 
@@ -231,15 +305,20 @@ def measure(workload: str, runs: int, warmup: int, args) -> dict:
 
 def verify(workload: str, device: str, decoder_config: str, tol: float = 1e-3) -> bool:
     """Runs the workload once per engine; prints one line comparing MLX EP and MLX direct with
-    ORT's CPU EP (per output: max |a - ref| / max |ref|, the worst over the outputs)."""
+    ORT's CPU EP (per output: max |a - ref| / max |ref|, the worst over the outputs). A decode
+    loop's outputs are the logits of every step and the last present.*; every engine is fed ORT
+    CPU EP's greedy tokens (a near tie decided the other way would otherwise send the loops down
+    different sequences), carries its own KV cache, and the line says at how many steps its own
+    argmax agreed with ORT's."""
     import numpy as np
-    from workloads import load
+    from workloads import LOOPS, load
     model, feeds = load(workload, decoder_config)
-    ref = [np.asarray(o) for o in make_runner(model, feeds, "ort_cpu", device)()]
+    ref, tokens = make_runner(workload, model, feeds, "ort_cpu", device, decoder_config)[1]()
+    ref = [np.asarray(o) for o in ref]
     ok, parts = True, []
     for engine in ("mlx_ep", "mlx_direct"):
         try:
-            outs = make_runner(model, feeds, engine, device)()
+            outs, chosen = make_runner(workload, model, feeds, engine, device, decoder_config, tokens=tokens)[1]()
         except Exception as e:  # noqa: BLE001 - reported, not raised: the other engine still runs
             ok = False
             parts.append(f"{engine} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
@@ -254,9 +333,14 @@ def verify(workload: str, device: str, decoder_config: str, tol: float = 1e-3) -
                 worst = max(worst, float(np.abs(o.astype(np.float64) - r).max() / max(np.abs(r).max(), 1e-30)))
         good = len(outs) == len(ref) and worst <= tol
         ok &= good
-        parts.append(f"{engine} {worst:.1e} {'ok' if good else 'FAIL'}")
-    print(f"verify {workload_label(workload, decoder_config)} vs ORT CPU EP (max rel error, tolerance {tol:g}): "
-          f"{', '.join(parts)}", flush=True)
+        agree = ""
+        if chosen is not None:
+            same = sum(bool(np.array_equal(a, b)) for a, b in zip(chosen, tokens))
+            agree = f" (greedy token equal at {same}/{len(tokens)} steps)"
+        parts.append(f"{engine} {worst:.1e} {'ok' if good else 'FAIL'}{agree}")
+    what = f", {len(ref)} outputs: {LOOPS[workload]} steps' logits + last present.*" if workload in LOOPS else ""
+    print(f"verify {workload_label(workload, decoder_config)} vs ORT CPU EP (max rel error, tolerance {tol:g}"
+          f"{what}): {', '.join(parts)}", flush=True)
     return ok
 
 
@@ -321,7 +405,10 @@ def render(results: dict, args) -> str:
     if any(w in DECODER_WORKLOADS for w in results):
         lines.append(f"- decoder `[{args.decoder_config}]`: {describe_decoder(args.decoder_config)}; "
                      "prefill = 128-token prompt, empty past; decode = 1 token after the prefill's KV (128 "
-                     "positions, computed once by ORT's CPU EP)")
+                     "positions, computed once by ORT's CPU EP); decode_loop64 = a greedy loop of 64 decode "
+                     "steps from that KV, each feeding the previous step's present.* back as past_key_values.* "
+                     "with the attention mask one longer (MLX direct keeps its cache as mx arrays): its time is "
+                     "the whole loop, tok/s = 64 / median")
     lines += ["",
               "| workload | MLX EP ms | ORT CPU EP ms | MLX direct ms | EP throughput vs MLX direct | EP/CPU EP | "
               "EP session ms | EP first run ms | EP peak RSS MB |",
@@ -332,12 +419,35 @@ def render(results: dict, args) -> str:
             lines.append(f"| {label} | error: {r['error']} |  |  |  |  |  |  |  |")
             continue
         e, c, m = r["mlx_ep"], r["ort_cpu"], r["mlx_direct"]
-        fmt = lambda x: f"{x['median_ms']:.3f} [{x['p10_ms']:.3f}-{x['p90_ms']:.3f}]"  # noqa: E731
+        fmt = lambda x: f"{x['median_ms']:.3f} [{x['p10_ms']:.3f}-{x['p90_ms']:.3f}]" + tok_s(w, x)  # noqa: E731
         lines.append(f"| {label} | {fmt(e)} | {fmt(c)} | {fmt(m)} | {throughput(r):.2f}x | "
                      f"{e['median_ms'] / c['median_ms']:.2f} | {e['create_ms']:.1f} | {e['first_run_ms']:.1f} | "
                      f"{e['peak_rss_mb']:.0f} |")
-    lines += [""] + acceptance_lines(results, args)
+    lines += [""] + [f"- {line}" for line in loop_report_lines(results, args)] + acceptance_lines(results, args)
     return "\n".join(lines) + "\n"
+
+
+def tok_s(workload: str, r: dict) -> str:
+    """' (N tok/s)' for a loop workload: its steps over the median time of one loop."""
+    from workloads import LOOPS
+    if workload not in LOOPS or not r["median_ms"] > 0:
+        return ""
+    return f" ({LOOPS[workload] / (r['median_ms'] / 1e3):.1f} tok/s)"
+
+
+def loop_report_lines(results: dict, args) -> list[str]:
+    """The MLX EP's run-report counters of each loop workload, over all of its Runs (first,
+    warm-up, primes and timed loops)."""
+    out = []
+    for w, r in results.items():
+        rep = r.get("mlx_ep", {}).get("run_report")
+        if rep is None:
+            continue
+        loops = rep["runs"] / float(__import__("workloads").LOOPS[w])
+        out.append(f"decode loop: {rep['traces']} traces, {rep['padded_runs']} padded runs over {rep['runs']} Runs "
+                   f"(MLX EP run report, {workload_label(w, args.decoder_config)}: {loops:g} loops, "
+                   f"{rep['clusters']} cluster(s), device {args.device})")
+    return out
 
 
 def acceptance_lines(results: dict, args) -> list[str]:
@@ -417,8 +527,10 @@ def main() -> int:
             continue
         for engine, r in results[w].items():
             print(f"{w:18s} {engine:10s} median {r['median_ms']:9.3f} ms  first {r['first_run_ms']:9.1f} ms  "
-                  f"create {r['create_ms']:8.1f} ms  rss {r['peak_rss_mb']:6.0f} MB  checksum {r['checksum']:.6g}",
-                  flush=True)
+                  f"create {r['create_ms']:8.1f} ms  rss {r['peak_rss_mb']:6.0f} MB  checksum {r['checksum']:.6g}"
+                  f"{tok_s(w, r)}", flush=True)
+        for line in loop_report_lines({w: results[w]}, args):
+            print(line, flush=True)
     args.wall_s, args.load = time.perf_counter() - start, (load0, os.getloadavg()[0])
     print(f"bench took {args.wall_s:.0f} s; load average {args.load[0]:.2f} at start, {args.load[1]:.2f} at end")
     for line in acceptance_lines(results, args):

@@ -2,6 +2,10 @@
 
 `load(name, decoder_config)` builds one; the decoder workloads take the decoder config by name
 (DECODER_CONFIGS). `default_runs` gives per-workload default (runs, warm-up) counts.
+
+A loop workload (LOOPS: decoder_decode_loop64) is one "Run" of many model runs: `load` gives the
+first step's feeds and `decode_loop` drives the steps, each feeding the previous step's present.*
+back as past_key_values.* with the attention mask one longer.
 """
 from __future__ import annotations
 
@@ -168,6 +172,31 @@ def decoder_decode(name: str = "mid"):
     return model, step_feeds(cfg, _prompt(cfg)[:, PROMPT:], past)
 
 
+def decode_loop(step, feeds: dict, name: str, steps: int, tokens=None):
+    """A greedy decode loop of `steps` model runs from `feeds` (a decode step's feeds: one new
+    token after the prompt's KV). `step(feeds)` runs the model once and returns its outputs in
+    graph order (logits, present.*), as NumPy arrays or anything NumPy can read (MLX direct keeps
+    its KV cache as mx arrays: a hand-written port does not copy its cache to the host). Each step
+    feeds the argmax of the last logits back, or tokens[i] when `tokens` is given (so that --verify
+    compares every engine on the reference's token sequence), and the step's present.* as the
+    next past. Returns (outputs, argmax tokens): outputs are the logits of every step followed by
+    the last step's present.*."""
+    from llm import next_past, step_feeds
+    cfg = decoder_config(name)
+    logits, chosen, outs = [], [], []
+    for i in range(steps):
+        outs = step(feeds)
+        last = np.asarray(outs[0])
+        logits.append(last)
+        chosen.append(last[:, -1].argmax(-1))
+        if i + 1 == steps:
+            break
+        token = chosen[-1] if tokens is None else np.asarray(tokens[i])
+        mask = np.ones((feeds["attention_mask"].shape[0], feeds["attention_mask"].shape[1] + 1), np.int64)
+        feeds = step_feeds(cfg, np.asarray(token, np.int64).reshape(-1, 1), next_past(cfg, outs), mask)
+    return logits + list(outs[1:]), chosen
+
+
 WORKLOADS = {
     "tiny_add": tiny,
     "mlp10": mlp10,
@@ -175,16 +204,20 @@ WORKLOADS = {
     "squeezenet": lambda: light_cnn("squeezenet"),
     "decoder_prefill128": decoder_prefill,
     "decoder_decode_after128": decoder_decode,
+    "decoder_decode_loop64": decoder_decode,  # the first step's feeds; decode_loop runs the rest
 }
-DECODER_WORKLOADS = ("decoder_prefill128", "decoder_decode_after128")
+DECODER_WORKLOADS = ("decoder_prefill128", "decoder_decode_after128", "decoder_decode_loop64")
+LOOPS = {"decoder_decode_loop64": 64}  # workload -> model runs per timed Run (decode_loop)
 
 # (runs, warm-up) when --runs/--warmup are not given: sized so a full bench/run.py stays within
-# ~6 minutes on a 2-core CPU with the `mid` decoder (MLX's CPU backend takes ~6 s per prefill
-# there, and over a minute per prefill of qwen2.5-0.5b). The overhead probes take well under a
-# millisecond per Run: many runs cost nothing and steady their medians.
+# ~6-7 minutes on a 2-core CPU with the `mid` decoder (MLX's CPU backend takes ~6 s per prefill
+# there, ~55 ms per decode step so ~3.5 s per 64-step loop, and over a minute per prefill of
+# qwen2.5-0.5b). The overhead probes take well under a millisecond per Run: many runs cost
+# nothing and steady their medians.
 RUNS = {"tiny_add": (2000, 100), "mlp10": (2000, 100)}
-RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2)}
-RUNS_DECODER_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1)}
+RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2), "decoder_decode_loop64": (3, 1)}
+RUNS_DECODER_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1),
+                     "decoder_decode_loop64": (1, 0)}
 RUNS_DEFAULT = (50, 5)
 
 
