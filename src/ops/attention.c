@@ -586,6 +586,11 @@ static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fres
   mlxb_array *zero = mlxb_scalar_f64(s, 0.0, mlxb_type(fresh));
   if (!past_b) return attn_fit_axis(s, fresh, 2, plen, zero);
   mlxb_array *r = op_util_iota(s, 0, plen, 2, 4, MLXB_I64);
+  if (seq == 1) { /* a decode step: the general form below with its one new row broadcast */
+    mlxb_array *y = mlxb_where(s, mlxb_binary(s, MLXB_EQUAL, r, past_b), fresh, zero);
+    if (!past) return y;
+    return mlxb_where(s, mlxb_binary(s, MLXB_LESS, r, past_b), attn_fit_axis(s, past, 2, plen, zero), y);
+  }
   mlxb_array *rel = mlxb_binary(s, MLXB_SUB, r, past_b);
   mlxb_array *idx = mlxb_clip(s, rel, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, seq - 1, MLXB_I64));
   int64_t full[4] = {b, heads, plen, h};
