@@ -465,6 +465,28 @@ int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes) {
   return guard_status(s, "mlxb_read", [&] { array_copy_out(s, arr(a), dst, bytes); });
 }
 
+int mlxb_read_prefix(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep, void *dst, size_t bytes) {
+  return guard_status(s, "mlxb_read_prefix", [&] {
+    mx::array src = arr(a);
+    if (axis < 0 || axis >= static_cast<int>(src.ndim()) || keep < 0 || keep > src.shape(axis))
+      throw bridge_error("prefix outside the array");
+    src.eval();
+    if (!src.flags().row_contiguous) {
+      src = mx::contiguous(src, false, scope_dev(s));
+      src.eval();
+    }
+    size_t outer = 1, row = src.itemsize();
+    for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(src.shape(k));
+    for (int k = axis + 1; k < static_cast<int>(src.ndim()); k++) row *= static_cast<size_t>(src.shape(k));
+    size_t have = row * static_cast<size_t>(src.shape(axis)), take = row * static_cast<size_t>(keep);
+    if (bytes != outer * take) throw bridge_error("destination size does not match the prefix");
+    if (!bytes) return;
+    if (!dst) throw bridge_error("null destination");
+    const uint8_t *from = src.data<uint8_t>();
+    for (size_t o = 0; o < outer; o++) std::memcpy(static_cast<uint8_t *>(dst) + o * take, from + o * have, take);
+  });
+}
+
 int mlxb_read_i64(mlxb_scope *s, const mlxb_array *a, int64_t *dst, size_t n) {
   return guard_status(s, "mlxb_read_i64", [&] {
     const mx::array &x = arr(a);

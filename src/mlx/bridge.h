@@ -85,6 +85,9 @@ int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n); /* 0 ok, -1 e
 /* Copies an array's elements, row-major, into dst (bytes must equal size*itemsize).
  * Evaluates first when needed. 0 ok, -1 error in scope. */
 int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes);
+/* Copies the first `keep` entries of `axis` (all of every other axis), row-major, into dst:
+ * an output read without the trailing rows a decode bucket added, with no intermediate copy. */
+int mlxb_read_prefix(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep, void *dst, size_t bytes);
 /* Reads an integer or bool array as int64 values (n must equal its size). */
 int mlxb_read_i64(mlxb_scope *s, const mlxb_array *a, int64_t *dst, size_t n);
 int mlxb_read_f64(mlxb_scope *s, const mlxb_array *a, double *dst, size_t n);

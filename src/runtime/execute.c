@@ -308,9 +308,14 @@ static int lower_nodes(plan *p, run_state *r, const host_value *known, bool trac
   return 0;
 }
 
-/* Drops the `pad` rows a padded Run leaves at the end of an output's padded axis. */
-static mlxb_array *trim_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad) {
-  int axis = pad > 0 && p->buckets.n_padded ? p->buckets.output_axis[i] : -1;
+/* The axis of output i that carries a padded Run's extra rows, or -1. */
+static int padded_axis(const plan *p, int i, int64_t pad) {
+  return pad > 0 && p->buckets.n_padded ? p->buckets.output_axis[i] : -1;
+}
+
+/* Drops the `pad` rows a padded Run leaves at the end of an output's axis, as an MLX slice (for
+ * outputs that are not copied out with mlxb_read_prefix). */
+static mlxb_array *trim_output(mlxb_scope *s, mlxb_array *a, int axis, int64_t pad) {
   int rank = mlxb_ndim(a);
   if (axis < 0 || axis >= rank || rank > MAX_RANK) return a;
   int64_t start[MAX_RANK] = {0}, stop[MAX_RANK], step[MAX_RANK];
@@ -320,29 +325,46 @@ static mlxb_array *trim_output(const plan *p, mlxb_scope *s, mlxb_array *a, int 
   return mlxb_slice(s, a, start, stop, step);
 }
 
+/* Copies evaluated output i into the buffer ORT allocates for it; a padded output (axis >= 0)
+ * is copied without its trailing rows. */
+static int copy_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int axis, int64_t pad,
+                       rt_output_alloc_fn alloc, void *user, diag *d) {
+  int64_t dims[MAX_RANK];
+  int rank = mlxb_ndim(a);
+  if (rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, rank);
+  mlxb_shape(a, dims);
+  if (axis >= 0) dims[axis] = dims[axis] > pad ? dims[axis] - pad : 0;
+  void *dst = NULL;
+  int32_t declared = p->g->values[p->g->outputs[i]].dtype;
+  bool emulated = ir_dtype_emulated_bits(declared) != 0;
+  int32_t dtype = emulated ? declared : op_onnx_dtype(mlxb_type(a));
+  if (alloc(user, i, dtype, dims, rank, &dst, d)) return -1;
+  size_t n = mlxb_size(a), item = mlxb_dtype_size(mlxb_type(a)), kept = 1;
+  for (int k = 0; k < rank; k++) kept *= (size_t)dims[k];
+  int rc = 0;
+  if (emulated)
+    rc = n ? emulated_download(s, declared, a, dst, ir_dtype_storage_bytes(declared, (int64_t)n)) : 0;
+  else if (axis >= 0)
+    rc = mlxb_read_prefix(s, a, axis, dims[axis], dst, kept * item);
+  else
+    rc = n ? mlxb_read(s, a, dst, n * item) : 0;
+  return rc ? diag_fail(d, "%s: %s", p->name, mlxb_error(s)) : 0;
+}
+
 /* Evaluates the outputs once and copies them into the buffers the caller hands out. */
 static int write_outputs(const plan *p, mlxb_scope *s, mlxb_array **results, int64_t pad, rt_output_alloc_fn alloc,
                          void *user, diag *d) {
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
     if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
-    results[i] = mlxb_contiguous(s, trim_output(p, s, results[i], i, pad));
+    if (ir_dtype_emulated_bits(p->g->values[p->g->outputs[i]].dtype))
+      results[i] = trim_output(s, results[i], padded_axis(p, i, pad), pad);
+    results[i] = mlxb_contiguous(s, results[i]);
   }
   if (mlxb_eval(s, results, (size_t)n)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   for (int i = 0; i < n; i++) {
-    int64_t dims[MAX_RANK];
-    int rank = mlxb_ndim(results[i]);
-    if (rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, rank);
-    mlxb_shape(results[i], dims);
-    void *dst = NULL;
-    int32_t declared = p->g->values[p->g->outputs[i]].dtype;
-    bool emulated = ir_dtype_emulated_bits(declared) != 0;
-    int32_t dtype = emulated ? declared : op_onnx_dtype(mlxb_type(results[i]));
-    if (alloc(user, i, dtype, dims, rank, &dst, d)) return -1;
-    size_t n = mlxb_size(results[i]);
-    int rc = emulated ? (n ? emulated_download(s, declared, results[i], dst, ir_dtype_storage_bytes(declared, (int64_t)n)) : 0)
-                      : (n ? mlxb_read(s, results[i], dst, n * mlxb_dtype_size(mlxb_type(results[i]))) : 0);
-    if (rc) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+    bool emulated = ir_dtype_emulated_bits(p->g->values[p->g->outputs[i]].dtype) != 0;
+    if (copy_output(p, s, results[i], i, emulated ? -1 : padded_axis(p, i, pad), pad, alloc, user, d)) return -1;
   }
   return 0;
 }
