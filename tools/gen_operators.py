@@ -19,9 +19,9 @@ def registry_rows(tool):
     out = subprocess.run([tool], check=True, capture_output=True, text=True).stdout
     rows = []
     for line in out.splitlines():
-        family, domain, op, lo, hi, dtypes, flags, doc = line.split("\t", 7)
+        family, domain, op, lo, hi, dtypes, flags, pad, doc = line.split("\t", 8)
         rows.append(dict(family=family, domain=domain, op=op, lo=int(lo), hi=int(hi),
-                         dtypes=dtypes, flags=int(flags), doc=doc))
+                         dtypes=dtypes, flags=int(flags), pad=pad == "1", doc=doc))
     return rows
 
 
@@ -35,7 +35,9 @@ def render(rows):
              "in which the node's schema was defined) and the row's checks pass; the claim report",
              "(`ORT_EP_MLX_REPORT=stderr`) says why any node was declined. Every value must also have",
              "a dtype MLX represents (bool, int8-64, uint8-64, float16, bfloat16, float32, float64)",
-             "unless the row says otherwise; on an MLX GPU, float64 nodes run on an MLX CPU stream.", ""]
+             "unless the row says otherwise; on an MLX GPU, float64 nodes run on an MLX CPU stream.",
+             "Rows marked *decode buckets* have a pad rule: they accept inputs a decode step pads to a",
+             "bucketed length (docs/ARCHITECTURE.md, \"Decode buckets\").", ""]
     totals = ", ".join(f"{d}: {len(by_domain[d])}" for d in DOMAIN_ORDER if d in by_domain)
     lines += [f"Op types claimed: {sum(len(v) for v in by_domain.values())} ({totals}).", ""]
     domains = [d for d in DOMAIN_ORDER if d in by_domain] + sorted(set(by_domain) - set(DOMAIN_ORDER))
@@ -46,7 +48,7 @@ def render(rows):
             for r in by_domain[domain][op]:
                 hi = "+" if r["hi"] >= 999 else f"-{r['hi']}"
                 opsets = f"{r['lo']}{hi}" if r["lo"] != r["hi"] else str(r["lo"])
-                doc = r["doc"].replace("|", "\\|")
+                doc = r["doc"].replace("|", "\\|") + ("; *decode buckets*: accepts padded inputs" if r["pad"] else "")
                 lines.append(f"| {op} | {opsets} | {r['dtypes']} | {r['family']} | {doc} |")
         lines.append("")
     return "\n".join(lines)

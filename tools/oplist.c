@@ -26,7 +26,7 @@ int main(void) {
       printf("%s\t%s\t%s\t%d\t%d\t", fam->name, *d->domain ? d->domain : "ai.onnx", d->op_type, d->since_min,
              d->since_max);
       print_dtypes(d->dtypes);
-      printf("\t%u\t%s\n", d->flags, d->doc ? d->doc : "");
+      printf("\t%u\t%d\t%s\n", d->flags, d->pad != NULL, d->doc ? d->doc : "");
     }
   }
   return 0;
