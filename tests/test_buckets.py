@@ -95,14 +95,27 @@ def test_bucket_option_invalid(bad):
         mlx_ep.session(make_llm(TINY, weights="float"), options={"decode_bucket": bad})
 
 
+def identity_model():
+    return make_model([helper.make_node("Identity", ["x"], ["y"])], [("x", F, [2, "N"])], [("y", F, None)])
+
+
 def test_padded_output_is_trimmed(tmp_path):
-    # y = Identity(x): x's dynamic axis is padded, y comes back trimmed to the input's length.
-    model = make_model([helper.make_node("Identity", ["x"], ["y"])], [("x", F, [2, "N"])], [("y", F, None)])
+    """y = Identity(x): once x's length changes between Runs its dynamic axis is padded (the
+    first Run has nothing to compare with and runs unpadded); y comes back trimmed."""
     feeds = [{"x": np.arange(2 * n, dtype=np.float32).reshape(2, n)} for n in (3, 4, 9, 5)]
-    outs, st, _ = run_with_report(tmp_path, model, {"compile": "1", "decode_bucket": "16"}, feeds)
+    outs, st, _ = run_with_report(tmp_path, identity_model(), {"compile": "1", "decode_bucket": "16"}, feeds)
     for f, (y,) in zip(feeds, outs):
         np.testing.assert_array_equal(y, f["x"])
-    assert st["padded_runs"] == 4 and st["sig_misses"] == 1 and st["traces"] == 1
+    assert st["padded_runs"] == 3 and st["sig_misses"] == 2 and st["traces"] == 1
+
+
+def test_repeated_length_is_not_padded(tmp_path):
+    # Runs that repeat one length keep their exact shapes: no padding, one signature.
+    feeds = [{"x": np.full((2, 7), k, np.float32)} for k in range(4)]
+    outs, st, _ = run_with_report(tmp_path, identity_model(), {"compile": "1", "decode_bucket": "16"}, feeds)
+    for f, (y,) in zip(feeds, outs):
+        np.testing.assert_array_equal(y, f["x"])
+    assert st["padded_runs"] == 0 and st["sig_misses"] == 1 and st["traces"] == 1
 
 
 def test_integer_sum_over_padding(tmp_path):
@@ -113,7 +126,7 @@ def test_integer_sum_over_padding(tmp_path):
     outs, st, _ = run_with_report(tmp_path, model, {"decode_bucket": "8"}, feeds)
     for f, (y,) in zip(feeds, outs):
         np.testing.assert_array_equal(y, f["m"].sum(1))
-    assert st["padded_runs"] == 3 and st["sig_misses"] == 1
+    assert st["padded_runs"] == 2 and st["sig_misses"] == 2
 
 
 def test_refusals_leave_inputs_unpadded(tmp_path):

@@ -140,6 +140,7 @@ int buckets_analyse(plan *p, diag *d) {
   }
   for (int i = 0; i < g->n_inputs; i++) b->input_axis[i] = candidate_axis(g, i);
   b->n_padded = settle(&pr, p, b->input_axis, in, out);
+  b->last_length = -1;
   for (int o = 0; o < g->n_outputs; o++) {
     pad_fact f = pr.facts[g->outputs[o]];
     b->output_axis[o] = b->n_padded && f.kind == PAD_ROWS ? f.axis : -1;
@@ -160,11 +161,13 @@ void buckets_free(bucket_plan *b) {
   memset(b, 0, sizeof *b);
 }
 
-/* Guards: every padded length is at least 1 (an empty past is a first prompt, which the rules
- * do not cover) and longer than every other dynamic input dimension, so that no padded length
- * can be mistaken for a query length or a batch size (GroupQueryAttention calls a step whose
- * query is as long as the total length a first prompt). */
-int64_t buckets_pad(const plan *p, const rt_tensor *inputs, int n_inputs) {
+/* Padding starts once the length is seen to change from one Run to the next (a decode loop):
+ * Runs that repeat one length keep their exact shapes and skip the padding's cost. Guards: every
+ * padded length is at least 1 (an empty past is a first prompt, which the rules do not cover) and
+ * longer than every other dynamic input dimension, so that no padded length can be mistaken for
+ * a query length or a batch size (GroupQueryAttention calls a step whose query is as long as the
+ * total length a first prompt). */
+int64_t buckets_pad(plan *p, const rt_tensor *inputs, int n_inputs) {
   const bucket_plan *b = &p->buckets;
   const ir_graph *g = p->g;
   if (!b->n_padded || n_inputs != g->n_inputs) return 0;
@@ -179,7 +182,8 @@ int64_t buckets_pad(const plan *p, const rt_tensor *inputs, int n_inputs) {
       else if (v->dims[a] < 0 && dim > other) other = dim;
     }
   }
-  if (shortest < 1) return 0;
+  int64_t previous = __atomic_exchange_n(&p->buckets.last_length, shortest, __ATOMIC_RELAXED);
+  if (shortest < 1 || previous < 0 || previous == shortest) return 0;
   for (int i = 0; i < n_inputs; i++)
     if (b->input_axis[i] >= 0 && inputs[i].dims[b->input_axis[i]] <= other) return 0;
   int64_t step = p->cfg.bucket_step;

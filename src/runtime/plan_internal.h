@@ -38,6 +38,7 @@ typedef struct bucket_plan {
   int n_padded;
   int *input_axis;  /* per cluster input: the padded axis, or -1 */
   int *output_axis; /* per cluster output: the axis to trim, or -1 */
+  int64_t last_length; /* shortest padded-input length of the latest Run, -1 before any (atomic) */
 } bucket_plan;
 
 struct plan {
@@ -71,9 +72,10 @@ void host_values_free(host_value *h, int n);
 /* Length buckets (buckets.c). */
 int buckets_analyse(plan *p, diag *d);  /* fills p->buckets; -1 only when out of memory */
 void buckets_free(bucket_plan *b);
-/* The pad of this Run (0: run unpadded): rounds the shortest padded input length up past the
- * next multiple of the bucket step, when the guards in buckets.c hold. */
-int64_t buckets_pad(const plan *p, const rt_tensor *inputs, int n_inputs);
+/* The pad of this Run (0: run unpadded): once the lengths are seen to change between Runs,
+ * rounds the shortest padded input length up past the next multiple of the bucket step, when the
+ * guards in buckets.c hold. */
+int64_t buckets_pad(plan *p, const rt_tensor *inputs, int n_inputs);
 /* Writes in `out` each input as the program sees it; padded inputs get their dims from `dims`
  * (BUCKET_MAX_RANK entries per input). */
 enum { BUCKET_MAX_RANK = 16 };
