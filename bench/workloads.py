@@ -215,7 +215,7 @@ LOOPS = {"decoder_decode_loop64": 64}  # workload -> model runs per timed Run (d
 # qwen2.5-0.5b). The overhead probes take well under a millisecond per Run: many runs cost
 # nothing and steady their medians.
 RUNS = {"tiny_add": (2000, 100), "mlp10": (2000, 100)}
-RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (60, 3), "decoder_decode_loop64": (3, 1)}
+RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (60, 3), "decoder_decode_loop64": (5, 1)}
 RUNS_DECODER_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1),
                      "decoder_decode_loop64": (1, 0)}
 RUNS_DEFAULT = (50, 5)
