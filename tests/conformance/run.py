@@ -43,6 +43,7 @@ NOT_PASSING = ("fail", "error", "crash", "timeout")  # outcomes that are a wrong
 # ONNX's backend test runner compares floats with rtol=1e-3, atol=1e-7 (onnx/backend/test/loader);
 # integers, bools and strings must match exactly; NaN equals NaN.
 RTOL, ATOL = 1e-3, 1e-7
+STRICT_RUNS = 3  # eager, trace, replay (see run_mode)
 # Per-test (rtol, atol) overrides; each entry says why the default is too tight for that test.
 TOLERANCE_OVERRIDES: dict[str, tuple[float, float]] = {
     # DFT/STFT in float32: bins that are exactly 0 in the float64 reference come out at about
@@ -362,15 +363,21 @@ def run_mode(ort, mode: str, case: Case, rtol: float, atol: float) -> dict:
         return record
     if mode == "fallback":
         record["cpu_ops"] = _ops_left_on_cpu(sess)
+    # Strict mode runs every data set three times: the first Run of a signature builds the MLX
+    # graph eagerly, the second traces the compiled program, the third replays it.
+    runs = STRICT_RUNS if mode == "strict" else 1
     for feeds, expected in case.data_sets:
-        try:
-            got = _run_once(ort, sess, case, feeds)
-        except Exception as exc:
-            record.update(outcome="error", reason="run: " + short_message(exc))
-            break
-        reason = compare_outputs(expected, list(got), rtol, atol)
-        if reason:
-            record.update(outcome="fail", reason=reason)
+        for run in range(runs):
+            try:
+                got = _run_once(ort, sess, case, feeds)
+            except Exception as exc:
+                record.update(outcome="error", reason=f"run {run + 1}: " + short_message(exc))
+                break
+            reason = compare_outputs(expected, list(got), rtol, atol)
+            if reason:
+                record.update(outcome="fail", reason=(f"run {run + 1}: " if run else "") + reason)
+                break
+        if record["outcome"] != "pass":
             break
     record["seconds"] = time.perf_counter() - start
     return record
@@ -735,7 +742,9 @@ def render_doc(results: dict, ops_of: dict[str, list[str]], ort_version: str) ->
            f"ONNX Runtime {ort_version}.", "",
            "Each test runs in three modes: **strict**, the MLX EP with CPU fallback disabled "
            "(`session.disable_cpu_ep_fallback=1`; *declined* means session creation was refused "
-           "because the EP did not claim every node); **fallback**, the MLX EP with nodes it "
+           "because the EP did not claim every node; every data set is run "
+           f"{STRICT_RUNS} times, so the eager graph, the compile trace and the compiled replay "
+           "must all pass); **fallback**, the MLX EP with nodes it "
            "declines left to ORT's CPU EP; and ORT's **CPU EP** alone, as the baseline. Outputs "
            f"are compared with the test's expected outputs: floats with rtol={RTOL:g}, "
            f"atol={ATOL:g} (ONNX's backend-test defaults; NaN equals NaN), everything else exactly"
