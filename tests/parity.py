@@ -65,24 +65,40 @@ def run_mlx(model: bytes, feeds: dict, strict=True, options=None):
     return sess.run(None, feeds)
 
 
-def assert_parity(model: bytes, feeds: dict, rtol=None, atol=None, strict=True, options=None):
-    """Runs model on MLX (strict) and on the CPU EP; compares every output. Returns MLX outputs."""
-    want = run_cpu(model, feeds)
-    got = run_mlx(model, feeds, strict=strict, options=options)
+# assert_parity runs the MLX session this many times on the same feeds: the first Run of a
+# signature builds the MLX graph eagerly, the second traces the compiled program, the third
+# replays it; every Run must match ORT's CPU EP.
+PARITY_RUNS = 3
+
+
+def _assert_outputs_match(got, want, rtol, atol, run):
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         g, w = np.asarray(g), np.asarray(w)
-        assert g.dtype == w.dtype, f"output {i}: dtype {g.dtype} != {w.dtype}"
-        assert g.shape == w.shape, f"output {i}: shape {g.shape} != {w.shape}"
+        where = f"run {run + 1}, output {i}"
+        assert g.dtype == w.dtype, f"{where}: dtype {g.dtype} != {w.dtype}"
+        assert g.shape == w.shape, f"{where}: shape {g.shape} != {w.shape}"
         if w.dtype.kind in "fc":
             r, a = TOL.get(NP_TO_ONNX.get(w.dtype, TensorProto.FLOAT), (1e-5, 1e-5))
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
                                        rtol=rtol if rtol is not None else r,
                                        atol=atol if atol is not None else a,
-                                       err_msg=f"output {i}", equal_nan=True)
+                                       err_msg=where, equal_nan=True)
         else:
-            np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
-    return got
+            np.testing.assert_array_equal(g, w, err_msg=where)
+
+
+def assert_parity(model: bytes, feeds: dict, rtol=None, atol=None, strict=True, options=None):
+    """Runs model on MLX (strict; PARITY_RUNS times: eager, trace, replay) and on the CPU EP;
+    compares every output of every Run. Returns the first Run's MLX outputs."""
+    want = run_cpu(model, feeds)
+    sess = mlx_ep.session(model, options=options, strict=strict)
+    first = None
+    for run in range(PARITY_RUNS):
+        got = sess.run(None, feeds)
+        _assert_outputs_match(got, want, rtol, atol, run)
+        first = got if first is None else first
+    return first
 
 
 # ---- model builders shared by the op tests -------------------------------------------------------
