@@ -56,12 +56,15 @@ def decode_loop(model, options, tmp_path, prompt, steps, batch=1):
 
 
 @pytest.mark.parametrize("compile_mode", ["1", "0"])
-def test_decode_loop_traces_once(tmp_path, compile_mode):
-    """64 decode steps after a 4-token prompt: past lengths 4..67 share the bucket of 256, so
-    the compiled path traces once for the whole loop (the prefill's signature is seen once and
-    runs eagerly); every present/logits output equals the CPU EP's."""
+@pytest.mark.parametrize("bucket,prompt", [("256", 4), ("auto", 64)])
+def test_decode_loop_traces_once(tmp_path, compile_mode, bucket, prompt):
+    """64 decode steps: past lengths 4..67 share a bucket of 256, and 64..127 the CPU's default
+    bucket of 64 (capacity 128), so the compiled path traces once for the whole loop (the
+    prefill's signature is seen once and runs eagerly); every present/logits output equals the
+    CPU EP's."""
     model = make_llm(TINY, weights="float")
-    worst, st, text = decode_loop(model, {"compile": compile_mode}, tmp_path, [1, 2, 3, 4], 64)
+    worst, st, text = decode_loop(model, {"compile": compile_mode, "decode_bucket": bucket}, tmp_path,
+                                  list(range(1, prompt + 1)), 64)
     assert worst < 1e-4
     assert st["runs"] == 65 and st["padded_runs"] == 64
     assert st["sig_misses"] == 2  # the prefill and the bucket
@@ -89,7 +92,7 @@ def test_bucket_option_off(tmp_path):
     assert st["padded_runs"] == 0 and st["sig_misses"] == 7 and "decode buckets" not in text
 
 
-@pytest.mark.parametrize("bad", ["-1", "x", ""])
+@pytest.mark.parametrize("bad", ["-1", "x", "", "64k"])
 def test_bucket_option_invalid(bad):
     with pytest.raises(Exception, match="decode_bucket"):
         mlx_ep.session(make_llm(TINY, weights="float"), options={"decode_bucket": bad})

@@ -275,6 +275,15 @@ def test_gqa_decode(dtype, seqlens, total, window):
 
 
 @pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("seqlens,total", [([8], 9), ([3], 9), ([0], 9), ([3], 5), ([7], 8)])
+@pytest.mark.parametrize("rotary", [None, 16])
+def test_gqa_decode_single_sequence(dtype, seqlens, total, rotary):
+    # One sequence, one new token: the present cache is written in place at seqlens_k (dynamic
+    # cache total = past + 1, and static caches with total <= past; rows after it zeroed).
+    gqa_check(dtype, 1, seqlens, total, past=8, rotary=rotary)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
 def test_gqa_chunked_prefill(dtype):
     gqa_check(dtype, 3, [6], 7, past=8)
     gqa_check(dtype, 3, [6], 7, past=8, attrs={"local_window_size": 2})

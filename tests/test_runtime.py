@@ -85,8 +85,8 @@ def test_decode_loop_traces(tmp_path):
     from llm import TINY, empty_past, make_llm, next_past, step_feeds
     report = tmp_path / "report.txt"
     sess = mlx_ep.session(make_llm(TINY, weights="int4"), options={"report": str(report)}, strict=True)
-    outs = sess.run(None, step_feeds(TINY, np.array([[1, 2, 3, 4]]), empty_past(TINY)))
-    for _ in range(64):
+    outs = sess.run(None, step_feeds(TINY, np.arange(1, 65)[None], empty_past(TINY)))
+    for _ in range(64):  # past 64..127: one bucket whether it is 64 (CPU) or 256 (GPU) long
         token = outs[0][:, -1:].argmax(-1)
         outs = sess.run(None, step_feeds(TINY, token, next_past(TINY, outs)))
     del sess

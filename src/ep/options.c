@@ -88,9 +88,12 @@ int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_option
   out->cache_size = 32;
   rc = read_option(rt, so, "cache_size", buf, sizeof buf, d);
   if (rc < 0 || (rc && parse_int("cache_size", buf, 1, 4096, &out->cache_size, d))) return -1;
-  out->decode_bucket = 256;
+  /* auto: a trace costs only our lowering on the CPU, so short buckets waste little compute; on a
+   * GPU a trace also builds fused kernels, so longer buckets retrace less often. */
+  out->decode_bucket = out->device == MLXB_DEVICE_GPU ? 256 : 64;
   rc = read_option(rt, so, "decode_bucket", buf, sizeof buf, d);
-  if (rc < 0 || (rc && parse_int("decode_bucket", buf, 0, 1 << 20, &out->decode_bucket, d))) return -1;
+  if (rc < 0) return -1;
+  if (rc && strcmp(buf, "auto") && parse_int("decode_bucket", buf, 0, 1 << 20, &out->decode_bucket, d)) return -1;
   const char *env = getenv("ORT_EP_MLX_REPORT");
   if (env) snprintf(out->report_path, sizeof out->report_path, "%s", env);
   rc = read_option(rt, so, "report", buf, sizeof buf, d);

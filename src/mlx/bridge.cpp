@@ -657,6 +657,22 @@ mlxb_array *mlxb_slice(mlxb_scope *s, const mlxb_array *x, const int64_t *start,
   });
 }
 
+mlxb_array *mlxb_slice_dynamic(mlxb_scope *s, const mlxb_array *x, const mlxb_array *start, const int *axes, int n,
+                               const int64_t *sizes) {
+  return guard(s, "mlxb_slice_dynamic", [&] {
+    const mx::array &in = arr(x);
+    return mx::slice(in, arr(start), std::vector<int>(axes, axes + n), to_shape(sizes, static_cast<int>(in.ndim())),
+                     scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_slice_update_dynamic(mlxb_scope *s, const mlxb_array *dst, const mlxb_array *update,
+                                      const mlxb_array *start, const int *axes, int n) {
+  return guard(s, "mlxb_slice_update_dynamic", [&] {
+    return mx::slice_update(arr(dst), arr(update), arr(start), std::vector<int>(axes, axes + n), scope_dev(s));
+  });
+}
+
 mlxb_array *mlxb_slice_update(mlxb_scope *s, const mlxb_array *dst, const mlxb_array *update,
                               const int64_t *start, const int64_t *stop, const int64_t *strides) {
   return guard(s, "mlxb_slice_update", [&] {

@@ -154,6 +154,12 @@ int mlxb_split(mlxb_scope *s, const mlxb_array *x, const int64_t *indices, int n
 /* Full-rank strided slice; strides may be negative (start/stop then follow Python semantics
  * after the caller has clamped them: elements start, start+step, ... while != stop). */
 mlxb_array *mlxb_slice(mlxb_scope *s, const mlxb_array *x, const int64_t *start, const int64_t *stop, const int64_t *strides);
+/* Slices whose start is data: `start` is an integer array with one entry per listed axis;
+ * `sizes` gives the full output shape. Starts must be in range (MLX does not check them). */
+mlxb_array *mlxb_slice_dynamic(mlxb_scope *s, const mlxb_array *x, const mlxb_array *start, const int *axes, int n,
+                               const int64_t *sizes);
+mlxb_array *mlxb_slice_update_dynamic(mlxb_scope *s, const mlxb_array *dst, const mlxb_array *update,
+                                      const mlxb_array *start, const int *axes, int n);
 mlxb_array *mlxb_slice_update(mlxb_scope *s, const mlxb_array *dst, const mlxb_array *update,
                               const int64_t *start, const int64_t *stop, const int64_t *strides);
 mlxb_array *mlxb_take(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, int axis);

@@ -578,6 +578,24 @@ static bool claim_gqa(claim_ctx *c, const op_def *def) {
   return true;
 }
 
+/* gqa_present for one sequence and one new row: the past rows below past_b, zeros from there on,
+ * then the new row written in place at past_b (one select over the cache instead of two). When
+ * past_b lies outside the cache the write puts back the row already there, as the general form
+ * writes no new row then. */
+static mlxb_array *gqa_present_one(mlxb_scope *s, mlxb_array *past, mlxb_array *fresh, mlxb_array *past_b,
+                                   int64_t plen, mlxb_array *r, mlxb_array *zero) {
+  static const int axis = 2;
+  int64_t one = 1, row_dims[4] = {1, mlxb_dim(fresh, 1), 1, mlxb_dim(fresh, 3)};
+  mlxb_array *base = mlxb_where(s, mlxb_binary(s, MLXB_LESS, r, past_b), attn_fit_axis(s, past, 2, plen, zero), zero);
+  mlxb_array *lo = mlxb_scalar_i64(s, 0, MLXB_I64), *hi = mlxb_scalar_i64(s, plen - 1, MLXB_I64);
+  mlxb_array *at = mlxb_reshape(s, mlxb_clip(s, past_b, lo, hi), &one, 1);
+  mlxb_array *inside = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_GREATER_EQUAL, past_b, lo),
+                                   mlxb_binary(s, MLXB_LESS_EQUAL, past_b, hi));
+  mlxb_array *kept = mlxb_slice_dynamic(s, base, at, &axis, 1, row_dims);
+  mlxb_array *row = mlxb_where(s, inside, fresh, kept);
+  return mlxb_slice_update_dynamic(s, base, row, at, &axis, 1);
+}
+
 /* The key/value cache ORT's kernel writes: rows [0, past_b) from the past buffer, the S new rows
  * at [past_b, past_b + S), zeros after; plen rows per head. past_b is a [B, 1, 1, 1] int64 array
  * or NULL for 0 in every batch. */
@@ -586,6 +604,7 @@ static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fres
   mlxb_array *zero = mlxb_scalar_f64(s, 0.0, mlxb_type(fresh));
   if (!past_b) return attn_fit_axis(s, fresh, 2, plen, zero);
   mlxb_array *r = op_util_iota(s, 0, plen, 2, 4, MLXB_I64);
+  if (seq == 1 && past && b == 1) return gqa_present_one(s, past, fresh, past_b, plen, r, zero);
   if (seq == 1) { /* a decode step: the general form below with its one new row broadcast */
     mlxb_array *y = mlxb_where(s, mlxb_binary(s, MLXB_EQUAL, r, past_b), fresh, zero);
     if (!past) return y;
