@@ -604,7 +604,9 @@ static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fres
   mlxb_array *zero = mlxb_scalar_f64(s, 0.0, mlxb_type(fresh));
   if (!past_b) return attn_fit_axis(s, fresh, 2, plen, zero);
   mlxb_array *r = op_util_iota(s, 0, plen, 2, 4, MLXB_I64);
-  if (seq == 1 && past && b == 1) return gqa_present_one(s, past, fresh, past_b, plen, r, zero);
+  /* On a GPU the selects below fuse into one kernel; the CPU runs each as its own pass */
+  if (seq == 1 && past && b == 1 && mlxb_scope_device(s) == MLXB_DEVICE_CPU)
+    return gqa_present_one(s, past, fresh, past_b, plen, r, zero);
   if (seq == 1) { /* a decode step: the general form below with its one new row broadcast */
     mlxb_array *y = mlxb_where(s, mlxb_binary(s, MLXB_EQUAL, r, past_b), fresh, zero);
     if (!past) return y;
