@@ -684,6 +684,8 @@ static mlxb_array *gqa_keep(op_ctx *c, mlxb_array *past_b, mlxb_array *total_b, 
   mlxb_array *t = op_util_iota(s, 0, plen, 3, 4, MLXB_I64);
   mlxb_array *tot = attn_reshape4(s, total_b, b, 1, 1, 1);
   if (!attn_flag(n, "causal", 1)) return mlxb_binary(s, MLXB_LESS, t, tot);
+  /* One query after a past: its bound past_b + 1 is total_b (past_b = total_b - 1) */
+  if (seq == 1 && past_b && window <= 0) return mlxb_binary(s, MLXB_LESS, t, tot);
   mlxb_array *bound = op_util_iota(s, 1, seq, 2, 4, MLXB_I64);
   if (past_b) bound = mlxb_binary(s, MLXB_ADD, bound, past_b);
   mlxb_array *eff = mlxb_binary(s, MLXB_MINIMUM, bound, tot);
