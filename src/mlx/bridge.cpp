@@ -59,13 +59,8 @@ mx::array array_from_bytes(const void *data, mx::Shape shape, mlxb_dtype t) {
   throw bridge_error("unknown dtype " + std::to_string(static_cast<int>(t)));
 }
 
-/* Copies an evaluated array's elements row-major into dst. */
-void array_copy_out(mlxb_scope *s, const mx::array &a, void *dst, size_t bytes) {
-  size_t want = a.size() * a.itemsize();
-  if (bytes != want)
-    throw bridge_error("buffer holds " + std::to_string(bytes) + " bytes, array needs " + std::to_string(want));
-  if (want == 0) return;
-  if (!dst) throw bridge_error("null destination");
+/* a evaluated, as a row-major buffer (copied only when a is a strided view). */
+mx::array evaluated_row_major(mlxb_scope *s, const mx::array &a) {
   mx::array src = a;
   src.eval();
   if (!src.flags().row_contiguous) {
@@ -73,7 +68,38 @@ void array_copy_out(mlxb_scope *s, const mx::array &a, void *dst, size_t bytes) 
     src.eval();
     if (!src.flags().row_contiguous) throw bridge_error("array is not row-contiguous after contiguous()");
   }
-  std::memcpy(dst, src.data<uint8_t>(), want);
+  return src;
+}
+
+/* Copies an evaluated array's elements row-major into dst. */
+void array_copy_out(mlxb_scope *s, const mx::array &a, void *dst, size_t bytes) {
+  size_t want = a.size() * a.itemsize();
+  if (bytes != want)
+    throw bridge_error("buffer holds " + std::to_string(bytes) + " bytes, array needs " + std::to_string(want));
+  if (want == 0) return;
+  if (!dst) throw bridge_error("null destination");
+  std::memcpy(dst, evaluated_row_major(s, a).data<uint8_t>(), want);
+}
+
+/* Splits a row-major shape around `axis`: outer = the product of the dims before it, row = the
+ * bytes of one entry of the axis (the dims after it times the item size). */
+void split_at_axis(const mx::Shape &shape, int axis, size_t itemsize, size_t *outer, size_t *row) {
+  *outer = 1;
+  *row = itemsize;
+  for (int a = 0; a < axis; a++) *outer *= static_cast<size_t>(shape[a]);
+  for (int a = axis + 1; a < static_cast<int>(shape.size()); a++) *row *= static_cast<size_t>(shape[a]);
+}
+
+/* An array holding (borrow: wrapping without a copy, where MLX allows) host data of dims. */
+mx::array host_array(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t, bool borrow) {
+  if (borrow && t == MLXB_BOOL) throw bridge_error("bool data cannot be borrowed");
+  mx::Shape shape = to_shape(dims, rank);
+  size_t n = 1;
+  for (int d : shape) n *= static_cast<size_t>(d);
+  if (n == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
+  if (!data) throw bridge_error("null data for a non-empty array");
+  if (borrow) return mx::array(const_cast<void *>(data), std::move(shape), to_mx(t), [](void *) {});
+  return array_from_bytes(data, std::move(shape), t);
 }
 
 /* Elements of one axis visited by start, start+step, ... while short of stop. */
@@ -340,26 +366,11 @@ bool mlxb_scope_force_cpu(mlxb_scope *s, bool force) {
 /* ---- creation and queries ---------------------------------------------------------------- */
 
 mlxb_array *mlxb_from_data(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t) {
-  return guard(s, "mlxb_from_data", [&] {
-    mx::Shape shape = to_shape(dims, rank);
-    size_t n = 1;
-    for (int d : shape) n *= static_cast<size_t>(d);
-    if (n == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
-    if (!data) throw bridge_error("null data for a non-empty array");
-    return array_from_bytes(data, std::move(shape), t);
-  });
+  return guard(s, "mlxb_from_data", [&] { return host_array(s, data, dims, rank, t, false); });
 }
 
 mlxb_array *mlxb_borrow_data(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t) {
-  return guard(s, "mlxb_borrow_data", [&] {
-    if (t == MLXB_BOOL) throw bridge_error("bool data cannot be borrowed");
-    mx::Shape shape = to_shape(dims, rank);
-    size_t n = 1;
-    for (int d : shape) n *= static_cast<size_t>(d);
-    if (n == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
-    if (!data) throw bridge_error("null data for a non-empty array");
-    return mx::array(const_cast<void *>(data), std::move(shape), to_mx(t), [](void *) {});
-  });
+  return guard(s, "mlxb_borrow_data", [&] { return host_array(s, data, dims, rank, t, true); });
 }
 
 mlxb_array *mlxb_from_data_padded(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t,
@@ -368,9 +379,8 @@ mlxb_array *mlxb_from_data_padded(mlxb_scope *s, const void *data, const int64_t
     if (t == MLXB_BOOL) throw bridge_error("bool data cannot be padded");
     if (axis < 0 || axis >= rank || pad < 0) throw bridge_error("invalid padding axis");
     mx::Shape shape = to_shape(dims, rank);
-    size_t outer = 1, row = to_mx(t).size();
-    for (int a = 0; a < axis; a++) outer *= static_cast<size_t>(shape[a]);
-    for (int a = axis + 1; a < rank; a++) row *= static_cast<size_t>(shape[a]);
+    size_t outer, row;
+    split_at_axis(shape, axis, to_mx(t).size(), &outer, &row);
     size_t valid = row * static_cast<size_t>(shape[axis]), total = valid + row * static_cast<size_t>(pad);
     shape[axis] = static_cast<int>(dims[axis] + pad);
     if (outer * total == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
@@ -467,17 +477,12 @@ int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes) {
 
 int mlxb_read_prefix(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep, void *dst, size_t bytes) {
   return guard_status(s, "mlxb_read_prefix", [&] {
-    mx::array src = arr(a);
-    if (axis < 0 || axis >= static_cast<int>(src.ndim()) || keep < 0 || keep > src.shape(axis))
+    const mx::array &in = arr(a);
+    if (axis < 0 || axis >= static_cast<int>(in.ndim()) || keep < 0 || keep > in.shape(axis))
       throw bridge_error("prefix outside the array");
-    src.eval();
-    if (!src.flags().row_contiguous) {
-      src = mx::contiguous(src, false, scope_dev(s));
-      src.eval();
-    }
-    size_t outer = 1, row = src.itemsize();
-    for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(src.shape(k));
-    for (int k = axis + 1; k < static_cast<int>(src.ndim()); k++) row *= static_cast<size_t>(src.shape(k));
+    mx::array src = evaluated_row_major(s, in);
+    size_t outer, row;
+    split_at_axis(src.shape(), axis, src.itemsize(), &outer, &row);
     size_t have = row * static_cast<size_t>(src.shape(axis)), take = row * static_cast<size_t>(keep);
     if (bytes != outer * take) throw bridge_error("destination size does not match the prefix");
     if (!bytes) return;

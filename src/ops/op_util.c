@@ -126,6 +126,18 @@ int op_util_attr_or_input_ints(op_ctx *c, const char *attr, int input, int input
   return cnt;
 }
 
+int op_util_claim_attr_or_input_ints(const claim_ctx *c, const char *attr, int input, int input_since, int64_t *out,
+                                     int max) {
+  if (c->node->since_version < input_since) {
+    const int64_t *v;
+    size_t cnt = ir_attr_ints(c->node, attr, &v);
+    if (cnt > (size_t)max) return -1;
+    if (cnt) memcpy(out, v, cnt * sizeof *v);
+    return (int)cnt;
+  }
+  return claim_input(c, input) ? claim_const_ints(c, input, out, max) : 0;
+}
+
 /* op_input_ints/op_input_doubles record their own failures; only a wrong count is left to say. */
 int op_util_input_int(op_ctx *c, int i, int64_t *v) {
   int n = op_input_ints(c, i, v, 1);

@@ -48,6 +48,10 @@ mlxb_array *op_util_slice_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t s
  * from then on (schemas moved such lists to inputs). Returns the count, 0 when absent, or -1
  * with the failure recorded. */
 int op_util_attr_or_input_ints(op_ctx *c, const char *attr, int input, int input_since, int64_t *out, int max);
+/* The same list read from the graph alone (claims, pad rules): the input must be a constant.
+ * Returns the count, 0 when absent, or -1 when too long or not constant. */
+int op_util_claim_attr_or_input_ints(const claim_ctx *c, const char *attr, int input, int input_since, int64_t *out,
+                                     int max);
 /* The one value of input i; 0, or -1 with the failure recorded. */
 int op_util_input_int(op_ctx *c, int i, int64_t *v);
 int op_util_input_double(op_ctx *c, int i, double *v);

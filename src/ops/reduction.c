@@ -352,18 +352,8 @@ static bool pad_reduce_sum(const ir_graph *g, const ir_node *n, const pad_fact *
     if (in[k].kind != PAD_NONE) return false;
   claim_ctx c = {.graph = g, .node = n};
   int64_t axes[REDUCE_MAX_RANK];
-  int count;
-  if (n->since_version >= 13) {
-    count = claim_input(&c, 1) ? claim_const_ints(&c, 1, axes, REDUCE_MAX_RANK) : 0;
-    if (count < 0) return false;
-    if (count == 0 && ir_attr_int(n, "noop_with_empty_axes", 0)) return false;
-  } else {
-    const int64_t *attr = NULL;
-    size_t n_attr = ir_attr_ints(n, "axes", &attr);
-    if (n_attr > REDUCE_MAX_RANK) return false;
-    count = (int)n_attr;
-    for (int k = 0; k < count; k++) axes[k] = attr[k];
-  }
+  int count = op_util_claim_attr_or_input_ints(&c, "axes", 1, 13, axes, REDUCE_MAX_RANK);
+  if (count < 0 || (count == 0 && ir_attr_int(n, "noop_with_empty_axes", 0))) return false;
   bool reduced = count == 0;
   for (int k = 0; k < count; k++)
     reduced = reduced || axes[k] == in[0].axis || axes[k] + x->rank == in[0].axis;

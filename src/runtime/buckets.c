@@ -20,6 +20,7 @@ typedef struct propagation {
   pad_fact *facts;   /* per value */
   uint64_t *origins; /* per value: the padded inputs it derives from */
   uint64_t *refused; /* origins of the first value a node or output refused */
+  pad_fact *in, *out; /* scratch: the facts of one node's inputs and outputs */
 } propagation;
 
 static uint64_t *origin_of(propagation *pr, int v) { return pr->origins + (size_t)v * (size_t)pr->words; }
@@ -47,7 +48,8 @@ static void refuse_node(propagation *pr, const ir_node *n) {
 }
 
 /* Applies node n's rule; false (with pr->refused set) when it refuses. */
-static bool propagate_node(propagation *pr, const ir_node *n, const op_def *def, pad_fact *in, pad_fact *out) {
+static bool propagate_node(propagation *pr, const ir_node *n, const op_def *def) {
+  pad_fact *in = pr->in, *out = pr->out;
   bool any = false;
   for (int k = 0; k < n->n_inputs; k++) {
     in[k] = n->inputs[k] >= 0 ? pr->facts[n->inputs[k]] : (pad_fact){PAD_NONE, 0};
@@ -74,7 +76,7 @@ static bool propagate_node(propagation *pr, const ir_node *n, const op_def *def,
 
 /* Propagates the padding of the inputs whose axis[i] >= 0; true when every node and output
  * accepts it, else pr->refused names the inputs to stop padding. */
-static bool propagate(propagation *pr, const plan *p, const int *axis, pad_fact *in, pad_fact *out) {
+static bool propagate(propagation *pr, const plan *p, const int *axis) {
   const ir_graph *g = pr->g;
   memset(pr->facts, 0, sizeof *pr->facts * (size_t)g->n_values);
   memset(pr->origins, 0, sizeof *pr->origins * (size_t)g->n_values * (size_t)pr->words);
@@ -85,10 +87,13 @@ static bool propagate(propagation *pr, const plan *p, const int *axis, pad_fact 
     origin_of(pr, g->inputs[i])[i / 64] |= 1ull << (i % 64);
   }
   for (int i = 0; i < g->n_nodes; i++)
-    if (!propagate_node(pr, &g->nodes[i], p->defs[i], in, out)) return false;
+    if (!propagate_node(pr, &g->nodes[i], p->defs[i])) return false;
   for (int o = 0; o < g->n_outputs; o++) {
-    if (pr->facts[g->outputs[o]].kind != PAD_LENGTH) continue;
-    origin_union(pr, pr->refused, g->outputs[o]); /* a padded length would reach ORT */
+    const ir_value *v = &g->values[g->outputs[o]];
+    pad_kind k = pr->facts[g->outputs[o]].kind;
+    /* a padded length would reach ORT; packed sub-byte outputs cannot drop rows when copied out */
+    if (k == PAD_NONE || (k == PAD_ROWS && !ir_dtype_emulated_bits(v->dtype))) continue;
+    origin_union(pr, pr->refused, g->outputs[o]);
     return false;
   }
   return true;
@@ -104,12 +109,12 @@ static int max_arity(const ir_graph *g) {
 }
 
 /* Shrinks axis[] until propagation succeeds; returns the number of padded inputs left. */
-static int settle(propagation *pr, const plan *p, int *axis, pad_fact *in, pad_fact *out) {
+static int settle(propagation *pr, const plan *p, int *axis) {
   const ir_graph *g = pr->g;
   for (;;) {
     int left = 0;
     for (int i = 0; i < g->n_inputs; i++) left += axis[i] >= 0;
-    if (!left || propagate(pr, p, axis, in, out)) return left;
+    if (!left || propagate(pr, p, axis)) return left;
     bool dropped = false;
     for (int i = 0; i < g->n_inputs; i++) {
       if (axis[i] < 0 || !(pr->refused[i / 64] >> (i % 64) & 1)) continue;
@@ -130,16 +135,17 @@ int buckets_analyse(plan *p, diag *d) {
   pr.facts = calloc((size_t)g->n_values + 1, sizeof *pr.facts);
   pr.origins = calloc((size_t)g->n_values * (size_t)pr.words + 1, sizeof *pr.origins);
   pr.refused = calloc((size_t)pr.words, sizeof *pr.refused);
-  pad_fact *in = calloc((size_t)arity, sizeof *in), *out = calloc((size_t)arity, sizeof *out);
+  pr.in = calloc((size_t)arity, sizeof *pr.in);
+  pr.out = calloc((size_t)arity, sizeof *pr.out);
   b->input_axis = malloc(sizeof *b->input_axis * (size_t)g->n_inputs);
   b->output_axis = malloc(sizeof *b->output_axis * ((size_t)g->n_outputs + 1));
   int rc = 0;
-  if (!pr.facts || !pr.origins || !pr.refused || !in || !out || !b->input_axis || !b->output_axis) {
+  if (!pr.facts || !pr.origins || !pr.refused || !pr.in || !pr.out || !b->input_axis || !b->output_axis) {
     rc = diag_fail(d, "out of memory");
     goto done;
   }
   for (int i = 0; i < g->n_inputs; i++) b->input_axis[i] = candidate_axis(g, i);
-  b->n_padded = settle(&pr, p, b->input_axis, in, out);
+  b->n_padded = settle(&pr, p, b->input_axis);
   b->last_length = -1;
   for (int o = 0; o < g->n_outputs; o++) {
     pad_fact f = pr.facts[g->outputs[o]];
@@ -149,8 +155,8 @@ done:
   free(pr.facts);
   free(pr.origins);
   free(pr.refused);
-  free(in);
-  free(out);
+  free(pr.in);
+  free(pr.out);
   if (rc || !b->n_padded) buckets_free(b);
   return rc;
 }

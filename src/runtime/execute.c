@@ -313,22 +313,11 @@ static int padded_axis(const plan *p, int i, int64_t pad) {
   return pad > 0 && p->buckets.n_padded ? p->buckets.output_axis[i] : -1;
 }
 
-/* Drops the `pad` rows a padded Run leaves at the end of an output's axis, as an MLX slice (for
- * outputs that are not copied out with mlxb_read_prefix). */
-static mlxb_array *trim_output(mlxb_scope *s, mlxb_array *a, int axis, int64_t pad) {
-  int rank = mlxb_ndim(a);
-  if (axis < 0 || axis >= rank || rank > MAX_RANK) return a;
-  int64_t start[MAX_RANK] = {0}, stop[MAX_RANK], step[MAX_RANK];
-  mlxb_shape(a, stop);
-  for (int k = 0; k < rank; k++) step[k] = 1;
-  stop[axis] = stop[axis] > pad ? stop[axis] - pad : 0;
-  return mlxb_slice(s, a, start, stop, step);
-}
-
-/* Copies evaluated output i into the buffer ORT allocates for it; a padded output (axis >= 0)
- * is copied without its trailing rows. */
-static int copy_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int axis, int64_t pad,
-                       rt_output_alloc_fn alloc, void *user, diag *d) {
+/* Copies evaluated output i into the buffer ORT allocates for it, without the trailing rows of
+ * a padded output (never a packed sub-byte one: buckets.c refuses those). */
+static int copy_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad, rt_output_alloc_fn alloc,
+                       void *user, diag *d) {
+  int axis = padded_axis(p, i, pad);
   int64_t dims[MAX_RANK];
   int rank = mlxb_ndim(a);
   if (rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, rank);
@@ -357,15 +346,11 @@ static int write_outputs(const plan *p, mlxb_scope *s, mlxb_array **results, int
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
     if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
-    if (ir_dtype_emulated_bits(p->g->values[p->g->outputs[i]].dtype))
-      results[i] = trim_output(s, results[i], padded_axis(p, i, pad), pad);
     results[i] = mlxb_contiguous(s, results[i]);
   }
   if (mlxb_eval(s, results, (size_t)n)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
-  for (int i = 0; i < n; i++) {
-    bool emulated = ir_dtype_emulated_bits(p->g->values[p->g->outputs[i]].dtype) != 0;
-    if (copy_output(p, s, results[i], i, emulated ? -1 : padded_axis(p, i, pad), pad, alloc, user, d)) return -1;
-  }
+  for (int i = 0; i < n; i++)
+    if (copy_output(p, s, results[i], i, pad, alloc, user, d)) return -1;
   return 0;
 }
 
