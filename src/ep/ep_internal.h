@@ -25,10 +25,20 @@ typedef struct ep_runtime {
   uint32_t api_version;    /* the version GetApi accepted, written to ort_version_supported */
 } ep_runtime;
 
+/* MLX's GPU memory as ORT sees it (src/ep/device_memory.c); info is NULL where there is none. */
+typedef struct ep_device_memory {
+  const ep_runtime *rt;
+  OrtMemoryInfo *info;          /* owned; attached to our OrtEpDevice */
+  const OrtMemoryDevice *device; /* of info */
+  OrtAllocator allocator;       /* one for every session (ORT's Release is a no-op on it) */
+  OrtDataTransferImpl transfer; /* host <-> device and device <-> device copies */
+} ep_device_memory;
+
 typedef struct ep_factory {
   OrtEpFactory base;       /* must stay first */
   ep_runtime rt;
   const OrtLogger *logger; /* ORT's default logger (borrowed for the factory's lifetime) */
+  ep_device_memory memory; /* device memory, when MLX has some */
 } ep_factory;
 
 typedef struct ep_options {
@@ -59,6 +69,12 @@ OrtStatus *ep_status_msg(const ep_runtime *rt, OrtErrorCode code, const char *ms
 int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_options *out, diag *d);
 void ep_instance_init(ep_instance *ep, ep_factory *f);
 OrtStatus *ep_compute_create(ep_instance *ep, plan *p, OrtNodeComputeInfo **out);
+OrtStatus *ep_device_memory_init(ep_device_memory *m, const ep_runtime *rt);
+void ep_device_memory_free(ep_device_memory *m);
+OrtStatus *ep_device_memory_attach(const ep_device_memory *m, OrtEpDevice *dev);
+/* The allocator for mi when mi is our device memory, else NULL. */
+OrtAllocator *ep_device_memory_allocator(ep_device_memory *m, const OrtMemoryInfo *mi);
+OrtDataTransferImpl *ep_device_memory_transfer(ep_device_memory *m); /* NULL without device memory */
 /* Opens the report destination (NULL when none); ep_report_close closes it. */
 FILE *ep_report_open(const ep_options *opts);
 void ep_report_close(FILE *f);

@@ -28,7 +28,11 @@ static OrtStatus *ORT_API_CALL factory_get_supported_devices(OrtEpFactory *this_
     OrtEpDevice *dev = NULL;
     OrtStatus *st = rt->ep_api->CreateEpDevice(this_ptr, devices[i], meta, NULL, &dev);
     rt->api->ReleaseKeyValuePairs(meta);
-    if (st) return st;
+    if (!st) st = ep_device_memory_attach(&f->memory, dev);
+    if (st) {
+      if (dev) rt->ep_api->ReleaseEpDevice(dev);
+      return st;
+    }
     ep_devices[(*num_ep_devices)++] = dev;
     break; /* one device: the CPU entry */
   }
@@ -64,14 +68,14 @@ static OrtStatus *ORT_API_CALL factory_validate_compat(OrtEpFactory *f, const Or
 
 static OrtStatus *ORT_API_CALL factory_create_allocator(OrtEpFactory *f, const OrtMemoryInfo *mi,
                                                         const OrtKeyValuePairs *opts, OrtAllocator **out) {
-  *out = NULL; /* inputs and outputs stay in ORT's CPU memory */
+  *out = ep_device_memory_allocator(&factory_of(f)->memory, mi); /* NULL: ORT's CPU allocator */
   return NULL;
 }
 
 static void ORT_API_CALL factory_release_allocator(OrtEpFactory *f, OrtAllocator *a) {}
 
 static OrtStatus *ORT_API_CALL factory_create_data_transfer(OrtEpFactory *f, OrtDataTransferImpl **out) {
-  *out = NULL;
+  *out = ep_device_memory_transfer(&factory_of(f)->memory); /* NULL: host memory only */
   return NULL;
 }
 
@@ -108,6 +112,11 @@ OrtStatus *ep_factory_create(const ep_runtime *rt, const OrtLogger *logger, OrtE
   if (!f) return rt->api->CreateStatus(ORT_FAIL, EP_NAME ": out of memory");
   f->rt = *rt;
   f->logger = logger;
+  OrtStatus *st = ep_device_memory_init(&f->memory, &f->rt);
+  if (st) {
+    free(f);
+    return st;
+  }
   OrtEpFactory *b = &f->base;
   b->ort_version_supported = rt->api_version;
   b->GetName = factory_get_name;
@@ -133,4 +142,8 @@ OrtStatus *ep_factory_create(const ep_runtime *rt, const OrtLogger *logger, OrtE
   return NULL;
 }
 
-void ep_factory_destroy(OrtEpFactory *f) { free(f); }
+void ep_factory_destroy(OrtEpFactory *f) {
+  if (!f) return;
+  ep_device_memory_free(&factory_of(f)->memory);
+  free(f);
+}

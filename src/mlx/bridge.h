@@ -43,6 +43,18 @@ int mlxb_init(char *err, size_t err_len);
 void mlxb_exclusive_begin(mlxb_device dev);
 void mlxb_exclusive_end(mlxb_device dev);
 
+/* ---- device memory (src/mlx/bridge_device.cpp) ------------------------------------------
+ * MLX's GPU memory lent to ORT (the EP's allocator and data transfer), so that tensors stay on
+ * the GPU between Runs. Available on MLX's CUDA backend; elsewhere the EP keeps host memory.
+ * Every such buffer is also readable and writable from the host (unified memory), only slower. */
+bool mlxb_device_memory_available(void);
+void *mlxb_device_alloc(size_t bytes);      /* NULL on failure */
+void mlxb_device_free(void *p);             /* accepts NULL and foreign pointers (ignored) */
+bool mlxb_device_owns(const void *p, size_t bytes); /* [p, p+bytes) lies in one of our buffers */
+/* Copies n blocks (any direction: host or device memory on either side) and waits for them. */
+int mlxb_device_copy(void *const *dst, const void *const *src, const size_t *bytes, size_t n, char *err,
+                     size_t err_len);
+
 /* ---- scopes ----------------------------------------------------------------------------- */
 mlxb_scope *mlxb_scope_new(mlxb_device dev); /* NULL when out of memory */
 void mlxb_scope_free(mlxb_scope *s);         /* frees every handle of the scope; accepts NULL */
@@ -65,6 +77,11 @@ mlxb_array *mlxb_borrow_data(mlxb_scope *s, const void *data, const int64_t *dim
  * rows zero. Not for bool. */
 mlxb_array *mlxb_from_data_padded(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t,
                                   int axis, int64_t pad);
+/* Wraps one of our device buffers (mlxb_device_owns) without a copy; the caller keeps it alive
+ * and unchanged while the scope may read it. */
+mlxb_array *mlxb_borrow_device(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t);
+/* a with `pad` zero rows appended along axis. */
+mlxb_array *mlxb_pad_axis(mlxb_scope *s, const mlxb_array *a, int axis, int64_t pad);
 mlxb_array *mlxb_scalar_f64(mlxb_scope *s, double v, mlxb_dtype t);
 mlxb_array *mlxb_scalar_i64(mlxb_scope *s, int64_t v, mlxb_dtype t);
 mlxb_array *mlxb_full(mlxb_scope *s, const int64_t *dims, int rank, const mlxb_array *value, mlxb_dtype t);
@@ -88,6 +105,11 @@ int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes);
 /* Copies the first `keep` entries of `axis` (all of every other axis), row-major, into dst:
  * an output read without the trailing rows a decode bucket added, with no intermediate copy. */
 int mlxb_read_prefix(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep, void *dst, size_t bytes);
+/* Device-memory counterparts of mlxb_read / mlxb_read_prefix (axis < 0: the whole array):
+ * copies evaluated `a` into one of our device buffers, on the GPU. The copies are queued:
+ * mlxb_device_finish waits for them and must run before the scope is freed. */
+int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep, void *dst, size_t bytes);
+int mlxb_device_finish(mlxb_scope *s);
 /* Reads an integer or bool array as int64 values (n must equal its size). */
 int mlxb_read_i64(mlxb_scope *s, const mlxb_array *a, int64_t *dst, size_t n);
 int mlxb_read_f64(mlxb_scope *s, const mlxb_array *a, double *dst, size_t n);

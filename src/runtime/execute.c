@@ -252,11 +252,22 @@ static int check_input(const plan *p, const ir_value *val, const rt_tensor *t, d
   return 0;
 }
 
-/* One input as an MLX array: padded to its bucket, or borrowing ORT's buffer where MLX can read
+static size_t tensor_bytes(const rt_tensor *t, mlxb_dtype type) {
+  size_t n = mlxb_dtype_size(type);
+  for (int k = 0; k < t->rank; k++) n *= (size_t)(t->dims[k] > 0 ? t->dims[k] : 0);
+  return n;
+}
+
+/* One input as an MLX array: our device memory (an IOBinding, or ORT's copy of a host input)
+ * wrapped without a copy; else padded to its bucket, or borrowing ORT's buffer where MLX can read
  * it in place (the Run outlives every array of its scope), or copied. */
 static mlxb_array *bind_input(const plan *p, mlxb_scope *s, const rt_tensor *t, int i, int64_t pad) {
   if (ir_dtype_emulated_bits(t->dtype)) return emulated_upload(s, t->dtype, t->data, t->dims, t->rank);
   mlxb_dtype type = (mlxb_dtype)op_mlx_dtype(t->dtype);
+  if (type != MLXB_BOOL && mlxb_device_owns(t->data, tensor_bytes(t, type))) {
+    mlxb_array *a = mlxb_borrow_device(s, t->data, t->dims, t->rank, type);
+    return pad > 0 && p->buckets.input_axis[i] >= 0 ? mlxb_pad_axis(s, a, p->buckets.input_axis[i], pad) : a;
+  }
   if (pad > 0 && p->buckets.input_axis[i] >= 0)
     return mlxb_from_data_padded(s, t->data, t->dims, t->rank, type, p->buckets.input_axis[i], pad);
   if (type != MLXB_BOOL && p->cfg.device == MLXB_DEVICE_CPU) return mlxb_borrow_data(s, t->data, t->dims, t->rank, type);
@@ -316,7 +327,7 @@ static int padded_axis(const plan *p, int i, int64_t pad) {
 /* Copies evaluated output i into the buffer ORT allocates for it, without the trailing rows of
  * a padded output (never a packed sub-byte one: buckets.c refuses those). */
 static int copy_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad, rt_output_alloc_fn alloc,
-                       void *user, diag *d) {
+                       void *user, bool *on_device, diag *d) {
   int axis = padded_axis(p, i, pad);
   int64_t dims[MAX_RANK];
   int rank = mlxb_ndim(a);
@@ -331,7 +342,10 @@ static int copy_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int64
   size_t n = mlxb_size(a), item = mlxb_dtype_size(mlxb_type(a)), kept = 1;
   for (int k = 0; k < rank; k++) kept *= (size_t)dims[k];
   int rc = 0;
-  if (emulated)
+  if (!emulated && n && mlxb_device_owns(dst, kept * item)) {
+    *on_device = true; /* ORT's buffer is our device memory: copied on the GPU */
+    rc = mlxb_write_device(s, a, axis, axis >= 0 ? dims[axis] : 0, dst, kept * item);
+  } else if (emulated)
     rc = n ? emulated_download(s, declared, a, dst, ir_dtype_storage_bytes(declared, (int64_t)n)) : 0;
   else if (axis >= 0)
     rc = mlxb_read_prefix(s, a, axis, dims[axis], dst, kept * item);
@@ -349,9 +363,12 @@ static int write_outputs(const plan *p, mlxb_scope *s, mlxb_array **results, int
     results[i] = mlxb_contiguous(s, results[i]);
   }
   if (mlxb_eval(s, results, (size_t)n)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
-  for (int i = 0; i < n; i++)
-    if (copy_output(p, s, results[i], i, pad, alloc, user, d)) return -1;
-  return 0;
+  bool on_device = false;
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, pad, alloc, user, &on_device, d);
+  /* queued device copies read MLX buffers that the scope frees next: wait for them, even on error */
+  if (on_device && mlxb_device_finish(s) && !rc) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  return rc;
 }
 
 /* Keeps, for a new signature entry, the shape-derived values this Run read on the host. */
