@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# Builds the EP against MLX's CUDA wheel and runs the test suite on the GPU, on a machine that
+# Builds the EP against MLX's CUDA backend and runs the test suite on the GPU, on a machine that
 # has CUDA, a Python with onnxruntime/onnx/numpy/pytest and the nvidia-* wheels MLX needs
-# (the lent H200 image), but no internet. Wheels are handed over in WHEEL_DIR (mlx and
-# mlx_cuda_13, the latter possibly split as cuda13.part.* because of transfer limits).
-#   scripts/gpu_check.sh WHEEL_DIR [pytest args...]
+# (the lent H200 image), but no internet. MLX is handed over in WHEEL_DIR as either
+#   - the wheels (mlx and mlx_cuda_13, the latter possibly split as cuda13.part.*), or
+#   - mlxsite.tar.xz.part.* : an xz tarball of both wheels unpacked (smaller; transfer limits),
+# possibly spread over several folders given as WHEEL_DIR:WHEEL_DIR2.
+#   scripts/gpu_check.sh WHEEL_DIR [pytest args...]      (no pytest args: the whole suite)
+#   GPU_BUILD_ONLY=1 scripts/gpu_check.sh WHEEL_DIR      (set up and build; print the exports)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$1; shift
 site=/tmp/mlx-site
 if [ ! -f "$site/mlx/lib/libmlx.so" ]; then
-  if ls "$wheels"/cuda13.part.* >/dev/null 2>&1; then
-    cat "$wheels"/cuda13.part.* > /tmp/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl
+  mkdir -p "$site"
+  parts=$(for d in ${wheels//:/ }; do for f in "$d"/mlxsite.tar.xz.part.*; do [ -f "$f" ] && echo "${f##*.} $f"; done; done | sort | cut -d' ' -f2)
+  if [ -n "$parts" ]; then
+    cat $parts | xz -d | tar x -C "$site"
   else
-    cp "$wheels"/mlx_cuda_13-*.whl /tmp/
+    if ls "$wheels"/cuda13.part.* >/dev/null 2>&1; then
+      cat "$wheels"/cuda13.part.* > /tmp/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl
+    else
+      cp "$wheels"/mlx_cuda_13-*.whl /tmp/
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" \
+      "$wheels"/mlx-0.32.4-*.whl /tmp/mlx_cuda_13-*.whl
   fi
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" \
-    "$wheels"/mlx-0.32.4-*.whl /tmp/mlx_cuda_13-*.whl
   # libmlx.so finds cuBLAS/cuDNN/NVRTC and the CUDA headers at $ORIGIN/../../nvidia.
   sp=$(python3 -c 'import sys; print([p for p in sys.path if p.endswith("site-packages")][0])')
   ln -sfn "$sp/nvidia" "$site/nvidia"
 fi
-export PYTHONPATH=$site
+export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, "default device", mx.default_device())'
 cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release \
   -DMLX_LIBRARY_FILE="$site/mlx/lib/libmlx.so" -DMLX_HEADERS_DIR="$site/mlx/include" \
@@ -29,4 +38,8 @@ cmake --build "$root/build-gpu" -j "$(nproc)" --target onnxruntime_ep_mlx ep_mlx
 export ORT_EP_MLX_LIBRARY=$root/build-gpu/libonnxruntime_ep_mlx.so
 cd "$root"
 python3 -c 'import onnxruntime as o; print("onnxruntime", o.__version__)'
+if [ -n "${GPU_BUILD_ONLY:-}" ]; then
+  echo "export PYTHONPATH=$PYTHONPATH ORT_EP_MLX_LIBRARY=$ORT_EP_MLX_LIBRARY"
+  exit 0
+fi
 python3 -m pytest -q -p no:cacheprovider "$@"

@@ -68,8 +68,16 @@ inline std::optional<mx::array> opt(const mlxb_array *a) {
   return *reinterpret_cast<const mx::array *>(a);
 }
 
+/* An op result with no elements is kept as an already-materialized empty array: MLX's CUDA
+ * kernels were launched with empty grids for such results and killed the process (SIGFPE in
+ * the launch arithmetic); an empty result needs no computation on any device. */
+inline mx::array materialize_if_empty(mx::array a) {
+  if (a.size() != 0 || !a.has_primitive()) return a;
+  return mx::array(mx::allocator::malloc(0), a.shape(), a.dtype());
+}
+
 inline mlxb_array *scope_keep(mlxb_scope *s, mx::array a) {
-  s->arrays.push_back(std::move(a));
+  s->arrays.push_back(materialize_if_empty(std::move(a)));
   return reinterpret_cast<mlxb_array *>(&s->arrays.back());
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/emulated.h"
 #include "runtime/plan_internal.h"
@@ -261,20 +262,22 @@ static size_t tensor_bytes(const rt_tensor *t, mlxb_dtype type) {
 /* One input as an MLX array: our device memory (an IOBinding, or ORT's copy of a host input)
  * wrapped without a copy; else padded to its bucket, or borrowing ORT's buffer where MLX can read
  * it in place (the Run outlives every array of its scope), or copied. */
-static mlxb_array *bind_input(const plan *p, mlxb_scope *s, const rt_tensor *t, int i, int64_t pad) {
+static mlxb_array *bind_input(plan *p, mlxb_scope *s, const rt_tensor *t, int i, int64_t pad) {
   if (ir_dtype_emulated_bits(t->dtype)) return emulated_upload(s, t->dtype, t->data, t->dims, t->rank);
   mlxb_dtype type = (mlxb_dtype)op_mlx_dtype(t->dtype);
   if (type != MLXB_BOOL && mlxb_device_owns(t->data, tensor_bytes(t, type))) {
+    PLAN_STAT_ADD(p, device_inputs, 1);
     mlxb_array *a = mlxb_borrow_device(s, t->data, t->dims, t->rank, type);
     return pad > 0 && p->buckets.input_axis[i] >= 0 ? mlxb_pad_axis(s, a, p->buckets.input_axis[i], pad) : a;
   }
+  PLAN_STAT_ADD(p, host_inputs, 1);
   if (pad > 0 && p->buckets.input_axis[i] >= 0)
     return mlxb_from_data_padded(s, t->data, t->dims, t->rank, type, p->buckets.input_axis[i], pad);
   if (type != MLXB_BOOL && p->cfg.device == MLXB_DEVICE_CPU) return mlxb_borrow_data(s, t->data, t->dims, t->rank, type);
   return mlxb_from_data(s, t->data, t->dims, t->rank, type);
 }
 
-static int bind_inputs(const plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_inputs, int64_t pad,
+static int bind_inputs(plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_inputs, int64_t pad,
                        mlxb_array **arrays, diag *d) {
   const ir_graph *g = p->g;
   if (n_inputs != g->n_inputs)
@@ -324,9 +327,20 @@ static int padded_axis(const plan *p, int i, int64_t pad) {
   return pad > 0 && p->buckets.n_padded ? p->buckets.output_axis[i] : -1;
 }
 
+/* Copies evaluated `a` into host memory: packed for an emulated dtype, the first `keep` rows of
+ * `axis` when axis >= 0. */
+static int copy_to_host(mlxb_scope *s, mlxb_array *a, int32_t declared, int axis, int64_t keep, void *dst,
+                        size_t bytes) {
+  size_t n = mlxb_size(a);
+  if (ir_dtype_emulated_bits(declared))
+    return n ? emulated_download(s, declared, a, dst, ir_dtype_storage_bytes(declared, (int64_t)n)) : 0;
+  if (axis >= 0) return mlxb_read_prefix(s, a, axis, keep, dst, bytes);
+  return n ? mlxb_read(s, a, dst, bytes) : 0;
+}
+
 /* Copies evaluated output i into the buffer ORT allocates for it, without the trailing rows of
  * a padded output (never a packed sub-byte one: buckets.c refuses those). */
-static int copy_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad, rt_output_alloc_fn alloc,
+static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad, rt_output_alloc_fn alloc,
                        void *user, bool *on_device, diag *d) {
   int axis = padded_axis(p, i, pad);
   int64_t dims[MAX_RANK];
@@ -341,21 +355,20 @@ static int copy_output(const plan *p, mlxb_scope *s, mlxb_array *a, int i, int64
   if (alloc(user, i, dtype, dims, rank, &dst, d)) return -1;
   size_t n = mlxb_size(a), item = mlxb_dtype_size(mlxb_type(a)), kept = 1;
   for (int k = 0; k < rank; k++) kept *= (size_t)dims[k];
-  int rc = 0;
+  int rc;
   if (!emulated && n && mlxb_device_owns(dst, kept * item)) {
     *on_device = true; /* ORT's buffer is our device memory: copied on the GPU */
+    PLAN_STAT_ADD(p, device_outputs, 1);
     rc = mlxb_write_device(s, a, axis, axis >= 0 ? dims[axis] : 0, dst, kept * item);
-  } else if (emulated)
-    rc = n ? emulated_download(s, declared, a, dst, ir_dtype_storage_bytes(declared, (int64_t)n)) : 0;
-  else if (axis >= 0)
-    rc = mlxb_read_prefix(s, a, axis, dims[axis], dst, kept * item);
-  else
-    rc = n ? mlxb_read(s, a, dst, n * item) : 0;
+  } else {
+    PLAN_STAT_ADD(p, host_outputs, 1);
+    rc = copy_to_host(s, a, declared, axis, axis >= 0 ? dims[axis] : 0, dst, kept * item);
+  }
   return rc ? diag_fail(d, "%s: %s", p->name, mlxb_error(s)) : 0;
 }
 
 /* Evaluates the outputs once and copies them into the buffers the caller hands out. */
-static int write_outputs(const plan *p, mlxb_scope *s, mlxb_array **results, int64_t pad, rt_output_alloc_fn alloc,
+static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, int64_t pad, rt_output_alloc_fn alloc,
                          void *user, diag *d) {
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
@@ -493,7 +506,21 @@ static int frame_init(run_frame *f, int n_inputs, int n_outputs, const rt_tensor
   return f->views && f->view_dims ? 0 : -1;
 }
 
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Where the first Runs' time goes (run report): the plan's first Run, and Runs that traced. */
+static void account_run_time(plan *p, uint64_t run_index, uint64_t traces_before, uint64_t start_us) {
+  uint64_t took = now_us() - start_us;
+  if (run_index == 1) PLAN_STAT_ADD(p, first_run_us, took);
+  if (__atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED) != traces_before) PLAN_STAT_ADD(p, trace_run_us, took);
+}
+
 int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc_fn alloc, void *user, diag *d) {
+  uint64_t start_us = now_us(), traces_before = __atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED);
   run_frame f; /* only the pointers are set here: the stacks are cleared as far as used */
   f.in = f.results = NULL;
   f.views = NULL;
@@ -503,7 +530,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   sig_entry *e = NULL;
   host_value *derived = NULL;
   int rc = -1;
-  PLAN_STAT_ADD(p, runs, 1);
+  uint64_t run_index = PLAN_STAT_ADD(p, runs, 1);
   int64_t pad = buckets_pad(p, inputs, n_inputs);
   PLAN_STAT_ADD(p, padded_runs, pad > 0 ? 1 : 0);
   mlxb_exclusive_begin(p->cfg.device);
@@ -534,5 +561,6 @@ done:
   frame_release(&f);
   mlxb_scope_free(s);
   mlxb_exclusive_end(p->cfg.device);
+  account_run_time(p, run_index, traces_before, start_us);
   return rc;
 }

@@ -46,6 +46,12 @@ typedef struct plan_stats {
   uint64_t eager_runs;    /* Runs that built the graph node by node */
   uint64_t host_reads;    /* values evaluated to read them on the host */
   uint64_t padded_runs;   /* Runs whose growing inputs were padded to a bucket (buckets.c) */
+  uint64_t device_inputs; /* inputs bound from the EP's device memory without a copy */
+  uint64_t host_inputs;   /* inputs read from host memory */
+  uint64_t device_outputs; /* outputs written into the EP's device memory on the device */
+  uint64_t host_outputs;  /* outputs copied into host memory */
+  uint64_t first_run_us;  /* wall time of the plan's first Run (eager; kernel JIT included) */
+  uint64_t trace_run_us;  /* wall time of the Runs that traced a program (trace and fused-kernel JIT) */
 } plan_stats;
 
 /* Asks the caller (the EP shell) for the buffer of output `index`; 0 ok, -1 with d set. */

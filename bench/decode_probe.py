@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes on one engine, quickly (a probe, not the bench): the genai
+decoder of examples/llm.py at a given config and dtype, a prompt, then a greedy loop of decode
+steps with the MLX EP, fed either plainly (NumPy in, NumPy out: the KV cache crosses host memory)
+or through an IOBinding (present.* bound to the EP's device memory and fed back as past). Prints
+per-step medians, the first Run and the EP's run report.
+
+    bench/decode_probe.py [--config qwen2.5-0.5b] [--dtype float16] [--steps 64] [--mode plain|io|both]
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+import onnxruntime as ort  # noqa: E402
+
+import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
+from llm import empty_past, make_llm, step_feeds  # noqa: E402
+from workloads import decoder_config  # noqa: E402
+
+
+def loop(sess, cfg, dtype, prompt, steps, io_device):
+    names = [o.name for o in sess.get_outputs()]
+    past_names = [n.replace("present", "past_key_values") for n in names[1:]]
+    feeds = step_feeds(cfg, prompt, empty_past(cfg, io_dtype=dtype))
+    times, past = [], None
+    t0 = time.perf_counter()
+    for step in range(steps + 1):
+        s0 = time.perf_counter()
+        if io_device is None:
+            outs = sess.run(None, feeds)
+            logits, past = outs[0], dict(zip(past_names, outs[1:]))
+        else:
+            io = sess.io_binding()
+            io.bind_cpu_input("input_ids", feeds["input_ids"])
+            io.bind_cpu_input("attention_mask", feeds["attention_mask"])
+            for k in past_names:
+                if past is None:
+                    io.bind_cpu_input(k, feeds[k])
+                else:
+                    io.bind_ortvalue_input(k, past[k])
+            io.bind_output("logits", "cpu")
+            for n in names[1:]:
+                io.bind_output(n, io_device)
+            sess.run_with_iobinding(io)
+            outs = io.get_outputs()
+            logits, past = outs[0].numpy(), dict(zip(past_names, outs[1:]))
+        token = logits[:, -1].argmax(-1).reshape(-1, 1).astype(np.int64)
+        mask = np.ones((1, feeds["attention_mask"].shape[1] + 1), np.int64)
+        feeds = {"input_ids": token, "attention_mask": mask,
+                 **({k: v for k, v in past.items()} if io_device is None else {})}
+        times.append(time.perf_counter() - s0)
+    return times, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="qwen2.5-0.5b")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--mode", default="both")
+    ap.add_argument("--io-device", default="cuda")
+    ap.add_argument("--loops", type=int, default=2)
+    args = ap.parse_args()
+    cfg = decoder_config(args.config)
+    t0 = time.perf_counter()
+    model = make_llm(cfg, weights="int4", io_dtype=args.dtype, block_size=32)
+    print(f"model built in {time.perf_counter() - t0:.1f} s ({len(model) / 1e6:.0f} MB)", flush=True)
+    prompt = np.random.default_rng(1).integers(0, cfg.vocab, size=(1, 128), dtype=np.int64)
+    modes = ["plain", "io"] if args.mode == "both" else [args.mode]
+    for mode in modes:
+        fd, report = tempfile.mkstemp(suffix=".txt")
+        os.close(fd)
+        t0 = time.perf_counter()
+        sess = mlx_ep.session(model, options={"report": report}, strict=False)
+        create = time.perf_counter() - t0
+        for rep in range(args.loops):
+            times, total = loop(sess, cfg, args.dtype, prompt, args.steps, None if mode == "plain" else args.io_device)
+            dec = times[1:]
+            print(f"{mode} loop {rep}: prefill {times[0] * 1e3:.1f} ms, decode median {statistics.median(dec) * 1e3:.2f} ms "
+                  f"({len(dec) / sum(dec):.1f} tok/s), first decode {dec[0] * 1e3:.1f} ms, loop {total:.2f} s; "
+                  f"session {create:.2f} s", flush=True)
+        del sess
+        with open(report) as f:
+            for line in f:
+                if "run report" in line or "decode buckets" in line:
+                    print("  " + line.strip())
+        os.unlink(report)
+
+
+if __name__ == "__main__":
+    main()

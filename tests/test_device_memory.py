@@ -1,0 +1,124 @@
+"""Device memory (src/ep/device_memory.c, src/mlx/bridge_device.cpp): on MLX's CUDA backend the EP
+registers MLX's GPU memory with ORT (an allocator and a data transfer), so an IOBinding keeps a
+decoder's KV cache on the GPU between Runs. These tests need that memory and are skipped where
+MLX has none (its CPU backend, as in CI); scripts/gpu_check.sh runs them on the GPU machine.
+Every output is compared with ORT's CPU EP, and the run report proves where the data lived."""
+import os
+import re
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import onnxruntime_ep_mlx as mlx_ep
+from parity import make_model
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+from llm import TINY, empty_past, make_llm, next_past, step_feeds  # noqa: E402
+
+DEVICE = "cuda"  # Python's alias for OrtDevice(GPU, NVIDIA, 0): the memory the EP registers
+
+
+def device_memory_info():
+    mlx_ep.register_execution_provider_library()
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == mlx_ep.ep_name()]
+    return devices[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT) if devices else None
+
+
+pytestmark = pytest.mark.skipif(device_memory_info() is None, reason="MLX has no device memory here (CPU backend)")
+
+
+def report_stats(text):
+    stats = {}
+    for line in text.splitlines():
+        if "run report:" in line:
+            for k, v in re.findall(r"(\w+)=(\d+)", line.split("run report:")[1]):
+                stats[k] = stats.get(k, 0) + int(v)
+    return stats
+
+
+def to_host(value):
+    """A device OrtValue's contents, copied through the EP's data transfer."""
+    out = ort.OrtValue.ortvalue_from_numpy(np.zeros(value.shape(), dtype=value.numpy().dtype
+                                                    if value.device_name().lower() == "cpu" else np.float32))
+    ort.copy_tensors([value], [out])
+    return out.numpy()
+
+
+def test_copy_tensors_round_trip():
+    """ORT's copy_tensors goes through the EP's data transfer: host -> device -> device -> host."""
+    mi = device_memory_info()
+    x = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    host_in = ort.OrtValue.ortvalue_from_numpy(x)
+    dev_a = ort.OrtValue.ortvalue_from_shape_and_type(x.shape, np.float32, memory_info=mi)
+    dev_b = ort.OrtValue.ortvalue_from_shape_and_type(x.shape, np.float32, memory_info=mi)
+    host_out = ort.OrtValue.ortvalue_from_numpy(np.zeros_like(x))
+    ort.copy_tensors([host_in], [dev_a])
+    ort.copy_tensors([dev_a], [dev_b])
+    ort.copy_tensors([dev_b], [host_out])
+    np.testing.assert_array_equal(host_out.numpy(), x)
+
+
+def test_plain_run_uses_device_memory(tmp_path):
+    """Plain run() with NumPy feeds: ORT copies inputs into the EP's memory and results out."""
+    from onnx import TensorProto, helper
+    model = make_model([helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                       [("a", TensorProto.FLOAT, [3, 5]), ("b", TensorProto.FLOAT, [3, 5])],
+                       [("y", TensorProto.FLOAT, [3, 5])])
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((3, 5)).astype(np.float32), "b": rng.standard_normal((3, 5)).astype(np.float32)}
+    report = tmp_path / "r.txt"
+    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(None, feeds)[0], np.maximum(feeds["a"] + feeds["b"], 0), rtol=1e-6)
+    del sess
+    st = report_stats(report.read_text())
+    assert st["device_inputs"] == 6 and st["host_inputs"] == 0, st
+    assert st["device_outputs"] == 3 and st["host_outputs"] == 0, st
+
+
+def test_iobinding_decode_keeps_kv_on_device(tmp_path):
+    """A greedy decode loop whose present.* are bound to the device and fed back as the next
+    past: every step's logits match ORT's CPU EP, and the KV cache never crosses host memory."""
+    model = make_llm(TINY, weights="int4", block_size=32)
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    report = tmp_path / "r.txt"
+    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
+    names = [o.name for o in sess.get_outputs()]
+    tokens = np.array([[3, 7, 11, 19, 23]], np.int64)
+    feeds = step_feeds(TINY, tokens, empty_past(TINY))
+    ref_feeds = dict(feeds)
+    past_values = None
+    steps = 12
+    for step in range(steps):
+        ref = cpu.run(None, ref_feeds)
+        io = sess.io_binding()
+        io.bind_cpu_input("input_ids", ref_feeds["input_ids"])
+        io.bind_cpu_input("attention_mask", ref_feeds["attention_mask"])
+        for k, v in ref_feeds.items():
+            if k.startswith("past_key_values"):
+                if past_values is None:
+                    io.bind_cpu_input(k, v)
+                else:
+                    io.bind_ortvalue_input(k, past_values[k])
+        io.bind_output("logits", "cpu")
+        for n in names[1:]:
+            io.bind_output(n, DEVICE)
+        sess.run_with_iobinding(io)
+        outs = io.get_outputs()
+        np.testing.assert_allclose(outs[0].numpy(), ref[0], rtol=2e-3, atol=2e-3, err_msg=f"step {step}")
+        for o in outs[1:]:
+            assert o.device_name().lower() != "cpu"
+        past_names = [n.replace("present", "past_key_values") for n in names[1:]]
+        past_values = dict(zip(past_names, outs[1:]))
+        np.testing.assert_allclose(to_host(outs[1]), ref[1], rtol=2e-3, atol=2e-3)
+        token = ref[0][:, -1].argmax(-1).reshape(1, 1)
+        mask = np.ones((1, ref_feeds["attention_mask"].shape[1] + 1), np.int64)
+        ref_feeds = step_feeds(TINY, token, next_past(TINY, ref), mask)
+    del sess
+    st = report_stats(report.read_text())
+    n_kv = 2 * TINY.layers
+    # first step: the empty past comes from the host; later steps bind the previous present
+    assert st["device_inputs"] >= (steps - 1) * n_kv, st
+    assert st["device_outputs"] == steps * n_kv, st
