@@ -4,6 +4,7 @@
  * of a signature is always eager and records the shape-derived values it read on the host, so
  * later Runs (and traces) need no evaluation for them. Also implements op_ctx for lowerings. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,8 +251,24 @@ int op_input_doubles(op_ctx *c, int i, double *out, int max) {
   return (int)n;
 }
 
+/* Sizes computed from data (Expand, Tile, ConstantOfShape, Range, Resize...) are refused before
+ * anything is allocated when they overflow or pass MLX's memory limit. */
+static int check_output_size(op_ctx *c, int i, const mlxb_array *a) {
+  size_t bytes = mlxb_dtype_size(mlxb_type(a)), limit = mlxb_memory_limit();
+  int rank = mlxb_ndim(a);
+  for (int k = 0; k < rank; k++) {
+    int64_t dim = mlxb_dim(a, k);
+    if (dim == 0) return 0;
+    if (dim < 0 || __builtin_mul_overflow(bytes, (size_t)dim, &bytes)) bytes = SIZE_MAX;
+  }
+  if (limit && bytes > limit)
+    return op_fail(c, "output %d needs %zu bytes, more than the memory limit (%zu bytes)", i, bytes, limit);
+  return 0;
+}
+
 int op_set_output(op_ctx *c, int i, mlxb_array *a) {
   if (!a) return op_check(c) ? -1 : op_fail(c, "output %d: no array", i);
+  if (check_output_size(c, i, a)) return -1;
   if (i < 0 || i >= c->node->n_outputs) return op_fail(c, "output %d out of range", i);
   int v = c->node->outputs[i];
   if (v < 0) return 0; /* optional output not wired */
