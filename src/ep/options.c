@@ -64,6 +64,17 @@ static int parse_int(const char *key, const char *v, long lo, long hi, int *out,
   return 0;
 }
 
+/* memory_limit: bytes (at least 1 MiB) or auto (MLX's default); MLX's limit is process-wide. */
+static int parse_memory_limit(const char *v, diag *d) {
+  if (!*v || !strcmp(v, "auto")) return 0;
+  char *end = NULL;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (*end || v[0] == '-' || n < (1ull << 20))
+    return diag_fail(d, "option memory_limit='%s' is invalid (bytes, at least 1048576, or auto)", v);
+  if (mlxb_set_memory_limit((size_t)n)) return diag_fail(d, "option memory_limit: MLX refused %llu bytes", n);
+  return 0;
+}
+
 FILE *ep_report_open(const ep_options *opts) {
   const char *dest = opts->report_path;
   if (!*dest) return NULL;
@@ -94,6 +105,8 @@ int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_option
   rc = read_option(rt, so, "decode_bucket", buf, sizeof buf, d);
   if (rc < 0) return -1;
   if (rc && strcmp(buf, "auto") && parse_int("decode_bucket", buf, 0, 1 << 20, &out->decode_bucket, d)) return -1;
+  rc = read_option(rt, so, "memory_limit", buf, sizeof buf, d);
+  if (rc < 0 || (rc && parse_memory_limit(buf, d))) return -1;
   const char *env = getenv("ORT_EP_MLX_REPORT");
   if (env) snprintf(out->report_path, sizeof out->report_path, "%s", env);
   rc = read_option(rt, so, "report", buf, sizeof buf, d);

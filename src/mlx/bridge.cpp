@@ -202,6 +202,73 @@ mx::array int_divmod_safe(bool rem, const mx::array &a, const mx::array &b, mx::
   return mx::where(minus_one, neg, mx::floor_divide(at, b_safe, d), d);
 }
 
+/* ---- bounded indices ------------------------------------------------------------------------
+ * MLX reads and writes wherever an index points (no bounds checks in gather, scatter, take or
+ * dynamic slices). Every index array a bridge op hands to MLX is first bounded here, inside the
+ * graph, so that no value of any input can reach memory outside a tensor, eager or compiled.
+ * A valid index is unchanged; an invalid one (which the caller reports through its own checks)
+ * lands on some element of the tensor. */
+
+int64_t axis_dim(const mx::array &x, int axis) {
+  int r = static_cast<int>(x.ndim());
+  if (axis < -r || axis >= r) throw bridge_error("axis " + std::to_string(axis) + " out of range");
+  return x.shape(axis < 0 ? axis + r : axis);
+}
+
+/* Bounds of an integer dtype, as int64 (uint64's top is clipped to INT64_MAX). */
+void dtype_range(mx::Dtype t, int64_t *lo, int64_t *hi) {
+  switch (t.val()) {
+  case mx::Dtype::Val::int8: *lo = INT8_MIN, *hi = INT8_MAX; return;
+  case mx::Dtype::Val::int16: *lo = INT16_MIN, *hi = INT16_MAX; return;
+  case mx::Dtype::Val::int32: *lo = INT32_MIN, *hi = INT32_MAX; return;
+  case mx::Dtype::Val::int64: *lo = INT64_MIN, *hi = INT64_MAX; return;
+  case mx::Dtype::Val::uint8: *lo = 0, *hi = UINT8_MAX; return;
+  case mx::Dtype::Val::uint16: *lo = 0, *hi = UINT16_MAX; return;
+  case mx::Dtype::Val::uint32: *lo = 0, *hi = UINT32_MAX; return;
+  case mx::Dtype::Val::uint64: *lo = 0, *hi = INT64_MAX; return;
+  default: break;
+  }
+  throw bridge_error("indices must have an integer dtype");
+}
+
+/* Clips idx so that a window of `win` elements starting at it (after MLX wraps a negative one)
+ * stays inside an axis of `dim`: [-dim, dim - 1] for single elements, else [0, dim - win] after
+ * wrapping negatives here. Bounds the dtype cannot reach are left out. */
+mx::array index_bound(const mx::array &idx, int64_t dim, int64_t win, mx::StreamOrDevice d) {
+  if (idx.size() == 0) return idx;
+  if (dim <= 0 || win > dim) throw bridge_error("index into an axis of size " + std::to_string(dim));
+  int64_t tlo, thi;
+  dtype_range(idx.dtype(), &tlo, &thi);
+  mx::Dtype t = idx.dtype();
+  mx::array x = idx;
+  int64_t lo = -dim, hi = dim - 1;
+  if (win > 1) {
+    if (tlo < 0) x = mx::where(mx::less(x, mx::array(0, t), d), mx::add(x, mx::array(dim > thi ? thi : dim, t), d), x, d);
+    lo = 0, hi = dim - win;
+  }
+  std::optional<mx::array> lo_a, hi_a;
+  if (lo > tlo) lo_a = mx::array(lo, t);
+  if (hi < thi) hi_a = mx::array(hi, t);
+  if (!lo_a && !hi_a) return x;
+  return mx::clip(x, lo_a, hi_a, d);
+}
+
+/* Dynamic-slice starts (one per listed axis, MLX does not wrap them) clipped into
+ * [0, dim - window] per axis. */
+mx::array start_bound(const mx::array &x, const mx::array &start, const std::vector<int> &axes,
+                      const std::vector<int64_t> &window, mx::StreamOrDevice d) {
+  if (start.ndim() != 1 || start.size() != axes.size()) throw bridge_error("one start per axis expected");
+  std::vector<int64_t> hi;
+  for (size_t k = 0; k < axes.size(); k++) {
+    int64_t dim = axis_dim(x, axes[k]);
+    if (window[k] > dim) throw bridge_error("slice window larger than its axis");
+    hi.push_back(dim - window[k]);
+  }
+  mx::array st = mx::astype(start, mx::int64, d);
+  mx::array top(hi.begin(), mx::Shape{static_cast<int>(hi.size())}, mx::int64);
+  return mx::astype(mx::clip(st, mx::array(0, mx::int64), top, d), start.dtype(), d);
+}
+
 mx::array binary_apply(mlxb_binary_op op, const mx::array &a, const mx::array &b, mx::StreamOrDevice d) {
   switch (op) {
   case MLXB_ADD: return mx::add(a, b, d);
@@ -666,15 +733,26 @@ mlxb_array *mlxb_slice_dynamic(mlxb_scope *s, const mlxb_array *x, const mlxb_ar
                                const int64_t *sizes) {
   return guard(s, "mlxb_slice_dynamic", [&] {
     const mx::array &in = arr(x);
-    return mx::slice(in, arr(start), std::vector<int>(axes, axes + n), to_shape(sizes, static_cast<int>(in.ndim())),
-                     scope_dev(s));
+    mx::Shape shape = to_shape(sizes, static_cast<int>(in.ndim()));
+    std::vector<int> ax(axes, axes + n);
+    std::vector<int64_t> window;
+    for (int a : ax) window.push_back(shape.at(static_cast<size_t>(a < 0 ? a + in.ndim() : a)));
+    return mx::slice(in, start_bound(in, arr(start), ax, window, scope_dev(s)), ax, shape, scope_dev(s));
   });
 }
 
 mlxb_array *mlxb_slice_update_dynamic(mlxb_scope *s, const mlxb_array *dst, const mlxb_array *update,
                                       const mlxb_array *start, const int *axes, int n) {
   return guard(s, "mlxb_slice_update_dynamic", [&] {
-    return mx::slice_update(arr(dst), arr(update), arr(start), std::vector<int>(axes, axes + n), scope_dev(s));
+    const mx::array &in = arr(dst), &upd = arr(update);
+    std::vector<int> ax(axes, axes + n);
+    std::vector<int64_t> window;
+    for (int a : ax) {
+      int k = a < 0 ? a + static_cast<int>(in.ndim()) : a;
+      int u = k - static_cast<int>(in.ndim()) + static_cast<int>(upd.ndim()); /* update broadcasts from the right */
+      window.push_back(u >= 0 ? upd.shape(u) : 1);
+    }
+    return mx::slice_update(in, upd, start_bound(in, arr(start), ax, window, scope_dev(s)), ax, scope_dev(s));
   });
 }
 
@@ -698,22 +776,32 @@ mlxb_array *mlxb_slice_update(mlxb_scope *s, const mlxb_array *dst, const mlxb_a
 }
 
 mlxb_array *mlxb_take(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, int axis) {
-  return guard(s, "mlxb_take", [&] { return mx::take(arr(x), arr(indices), axis, scope_dev(s)); });
+  return guard(s, "mlxb_take", [&] {
+    const mx::array &in = arr(x);
+    return mx::take(in, index_bound(arr(indices), axis_dim(in, axis), 1, scope_dev(s)), axis, scope_dev(s));
+  });
 }
 
 mlxb_array *mlxb_take_along_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, int axis) {
-  return guard(s, "mlxb_take_along_axis", [&] { return mx::take_along_axis(arr(x), arr(indices), axis, scope_dev(s)); });
+  return guard(s, "mlxb_take_along_axis", [&] {
+    const mx::array &in = arr(x);
+    return mx::take_along_axis(in, index_bound(arr(indices), axis_dim(in, axis), 1, scope_dev(s)), axis, scope_dev(s));
+  });
 }
 
 mlxb_array *mlxb_put_along_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, const mlxb_array *values, int axis) {
   return guard(s, "mlxb_put_along_axis", [&] {
-    return mx::put_along_axis(arr(x), arr(indices), arr(values), axis, scope_dev(s));
+    const mx::array &in = arr(x);
+    mx::array idx = index_bound(arr(indices), axis_dim(in, axis), 1, scope_dev(s));
+    return mx::put_along_axis(in, idx, arr(values), axis, scope_dev(s));
   });
 }
 
 mlxb_array *mlxb_scatter_add_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_array *indices, const mlxb_array *values, int axis) {
   return guard(s, "mlxb_scatter_add_axis", [&] {
-    return mx::scatter_add_axis(arr(x), arr(indices), arr(values), axis, scope_dev(s));
+    const mx::array &in = arr(x);
+    mx::array idx = index_bound(arr(indices), axis_dim(in, axis), 1, scope_dev(s));
+    return mx::scatter_add_axis(in, idx, arr(values), axis, scope_dev(s));
   });
 }
 
@@ -722,16 +810,30 @@ mlxb_array *mlxb_gather(mlxb_scope *s, const mlxb_array *x, const mlxb_array *co
   return guard(s, "mlxb_gather", [&] {
     const mx::array &in = arr(x);
     std::vector<mx::array> idx = to_arrays(indices, n);
-    return mx::gather(in, idx, to_ints(axes, n), to_shape(slice_sizes, static_cast<int>(in.ndim())), scope_dev(s));
+    std::vector<int> ax = to_ints(axes, n);
+    mx::Shape slice = to_shape(slice_sizes, static_cast<int>(in.ndim()));
+    for (int i = 0; i < n; i++) {
+      int64_t dim = axis_dim(in, ax[i]);
+      idx[i] = index_bound(idx[i], dim, slice[static_cast<size_t>(ax[i] < 0 ? ax[i] + in.ndim() : ax[i])], scope_dev(s));
+    }
+    return mx::gather(in, idx, ax, slice, scope_dev(s));
   });
 }
 
 mlxb_array *mlxb_scatter(mlxb_scope *s, mlxb_scatter_mode mode, const mlxb_array *x, const mlxb_array *const *indices, int n,
                          const mlxb_array *updates, const int *axes) {
   return guard(s, "mlxb_scatter", [&] {
-    const mx::array &in = arr(x);
+    const mx::array &in = arr(x), &upd = arr(updates);
     std::vector<mx::array> idx = to_arrays(indices, n);
-    return scatter_apply(mode, in, idx, arr(updates), to_ints(axes, n), scope_dev(s));
+    std::vector<int> ax = to_ints(axes, n);
+    for (int i = 0; i < n; i++) {
+      /* updates are [indices..., window of x]; the window's extent on an indexed axis bounds it */
+      int a = ax[i] < 0 ? ax[i] + static_cast<int>(in.ndim()) : ax[i];
+      int w = idx[i].ndim() + a;
+      int64_t win = w >= 0 && w < static_cast<int>(upd.ndim()) ? upd.shape(w) : 1;
+      idx[i] = index_bound(idx[i], axis_dim(in, ax[i]), win, scope_dev(s));
+    }
+    return scatter_apply(mode, in, idx, upd, ax, scope_dev(s));
   });
 }
 

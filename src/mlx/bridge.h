@@ -268,6 +268,19 @@ bool mlxb_in_trace(void);
  * row pivots[i]. 0 ok, -1 error in s. */
 int mlxb_lu_factor(mlxb_scope *s, const mlxb_array *a, mlxb_array **lu, mlxb_array **pivots);
 
+/* ---- untrusted data (bridge_safety.cpp) ------------------------------------------------------
+ * Index arguments of take, take_along_axis, put_along_axis, scatter_add_axis, gather, scatter and
+ * the dynamic slices are bounded inside the graph by the bridge itself (clipped into the axis), so
+ * no index value can reach memory outside a tensor; whether an index was valid is the caller's
+ * check. */
+/* The summary of one validity check as int64 [2]: (1 when some element of `ok` is false, else 0;
+ * the broadcast `value` at the first such element, or 0). `ok` is bool of any shape; `value` may be
+ * NULL, else it broadcasts with ok. */
+mlxb_array *mlxb_violation(mlxb_scope *s, const mlxb_array *ok, const mlxb_array *value);
+/* MLX's memory limit in bytes (process-wide; MLX's default is a share of the machine's memory). */
+size_t mlxb_memory_limit(void);
+int mlxb_set_memory_limit(size_t bytes); /* 0 ok, -1 error */
+
 #ifdef __cplusplus
 }
 #endif

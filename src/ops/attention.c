@@ -664,6 +664,7 @@ static int gqa_rotary(op_ctx *c, mlxb_array **q, mlxb_array **k, mlxb_array *pas
   } else if (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 1) != seq) {
     return op_fail(c, "position_ids must be [batch, sequence]");
   }
+  if (op_util_require_range(c, pos, 0, mlxb_dim(cos, 0), "rotary position")) return -1;
   int axis = 1;
   mlxb_array *cg = mlxb_expand_dims(s, mlxb_take(s, cos, pos, 0), &axis, 1);
   mlxb_array *sg = mlxb_expand_dims(s, mlxb_take(s, sin, pos, 0), &axis, 1);
@@ -722,6 +723,9 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   /* ORT: the first prompt is S == total_sequence_length; otherwise batch b's past is
    * seqlens_k[b] + 1 - S rows of the past buffer. */
   bool first = seq == tsl;
+  /* each batch's total length seqlens_k + 1 fits the present buffer and holds the new rows */
+  int64_t plen0 = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
+  if (op_util_require_range(c, seqlens, first ? 0 : seq - 1, plen0, "seqlens_k")) return -1;
   mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, op_util_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
   mlxb_array *after = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
   mlxb_array *past_b = pk && !first ? after : NULL;

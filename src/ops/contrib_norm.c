@@ -166,6 +166,13 @@ static int lower_embed_ln(op_ctx *c, const op_def *def) {
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-12f);
   mlxb_array *pos_ids =
       op_has_input(c, ELN_POS_IDS) ? op_input(c, ELN_POS_IDS) : mlxb_arange(s, 0.0, (double)seq, 1.0, MLXB_I32);
+  /* ORT's kernel refuses ids outside its tables; the bridge bounds them inside the graph. */
+  if (op_util_require_range(c, ids, 0, mlxb_dim(word, 0), "input id") ||
+      op_util_require_range(c, pos_ids, 0, mlxb_dim(pos, 0), "position id"))
+    return -1;
+  if (op_has_input(c, ELN_SEG_IDS) &&
+      op_util_require_range(c, op_input(c, ELN_SEG_IDS), 0, mlxb_dim(op_input(c, ELN_SEG), 0), "segment id"))
+    return -1;
   mlxb_array *sum = add(s, op_util_cast(s, mlxb_take(s, word, ids, 0), MLXB_F32),
                         op_util_cast(s, mlxb_take(s, pos, pos_ids, 0), MLXB_F32));
   if (op_has_input(c, ELN_SEG_IDS))

@@ -178,6 +178,7 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
   if (!q) return NULL;
   if (op_has_input(c, MNB_GIDX)) {
     mlxb_array *g = slice_last(s, op_input(c, MNB_GIDX), a->k);
+    if (op_util_require_range(c, g, 0, a->k_blocks, "g_idx")) return NULL;
     q = slice_last(s, q, a->k);
     mlxb_array *sk = mlxb_take(s, scales, g, 1);
     mlxb_array *zk = mlxb_ndim(zp) == 2 ? mlxb_take(s, zp, g, 1) : zp;

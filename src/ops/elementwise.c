@@ -76,12 +76,21 @@ static mlxb_array *int_div_trunc(mlxb_scope *s, mlxb_array *a, mlxb_array *b, ml
   return mlxb_where(s, fix, mlxb_binary(s, MLXB_ADD, q, mlxb_scalar_i64(s, 1, t)), q);
 }
 
+/* ORT's CPU EP refuses an integer division or modulo by zero ("Integer division by zero"); MLX
+ * answers one without trapping, so the check only decides the error. */
+static int require_nonzero_divisor(op_ctx *c, mlxb_array *b, const char *what) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *ok = mlxb_binary(s, MLXB_NOT_EQUAL, b, mlxb_scalar_i64(s, 0, mlxb_type(b)));
+  return op_require(c, ok, NULL, "integer %s by zero", what);
+}
+
 static int lower_div(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
   if (inputs_present(c, 2)) return -1;
   mlxb_dtype t = mlxb_type(a);
   if (op_util_is_float(t)) return op_set_output(c, 0, mlxb_binary(s, MLXB_DIV, a, b));
+  if (require_nonzero_divisor(c, b, "division")) return -1;
   return op_set_output(c, 0, int_div_trunc(s, a, b, t));
 }
 
@@ -121,6 +130,7 @@ static int lower_mod(op_ctx *c, const op_def *def) {
     if (!fmod) return op_fail(c, "fmod=0 is not defined for floats");
     return op_set_output(c, 0, float_fmod(s, a, b, t));
   }
+  if (require_nonzero_divisor(c, b, "modulo")) return -1;
   mlxb_array *y = fmod ? int_fmod(s, a, b, t) : mlxb_binary(s, MLXB_REMAINDER, a, b);
   return op_set_output(c, 0, y);
 }

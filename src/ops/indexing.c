@@ -1,8 +1,7 @@
 /* Indexing ops: Gather, GatherElements, GatherND, ScatterElements, ScatterND, OneHot and
  * Compress, lowered onto MLX take/gather/scatter. MLX wraps negative indices itself but does no
- * bounds checks, so every index array is clipped into [-dim, dim-1] first: valid indices are
- * unchanged, and an invalid one (an error in ORT) reads or writes a wrong element instead of
- * memory outside the array. */
+ * bounds checks: the bridge clips every index array into its axis, and each lowering requires its
+ * indices in [-dim, dim) (op_require), so an out-of-range index fails the Run as in ORT. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,23 +11,11 @@
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-/* Clips an index array into [-dim, dim-1] in its own dtype (a bound the dtype cannot hold is
- * left out, as no index of that dtype can pass it). */
-static mlxb_array *index_clip(op_ctx *c, mlxb_array *idx, int64_t dim) {
-  mlxb_scope *s = op_scope(c);
-  mlxb_dtype t = mlxb_type(idx);
-  int64_t lim;
-  switch (t) {
-    case MLXB_I8: lim = INT8_MAX; break;
-    case MLXB_I16: lim = INT16_MAX; break;
-    case MLXB_I32: lim = INT32_MAX; break;
-    case MLXB_I64: lim = INT64_MAX; break;
-    default: lim = 0; break; /* unsigned or other: handled by the caller's cast */
-  }
-  if (lim == 0) idx = mlxb_astype(s, idx, MLXB_I64), lim = INT64_MAX, t = MLXB_I64;
-  mlxb_array *lo = dim - 1 < lim ? mlxb_scalar_i64(s, -dim, t) : NULL;
-  mlxb_array *hi = dim - 1 < lim ? mlxb_scalar_i64(s, dim - 1, t) : NULL;
-  return mlxb_clip(s, idx, lo, hi);
+/* Requires every index in [-dim, dim) (ORT's rule: negative indices count from the end) and
+ * returns idx; the bridge bounds the index again inside MLX's gather or scatter, so an invalid
+ * value fails the Run without reaching memory outside the tensor. */
+static mlxb_array *index_checked(op_ctx *c, mlxb_array *idx, int64_t dim) {
+  return op_util_require_range(c, idx, -dim, dim, "index") ? NULL : idx;
 }
 
 /* Indices along an axis of size 0 can only be out of range. */
@@ -68,7 +55,7 @@ static int lower_gather(op_ctx *c, const op_def *def) {
   int axis = op_util_axis(ir_attr_int(op_node(c), "axis", 0), rank);
   if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
   if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
-  return op_set_output(c, 0, mlxb_take(op_scope(c), x, index_clip(c, idx, dims[axis]), axis));
+  return op_set_output(c, 0, mlxb_take(op_scope(c), x, index_checked(c, idx, dims[axis]), axis));
 }
 
 /* ---- GatherElements ----------------------------------------------------------------------- */
@@ -93,7 +80,7 @@ static int lower_gather_elements(op_ctx *c, const op_def *def) {
   }
   mlxb_scope *s = op_scope(c);
   if (narrow) x = mlxb_slice(s, x, start, stop, step);
-  return op_set_output(c, 0, mlxb_take_along_axis(s, x, index_clip(c, idx, dims[axis]), axis));
+  return op_set_output(c, 0, mlxb_take_along_axis(s, x, index_checked(c, idx, dims[axis]), axis));
 }
 
 /* ---- GatherND ----------------------------------------------------------------------------- */
@@ -130,7 +117,7 @@ static int lower_gather_nd(op_ctx *c, const op_def *def) {
   for (int k = 0; k < m; k++) {
     int a = (b > 0) + k;
     if (index_check_empty_axis(c, xd[a], idx) < 0) return -1;
-    parts[n] = index_clip(c, index_component(c, idx, id, ir, k), xd[a]);
+    parts[n] = index_checked(c, index_component(c, idx, id, ir, k), xd[a]);
     axes[n++] = a;
   }
   for (int i = 0; i < xr; i++) slice[i] = i < n ? 1 : xd[i];
@@ -188,7 +175,7 @@ static int lower_scatter_elements(op_ctx *c, const op_def *def) {
   int axes[INDEX_MAX_RANK];
   mlxb_dtype t = mlxb_type(idx);
   for (int i = 0; i < r; i++) {
-    parts[i] = i == axis ? index_clip(c, idx, dims[axis]) : index_iota(c, idims, r, i, t);
+    parts[i] = i == axis ? index_checked(c, idx, dims[axis]) : index_iota(c, idims, r, i, t);
     axes[i] = i;
   }
   int64_t ud[2 * INDEX_MAX_RANK];
@@ -221,7 +208,7 @@ static int lower_scatter_nd(op_ctx *c, const op_def *def) {
   int axes[INDEX_MAX_RANK];
   for (int k = 0; k < m; k++) {
     if (index_check_empty_axis(c, dims[k], idx) < 0) return -1;
-    parts[k] = index_clip(c, index_component(c, idx, idims, q, k), dims[k]);
+    parts[k] = index_checked(c, index_component(c, idx, idims, q, k), dims[k]);
     axes[k] = k;
   }
   int64_t ud[2 * INDEX_MAX_RANK];
@@ -351,16 +338,20 @@ static bool pad_gather(const ir_graph *g, const ir_node *n, const pad_fact *in, 
 
 static const op_def defs[] = {
   {"", "Gather", 1, 13, DT_ALL, claim_indices, lower_gather, 0, 0,
-   "int32/int64 indices, negative indices wrap, negative axis; out-of-range indices are clipped (ORT errors)",
+   "int32/int64 indices, negative indices wrap, negative axis; an index outside [-n, n) fails the Run",
    pad_gather},
   {"", "GatherElements", 11, 13, DT_ALL, claim_indices, lower_gather_elements, 0, 0,
-   "int32/int64 indices, negative indices wrap; indices may be shorter than data on other axes"},
+   "int32/int64 indices, negative indices wrap; indices may be shorter than data on other axes; an index "
+   "outside [-n, n) fails the Run"},
   {"", "GatherND", 11, 13, DT_ALL, claim_indices, lower_gather_nd, 0, 0,
-   "int64 indices, batch_dims (12+), negative indices wrap; an empty last index axis is declined at run time"},
+   "int64 indices, batch_dims (12+), negative indices wrap; an empty last index axis is declined at run time; "
+   "an index outside [-n, n) fails the Run"},
   {"", "ScatterElements", 11, 18, DT_ALL, claim_scatter_indices, lower_scatter_elements, 0, 0,
-   "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one update"},
+   "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one update; "
+   "an index outside [-n, n) fails the Run"},
   {"", "ScatterND", 11, 18, DT_ALL, claim_scatter_indices, lower_scatter_nd, 0, 0,
-   "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one update"},
+   "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one update; "
+   "an index outside [-n, n) fails the Run"},
   {"", "OneHot", 9, 11, DT_NUMERIC, claim_one_hot, lower_one_hot, 0, OP_FLAG_HOST_VALUES,
    "depth read on the host; negative indices count from depth, out-of-range or non-integral indices give "
    "off_value"},

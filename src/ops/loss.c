@@ -63,14 +63,19 @@ static mlxb_array *loss_nll(op_ctx *c, mlxb_array *lp, mlxb_array *target, mlxb_
     op_fail(c, "input has no classes");
     return NULL;
   }
+  /* ORT refuses a target outside [0, C) other than ignore_index (its kernels default it to -1) */
+  const ir_attr *ignore = ir_node_attr(n, "ignore_index");
+  mlxb_array *in_range = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_GREATER_EQUAL, t64, mlxb_scalar_i64(s, 0, MLXB_I64)),
+                                     mlxb_binary(s, MLXB_LESS, t64, mlxb_scalar_i64(s, classes, MLXB_I64)));
+  in_range = mlxb_binary(s, MLXB_LOGICAL_OR, in_range, mlxb_binary(s, MLXB_EQUAL, t64, mlxb_scalar_i64(s, ignore ? ignore->i : -1, MLXB_I64)));
+  if (op_require(c, in_range, t64, "target {} out of range [0, %lld)", (long long)classes)) return NULL;
   mlxb_array *safe = mlxb_clip(s, t64, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, classes > 0 ? classes - 1 : 0, MLXB_I64));
   int one = 1;
   mlxb_array *picked = mlxb_take_along_axis(s, lp, mlxb_expand_dims(s, safe, &one, 1), 1);
   picked = mlxb_squeeze(s, picked, &one, 1);
   mlxb_array *w = weight ? mlxb_take(s, weight, safe, 0) : NULL;
-  const ir_attr *ii = ir_node_attr(n, "ignore_index");
-  if (ii) {
-    mlxb_array *keep = mlxb_binary(s, MLXB_NOT_EQUAL, t64, mlxb_scalar_i64(s, ii->i, MLXB_I64));
+  {
+    mlxb_array *keep = mlxb_binary(s, MLXB_NOT_EQUAL, t64, mlxb_scalar_i64(s, ignore ? ignore->i : -1, MLXB_I64));
     mlxb_array *zero = mlxb_scalar_f64(s, 0.0, ft);
     if (!w) w = mlxb_full(s, NULL, 0, mlxb_scalar_f64(s, 1.0, ft), ft);
     w = mlxb_where(s, keep, w, zero);
@@ -115,7 +120,7 @@ static int lower_softmax_ce(op_ctx *c, const op_def *def) {
 static const op_def defs[] = {
   {"", "NegativeLogLikelihoodLoss", 12, 22, DT_FLOAT, claim_loss, lower_nll, LOSS_ARG_NLL, 0,
    "reduction none/sum/mean, optional weight, ignore_index, [N, C] and [N, C, d1..dk]; int32/int64 targets "
-   "(out-of-range targets are clipped where ORT errors)"},
+   "(a target outside [0, C) other than ignore_index, -1 when absent as in ORT's kernels, fails the Run)"},
   {"", "SoftmaxCrossEntropyLoss", 12, 13, DT_FLOAT, claim_loss, lower_softmax_ce, LOSS_ARG_SOFTMAX, 0,
    "float/float16/bfloat16; reduction none/sum/mean, optional weights, ignore_index, optional log_prob output, "
    "N-D; int32/int64 labels. float64 declined (MLX's float64 exp has float32 accuracy)"},

@@ -78,6 +78,14 @@ mlxb_array *op_const_memo_get(op_ctx *c, int slot);
 mlxb_array *op_const_memo_put(op_ctx *c, int slot, mlxb_array *a);
 /* Whether every listed input is absent or a constant of the plan. */
 bool op_inputs_const(const op_ctx *c, const int *inputs, int n);
+/* Untrusted data: requires every element of `ok` (bool, any shape) to be true, or this Run fails
+ * with "node 'n' (Op): <rule>", where "{}" in the rule becomes the broadcast `bad_value` (may be
+ * NULL) at the first false element. The check is computed in the graph and evaluated with the
+ * outputs (one small extra array per Run, also in compiled programs); it never reads data on the
+ * host. Lowerings still bound their indices in the graph (the bridge clips every index it hands
+ * MLX), so a violated check only decides the error. 0, or -1 on a bridge error. */
+int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Records a failure (node and op are prefixed by the caller) and returns -1. */
 int op_fail(op_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* -1 with the bridge's message when the scope has an error, else 0. */

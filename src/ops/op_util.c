@@ -261,3 +261,35 @@ bool op_util_claim_auto_pad(claim_ctx *c) {
   if (op_util_auto_pad(c->node) != OP_UTIL_PAD_BAD) return true;
   return claim_decline(c, "auto_pad '%s' is unknown", ir_attr_string(c->node, "auto_pad", ""));
 }
+
+/* ---- untrusted data ----------------------------------------------------------------------- */
+
+static void int_dtype_range(mlxb_dtype t, int64_t *lo, int64_t *hi) {
+  switch (t) {
+    case MLXB_I8: *lo = INT8_MIN, *hi = INT8_MAX; return;
+    case MLXB_I16: *lo = INT16_MIN, *hi = INT16_MAX; return;
+    case MLXB_I32: *lo = INT32_MIN, *hi = INT32_MAX; return;
+    case MLXB_U8: *lo = 0, *hi = UINT8_MAX; return;
+    case MLXB_U16: *lo = 0, *hi = UINT16_MAX; return;
+    case MLXB_U32: *lo = 0, *hi = UINT32_MAX; return;
+    case MLXB_U64: *lo = 0, *hi = INT64_MAX; return;
+    default: *lo = INT64_MIN, *hi = INT64_MAX; return;
+  }
+}
+
+int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, const char *what) {
+  mlxb_scope *s = op_scope(c);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "%s: no array", what);
+  if (mlxb_size(x) == 0) return 0;
+  mlxb_dtype t = mlxb_type(x);
+  int64_t tlo, thi;
+  int_dtype_range(t, &tlo, &thi);
+  mlxb_array *ok = NULL;
+  if (lo > tlo) ok = mlxb_binary(s, MLXB_GREATER_EQUAL, x, mlxb_scalar_i64(s, lo, t));
+  if (hi <= thi) {
+    mlxb_array *below = mlxb_binary(s, MLXB_LESS, x, mlxb_scalar_i64(s, hi, t));
+    ok = ok ? mlxb_binary(s, MLXB_LOGICAL_AND, ok, below) : below;
+  }
+  if (!ok) return op_check(c); /* the dtype holds no value outside the range */
+  return op_require(c, ok, x, "%s {} out of range [%lld, %lld)", what, (long long)lo, (long long)hi);
+}

@@ -56,6 +56,11 @@ int op_util_claim_attr_or_input_ints(const claim_ctx *c, const char *attr, int i
 int op_util_input_int(op_ctx *c, int i, int64_t *v);
 int op_util_input_double(op_ctx *c, int i, double *v);
 
+/* ---- untrusted data ----------------------------------------------------------------------- */
+/* Requires lo <= x < hi for every element of the integer array x (op_require), with the rule
+ * "<what> {} out of range [lo, hi)". A bound the dtype of x cannot cross is not compared. */
+int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, const char *what);
+
 /* ---- outputs ------------------------------------------------------------------------------ */
 /* Sets output i only when the node has it (optional outputs are often left out). 0 or -1. */
 int op_util_set_optional(op_ctx *c, int i, mlxb_array *a);

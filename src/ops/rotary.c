@@ -154,6 +154,7 @@ static int lower_onnx_rotary(op_ctx *c, const op_def *def) {
     mlxb_array *pos = op_input(c, 3);
     if (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 0) != l.b || mlxb_dim(pos, 1) != l.s)
       return op_fail(c, "position_ids must be [batch, sequence]");
+    if (op_util_require_range(c, pos, 0, mlxb_dim(cos, 0), "position id")) return -1;
     cos = mlxb_take(s, cos, pos, 0);
     sin = mlxb_take(s, sin, pos, 0);
   } else if (mlxb_ndim(cos) != 3 || mlxb_dim(cos, 0) != l.b || mlxb_dim(cos, 1) != l.s) {
@@ -209,6 +210,7 @@ static int lower_ms_rotary(op_ctx *c, const op_def *def) {
   }
   if (mlxb_dim(cos, 0) < l.s && !ir_attr_int(n, "is_packed_batching", 0))
     return op_fail(c, "sequence longer than the cos/sin caches (ORT does not update caches)");
+  if (op_util_require_range(c, idx, 0, mlxb_dim(cos, 0), "position")) return -1;
   return rotary_finish(c, x, &l, mlxb_take(s, cos, idx, 0), mlxb_take(s, sin, idx, 0), rot_dim,
                        ir_attr_int(n, "interleaved", 0) == 1);
 }

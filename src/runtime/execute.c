@@ -4,6 +4,7 @@
  * of a signature is always eager and records the shape-derived values it read on the host, so
  * later Runs (and traces) need no evaluation for them. Also implements op_ctx for lowerings. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ struct op_ctx {
   host_value *host;   /* per value: host integers found in this Run (owned by the Run) */
   const host_value *known; /* per value: shape-derived integers of the signature, or NULL */
   bool tracing;       /* inside an MLX compile trace: nothing may be evaluated */
+  check_list *checks; /* validity checks of this lowering (op_require) */
   diag *d;
 };
 
@@ -106,6 +108,77 @@ int op_check(op_ctx *c) {
   return op_fail(c, "%s", mlxb_error(c->s));
 }
 
+/* ---- validity checks (op_require) ----------------------------------------------------------
+ * A check is a bool array computed in the graph; each becomes an int64 pair (violated?, first bad
+ * value) and all pairs of a Run form ONE extra array, evaluated in the same eval as the outputs
+ * (and an extra output of a compiled program). Only when a flag is set is the rule's message, kept
+ * per Run or per compiled signature, formatted into the Run's error. */
+
+void check_list_free(check_list *l) {
+  for (int i = 0; i < l->n; i++) free(l->rules[i]);
+  free(l->rules);
+  free(l->flags);
+  memset(l, 0, sizeof *l);
+}
+
+static int check_list_push(check_list *l, mlxb_array *flag, char *rule) {
+  if (l->n == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 8;
+    char **r = realloc(l->rules, sizeof *r * (size_t)cap);
+    if (r) l->rules = r;
+    mlxb_array **f = realloc(l->flags, sizeof *f * (size_t)cap);
+    if (f) l->flags = f;
+    if (!r || !f) return -1;
+    l->cap = cap;
+  }
+  l->rules[l->n] = rule;
+  l->flags[l->n++] = flag;
+  return 0;
+}
+
+int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...) {
+  mlxb_array *flag = mlxb_violation(c->s, ok, bad_value);
+  if (!flag) return op_check(c);
+  char rule[512];
+  int head = snprintf(rule, sizeof rule, "node '%s' (%s): ", c->node->name, c->node->op_type);
+  va_list ap;
+  va_start(ap, rule_fmt);
+  if (head > 0 && (size_t)head < sizeof rule) vsnprintf(rule + head, sizeof rule - (size_t)head, rule_fmt, ap);
+  va_end(ap);
+  char *kept = strdup(rule);
+  if (!kept || check_list_push(c->checks, flag, kept)) {
+    free(kept);
+    return op_fail(c, "out of memory");
+  }
+  return 0;
+}
+
+/* The Run's checks as one int64 [2n] array; a placeholder [0] when there are none. */
+static mlxb_array *checks_summary(mlxb_scope *s, const check_list *l) {
+  if (l->n == 0) return mlxb_zeros(s, (const int64_t[]){0}, 1, MLXB_I64);
+  if (l->n == 1) return l->flags[0];
+  return mlxb_concat(s, (const mlxb_array *const *)l->flags, l->n, 0);
+}
+
+/* Fails the Run with the first violated rule, its "{}" replaced by the offending value. */
+static int checks_verdict(const plan *p, mlxb_scope *s, mlxb_array *summary, const check_list *l, diag *d) {
+  int64_t stack_vals[32], *vals = stack_vals;
+  size_t n = 2 * (size_t)l->n;
+  if (mlxb_size(summary) != n) return diag_fail(d, "%s: %zu check values for %d checks", p->name, mlxb_size(summary), l->n);
+  if (n > 32 && !(vals = malloc(sizeof *vals * n))) return diag_fail(d, "out of memory");
+  int rc = mlxb_read_i64(s, summary, vals, n) ? diag_fail(d, "%s: %s", p->name, mlxb_error(s)) : 0;
+  for (int i = 0; rc == 0 && i < l->n; i++) {
+    if (!vals[2 * i]) continue;
+    const char *rule = l->rules[i], *at = strstr(rule, "{}");
+    if (at)
+      rc = diag_fail(d, "%.*s%lld%s", (int)(at - rule), rule, (long long)vals[2 * i + 1], at + 2);
+    else
+      rc = diag_fail(d, "%s", rule);
+  }
+  if (vals != stack_vals) free(vals);
+  return rc;
+}
+
 static bool is_int_dtype(int32_t t) {
   return t == ONNX_INT8 || t == ONNX_INT16 || t == ONNX_INT32 || t == ONNX_INT64 || t == ONNX_UINT8 ||
          t == ONNX_UINT16 || t == ONNX_UINT32 || t == ONNX_UINT64 || t == ONNX_BOOL;
@@ -179,8 +252,24 @@ int op_input_doubles(op_ctx *c, int i, double *out, int max) {
   return (int)n;
 }
 
+/* Sizes computed from data (Expand, Tile, ConstantOfShape, Range, Resize...) are refused before
+ * anything is allocated when they overflow or pass MLX's memory limit. */
+static int check_output_size(op_ctx *c, int i, const mlxb_array *a) {
+  size_t bytes = mlxb_dtype_size(mlxb_type(a)), limit = mlxb_memory_limit();
+  int rank = mlxb_ndim(a);
+  for (int k = 0; k < rank; k++) {
+    int64_t dim = mlxb_dim(a, k);
+    if (dim == 0) return 0;
+    if (dim < 0 || __builtin_mul_overflow(bytes, (size_t)dim, &bytes)) bytes = SIZE_MAX;
+  }
+  if (limit && bytes > limit)
+    return op_fail(c, "output %d needs %zu bytes, more than the memory limit (%zu bytes)", i, bytes, limit);
+  return 0;
+}
+
 int op_set_output(op_ctx *c, int i, mlxb_array *a) {
   if (!a) return op_check(c) ? -1 : op_fail(c, "output %d: no array", i);
+  if (check_output_size(c, i, a)) return -1;
   if (i < 0 || i >= c->node->n_outputs) return op_fail(c, "output %d out of range", i);
   int v = c->node->outputs[i];
   if (v < 0) return 0; /* optional output not wired */
@@ -301,9 +390,9 @@ static bool node_touches_f64(const ir_graph *g, const ir_node *n) {
   return false;
 }
 
-static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, diag *d) {
+static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
   op_ctx c = {.plan = p, .g = p->g, .s = r->s, .vals = r->vals, .host = r->host, .known = known,
-              .tracing = tracing, .d = d};
+              .tracing = tracing, .checks = checks, .d = d};
   bool on_gpu = mlxb_scope_device(r->s) == MLXB_DEVICE_GPU;
   for (int i = 0; i < p->g->n_nodes; i++) {
     c.node = &p->g->nodes[i];
@@ -367,15 +456,19 @@ static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad
   return rc ? diag_fail(d, "%s: %s", p->name, mlxb_error(s)) : 0;
 }
 
-/* Evaluates the outputs once and copies them into the buffers the caller hands out. */
-static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, int64_t pad, rt_output_alloc_fn alloc,
-                         void *user, diag *d) {
+/* Evaluates the outputs and the checks' summary (results[n], when there are checks) at once, fails
+ * the Run when a check is violated, else copies the outputs into the buffers the caller hands out. */
+static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const check_list *checks, int64_t pad,
+                         rt_output_alloc_fn alloc, void *user, diag *d) {
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
     if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
     results[i] = mlxb_contiguous(s, results[i]);
   }
-  if (mlxb_eval(s, results, (size_t)n)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  size_t n_eval = (size_t)n + (checks->n > 0);
+  if (checks->n > 0 && !results[n]) return diag_fail(d, "%s: the checks were not computed", p->name);
+  if (mlxb_eval(s, results, n_eval)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  if (checks->n > 0 && checks_verdict(p, s, results[n], checks, d)) return -1;
   bool on_device = false;
   int rc = 0;
   for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, pad, alloc, user, &on_device, d);
@@ -397,7 +490,7 @@ static host_value *take_shape_derived(const plan *p, host_value *host) {
 }
 
 static int run_eager(plan *p, mlxb_scope *s, mlxb_array *const *in, const sig_entry *e, mlxb_array **results,
-                     host_value **derived_out, diag *d) {
+                     check_list *checks, host_value **derived_out, diag *d) {
   run_state r;
   int rc = -1;
   if (run_state_init(&r, p, s)) {
@@ -405,8 +498,9 @@ static int run_eager(plan *p, mlxb_scope *s, mlxb_array *const *in, const sig_en
     goto done;
   }
   for (int i = 0; i < p->g->n_inputs; i++) r.vals[p->g->inputs[i]] = in[i];
-  if (lower_nodes(p, &r, e ? e->host : NULL, false, d)) goto done;
+  if (lower_nodes(p, &r, e ? e->host : NULL, false, checks, d)) goto done;
   for (int i = 0; i < p->g->n_outputs; i++) results[i] = r.vals[p->g->outputs[i]];
+  if (checks->n > 0) results[p->g->n_outputs] = checks_summary(s, checks);
   if (derived_out) *derived_out = take_shape_derived(p, r.host);
   rc = 0;
 done:
@@ -423,41 +517,63 @@ static int trace_cluster(void *user, mlxb_scope *s, mlxb_array *const *inputs, i
   diag d;
   diag_init(&d);
   run_state r;
+  check_list checks = {0};
   int rc = -1;
   if (run_state_init(&r, p, s)) {
     diag_fail(&d, "out of memory");
     goto done;
   }
+  if (n_outputs != p->g->n_outputs + 1) {
+    diag_fail(&d, "%s: a program has the cluster's outputs and its checks", p->name);
+    goto done;
+  }
   for (int i = 0; i < n_inputs && i < p->g->n_inputs; i++) r.vals[p->g->inputs[i]] = inputs[i];
-  if (lower_nodes(p, &r, e->host, true, &d)) goto done;
-  for (int i = 0; i < n_outputs; i++) outputs[i] = r.vals[p->g->outputs[i]];
+  if (lower_nodes(p, &r, e->host, true, &checks, &d)) goto done;
+  for (int i = 0; i < p->g->n_outputs; i++) outputs[i] = r.vals[p->g->outputs[i]];
+  outputs[p->g->n_outputs] = checks_summary(s, &checks);
+  pthread_mutex_lock(&p->lock); /* every thread's trace finds the same rules: keep the first */
+  if (!e->checks_known) {
+    e->checks = checks;
+    free(e->checks.flags); /* the arrays belong to the trace */
+    e->checks.flags = NULL;
+    e->checks_known = true;
+    memset(&checks, 0, sizeof checks);
+  }
+  pthread_mutex_unlock(&p->lock);
   PLAN_STAT_ADD(p, traces, 1);
   rc = 0;
 done:
   if (rc) mlxb_set_error(s, d.msg);
+  check_list_free(&checks);
   run_state_free(&r);
   return rc;
 }
 
 /* Replays (tracing if needed) the entry's program; returns 1 when the cluster cannot be
  * compiled and the caller should run it eagerly, 0 on success, -1 on error. */
-static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry *e, mlxb_array **results, diag *d) {
+static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry *e, mlxb_array **results,
+                        check_list *checks, diag *d) {
   pthread_mutex_lock(&p->lock);
   if (!e->program && !e->uncompilable) {
     char err[256];
-    e->program = mlxb_compile(p->cfg.device, trace_cluster, e, p->g->n_outputs, false, err, sizeof err);
+    e->program = mlxb_compile(p->cfg.device, trace_cluster, e, p->g->n_outputs + 1, false, err, sizeof err);
     if (!e->program) e->uncompilable = true;
   }
   mlxb_program *prog = e->uncompilable ? NULL : e->program;
   pthread_mutex_unlock(&p->lock);
   if (!prog) return 1;
-  if (mlxb_program_call(s, prog, in, p->g->n_inputs, results, p->g->n_outputs)) {
+  if (mlxb_program_call(s, prog, in, p->g->n_inputs, results, p->g->n_outputs + 1)) {
     pthread_mutex_lock(&p->lock);
     e->uncompilable = true; /* e.g. a Reshape fed by data: this cluster runs eagerly */
     pthread_mutex_unlock(&p->lock);
     mlxb_clear_error(s);
     return 1;
   }
+  pthread_mutex_lock(&p->lock); /* a program call has traced it, here or on another thread */
+  bool known = e->checks_known;
+  pthread_mutex_unlock(&p->lock);
+  if (!known) return diag_fail(d, "%s: the program's checks are unknown", p->name);
+  *checks = e->checks; /* borrowed: immutable once known, and the Run holds a reference to e */
   PLAN_STAT_ADD(p, compiled_runs, 1);
   return 0;
 }
@@ -529,6 +645,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   uint64_t hash = 0;
   sig_entry *e = NULL;
   host_value *derived = NULL;
+  check_list eager_checks = {0}, compiled_checks = {0}; /* the second borrows the entry's rules */
   int rc = -1;
   uint64_t run_index = PLAN_STAT_ADD(p, runs, 1);
   int64_t pad = buckets_pad(p, inputs, n_inputs);
@@ -546,16 +663,17 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   e = sig_lookup(p, f.key, key_len, hash);
   PLAN_STAT_ADD(p, sig_hits, e ? 1 : 0);
   PLAN_STAT_ADD(p, sig_misses, e ? 0 : 1);
-  int compiled = e && p->compile ? run_compiled(p, s, f.in, e, f.results, d) : 1;
+  int compiled = e && p->compile ? run_compiled(p, s, f.in, e, f.results, &compiled_checks, d) : 1;
   if (compiled < 0) goto done;
-  if (compiled > 0 && run_eager(p, s, f.in, e, f.results, e ? NULL : &derived, d)) goto done;
-  if (write_outputs(p, s, f.results, pad, alloc, user, d)) goto done;
+  if (compiled > 0 && run_eager(p, s, f.in, e, f.results, &eager_checks, e ? NULL : &derived, d)) goto done;
+  if (write_outputs(p, s, f.results, compiled > 0 ? &eager_checks : &compiled_checks, pad, alloc, user, d)) goto done;
   if (!e && derived) {
     e = sig_insert(p, f.key, key_len, hash, derived);
     derived = NULL;
   }
   rc = 0;
 done:
+  check_list_free(&eager_checks);
   sig_release(p, e);
   host_values_free(derived, p->g->n_values);
   frame_release(&f);

@@ -17,6 +17,15 @@ typedef struct host_value {
   int n;
 } host_value;
 
+/* The validity checks of one lowering of a cluster (op_require): per check, the rule's message
+ * (static per node and signature) and, while the graph is built, its in-graph summary. */
+typedef struct check_list {
+  char **rules;         /* "node 'g' (Gather): index {} out of range [-5, 5)"; {} = the bad value */
+  mlxb_array **flags;   /* per check: int64 [2] (mlxb_violation); NULL once the rules are kept */
+  int n, cap;
+} check_list;
+void check_list_free(check_list *l); /* frees the rules; accepts a zeroed list */
+
 /* What one input signature (dtypes and shapes of the cluster inputs) determines: the values
  * computed from shapes and constants alone, and the compiled program. Immutable once listed,
  * except `program`/`uncompilable`, which change under the plan's lock. */
@@ -29,6 +38,8 @@ typedef struct sig_entry {
   host_value *host;       /* per value: shape-derived host ints */
   mlxb_program *program;  /* NULL until first compiled Run */
   bool uncompilable;      /* tracing failed (data-dependent host read): always eager */
+  bool checks_known;      /* `checks` holds the rules of the traced program */
+  check_list checks;      /* rules of the program's validity checks (its last output) */
   int refs;               /* 1 while listed + Runs in flight; freed at 0 */
 } sig_entry;
 

@@ -1,0 +1,81 @@
+"""The hostile-data harness: one node (or a small model) run with ORT's CPU EP and with the MLX EP
+in strict mode on data an attacker picks. Where ORT's CPU EP refuses the data, the EP must refuse
+it too with a clear message, on the eager, traced and replayed paths, and then keep working;
+elsewhere its outputs must match ORT's."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from parity import NP_TO_ONNX, TOL, make_model
+import onnxruntime_ep_mlx as mlx_ep
+
+MS = "com.microsoft"
+I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+I32_MIN, I32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+
+
+def node_model(op, inputs, out_types, attrs=None, domain="", opset=21, consts=()):
+    """inputs: ordered (name, array or None); None is an absent optional input. Names in consts
+    become initializers; the others are fed. out_types: ONNX dtypes of the outputs y0, y1, ..."""
+    names = [n if a is not None else "" for n, a in inputs]
+    node = helper.make_node(op, names, [f"y{i}" for i in range(len(out_types))], domain=domain, **(attrs or {}))
+    ins = [(n, NP_TO_ONNX[a.dtype], list(a.shape)) for n, a in inputs if a is not None and n not in consts]
+    outs = [(f"y{i}", t, None) for i, t in enumerate(out_types)]
+    inits = [(n, a) for n, a in inputs if a is not None and n in consts]
+    domains = [(MS, 1)] if domain == MS else []
+    return make_model([node], ins, outs, inits, opset=opset, domains=domains)
+
+
+def _cpu(model, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds), None
+    except Exception as e:  # noqa: BLE001 - any refusal by ORT is the reference answer
+        return None, e
+
+
+def _compare(got, want, tol, where):
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, f"{where}, output {i}: {g.dtype}{g.shape} != {w.dtype}{w.shape}"
+        if g.dtype.kind == "f":
+            rtol, atol = tol or TOL.get(NP_TO_ONNX[g.dtype], (1e-5, 1e-5))
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=where)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=where)
+
+
+def check_hostile(model, bad, good, match, tol=None):
+    """bad: the hostile feeds; good: feeds of the same shapes that ORT accepts. When ORT refuses
+    `bad`, the EP must raise an error matching `match` on the eager, traced and replayed paths
+    (bad, good, bad, good, bad: a signature is listed by a successful Run, traced on the next and
+    replayed after), with every good Run matching ORT; otherwise every Run of `bad` must match."""
+    want_bad, err = _cpu(model, bad)
+    want_good, good_err = _cpu(model, good)
+    assert good_err is None, f"ORT refuses the good feeds too: {good_err}"
+    sess = mlx_ep.session(model, strict=True)
+    if err is None:
+        for run in range(3):
+            _compare(sess.run(None, bad), want_bad, tol, f"run {run + 1} (ORT accepts)")
+        return
+    assert match, f"ORT refuses these feeds ({err}) but the case states no expected message"
+    for run, feeds in enumerate([bad, good, bad, good, bad, good]):
+        if feeds is bad:
+            with pytest.raises(Exception, match=match):
+                sess.run(None, feeds)
+        else:
+            _compare(sess.run(None, feeds), want_good, tol, f"run {run + 1} (good feeds)")
+
+
+def check_refused(model, feeds, match):
+    """A case whose feeds ORT's CPU EP refuses outright and that has no good twin (sizes)."""
+    _, err = _cpu(model, feeds)
+    assert err is not None, "ORT accepted the feeds"
+    sess = mlx_ep.session(model, strict=True)
+    for _ in range(2):
+        with pytest.raises(Exception, match=match):
+            sess.run(None, feeds)

@@ -1,0 +1,101 @@
+"""Hostile indices for the indexing ops (Gather, GatherElements, GatherND, ScatterND,
+ScatterElements with every reduction, OneHot): values past either end, 1e9, 2^40, INT64_MIN and
+INT32_MIN, against ORT's CPU EP on the eager, traced and replayed paths."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from hostile import I32_MIN, I64_MAX, I64_MIN, check_hostile, check_refused, node_model
+
+F = TensorProto.FLOAT
+X = np.arange(10, dtype=np.float32).reshape(5, 2)
+OOR = r"index -?\d+ out of range \[-\d+, \d+\)"
+
+
+@pytest.mark.parametrize("idx", [5, 100, 10**9, 2**40, I64_MIN, I64_MAX, -6, -(10**9)])
+def test_gather_int64_out_of_range(idx):
+    model = node_model("Gather", [("x", X), ("i", np.array([0, 0], np.int64))], [F])
+    check_hostile(model, {"x": X, "i": np.array([1, idx], np.int64)}, {"x": X, "i": np.array([1, 0], np.int64)},
+                  rf"Gather\): index {idx} out of range \[-5, 5\)")
+
+
+@pytest.mark.parametrize("idx", [5, I32_MIN, 2**31 - 1])
+def test_gather_int32_out_of_range(idx):
+    model = node_model("Gather", [("x", X), ("i", np.array([0], np.int32))], [F])
+    check_hostile(model, {"x": X, "i": np.array([idx], np.int32)}, {"x": X, "i": np.array([2], np.int32)}, OOR)
+
+
+@pytest.mark.parametrize("idx", [-5, -1, 4])
+def test_gather_edges_accepted(idx):
+    model = node_model("Gather", [("x", X), ("i", np.array([0], np.int64))], [F])
+    check_hostile(model, {"x": X, "i": np.array([idx], np.int64)}, {"x": X, "i": np.array([0], np.int64)}, None)
+
+
+def test_gather_axis1_out_of_range():
+    model = node_model("Gather", [("x", X), ("i", np.array([0], np.int64))], [F], attrs={"axis": 1})
+    check_hostile(model, {"x": X, "i": np.array([2], np.int64)}, {"x": X, "i": np.array([1], np.int64)},
+                  r"index 2 out of range \[-2, 2\)")
+
+
+def test_gather_constant_out_of_range_index():
+    """A bad index in an initializer: ORT refuses it at Run; so does the EP."""
+    model = node_model("Gather", [("x", X), ("i", np.array([7], np.int64))], [F], consts={"i"})
+    check_refused(model, {"x": X}, r"index 7 out of range \[-5, 5\)")
+
+
+@pytest.mark.parametrize("idx", [5, -6, 10**9, I64_MIN])
+def test_gather_elements_out_of_range(idx):
+    model = node_model("GatherElements", [("x", X), ("i", np.zeros((2, 2), np.int64))], [F])
+    bad = np.array([[0, idx], [1, 1]], np.int64)
+    check_hostile(model, {"x": X, "i": bad}, {"x": X, "i": np.array([[0, 4], [-5, 1]], np.int64)}, OOR)
+
+
+def test_gather_elements_negative_accepted():
+    model = node_model("GatherElements", [("x", X), ("i", np.zeros((2, 2), np.int64))], [F], attrs={"axis": 1})
+    check_hostile(model, {"x": X, "i": np.array([[-1, -2], [1, 0]], np.int64)},
+                  {"x": X, "i": np.zeros((2, 2), np.int64)}, None)
+
+
+@pytest.mark.parametrize("row", [[5, 0], [0, 2], [-6, 0], [2**40, 0], [0, I64_MIN]])
+def test_gather_nd_out_of_range(row):
+    model = node_model("GatherND", [("x", X), ("i", np.zeros((2, 2), np.int64))], [F])
+    check_hostile(model, {"x": X, "i": np.array([[1, 1], row], np.int64)},
+                  {"x": X, "i": np.array([[1, 1], [-1, -1]], np.int64)}, OOR)
+
+
+def test_gather_nd_batch_dims_out_of_range():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    model = node_model("GatherND", [("x", x), ("i", np.zeros((2, 1), np.int64))], [F], attrs={"batch_dims": 1})
+    check_hostile(model, {"x": x, "i": np.array([[1], [3]], np.int64)}, {"x": x, "i": np.array([[1], [-3]], np.int64)},
+                  r"index 3 out of range \[-3, 3\)")
+
+
+U = np.ones((2, 2), np.float32)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("idx", [5, -6, 10**9])
+def test_scatter_nd_out_of_range(reduction, idx):
+    model = node_model("ScatterND", [("x", X), ("i", np.zeros((2, 1), np.int64)), ("u", U)], [F],
+                       attrs={} if reduction == "none" else {"reduction": reduction})
+    check_hostile(model, {"x": X, "i": np.array([[0], [idx]], np.int64), "u": U},
+                  {"x": X, "i": np.array([[0], [-1]], np.int64), "u": U}, OOR)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+@pytest.mark.parametrize("idx", [5, -6, I64_MIN])
+def test_scatter_elements_out_of_range(reduction, idx):
+    model = node_model("ScatterElements", [("x", X), ("i", np.zeros((1, 2), np.int64)), ("u", U[:1])], [F],
+                       attrs={} if reduction == "none" else {"reduction": reduction})
+    check_hostile(model, {"x": X, "i": np.array([[idx, 0]], np.int64), "u": U[:1]},
+                  {"x": X, "i": np.array([[-5, 4]], np.int64), "u": U[:1]}, OOR)
+
+
+@pytest.mark.parametrize("idx", [7, -8, 10**9, I64_MIN])
+def test_one_hot_out_of_range_gives_off(idx):
+    """ORT's CPU EP gives all-off rows for indices outside [-depth, depth); so does the EP."""
+    model = node_model("OneHot", [("i", np.zeros(3, np.int64)), ("d", np.array(4, np.int64)),
+                                  ("v", np.array([0, 1], np.float32))], [F], consts={"d", "v"})
+    check_hostile(model, {"i": np.array([1, idx, -1], np.int64)}, {"i": np.array([0, 1, 2], np.int64)}, None)

@@ -1,0 +1,88 @@
+"""Hostile divisors, loss targets and data-derived sizes: integer Div/Mod by zero, NLL/softmax
+cross-entropy targets outside [0, C), and Expand/ConstantOfShape/Tile/Range sizes far beyond
+memory, against ORT's CPU EP."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from hostile import I32_MIN, check_hostile, check_refused, node_model
+
+F = TensorProto.FLOAT
+
+
+@pytest.mark.parametrize("op,attrs,what", [("Div", {}, "division"), ("Mod", {}, "modulo"),
+                                            ("Mod", {"fmod": 1}, "modulo")])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_integer_divisor_zero(op, attrs, what, dtype):
+    a = np.array([7, 5, 9], dtype)
+    model = node_model(op, [("a", a), ("b", a)], [{np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
+                                                    np.uint8: TensorProto.UINT8}[dtype]], attrs=attrs)
+    check_hostile(model, {"a": a, "b": np.array([1, 0, 2], dtype)}, {"a": a, "b": np.array([1, 3, 2], dtype)},
+                  rf"integer {what} by zero")
+
+
+def test_integer_div_negative_accepted():
+    a = np.array([7, -7, I32_MIN + 1], np.int32)
+    model = node_model("Div", [("a", a), ("b", a)], [TensorProto.INT32])
+    check_hostile(model, {"a": a, "b": np.array([-2, 2, -1], np.int32)}, {"a": a, "b": np.ones(3, np.int32)}, None)
+
+
+LOGP = np.log(np.full((3, 4), 0.25, np.float32))
+
+
+@pytest.mark.parametrize("target", [4, -1, 10**9, np.iinfo(np.int64).min])
+@pytest.mark.parametrize("op", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])
+def test_loss_target_out_of_range(op, target):
+    model = node_model(op, [("x", LOGP), ("t", np.zeros(3, np.int64))], [F])
+    check_hostile(model, {"x": LOGP, "t": np.array([0, target, 3], np.int64)},
+                  {"x": LOGP, "t": np.array([0, 1, 3], np.int64)}, rf"target {target} out of range \[0, 4\)")
+
+
+@pytest.mark.parametrize("op", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])
+def test_loss_ignore_index_accepted(op):
+    model = node_model(op, [("x", LOGP), ("t", np.zeros(3, np.int64))], [F], attrs={"ignore_index": -100})
+    check_hostile(model, {"x": LOGP, "t": np.array([0, -100, 3], np.int64)},
+                  {"x": LOGP, "t": np.array([0, 1, 3], np.int64)}, None)
+
+
+HUGE = r"more than the memory limit|too large|does not fit"
+
+
+def test_expand_beyond_memory():
+    x = np.ones(1, np.float32)
+    model = node_model("Expand", [("x", x), ("s", np.array([1, 1], np.int64))], [F])
+    check_hostile(model, {"x": x, "s": np.array([2**20, 2**20], np.int64)}, {"x": x, "s": np.array([2, 3], np.int64)},
+                  HUGE)
+
+
+def test_constant_of_shape_beyond_memory():
+    s = np.array([2**20, 2**20], np.int64)
+    model = node_model("ConstantOfShape", [("s", s)], [F])
+    check_hostile(model, {"s": s}, {"s": np.array([3, 2], np.int64)}, HUGE)
+
+
+def test_tile_beyond_memory():
+    x = np.ones((2, 2), np.float32)
+    model = node_model("Tile", [("x", x), ("r", np.array([1, 1], np.int64))], [F])
+    check_hostile(model, {"x": x, "r": np.array([2**19, 2**19], np.int64)}, {"x": x, "r": np.array([2, 1], np.int64)},
+                  HUGE)
+
+
+def test_range_beyond_memory():
+    a, d = np.array(0, np.int64), np.array(1, np.int64)
+    model = node_model("Range", [("a", a), ("b", a), ("d", d)], [TensorProto.INT64])
+    check_refused(model, {"a": a, "b": np.array(10**13, np.int64), "d": d}, HUGE)
+
+
+def test_session_lives_after_refusals():
+    """After every kind of refusal the same session answers the next Run."""
+    x = np.ones(1, np.float32)
+    model = node_model("Expand", [("x", x), ("s", np.array([1, 1], np.int64))], [F])
+    import onnxruntime_ep_mlx as mlx_ep
+    sess = mlx_ep.session(model, strict=True)
+    for _ in range(3):
+        with pytest.raises(Exception, match=HUGE):
+            sess.run(None, {"x": x, "s": np.array([2**30, 2**30], np.int64)})
+        assert sess.run(None, {"x": x, "s": np.array([2, 2], np.int64)})[0].shape == (2, 2)
