@@ -6,8 +6,9 @@
  * out unified (managed) memory for such buffers, which its kernels read at device speed once the
  * pages live on the GPU, and which stays valid whatever MLX does with it (reading it on the host
  * never moves it). Copies (ORT's data transfer, results into ORT's output buffers) go through the
- * CUDA runtime that libmlx already loaded, found with dlopen(RTLD_NOLOAD): the library needs no
- * CUDA headers or toolkit to build, and the same binary runs on CPU-only MLX.
+ * CUDA driver that libmlx already loaded, found with dlopen(RTLD_NOLOAD), in MLX's own (primary)
+ * context: the library needs no CUDA headers or toolkit to build, and the same binary runs on
+ * CPU-only MLX.
  *
  * Where the results live: a GPU kernel's output is device memory (MLX's CudaBuffer with
  * device >= 0). Its address is read from MLX's buffer record without asking MLX for a host
@@ -33,13 +34,40 @@ struct cuda_buffer_record {
   int device; /* -1: unified (managed) memory */
 };
 
-enum { CUDA_MEMCPY_DEFAULT = 4 }; /* cudaMemcpyDefault: direction from the unified address space */
+/* The CUDA driver API, from the libcuda.so.1 that libmlx loaded (MLX links the CUDA runtime
+ * statically, so the driver is the one CUDA library we can share with it). */
+typedef int cu_result;
+typedef unsigned long long cu_deviceptr;
+enum { CU_MEMORYTYPE_UNIFIED = 4 };
 
-struct cuda_runtime {
-  int (*memcpy_async)(void *, const void *, size_t, int, void *);
-  int (*memcpy_2d_async)(void *, size_t, const void *, size_t, size_t, size_t, int, void *);
-  int (*stream_synchronize)(void *);
-  const char *(*error_string)(int);
+/* The driver's CUDA_MEMCPY2D (a stable public ABI since CUDA 3.2). */
+struct cu_memcpy_2d {
+  size_t src_x_bytes, src_y;
+  int src_memory_type;
+  const void *src_host;
+  cu_deviceptr src_device;
+  void *src_array;
+  size_t src_pitch;
+  size_t dst_x_bytes, dst_y;
+  int dst_memory_type;
+  void *dst_host;
+  cu_deviceptr dst_device;
+  void *dst_array;
+  size_t dst_pitch;
+  size_t width_bytes, height;
+};
+
+struct cuda_driver {
+  cu_result (*init)(unsigned);
+  cu_result (*device_get)(int *, int);
+  cu_result (*primary_ctx_retain)(void **, int);
+  cu_result (*ctx_push)(void *);
+  cu_result (*ctx_pop)(void **);
+  cu_result (*memcpy_async)(cu_deviceptr, cu_deviceptr, size_t, void *);
+  cu_result (*memcpy_2d_async)(const cu_memcpy_2d *, void *);
+  cu_result (*stream_synchronize)(void *);
+  cu_result (*error_string)(cu_result, const char **);
+  void *context; /* device 0's primary context: the one MLX's runtime uses */
 };
 
 struct allocation {
@@ -49,7 +77,7 @@ struct allocation {
 
 struct device_state {
   std::atomic<bool> ready{false};
-  cuda_runtime cuda{};
+  cuda_driver cuda{};
   std::mutex lock;
   std::map<uintptr_t, allocation> live; /* base address -> allocation */
 };
@@ -59,17 +87,24 @@ device_state &state() {
   return *s;
 }
 
-bool load_cuda_runtime(cuda_runtime *rt) {
-  const char *names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
-  void *lib = nullptr;
-  for (const char *n : names)
-    if ((lib = dlopen(n, RTLD_NOW | RTLD_NOLOAD))) break;
+template <class F>
+bool find_symbol(void *lib, const char *name, F *out) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+bool load_cuda_driver(cuda_driver *d) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!lib) return false;
-  rt->memcpy_async = reinterpret_cast<decltype(rt->memcpy_async)>(dlsym(lib, "cudaMemcpyAsync"));
-  rt->memcpy_2d_async = reinterpret_cast<decltype(rt->memcpy_2d_async)>(dlsym(lib, "cudaMemcpy2DAsync"));
-  rt->stream_synchronize = reinterpret_cast<decltype(rt->stream_synchronize)>(dlsym(lib, "cudaStreamSynchronize"));
-  rt->error_string = reinterpret_cast<decltype(rt->error_string)>(dlsym(lib, "cudaGetErrorString"));
-  return rt->memcpy_async && rt->memcpy_2d_async && rt->stream_synchronize && rt->error_string;
+  bool ok = find_symbol(lib, "cuInit", &d->init) && find_symbol(lib, "cuDeviceGet", &d->device_get) &&
+            find_symbol(lib, "cuDevicePrimaryCtxRetain", &d->primary_ctx_retain) &&
+            find_symbol(lib, "cuCtxPushCurrent_v2", &d->ctx_push) && find_symbol(lib, "cuCtxPopCurrent_v2", &d->ctx_pop) &&
+            find_symbol(lib, "cuMemcpyAsync", &d->memcpy_async) &&
+            find_symbol(lib, "cuMemcpy2DAsync_v2", &d->memcpy_2d_async) &&
+            find_symbol(lib, "cuStreamSynchronize", &d->stream_synchronize) &&
+            find_symbol(lib, "cuGetErrorString", &d->error_string);
+  int dev = 0;
+  return ok && !d->init(0) && !d->device_get(&dev, 0) && !d->primary_ctx_retain(&d->context, dev);
 }
 
 /* Whether MLX's buffer records have the layout we read, on a buffer of our own. */
@@ -84,13 +119,28 @@ bool record_layout_matches() {
 
 bool init_device_memory(device_state &s) {
   if (!mx::is_available(mx::Device::gpu) || mx::metal::is_available()) return false;
-  if (!load_cuda_runtime(&s.cuda)) return false;
+  if (!load_cuda_driver(&s.cuda)) return false;
   return record_layout_matches();
 }
 
-void cuda_check(const device_state &s, int rc, const char *what) {
-  if (rc) throw bridge_error(std::string(what) + ": " + s.cuda.error_string(rc));
+void cuda_check(const device_state &s, cu_result rc, const char *what) {
+  if (!rc) return;
+  const char *msg = nullptr;
+  s.cuda.error_string(rc, &msg);
+  throw bridge_error(std::string(what) + ": " + (msg ? msg : "CUDA error " + std::to_string(rc)));
 }
+
+/* Makes MLX's context current on the calling thread for the driver calls of a scope. */
+struct context_scope {
+  const device_state &s;
+  explicit context_scope(const device_state &st) : s(st) { cuda_check(s, s.cuda.ctx_push(s.cuda.context), "cuCtxPushCurrent"); }
+  ~context_scope() {
+    void *old = nullptr;
+    s.cuda.ctx_pop(&old);
+  }
+};
+
+cu_deviceptr dptr(const void *p) { return static_cast<cu_deviceptr>(reinterpret_cast<uintptr_t>(p)); }
 
 /* The allocation holding [p, p + bytes), or nullptr. Called with the lock held. */
 const allocation *find_locked(device_state &s, const void *p, size_t bytes, size_t *offset) {
@@ -178,10 +228,11 @@ int mlxb_device_copy(void *const *dst, const void *const *src, const size_t *byt
   device_state &s = state();
   try {
     if (!s.ready) throw bridge_error("no device memory");
+    context_scope ctx(s);
     for (size_t i = 0; i < n; i++)
-      if (bytes[i]) cuda_check(s, s.cuda.memcpy_async(dst[i], src[i], bytes[i], CUDA_MEMCPY_DEFAULT, nullptr), "cudaMemcpyAsync");
+      if (bytes[i]) cuda_check(s, s.cuda.memcpy_async(dptr(dst[i]), dptr(src[i]), bytes[i], nullptr), "cuMemcpyAsync");
     /* ORT may hand the destination to anyone next (the host, another stream): finish here. */
-    cuda_check(s, s.cuda.stream_synchronize(nullptr), "cudaStreamSynchronize");
+    cuda_check(s, s.cuda.stream_synchronize(nullptr), "cuStreamSynchronize");
     return 0;
   } catch (const std::exception &e) {
     if (err && err_len) snprintf(err, err_len, "%s", e.what());
@@ -232,9 +283,10 @@ int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep
     if (!dst) throw bridge_error("null destination");
     mx::array src = evaluated_row_major_on(s, in);
     const char *from = device_address(src);
+    context_scope ctx(st);
     if (axis < 0) {
       if (bytes != want) throw bridge_error("destination size does not match the array");
-      cuda_check(st, st.cuda.memcpy_async(dst, from, bytes, CUDA_MEMCPY_DEFAULT, nullptr), "cudaMemcpyAsync");
+      cuda_check(st, st.cuda.memcpy_async(dptr(dst), dptr(from), bytes, nullptr), "cuMemcpyAsync");
     } else {
       if (axis >= static_cast<int>(src.ndim()) || keep < 0 || keep > src.shape(axis))
         throw bridge_error("prefix outside the array");
@@ -243,9 +295,16 @@ int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep
       for (int k = axis + 1; k < static_cast<int>(src.ndim()); k++) row *= static_cast<size_t>(src.shape(k));
       size_t have = row * static_cast<size_t>(src.shape(axis)), take = row * static_cast<size_t>(keep);
       if (bytes != outer * take) throw bridge_error("destination size does not match the prefix");
-      if (bytes)
-        cuda_check(st, st.cuda.memcpy_2d_async(dst, take, from, have, take, outer, CUDA_MEMCPY_DEFAULT, nullptr),
-                   "cudaMemcpy2DAsync");
+      if (!bytes) return;
+      cu_memcpy_2d c{};
+      c.src_memory_type = c.dst_memory_type = CU_MEMORYTYPE_UNIFIED;
+      c.src_device = dptr(from);
+      c.src_pitch = have;
+      c.dst_device = dptr(dst);
+      c.dst_pitch = take;
+      c.width_bytes = take;
+      c.height = outer;
+      cuda_check(st, st.cuda.memcpy_2d_async(&c, nullptr), "cuMemcpy2DAsync");
     }
   });
 }
@@ -253,6 +312,8 @@ int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep
 int mlxb_device_finish(mlxb_scope *s) {
   return guard_status(s, "mlxb_device_finish", [&] {
     device_state &st = state();
-    if (st.ready) cuda_check(st, st.cuda.stream_synchronize(nullptr), "cudaStreamSynchronize");
+    if (!st.ready) return;
+    context_scope ctx(st);
+    cuda_check(st, st.cuda.stream_synchronize(nullptr), "cuStreamSynchronize");
   });
 }
