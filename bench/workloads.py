@@ -224,11 +224,17 @@ RUNS = {"tiny_add": (2000, 100), "mlp10": (2000, 100)}
 RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (60, 3), "decoder_decode_loop64": (5, 1)}
 RUNS_DECODER_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1),
                      "decoder_decode_loop64": (1, 0)}
+# On the GPU (--device gpu, any decoder config): a few minutes for all engines at Qwen2.5-0.5B
+# shapes, where each MLX EP worker's first Run may take tens of seconds.
+RUNS_DECODER_GPU = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2),
+                    "decoder_decode_loop64": (3, 1)}
 RUNS_DEFAULT = (50, 5)
 
 
-def default_runs(name: str, decoder_config: str = "mid") -> tuple[int, int]:
+def default_runs(name: str, decoder_config: str = "mid", device: str = "cpu") -> tuple[int, int]:
     decoder = RUNS_DECODER_QWEN if decoder_config == "qwen2.5-0.5b" else RUNS_DECODER
+    if device == "gpu":
+        decoder = RUNS_DECODER_GPU
     return {**RUNS, **decoder}.get(name, RUNS_DEFAULT)
 
 
