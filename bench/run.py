@@ -226,7 +226,7 @@ class Session:
 
     def close(self) -> None:
         """Releases the session now: the MLX EP writes its run report when ORT destroys it."""
-        self.ref = self.sess = self.run = None
+        self.ref = self.sess = self.run = self.host = None  # host may be an IoBound's: it holds the session
         gc.collect()
 
 
@@ -370,6 +370,15 @@ def worker(workload: str, engine: str, warmup: int, device: str, decoder_config:
     return 0
 
 
+def short_error(line: str, limit: int = 200) -> str:
+    """An error line for the table: ORT's source-location prefix dropped, at most `limit` characters."""
+    for marker in (": FAIL : ", "] : "):
+        if marker in line:
+            line = line.rsplit(marker, 1)[1]
+            break
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
 class WorkerError(RuntimeError):
     pass
 
@@ -390,7 +399,7 @@ class Worker:
             self.proc.wait()
             self.err.seek(0)
             lines = self.err.read().strip().splitlines()
-            raise WorkerError(f"{self.engine}: {lines[-1] if lines else f'exit status {self.proc.returncode}'}")
+            raise WorkerError(f"{self.engine}: {short_error(lines[-1]) if lines else f'exit status {self.proc.returncode}'}")
         return json.loads(line)
 
     def call(self, msg: dict) -> dict:
@@ -499,7 +508,7 @@ def verify_worker(workload: str, engine: str, device: str, decoder_config: str, 
     except Unavailable as e:
         msg = {"na": str(e)}
     except Exception as e:  # noqa: BLE001 - reported by the parent, next to the other engines
-        msg = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        msg = {"error": short_error(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")}
     with open(out + ".json", "w") as f:
         json.dump(msg, f)
     return 0
@@ -532,7 +541,7 @@ def verify(workload: str, device: str, decoder_config: str, io_dtype: str = "flo
                 return json.load(f), out
         if p.returncode or not os.path.exists(out):
             lines = p.stderr.strip().splitlines()
-            return {"error": lines[-1] if lines else f"exit status {p.returncode}"}, out
+            return {"error": short_error(lines[-1]) if lines else f"exit status {p.returncode}"}, out
         with np.load(out) as z:
             outs = [z[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in z.files))]
             toks = [z[k] for k in sorted((k for k in z.files if k.startswith("token_")), key=lambda k: int(k[6:]))]
