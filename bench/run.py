@@ -5,7 +5,8 @@ directly against MLX (bench/mlx_reference.py), their ratios, session creation ti
 latency and peak memory. Writes docs/PERFORMANCE.md.
 
     bench/run.py [--workloads a,b] [--runs N] [--warmup N] [--device cpu|gpu] [--out FILE]
-                 [--decoder-config tiny|mid|qwen2.5-0.5b] [--verify]
+                 [--decoder-config tiny|mid|qwen2.5-0.5b] [--io-dtype float32|float16]
+                 [--engines a,b] [--verify]
 
 Each (workload, engine) pair lives in its own worker process, so peak memory, session creation
 and the first Run are its own; the three workers of a workload start one after the other and then
@@ -34,6 +35,28 @@ logits of every step and the last present.*, every engine fed ORT CPU EP's greed
 The issue's acceptance, stated in the report: every workload's EP throughput at least 0.95x MLX
 direct's (MLX direct median / EP median), and the per-Run EP overhead on the 10-node graph
 (mlp10: EP median minus MLX direct median) at most 30 us.
+
+--device gpu (issue 9) runs more engines (GPU_ENGINES; --engines picks some): mlx_ep, mlx_ep_io
+(the MLX EP through IOBinding: NumPy inputs bound as CPU inputs, outputs bound to device
+MLX_EP_IO_DEVICE, "cuda" = OrtDevice(GPU, vendor 0x10DE, id 0), which env
+ORT_EP_MLX_BENCH_IO_DEVICE overrides), ort_cuda and ort_cuda_io (ORT's CUDA EP from
+onnxruntime-gpu on the same file, plain and through the same binding; preload_dlls() first),
+mlx_direct, torch (bench/torch_reference.py: the decoder in PyTorch eager, decoder workloads only)
+and ort_cpu. In the decode loop the IOBinding engines bind each step's present.* OrtValues as the
+next past (no host copy) and only the logits to the CPU; torch keeps its cache as device tensors.
+An engine this machine cannot run (no onnxruntime-gpu CUDA EP, no torch, no CUDA) is "n/a
+(reason)" in the table, and on the GPU an engine that fails is an error cell while the others go
+on. --io-dtype float16 builds the decoder workloads with float16 activations and KV cache (what GPU
+deployments run; default float32). The GPU report (default docs/PERFORMANCE_GPU.md, --out to
+change) has three tables (times; the MLX EP's faster flow over its peers as throughput ratios;
+session creation / first Run of every engine) and issue 9's acceptance lines: decode loop with
+IOBinding >= 1.0x ORT CUDA EP with IOBinding (goal), >= 0.95x MLX direct, >= 2.5x PyTorch eager;
+prefill at most 1.5x ORT CUDA EP's time; first Run at most 5 s; every workload >= 0.95x MLX
+direct. bench/gpu_session.sh runs the whole GPU session. --verify runs every engine in a process
+of its own; its tolerance is 1e-3 for float32 activations and 2e-2 for float16
+(verify_tolerance). ORT_EP_MLX_BENCH_CPU_STANDIN=1 tests the GPU engines on a machine without a
+GPU: MLX on its CPU, ORT's CPU EP standing in for the CUDA EP, IOBinding bound to "cpu", torch on
+the CPU (tests/test_bench.py).
 """
 from __future__ import annotations
 
