@@ -111,15 +111,22 @@ class _Quantized:
 
 def _rope_periods(cos: np.ndarray, sin: np.ndarray):
     """mx.fast.rope's `freqs` (periods, 1 / inverse frequency) when the caches are the standard
-    table cos/sin(position * inv_freq); None otherwise (then the rotation is written out)."""
+    table cos/sin(position * inv_freq); None otherwise (then the rotation is written out). The
+    inverse frequencies are the slopes of the unwrapped angles over the first rows (a least-squares
+    fit, so that float16 caches, rounded to ~1e-3, still give them to ~1e-6), checked against the
+    caches within their dtype's rounding."""
     if cos.ndim != 2 or cos.shape != sin.shape or cos.shape[0] < 2:
         return None
-    inv = np.arctan2(sin[1].astype(np.float64), cos[1].astype(np.float64))
+    rows = min(cos.shape[0], 512)
+    c, s = cos[:rows].astype(np.float64), sin[:rows].astype(np.float64)
+    ang = np.unwrap(np.arctan2(s, c), axis=0)  # steps below pi: inv_freq <= 1 rad per position
+    pos = np.arange(rows, dtype=np.float64)
+    inv = (pos @ ang) / (pos @ pos)  # least-squares slope through the origin
     if np.any(inv <= 0):
         return None
-    rows = min(cos.shape[0], 512)
-    ang = np.outer(np.arange(rows), inv)
-    if np.abs(np.cos(ang) - cos[:rows]).max() > 1e-4 or np.abs(np.sin(ang) - sin[:rows]).max() > 1e-4:
+    tol = 1e-4 if cos.dtype.itemsize >= 4 else 4e-3
+    fit = np.outer(pos, inv)
+    if np.abs(np.cos(fit) - c).max() > tol or np.abs(np.sin(fit) - s).max() > tol:
         return None
     return mx.array((1.0 / inv).astype(np.float32))
 

@@ -5,7 +5,8 @@ directly against MLX (bench/mlx_reference.py), their ratios, session creation ti
 latency and peak memory. Writes docs/PERFORMANCE.md.
 
     bench/run.py [--workloads a,b] [--runs N] [--warmup N] [--device cpu|gpu] [--out FILE]
-                 [--decoder-config tiny|mid|qwen2.5-0.5b] [--verify]
+                 [--decoder-config tiny|mid|qwen2.5-0.5b] [--io-dtype float32|float16]
+                 [--engines a,b] [--verify]
 
 Each (workload, engine) pair lives in its own worker process, so peak memory, session creation
 and the first Run are its own; the three workers of a workload start one after the other and then
@@ -34,6 +35,28 @@ logits of every step and the last present.*, every engine fed ORT CPU EP's greed
 The issue's acceptance, stated in the report: every workload's EP throughput at least 0.95x MLX
 direct's (MLX direct median / EP median), and the per-Run EP overhead on the 10-node graph
 (mlp10: EP median minus MLX direct median) at most 30 us.
+
+--device gpu (issue 9) runs more engines (GPU_ENGINES; --engines picks some): mlx_ep, mlx_ep_io
+(the MLX EP through IOBinding: NumPy inputs bound as CPU inputs, outputs bound to device
+MLX_EP_IO_DEVICE, "cuda" = OrtDevice(GPU, vendor 0x10DE, id 0), which env
+ORT_EP_MLX_BENCH_IO_DEVICE overrides), ort_cuda and ort_cuda_io (ORT's CUDA EP from
+onnxruntime-gpu on the same file, plain and through the same binding; preload_dlls() first),
+mlx_direct, torch (bench/torch_reference.py: the decoder in PyTorch eager, decoder workloads only)
+and ort_cpu. In the decode loop the IOBinding engines bind each step's present.* OrtValues as the
+next past (no host copy) and only the logits to the CPU; torch keeps its cache as device tensors.
+An engine this machine cannot run (no onnxruntime-gpu CUDA EP, no torch, no CUDA) is "n/a
+(reason)" in the table, and on the GPU an engine that fails is an error cell while the others go
+on. --io-dtype float16 builds the decoder workloads with float16 activations and KV cache (what GPU
+deployments run; default float32). The GPU report (default docs/PERFORMANCE_GPU.md, --out to
+change) has three tables (times; the MLX EP's faster flow over its peers as throughput ratios;
+session creation / first Run of every engine) and issue 9's acceptance lines: decode loop with
+IOBinding >= 1.0x ORT CUDA EP with IOBinding (goal), >= 0.95x MLX direct, >= 2.5x PyTorch eager;
+prefill at most 1.5x ORT CUDA EP's time; first Run at most 5 s; every workload >= 0.95x MLX
+direct. bench/gpu_session.sh runs the whole GPU session. --verify runs every engine in a process
+of its own; its tolerance is 1e-3 for float32 activations and 2e-2 for float16
+(verify_tolerance). ORT_EP_MLX_BENCH_CPU_STANDIN=1 tests the GPU engines on a machine without a
+GPU: MLX on its CPU, ORT's CPU EP standing in for the CUDA EP, IOBinding bound to "cpu", torch on
+the CPU (tests/test_bench.py).
 """
 from __future__ import annotations
 
@@ -52,44 +75,181 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-ENGINES = ["mlx_ep", "ort_cpu", "mlx_direct"]
+CPU_ENGINES = ["mlx_ep", "ort_cpu", "mlx_direct"]
+# --device gpu: the MLX EP plain and with IOBinding, its peers on the same file and machine.
+GPU_ENGINES = ["mlx_ep", "mlx_ep_io", "ort_cuda", "ort_cuda_io", "mlx_direct", "torch", "ort_cpu"]
+ENGINE_LABELS = {"mlx_ep": "MLX EP", "mlx_ep_io": "MLX EP + IOBinding", "ort_cuda": "ORT CUDA EP",
+                 "ort_cuda_io": "ORT CUDA EP + IOBinding", "mlx_direct": "MLX direct", "torch": "PyTorch eager",
+                 "ort_cpu": "ORT CPU EP"}
+# The device name IOBinding binds the MLX EP's outputs to: Python's bind_output maps "cuda" to
+# OrtDevice(GPU, vendor 0x10DE NVIDIA, id 0), the memory the EP registers on MLX's CUDA backend
+# (src/ep/device_memory.c). ORT's CUDA EP binds to "cuda" too.
+MLX_EP_IO_DEVICE = os.environ.get("ORT_EP_MLX_BENCH_IO_DEVICE", "cuda")
+ORT_CUDA_IO_DEVICE = "cuda"
+# Testing the GPU engines on a machine without one: ORT_EP_MLX_BENCH_CPU_STANDIN=1 runs MLX on its
+# CPU, "ort_cuda*" on ORT's CPU EP, torch on the CPU and binds IOBinding outputs to "cpu".
+CPU_STANDIN = os.environ.get("ORT_EP_MLX_BENCH_CPU_STANDIN") == "1"
 THROUGHPUT_MIN = 0.95   # acceptance: EP throughput / MLX direct throughput, every workload
 OVERHEAD_MAX_US = 30.0  # acceptance: per-Run EP overhead over MLX direct on mlp10
+# GPU acceptance (issue 9), decoder at Qwen2.5-0.5B shapes, float16:
+GPU_LOOP_VS_CUDA_IO = 1.0    # decode loop with IOBinding >= 1.0x ORT CUDA EP with IOBinding (goal)
+GPU_LOOP_VS_DIRECT = 0.95    # ... never below 0.95x MLX direct
+GPU_LOOP_VS_TORCH = 2.5      # ... nor below 2.5x PyTorch eager
+GPU_PREFILL_MAX = 1.5        # prefill at most 1.5x ORT CUDA EP's time
+GPU_FIRST_RUN_MAX_S = 5.0    # first Run at most 5 s cold
 # Between two engines' batches: ORT's intra-op threads spin for a while after a Run, and must not
 # steal a core from the next engine (2-core machines).
 PAUSE_S = 0.01
 PRIME_BELOW_S = 0.01  # Runs shorter than this get an untimed Run before each batch
 
 
+def engines_for(device: str, only: str | None = None) -> list[str]:
+    """The engines of a bench on `device` (--engines narrows them, in the device's order)."""
+    engines = GPU_ENGINES if device == "gpu" else CPU_ENGINES
+    if not only:
+        return list(engines)
+    chosen = only.split(",")
+    unknown = [e for e in chosen if e not in engines]
+    if unknown:
+        raise ValueError(f"unknown engine(s) for --device {device}: {', '.join(unknown)} (have {', '.join(engines)})")
+    return [e for e in engines if e in chosen]
+
+
+class Unavailable(Exception):
+    """An engine this machine cannot run (package or device missing): reported as n/a."""
+
+
+def _ort_cuda_session(model: bytes):
+    """ORT's CUDA EP session (onnxruntime-gpu), or Unavailable. ORT silently falls back to its CPU
+    EP when the CUDA EP does not load: checked."""
+    import onnxruntime as ort
+    if CPU_STANDIN:
+        return ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    if hasattr(ort, "preload_dlls"):
+        try:
+            ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels
+        except Exception:  # noqa: BLE001 - the provider check below says what is missing
+            pass
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise Unavailable(f"no CUDA EP in onnxruntime {ort.__version__}: onnxruntime-gpu not installed")
+    sess = ort.InferenceSession(model, providers=["CUDAExecutionProvider"])
+    if sess.get_providers()[:1] != ["CUDAExecutionProvider"]:
+        raise Unavailable("CUDA EP did not load (CUDA/cuDNN libraries?)")
+    return sess
+
+
+def _torch_decoder(model: bytes, workload: str):
+    from workloads import DECODER_WORKLOADS
+    if workload not in DECODER_WORKLOADS:
+        raise Unavailable("decoder workloads only")
+    try:
+        import torch
+    except ImportError:
+        raise Unavailable("torch not installed") from None
+    if not CPU_STANDIN and not torch.cuda.is_available():
+        raise Unavailable("torch sees no CUDA device")
+    from torch_reference import TorchDecoder
+    return TorchDecoder(model, "cpu" if CPU_STANDIN else "cuda")
+
+
+class IoBound:
+    """A session run through IOBinding: NumPy feeds bound as CPU inputs, OrtValues (a previous
+    Run's outputs) bound as they are, outputs bound to `device` (ORT allocates them there). In a
+    decode loop (`loop`) the logits are bound to the CPU, the only output the host reads; the
+    present.* stay on the device and come back as the next step's past."""
+
+    def __init__(self, sess, device: str, loop: bool):
+        import onnxruntime as ort
+        self.ort, self.sess, self.device, self.loop = ort, sess, device, loop
+        self.outputs = [o.name for o in sess.get_outputs()]
+        self.io = sess.io_binding()
+        self.last = []
+
+    def __call__(self, feeds: dict) -> list:
+        io = self.io
+        io.clear_binding_inputs()
+        io.clear_binding_outputs()
+        for name, v in feeds.items():
+            if isinstance(v, self.ort.OrtValue):
+                io.bind_ortvalue_input(name, v)
+            else:
+                io.bind_cpu_input(name, v)
+        for i, name in enumerate(self.outputs):
+            io.bind_output(name, "cpu" if self.loop and i == 0 else self.device)
+        self.sess.run_with_iobinding(io)
+        self.last = io.get_outputs()
+        if self.loop:
+            return [self.last[0].numpy()] + self.last[1:]
+        return list(self.last)
+
+    def host(self, v):
+        """An output of the last Run as a NumPy array (copied through ORT's data transfer)."""
+        if not isinstance(v, self.ort.OrtValue):
+            return np_asarray(v)
+        for i, o in enumerate(self.last):
+            if o is v:
+                if not hasattr(self, "_host_copy") or self._host_copy[0] is not self.last:
+                    self._host_copy = (self.last, self.io.copy_outputs_to_cpu())
+                return self._host_copy[1][i]
+        return v.numpy()
+
+
+def np_asarray(v):
+    import numpy as np
+    if type(v).__module__.startswith("torch"):
+        return v.detach().cpu().numpy()
+    return np.asarray(v)
+
+
 class Session:
     """A model on one engine: calling it with feeds runs the model once and returns its outputs.
-    keep_mx: MLX direct returns evaluated mx arrays instead of NumPy ones (a decode loop keeps its
-    KV cache in MLX). report: the MLX EP's report file (option report=), written by close()."""
+    loop: the session runs a decode loop: MLX direct returns evaluated mx arrays (its KV cache
+    stays in MLX), the IOBinding engines and torch return the logits on the host and the
+    present.* on the device. Otherwise the IOBinding engines and torch leave all outputs on the
+    device (torch synchronized). host(v) reads an output back. report: the MLX EP's report file
+    (option report=), written by close(). Unavailable: the engine cannot run here."""
 
-    def __init__(self, model: bytes, engine: str, device: str, keep_mx: bool = False, report: str | None = None):
+    def __init__(self, model: bytes, engine: str, device: str, loop: bool = False, report: str | None = None,
+                 workload: str = ""):
         self.ref = self.sess = None
+        self.host = np_asarray
+        mlx_device = "cpu" if CPU_STANDIN else device
         if engine == "mlx_direct":
             import mlx.core as mx
             from mlx_reference import MlxReference
-            mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+            mx.set_default_device(mx.gpu if mlx_device == "gpu" else mx.cpu)
             self.ref = MlxReference(model)
-            self.run = self.ref.run_mx if keep_mx else self.ref
+            self.run = self.ref.run_mx if loop else self.ref
+            return
+        if engine == "torch":
+            self.ref = _torch_decoder(model, workload)
+            if loop:
+                self.run = lambda feeds: (lambda o: [o[0].cpu().numpy()] + o[1:])(self.ref(feeds))
+            else:
+                self.run = lambda feeds: (lambda o: (self.ref.synchronize(), o)[1])(self.ref(feeds))
             return
         import onnxruntime as ort
-        if engine == "mlx_ep":
+        if engine in ("mlx_ep", "mlx_ep_io"):
             import onnxruntime_ep_mlx as mlx_ep
-            options = {"device": device, **({"report": report} if report else {})}
+            options = {"device": mlx_device, **({"report": report} if report else {})}
             self.sess = mlx_ep.session(model, options=options, strict=False)
+        elif engine in ("ort_cuda", "ort_cuda_io"):
+            self.sess = _ort_cuda_session(model)
         else:
             self.sess = ort.InferenceSession(model, ort.SessionOptions(), providers=["CPUExecutionProvider"])
-        self.run = lambda feeds: self.sess.run(None, feeds)
+        if engine.endswith("_io"):
+            io_device = "cpu" if CPU_STANDIN else (MLX_EP_IO_DEVICE if engine == "mlx_ep_io" else ORT_CUDA_IO_DEVICE)
+            self.run = IoBound(self.sess, io_device, loop)
+            self.host = self.run.host
+        else:
+            self.run = lambda feeds: self.sess.run(None, feeds)
 
     def __call__(self, feeds: dict) -> list:
         return self.run(feeds)
 
     def close(self) -> None:
         """Releases the session now: the MLX EP writes its run report when ORT destroys it."""
-        self.ref = self.sess = self.run = None
+        self.ref = self.sess = self.run = self.host = None  # host may be an IoBound's: it holds the session
         gc.collect()
 
 
@@ -98,21 +258,22 @@ def make_runner(workload: str, model: bytes, feeds: dict, engine: str, device: s
     """(session, run): run() is one timed Run of the workload on `engine` and returns (outputs,
     greedy tokens or None): one model run, or for a loop workload (workloads.LOOPS) the whole
     decode loop, its outputs the logits of every step and the last present.* (tokens: forced
-    tokens, see workloads.decode_loop)."""
+    tokens, see workloads.decode_loop). Outputs may live on the device: session.host reads one."""
     from workloads import LOOPS, decode_loop
     steps = LOOPS.get(workload, 0)
-    sess = Session(model, engine, device, keep_mx=bool(steps), report=report)
+    sess = Session(model, engine, device, loop=bool(steps), report=report, workload=workload)
     if not steps:
         return sess, lambda: (sess(feeds), None)
     return sess, lambda: decode_loop(sess, feeds, decoder_config, steps, tokens)
 
 
-def checksum(workload: str, outs: list) -> float:
+def checksum(workload: str, outs: list, host=None) -> float:
     """The sum of the first output (of every step's logits for a loop workload)."""
     import numpy as np
     from workloads import LOOPS
+    host = host or np_asarray
     first = outs[:LOOPS[workload]] if workload in LOOPS else outs[:1]
-    return float(sum(np.asarray(o, dtype=np.float64).sum() for o in first))
+    return float(sum(np.asarray(host(o), dtype=np.float64).sum() for o in first))
 
 
 def read_run_report(path: str) -> dict:
@@ -175,11 +336,12 @@ def peak_rss_mb() -> float:
     return rss / (1024 * 1024 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB elsewhere
 
 
-def worker(workload: str, engine: str, warmup: int, device: str, decoder_config: str) -> int:
+def worker(workload: str, engine: str, warmup: int, device: str, decoder_config: str, io_dtype: str = "float32") -> int:
     """--worker: one engine of one workload, driven over stdin/stdout by the parent. Sends one JSON
     line once the session is created, run once and warmed up; then answers {"runs": n} with the
     times of n Runs and {"done": true} with the process's peak memory (and for the MLX EP on a
-    loop workload, its run report's counters over all of its Runs)."""
+    loop workload, its run report's counters over all of its Runs). An engine this machine cannot
+    run answers {"na": reason} instead and exits."""
     from workloads import LOOPS, load
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything a library prints goes to stderr, not into the protocol
@@ -188,15 +350,19 @@ def worker(workload: str, engine: str, warmup: int, device: str, decoder_config:
         proto.write(json.dumps(msg) + "\n")
         proto.flush()
 
-    model, feeds = load(workload, decoder_config)
+    model, feeds = load(workload, decoder_config, io_dtype)
     report = None
-    if engine == "mlx_ep" and workload in LOOPS:
+    if engine in ("mlx_ep", "mlx_ep_io") and workload in LOOPS:
         fd, report = tempfile.mkstemp(prefix="bench-report-", suffix=".txt")
         os.close(fd)
     gc.collect()
     reset_peak_rss()
     t0 = time.perf_counter()
-    sess, run_once = make_runner(workload, model, feeds, engine, device, decoder_config, report)
+    try:
+        sess, run_once = make_runner(workload, model, feeds, engine, device, decoder_config, report)
+    except Unavailable as e:
+        send({"na": str(e)})
+        return 0
     run = lambda: run_once()[0]  # noqa: E731
     create = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -210,7 +376,7 @@ def worker(workload: str, engine: str, warmup: int, device: str, decoder_config:
     # A batch starts after the process slept through the other engines' turns: for short Runs,
     # one untimed Run first, so that the batch does not time a cold start.
     prime = last < PRIME_BELOW_S
-    send({"create_ms": create * 1e3, "first_run_ms": first * 1e3, "checksum": checksum(workload, out)})
+    send({"create_ms": create * 1e3, "first_run_ms": first * 1e3, "checksum": checksum(workload, out, sess.host)})
     del out
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -227,6 +393,15 @@ def worker(workload: str, engine: str, warmup: int, device: str, decoder_config:
     return 0
 
 
+def short_error(line: str, limit: int = 200) -> str:
+    """An error line for the table: ORT's source-location prefix dropped, at most `limit` characters."""
+    for marker in (": FAIL : ", "] : "):
+        if marker in line:
+            line = line.rsplit(marker, 1)[1]
+            break
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
 class WorkerError(RuntimeError):
     pass
 
@@ -238,7 +413,7 @@ class Worker:
         self.engine = engine
         self.err = tempfile.TemporaryFile(mode="w+")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", workload, engine, "--warmup", str(warmup),
-               "--device", args.device, "--decoder-config", args.decoder_config]
+               "--device", args.device, "--decoder-config", args.decoder_config, "--io-dtype", args.io_dtype]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True)
 
     def read(self) -> dict:
@@ -247,7 +422,7 @@ class Worker:
             self.proc.wait()
             self.err.seek(0)
             lines = self.err.read().strip().splitlines()
-            raise WorkerError(f"{self.engine}: {lines[-1] if lines else f'exit status {self.proc.returncode}'}")
+            raise WorkerError(f"{self.engine}: {short_error(lines[-1]) if lines else f'exit status {self.proc.returncode}'}")
         return json.loads(line)
 
     def call(self, msg: dict) -> dict:
@@ -276,26 +451,48 @@ def quantile(sorted_times: list[float], f: float) -> float:
 def measure(workload: str, runs: int, warmup: int, args) -> dict:
     """All engines of a workload, interleaved in rounds (see the module doc). Per engine: median
     of the per-round medians, p10/p90 of all runs, the per-round medians themselves, session
-    creation, first Run, peak RSS, checksum."""
+    creation, first Run, peak RSS, checksum. On --device gpu an engine that cannot run here
+    ({"na": reason}) or fails ({"error": message}) is left out and the others go on; on the CPU
+    any failure fails the workload (WorkerError)."""
+    engines = args.engines
     workers, info = {}, {}
     try:
-        for e in ENGINES:  # one at a time: each session is created and warmed up alone
-            workers[e] = Worker(workload, e, warmup, args)
-            info[e] = workers[e].read()
-        times = {e: [] for e in ENGINES}
-        medians = {e: [] for e in ENGINES}
+        for e in engines:  # one at a time: each session is created and warmed up alone
+            try:
+                workers[e] = Worker(workload, e, warmup, args)
+                info[e] = workers[e].read()
+            except WorkerError as err:
+                if args.device != "gpu":
+                    raise
+                info[e] = {"error": str(err)}
+            if "na" in info[e] or "error" in info[e]:
+                workers.pop(e).close()
+                print(f"{workload:18s} {e:11s} {'n/a (' + info[e]['na'] + ')' if 'na' in info[e] else info[e]['error']}",
+                      flush=True)
+        active = [e for e in engines if e in workers]
+        times = {e: [] for e in active}
+        medians = {e: [] for e in active}
         for r, n in enumerate(round_sizes(runs)):
-            for e in ENGINES[r % len(ENGINES):] + ENGINES[:r % len(ENGINES)]:
+            for e in active[r % len(active):] + active[:r % len(active)] if active else []:
+                if e not in workers:
+                    continue
                 time.sleep(PAUSE_S)
-                t = workers[e].call({"runs": n})["times"]
+                try:
+                    t = workers[e].call({"runs": n})["times"]
+                except WorkerError as err:
+                    if args.device != "gpu":
+                        raise
+                    info[e] = {"error": str(err)}
+                    workers.pop(e).close()
+                    continue
                 times[e] += t
                 medians[e].append(statistics.median(t))
-        for e in ENGINES:
+        for e in list(workers):
             info[e].update(workers[e].call({"done": True}))
     finally:
         for w in workers.values():
             w.close()
-    for e in ENGINES:
+    for e in workers:
         ts = sorted(times[e]) or [float("nan")]
         info[e].update({"median_ms": statistics.median(medians[e]) * 1e3 if medians[e] else float("nan"),
                         "p10_ms": quantile(ts, 0.1) * 1e3, "p90_ms": quantile(ts, 0.9) * 1e3,
@@ -303,55 +500,126 @@ def measure(workload: str, runs: int, warmup: int, args) -> dict:
     return info
 
 
-def verify(workload: str, device: str, decoder_config: str, tol: float = 1e-3) -> bool:
-    """Runs the workload once per engine; prints one line comparing MLX EP and MLX direct with
-    ORT's CPU EP (per output: max |a - ref| / max |ref|, the worst over the outputs). A decode
-    loop's outputs are the logits of every step and the last present.*; every engine is fed ORT
-    CPU EP's greedy tokens (a near tie decided the other way would otherwise send the loops down
-    different sequences), carries its own KV cache, and the line says at how many steps its own
-    argmax agreed with ORT's."""
+def verify_tolerance(io_dtype: str) -> float:
+    """--verify's tolerance on max |a - ref| / max |ref|: 1e-3 for float32 activations; 2e-2 for
+    float16 (its rounding, ~5e-4 a value, accumulates over layers: engines that compute the same
+    float16 graph in a different order differ by ~1e-3-1e-2 of the logits' range)."""
+    return 1e-3 if io_dtype == "float32" else 2e-2
+
+
+def verify_worker(workload: str, engine: str, device: str, decoder_config: str, io_dtype: str, out: str,
+                  tokens_from: str | None) -> int:
+    """--verify-worker: runs the workload once on one engine (in its own process: the GPU engines'
+    CUDA libraries stay apart) and saves its outputs (and greedy tokens) to `out` (.npz), or
+    {"na": reason} / {"error": message} as JSON in out + ".json"."""
     import numpy as np
-    from workloads import LOOPS, load
-    model, feeds = load(workload, decoder_config)
-    ref, tokens = make_runner(workload, model, feeds, "ort_cpu", device, decoder_config)[1]()
-    ref = [np.asarray(o) for o in ref]
+    from workloads import load
+    os.dup2(2, 1)
+    model, feeds = load(workload, decoder_config, io_dtype)
+    tokens = None
+    if tokens_from:
+        with np.load(tokens_from) as z:
+            tokens = [z[k] for k in sorted((k for k in z.files if k.startswith("token_")), key=lambda k: int(k[6:]))]
+            tokens = tokens or None
+    try:
+        sess, run_once = make_runner(workload, model, feeds, engine, device, decoder_config, tokens=tokens)
+        outs, chosen = run_once()
+        arrays = {f"out_{i}": np.asarray(sess.host(o)) for i, o in enumerate(outs)}
+        arrays.update({f"token_{i}": np.asarray(t) for i, t in enumerate(chosen or [])})
+        np.savez(out, **arrays)
+        return 0
+    except Unavailable as e:
+        msg = {"na": str(e)}
+    except Exception as e:  # noqa: BLE001 - reported by the parent, next to the other engines
+        msg = {"error": short_error(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")}
+    with open(out + ".json", "w") as f:
+        json.dump(msg, f)
+    return 0
+
+
+def verify(workload: str, device: str, decoder_config: str, io_dtype: str = "float32",
+           engines: list[str] | None = None) -> bool:
+    """Runs the workload once per engine, each in its own process; prints one line comparing
+    every engine with ORT's CPU EP (per output: max |a - ref| / max |ref|, the worst over the
+    outputs). A decode loop's outputs are the logits of every step and the last present.*; every
+    engine is fed ORT CPU EP's greedy tokens (a near tie decided the other way would otherwise
+    send the loops down different sequences), carries its own KV cache, and the line says at how
+    many steps its own argmax agreed with ORT's. An engine that cannot run here is n/a, not a
+    failure."""
+    import numpy as np
+    from workloads import LOOPS
+    tol = verify_tolerance(io_dtype)
+    engines = [e for e in (engines or engines_for(device)) if e != "ort_cpu"]
+    tmp = tempfile.mkdtemp(prefix="bench-verify-")
+
+    def run_engine(engine, tokens_from=None):
+        out = os.path.join(tmp, f"{engine}.npz")
+        cmd = [sys.executable, os.path.abspath(__file__), "--verify-worker", workload, engine, out,
+               "--device", device, "--decoder-config", decoder_config, "--io-dtype", io_dtype]
+        if tokens_from:
+            cmd += ["--tokens-from", tokens_from]
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if os.path.exists(out + ".json"):
+            with open(out + ".json") as f:
+                return json.load(f), out
+        if p.returncode or not os.path.exists(out):
+            lines = p.stderr.strip().splitlines()
+            return {"error": short_error(lines[-1]) if lines else f"exit status {p.returncode}"}, out
+        with np.load(out) as z:
+            outs = [z[f"out_{i}"] for i in range(sum(k.startswith("out_") for k in z.files))]
+            toks = [z[k] for k in sorted((k for k in z.files if k.startswith("token_")), key=lambda k: int(k[6:]))]
+        return {"outs": outs, "tokens": toks}, out
+
+    ref, ref_path = run_engine("ort_cpu")
+    if "outs" not in ref:
+        print(f"verify {workload_label(workload, decoder_config, io_dtype)}: ORT CPU EP failed: "
+              f"{ref.get('error') or ref.get('na')}", flush=True)
+        return False
     ok, parts = True, []
-    for engine in ("mlx_ep", "mlx_direct"):
-        try:
-            outs, chosen = make_runner(workload, model, feeds, engine, device, decoder_config, tokens=tokens)[1]()
-        except Exception as e:  # noqa: BLE001 - reported, not raised: the other engine still runs
-            ok = False
-            parts.append(f"{engine} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    for engine in engines:
+        res, _ = run_engine(engine, ref_path if workload in LOOPS else None)
+        if "na" in res:
+            parts.append(f"{engine} n/a ({res['na']})")
             continue
+        if "error" in res:
+            ok = False
+            parts.append(f"{engine} failed: {res['error']}")
+            continue
+        outs, chosen = res["outs"], res["tokens"]
         worst = 0.0
-        for o, r in zip(outs, ref):
-            o = np.asarray(o)
+        for o, r in zip(outs, ref["outs"]):
             if o.shape != r.shape:
                 worst = float("inf")
                 break
             if r.size:
-                worst = max(worst, float(np.abs(o.astype(np.float64) - r).max() / max(np.abs(r).max(), 1e-30)))
-        good = len(outs) == len(ref) and worst <= tol
+                r64 = r.astype(np.float64)
+                worst = max(worst, float(np.abs(o.astype(np.float64) - r64).max() / max(np.abs(r64).max(), 1e-30)))
+        good = len(outs) == len(ref["outs"]) and worst <= tol
         ok &= good
         agree = ""
-        if chosen is not None:
-            same = sum(bool(np.array_equal(a, b)) for a, b in zip(chosen, tokens))
-            agree = f" (greedy token equal at {same}/{len(tokens)} steps)"
+        if workload in LOOPS:
+            same = sum(bool(np.array_equal(a, b)) for a, b in zip(chosen, ref["tokens"]))
+            agree = f" (greedy token equal at {same}/{len(ref['tokens'])} steps)"
         parts.append(f"{engine} {worst:.1e} {'ok' if good else 'FAIL'}{agree}")
-    what = f", {len(ref)} outputs: {LOOPS[workload]} steps' logits + last present.*" if workload in LOOPS else ""
-    print(f"verify {workload_label(workload, decoder_config)} vs ORT CPU EP (max rel error, tolerance {tol:g}"
-          f"{what}): {', '.join(parts)}", flush=True)
+    n = len(ref["outs"])
+    what = f", {n} outputs: {LOOPS[workload]} steps' logits + last present.*" if workload in LOOPS else ""
+    print(f"verify {workload_label(workload, decoder_config, io_dtype)} vs ORT CPU EP (max rel error, tolerance "
+          f"{tol:g}{what}): {', '.join(parts)}", flush=True)
+    import shutil
+    shutil.rmtree(tmp, ignore_errors=True)
     return ok
 
 
-def workload_label(workload: str, decoder_config: str) -> str:
+def workload_label(workload: str, decoder_config: str, io_dtype: str = "float32") -> str:
     from workloads import DECODER_WORKLOADS
-    return f"{workload}[{decoder_config}]" if workload in DECODER_WORKLOADS else workload
+    if workload not in DECODER_WORKLOADS:
+        return workload
+    return f"{workload}[{decoder_config}]" if io_dtype == "float32" else f"{workload}[{decoder_config}, {io_dtype}]"
 
 
 def run_counts(workload: str, args) -> tuple[int, int]:
     from workloads import default_runs
-    runs, warmup = default_runs(workload, args.decoder_config)
+    runs, warmup = default_runs(workload, args.decoder_config, args.device)
     return (args.runs if args.runs is not None else runs, args.warmup if args.warmup is not None else warmup)
 
 
@@ -414,7 +682,7 @@ def render(results: dict, args) -> str:
               "EP session ms | EP first run ms | EP peak RSS MB |",
               "|---|---|---|---|---|---|---|---|---|"]
     for w, r in results.items():
-        label = workload_label(w, args.decoder_config)
+        label = workload_label(w, args.decoder_config, args.io_dtype)
         if "error" in r:
             lines.append(f"| {label} | error: {r['error']} |  |  |  |  |  |  |  |")
             continue
@@ -440,13 +708,14 @@ def loop_report_lines(results: dict, args) -> list[str]:
     warm-up, primes and timed loops)."""
     out = []
     for w, r in results.items():
-        rep = r.get("mlx_ep", {}).get("run_report")
-        if rep is None:
-            continue
-        loops = rep["runs"] / float(__import__("workloads").LOOPS[w])
-        out.append(f"decode loop: {rep['traces']} traces, {rep['padded_runs']} padded runs over {rep['runs']} Runs "
-                   f"(MLX EP run report, {workload_label(w, args.decoder_config)}: {loops:g} loops, "
-                   f"{rep['clusters']} cluster(s), device {args.device})")
+        for engine in ("mlx_ep", "mlx_ep_io"):
+            rep = r.get(engine, {}).get("run_report")
+            if rep is None:
+                continue
+            loops = rep["runs"] / float(__import__("workloads").LOOPS[w])
+            out.append(f"decode loop: {rep['traces']} traces, {rep['padded_runs']} padded runs over {rep['runs']} Runs "
+                       f"({ENGINE_LABELS[engine]} run report, {workload_label(w, args.decoder_config, args.io_dtype)}: "
+                       f"{loops:g} loops, {rep['clusters']} cluster(s), device {args.device})")
     return out
 
 
@@ -459,13 +728,13 @@ def acceptance_lines(results: dict, args) -> list[str]:
     out = []
     if judged:
         worst = min(judged, key=lambda w: throughput(judged[w]))
-        below = [workload_label(w, args.decoder_config) for w in judged if throughput(judged[w]) < THROUGHPUT_MIN]
-        failed = [workload_label(w, args.decoder_config) for w in results if w not in ok]
+        below = [workload_label(w, args.decoder_config, args.io_dtype) for w in judged if throughput(judged[w]) < THROUGHPUT_MIN]
+        failed = [workload_label(w, args.decoder_config, args.io_dtype) for w in results if w not in ok]
         verdict = "met" if not below and not failed else "NOT met (" + ", ".join(
             [f"below: {', '.join(below)}"] * bool(below) + [f"failed: {', '.join(failed)}"] * bool(failed)) + ")"
         out.append(f"- EP throughput >= {THROUGHPUT_MIN:.2f}x MLX direct on every workload (the one-node tiny_add "
                    f"probe measures overhead, below): {verdict}; lowest "
-                   f"{throughput(judged[worst]):.2f}x ({workload_label(worst, args.decoder_config)}).")
+                   f"{throughput(judged[worst]):.2f}x ({workload_label(worst, args.decoder_config, args.io_dtype)}).")
     probes = (("mlp10", "10-node MLP (mlp10)"), ("tiny_add", "one-node graph (tiny_add)"))
     for w, what in probes:
         if w not in ok:
@@ -482,10 +751,164 @@ def acceptance_lines(results: dict, args) -> list[str]:
     return out
 
 
+def measured(r: dict | None) -> bool:
+    return bool(r) and "median_ms" in r and r["median_ms"] == r["median_ms"]  # not n/a, error or NaN
+
+
+def best_ep(r: dict) -> str | None:
+    """The faster of the MLX EP plain and with IOBinding (by median), of those measured."""
+    have = [e for e in ("mlx_ep", "mlx_ep_io") if measured(r.get(e))]
+    return min(have, key=lambda e: r[e]["median_ms"]) if have else None
+
+
+def ratio(r: dict, ep: str | None, other: str) -> float | None:
+    """`other`'s median over the EP engine's (throughput ratio: >= 1 the EP is as fast)."""
+    if ep is None or not measured(r.get(other)):
+        return None
+    return r[other]["median_ms"] / r[ep]["median_ms"]
+
+
+def cell(workload: str, x: dict | None) -> str:
+    if x is None:
+        return "not run"
+    if "na" in x:
+        return f"n/a ({x['na']})"
+    if "error" in x and not measured(x):
+        return f"error: {x['error']}"
+    return f"{x['median_ms']:.3f} [{x['p10_ms']:.3f}-{x['p90_ms']:.3f}]" + tok_s(workload, x)
+
+
+def render_gpu(results: dict, args) -> str:
+    """--device gpu: the times of every engine, the MLX EP's ratios to its peers, session creation
+    and first Run of every engine, and issue 9's GPU acceptance lines."""
+    from workloads import DECODER_WORKLOADS, describe_decoder
+    engines = args.engines
+    lines = ["# Performance on the GPU", "",
+             "Generated by `bench/run.py --device gpu` (bench/gpu_session.sh). Times are per Run after warm-up: the",
+             "median of per-round medians (the engines take turns in rounds, see bench/run.py), with the",
+             "10th-90th percentile of all runs in brackets. Engines: MLX EP (plain `run()` with NumPy feeds);",
+             f"MLX EP + IOBinding (inputs bound from NumPy, outputs bound to device `{MLX_EP_IO_DEVICE}`); ORT CUDA EP",
+             "(onnxruntime-gpu, the same file, plain `run()`); ORT CUDA EP + IOBinding (same binding); MLX direct",
+             "(bench/mlx_reference.py on MLX's GPU); PyTorch eager (bench/torch_reference.py: the same decoder in",
+             "torch ops, int4 weights dequantized to the io dtype at load, SDPA, torch.cat KV cache); ORT CPU EP.",
+             "In the decode loop the IOBinding engines feed each step's present.* OrtValues back as the next",
+             "past without a host copy and bind only the logits to the CPU; torch and MLX direct keep their",
+             "KV cache on the device and copy the logits to the host. Ratios are throughput ratios (the peer's",
+             "median over the MLX EP's, >= 1: the EP is as fast), for the faster of the MLX EP's two flows.",
+             "", f"- machine: {machine()}", f"- versions: {versions_gpu()}", f"- device: MLX {args.device}"
+             + (" (CPU stand-in: ORT_EP_MLX_BENCH_CPU_STANDIN=1)" if CPU_STANDIN else ""),
+             f"- runs: {runs_line(results, args)}",
+             f"- load average (1 min) at start / end: {args.load[0]:.2f} / {args.load[1]:.2f}",
+             f"- bench wall time: {args.wall_s:.0f} s"]
+    if any(w in DECODER_WORKLOADS for w in results):
+        lines.append(f"- decoder `[{args.decoder_config}]`, {args.io_dtype} activations/KV cache: "
+                     f"{describe_decoder(args.decoder_config)}; prefill = 128-token prompt, empty past; decode = 1 "
+                     "token after the prefill's KV (128 positions, computed once by ORT's CPU EP); decode_loop64 = a "
+                     "greedy loop of 64 decode steps from that KV: its time is the whole loop, tok/s = 64 / median")
+    lines += ["", "## Times (ms)", "",
+              "| workload | " + " | ".join(ENGINE_LABELS[e] for e in engines) + " |",
+              "|---|" + "---|" * len(engines)]
+    for w, r in results.items():
+        label = workload_label(w, args.decoder_config, args.io_dtype)
+        if "error" in r and not isinstance(r["error"], dict) and not any(e in r for e in engines):
+            lines.append(f"| {label} | error: {r['error']} |" + " |" * (len(engines) - 1))
+            continue
+        lines.append(f"| {label} | " + " | ".join(cell(w, r.get(e)) for e in engines) + " |")
+    lines += ["", "## MLX EP against its peers (throughput ratios)", "",
+              "| workload | MLX EP (faster flow) ms | vs ORT CUDA EP + IOBinding | vs ORT CUDA EP | vs MLX direct | "
+              "vs PyTorch eager |", "|---|---|---|---|---|---|"]
+    fr = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
+    for w, r in results.items():
+        ep = best_ep(r)
+        if ep is None:
+            continue
+        flow = "IOBinding" if ep == "mlx_ep_io" else "plain"
+        lines.append(f"| {workload_label(w, args.decoder_config, args.io_dtype)} | {r[ep]['median_ms']:.3f} ({flow}) | "
+                     f"{fr(ratio(r, ep, 'ort_cuda_io'))} | {fr(ratio(r, ep, 'ort_cuda'))} | "
+                     f"{fr(ratio(r, ep, 'mlx_direct'))} | {fr(ratio(r, ep, 'torch'))} |")
+    lines += ["", "## Session creation / first Run (ms; the loop's first Run is its whole first loop)", "",
+              "| workload | " + " | ".join(ENGINE_LABELS[e] for e in engines) + " | MLX EP peak RSS MB |",
+              "|---|" + "---|" * (len(engines) + 1)]
+    for w, r in results.items():
+        cells = []
+        for e in engines:
+            x = r.get(e)
+            cells.append(f"{x['create_ms']:.0f} / {x['first_run_ms']:.0f}" if x and "create_ms" in x else "-")
+        rss = r.get("mlx_ep", {}).get("peak_rss_mb")
+        lines.append(f"| {workload_label(w, args.decoder_config, args.io_dtype)} | " + " | ".join(cells)
+                     + f" | {'-' if rss is None else f'{rss:.0f}'} |")
+    lines += [""] + [f"- {line}" for line in loop_report_lines(results, args)] + gpu_acceptance_lines(results, args)
+    return "\n".join(lines) + "\n"
+
+
+def gpu_acceptance_lines(results: dict, args) -> list[str]:
+    """Issue 9's "Done when" on the GPU, stated against the numbers above (decoder lines: at
+    Qwen2.5-0.5B shapes, float16, to count)."""
+    out = []
+    verdict = lambda good: "met" if good else "NOT met"  # noqa: E731
+    shape = "" if (args.decoder_config, args.io_dtype) == ("qwen2.5-0.5b", "float16") else \
+        f" [measured at {args.decoder_config}, {args.io_dtype}: the criteria are for qwen2.5-0.5b, float16]"
+    loop = results.get("decoder_decode_loop64", {})
+    io = loop.get("mlx_ep_io")
+    if measured(io):
+        steps = __import__("workloads").LOOPS["decoder_decode_loop64"]
+        tps = steps / (io["median_ms"] / 1e3)
+        for other, need, what in (("ort_cuda_io", GPU_LOOP_VS_CUDA_IO, "ORT CUDA EP + IOBinding (goal)"),
+                                  ("mlx_direct", GPU_LOOP_VS_DIRECT, "MLX direct"),
+                                  ("torch", GPU_LOOP_VS_TORCH, "PyTorch eager")):
+            x = ratio(loop, "mlx_ep_io", other)
+            if x is None:
+                out.append(f"- decode loop with IOBinding >= {need:g}x {what}: not measured ({cell('', loop.get(other))})"
+                           f"{shape}.")
+                continue
+            out.append(f"- decode loop with IOBinding >= {need:g}x {what}: {verdict(x >= need)}; {x:.2f}x "
+                       f"({tps:.1f} vs {steps / (loop[other]['median_ms'] / 1e3):.1f} tok/s){shape}.")
+    else:
+        out.append(f"- decode loop with IOBinding: not measured ({cell('', io)}).")
+    pre = results.get("decoder_prefill128", {})
+    ep = best_ep(pre)
+    cudas = [e for e in ("ort_cuda", "ort_cuda_io") if measured(pre.get(e))]
+    if ep and cudas:
+        c = min(cudas, key=lambda e: pre[e]["median_ms"])
+        x = pre[ep]["median_ms"] / pre[c]["median_ms"]
+        out.append(f"- prefill at most {GPU_PREFILL_MAX:g}x ORT CUDA EP's time (MLX EP's faster flow, {ep}, against "
+                   f"ORT CUDA EP's faster, {c}): {verdict(x <= GPU_PREFILL_MAX)}; {x:.2f}x "
+                   f"({pre[ep]['median_ms']:.1f} vs {pre[c]['median_ms']:.1f} ms){shape}.")
+    elif "decoder_prefill128" in results:
+        out.append("- prefill at most 1.5x ORT CUDA EP's time: not measured (MLX EP or ORT CUDA EP missing).")
+    firsts = [(results[w][e]["first_run_ms"], w, e) for w in ("decoder_prefill128", "decoder_decode_after128")
+              for e in ("mlx_ep", "mlx_ep_io") if w in results and "first_run_ms" in results[w].get(e, {})]
+    if firsts:
+        worst = max(firsts)
+        out.append(f"- first Run at most {GPU_FIRST_RUN_MAX_S:g} s (MLX EP, a fresh process per workload and flow; "
+                   f"prefill and single decode step): {verdict(worst[0] <= GPU_FIRST_RUN_MAX_S * 1e3)}; longest "
+                   f"{worst[0] / 1e3:.1f} s ({workload_label(worst[1], args.decoder_config, args.io_dtype)}, "
+                   f"{worst[2]}){shape}.")
+    judged = {w: r for w, r in results.items() if w != "tiny_add" and best_ep(r) and measured(r.get("mlx_direct"))}
+    if judged:
+        x = {w: ratio(r, best_ep(r), "mlx_direct") for w, r in judged.items()}
+        below = [workload_label(w, args.decoder_config, args.io_dtype) for w in judged if x[w] < THROUGHPUT_MIN]
+        worst = min(x, key=x.get)
+        out.append(f"- every workload at least {THROUGHPUT_MIN:.2f}x MLX direct (MLX EP's faster flow): "
+                   f"{'met' if not below else 'NOT met (below: ' + ', '.join(below) + ')'}; lowest {x[worst]:.2f}x "
+                   f"({workload_label(worst, args.decoder_config, args.io_dtype)}).")
+    return out
+
+
+def versions_gpu() -> str:
+    parts = [versions()]
+    try:
+        import torch
+        parts.append(f"torch {torch.__version__}" + (f" (CUDA {torch.version.cuda})" if torch.version.cuda else ""))
+    except ImportError:
+        parts.append("torch not installed")
+    return ", ".join(parts)
+
+
 def runs_line(results: dict, args) -> str:
     counts = {}
     for w in results:
-        counts.setdefault(run_counts(w, args), []).append(workload_label(w, args.decoder_config))
+        counts.setdefault(run_counts(w, args), []).append(workload_label(w, args.decoder_config, args.io_dtype))
     items = sorted(counts.items(), key=lambda kv: -len(kv[1]))
     what = lambda r, wu: f"{r} in {len(round_sizes(r))} rounds after {wu} warm-up runs"  # noqa: E731
     if len(items) == 1:
@@ -498,23 +921,41 @@ def main() -> int:
     ap.add_argument("--workloads", default=",".join(__import__("workloads").WORKLOADS))
     ap.add_argument("--runs", type=int, default=None, help="runs per measurement (default: per workload)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up runs (default: per workload)")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    ap.add_argument("--engines", default=None,
+                    help=f"comma-separated subset of the device's engines (cpu: {','.join(CPU_ENGINES)}; "
+                         f"gpu: {','.join(GPU_ENGINES)})")
+    ap.add_argument("--io-dtype", default="float32", choices=__import__("workloads").IO_DTYPES,
+                    help="decoder workloads' activations and KV cache (default: float32)")
     ap.add_argument("--decoder-config", default="mid", choices=__import__("workloads").DECODER_CONFIGS,
                     help="decoder workloads' config (default: mid)")
     ap.add_argument("--verify", action="store_true",
                     help="check each engine's outputs against ORT's CPU EP instead of timing")
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "PERFORMANCE.md"))
+    ap.add_argument("--out", default=None,
+                    help="report file (default: docs/PERFORMANCE.md, docs/PERFORMANCE_GPU.md for --device gpu)")
     ap.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
+    ap.add_argument("--verify-worker", nargs=3, metavar=("WORKLOAD", "ENGINE", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--tokens-from", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.out is None:
+        args.out = os.path.join(ROOT, "docs", "PERFORMANCE_GPU.md" if args.device == "gpu" else "PERFORMANCE.md")
+    try:
+        args.engines = engines_for(args.device, args.engines)
+    except ValueError as e:
+        ap.error(str(e))
     workloads = args.workloads.split(",")
     unknown = [w for w in workloads if w not in __import__("workloads").WORKLOADS]
     if unknown:
         ap.error(f"unknown workload(s): {', '.join(unknown)}")
     if args.worker:
         return worker(args.worker[0], args.worker[1], run_counts(args.worker[0], args)[1], args.device,
-                      args.decoder_config)
+                      args.decoder_config, args.io_dtype)
+    if args.verify_worker:
+        w, e, out = args.verify_worker
+        return verify_worker(w, e, args.device, args.decoder_config, args.io_dtype, out, args.tokens_from)
     if args.verify:
-        return 0 if all([verify(w, args.device, args.decoder_config) for w in workloads]) else 1
+        return 0 if all([verify(w, args.device, args.decoder_config, args.io_dtype, args.engines)
+                         for w in workloads]) else 1
     start, load0 = time.perf_counter(), os.getloadavg()[0]
     results = {}
     for w in workloads:
@@ -526,6 +967,8 @@ def main() -> int:
             print(f"{w:18s} error: {e}", flush=True)
             continue
         for engine, r in results[w].items():
+            if not measured(r):
+                continue
             print(f"{w:18s} {engine:10s} median {r['median_ms']:9.3f} ms  first {r['first_run_ms']:9.1f} ms  "
                   f"create {r['create_ms']:8.1f} ms  rss {r['peak_rss_mb']:6.0f} MB  checksum {r['checksum']:.6g}"
                   f"{tok_s(w, r)}", flush=True)
@@ -533,10 +976,11 @@ def main() -> int:
             print(line, flush=True)
     args.wall_s, args.load = time.perf_counter() - start, (load0, os.getloadavg()[0])
     print(f"bench took {args.wall_s:.0f} s; load average {args.load[0]:.2f} at start, {args.load[1]:.2f} at end")
-    for line in acceptance_lines(results, args):
+    gpu = args.device == "gpu"
+    for line in (gpu_acceptance_lines if gpu else acceptance_lines)(results, args):
         print(line)
-    text = render(results, args)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    text = (render_gpu if gpu else render)(results, args)
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
     print(f"wrote {args.out}")

@@ -1,7 +1,8 @@
 """Benchmark workloads: each returns (model bytes, feeds). Weights are random with fixed seeds.
 
-`load(name, decoder_config)` builds one; the decoder workloads take the decoder config by name
-(DECODER_CONFIGS). `default_runs` gives per-workload default (runs, warm-up) counts.
+`load(name, decoder_config, io_dtype)` builds one; the decoder workloads take the decoder config by
+name (DECODER_CONFIGS) and the dtype of their activations, KV cache and norms (IO_DTYPES: float32,
+or float16 as GPU deployments run them). `default_runs` gives per-workload default (runs, warm-up) counts.
 
 A loop workload (LOOPS: decoder_decode_loop64) is one "Run" of many model runs: `load` gives the
 first step's feeds and `decode_loop` drives the steps, each feeding the previous step's present.*
@@ -113,19 +114,23 @@ def describe_decoder(name: str) -> str:
             f"intermediate {c.intermediate}, vocab {c.vocab}; int4 MatMulNBits/GatherBlockQuantized, block 32")
 
 
-def _decoder_model(name: str) -> bytes:
-    """The decoder's model bytes, generated once per config (and version of examples/llm.py) and
-    kept in CACHE: the bigger configs take seconds to draw."""
+IO_DTYPES = ("float32", "float16")
+
+
+def _decoder_model(name: str, io_dtype: str = "float32") -> bytes:
+    """The decoder's model bytes, generated once per config, io dtype (and version of
+    examples/llm.py) and kept in CACHE: the bigger configs take seconds to draw."""
     from llm import make_llm
     os.makedirs(CACHE, exist_ok=True)
     cfg = decoder_config(name)
     with open(os.path.join(ROOT, "examples", "llm.py"), "rb") as f:  # a changed generator draws anew
         key = hashlib.sha1(repr(cfg).encode() + f.read()).hexdigest()[:12]
-    path = os.path.join(CACHE, f"decoder-{name}-{key}.onnx")
+    suffix = "" if io_dtype == "float32" else f"-{io_dtype}"  # float32 keeps its old file name
+    path = os.path.join(CACHE, f"decoder-{name}-{key}{suffix}.onnx")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return f.read()
-    model = make_llm(cfg, weights="int4", block_size=32)
+    model = make_llm(cfg, weights="int4", io_dtype=io_dtype, block_size=32)
     tmp = f"{path}.{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(model)
@@ -137,18 +142,19 @@ def _prompt(cfg) -> np.ndarray:
     return np.random.default_rng(1).integers(0, cfg.vocab, size=(1, PROMPT + 1), dtype=np.int64)
 
 
-def decoder_prefill(name: str = "mid"):
+def decoder_prefill(name: str = "mid", io_dtype: str = "float32"):
     """The decoder on a 128-token prompt with an empty past."""
     from llm import empty_past, step_feeds
     cfg = decoder_config(name)
-    return _decoder_model(name), step_feeds(cfg, _prompt(cfg)[:, :PROMPT], empty_past(cfg))
+    return (_decoder_model(name, io_dtype),
+            step_feeds(cfg, _prompt(cfg)[:, :PROMPT], empty_past(cfg, io_dtype=io_dtype)))
 
 
-def _make_past(name: str, path: str) -> None:
+def _make_past(name: str, path: str, io_dtype: str = "float32") -> None:
     """Runs the prefill through ORT's CPU EP and saves present.* as the next step's past."""
     import onnxruntime as ort
     from llm import next_past
-    model, feeds = decoder_prefill(name)
+    model, feeds = decoder_prefill(name, io_dtype)
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     past = next_past(decoder_config(name), sess.run(None, feeds))
     tmp = f"{path}.{os.getpid()}.npz"
@@ -156,17 +162,17 @@ def _make_past(name: str, path: str) -> None:
     os.replace(tmp, path)
 
 
-def decoder_decode(name: str = "mid"):
+def decoder_decode(name: str = "mid", io_dtype: str = "float32"):
     """One token after a 128-token past. The past is the prefill's present.* from ORT's CPU EP,
     computed once (in a child process, so it adds nothing to this process's peak memory) and
     kept in CACHE, so every engine gets identical feeds."""
     from llm import step_feeds
     cfg = decoder_config(name)
-    model = _decoder_model(name)
-    key = hashlib.sha1(model).hexdigest()[:12]
+    model = _decoder_model(name, io_dtype)
+    key = hashlib.sha1(model).hexdigest()[:12]  # the model's hash: the io dtype is in it
     path = os.path.join(CACHE, f"decoder-{name}-{key}-past{PROMPT}.npz")
     if not os.path.exists(path):
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--make-past", name, path], check=True)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--make-past", name, path, io_dtype], check=True)
     with np.load(path) as z:
         past = {k: z[k] for k in z.files}
     return model, step_feeds(cfg, _prompt(cfg)[:, PROMPT:], past)
@@ -218,23 +224,29 @@ RUNS = {"tiny_add": (2000, 100), "mlp10": (2000, 100)}
 RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (60, 3), "decoder_decode_loop64": (5, 1)}
 RUNS_DECODER_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1),
                      "decoder_decode_loop64": (1, 0)}
+# On the GPU (--device gpu, any decoder config): a few minutes for all engines at Qwen2.5-0.5B
+# shapes, where each MLX EP worker's first Run may take tens of seconds.
+RUNS_DECODER_GPU = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2),
+                    "decoder_decode_loop64": (3, 1)}
 RUNS_DEFAULT = (50, 5)
 
 
-def default_runs(name: str, decoder_config: str = "mid") -> tuple[int, int]:
+def default_runs(name: str, decoder_config: str = "mid", device: str = "cpu") -> tuple[int, int]:
     decoder = RUNS_DECODER_QWEN if decoder_config == "qwen2.5-0.5b" else RUNS_DECODER
+    if device == "gpu":
+        decoder = RUNS_DECODER_GPU
     return {**RUNS, **decoder}.get(name, RUNS_DEFAULT)
 
 
-def load(name: str, decoder_config: str = "mid"):
-    """(model bytes, feeds) of a workload."""
+def load(name: str, decoder_config: str = "mid", io_dtype: str = "float32"):
+    """(model bytes, feeds) of a workload (io_dtype: the decoder workloads' activations)."""
     if name in DECODER_WORKLOADS:
-        return WORKLOADS[name](decoder_config)
+        return WORKLOADS[name](decoder_config, io_dtype)
     return WORKLOADS[name]()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--make-past":
-        _make_past(sys.argv[2], sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--make-past":
+        _make_past(*sys.argv[2:])
     else:
-        sys.exit("usage: workloads.py --make-past CONFIG OUT.npz (used by decoder_decode)")
+        sys.exit("usage: workloads.py --make-past CONFIG OUT.npz [IO_DTYPE] (used by decoder_decode)")

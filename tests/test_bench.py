@@ -1,0 +1,44 @@
+"""bench/run.py's engine lists and its GPU engines on a CPU machine (ORT_EP_MLX_BENCH_CPU_STANDIN:
+ORT's CPU EP stands in for the CUDA EP, IOBinding binds to "cpu", torch runs on the CPU). The torch
+engine's check is skipped where torch is not installed (CI)."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+RUN = os.path.join(ROOT, "bench", "run.py")
+
+import run as bench  # noqa: E402
+
+
+def test_engine_lists():
+    assert bench.engines_for("cpu") == ["mlx_ep", "ort_cpu", "mlx_direct"]
+    gpu = bench.engines_for("gpu")
+    assert gpu[:4] == ["mlx_ep", "mlx_ep_io", "ort_cuda", "ort_cuda_io"] and {"mlx_direct", "torch"} <= set(gpu)
+    assert bench.engines_for("gpu", "torch,mlx_ep") == ["mlx_ep", "torch"]  # the device's order
+    with pytest.raises(ValueError):
+        bench.engines_for("cpu", "torch")
+
+
+def _verify(engines: str, io_dtype: str = "float32"):
+    env = dict(os.environ, ORT_EP_MLX_BENCH_CPU_STANDIN="1")
+    p = subprocess.run([sys.executable, RUN, "--verify", "--device", "gpu", "--engines", engines, "--workloads",
+                        "decoder_prefill128,decoder_decode_loop64", "--decoder-config", "tiny", "--io-dtype", io_dtype],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def test_verify_iobinding_flows_on_cpu():
+    out = _verify("mlx_ep_io,ort_cuda_io", "float16")
+    assert out.count("mlx_ep_io") == 2 and "FAIL" not in out and "64/64 steps" in out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_verify_torch_engine_on_cpu():
+    out = _verify("torch")
+    assert out.count("torch") == 2 and "n/a" not in out and "FAIL" not in out
