@@ -216,6 +216,13 @@ mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_arr
 mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps);
 mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, float eps);
 /* q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; mask_mode "" or "causal"; mask and sinks may be NULL. */
+/* One-token decode attention in one kernel (src/mlx/bridge_kernels.cpp): q [B, Hq, 1, D] against
+ * k, v [B, Hkv, S, D] where sequence b sees keys [max(0, len_b - window), len_b) (window <= 0: all
+ * from 0), len_b = lengths[b] clamped to [0, S]; scores scale * q.k, soft-capped when softcap > 0;
+ * float32 inside, the result in q's dtype. Only where mlxb_decode_attention_available says so. */
+bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size);
+mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
+                                  const mlxb_array *lengths, float scale, float softcap, int64_t window);
 mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
                       const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks);
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,

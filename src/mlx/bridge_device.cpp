@@ -57,7 +57,16 @@ struct cu_memcpy_2d {
   size_t width_bytes, height;
 };
 
+/* The driver's CUmemLocation and the advice values used below. */
+struct cu_mem_location {
+  int type; /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
+  int id;
+};
+enum { CU_MEM_LOCATION_TYPE_DEVICE = 1, CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3, CU_MEM_ADVISE_SET_ACCESSED_BY = 5 };
+
 struct cuda_driver {
+  cu_result (*mem_advise)(cu_deviceptr, size_t, int, cu_mem_location);           /* may be NULL */
+  cu_result (*mem_prefetch)(cu_deviceptr, size_t, cu_mem_location, unsigned, void *); /* may be NULL */
   cu_result (*init)(unsigned);
   cu_result (*device_get)(int *, int);
   cu_result (*primary_ctx_retain)(void **, int);
@@ -80,6 +89,7 @@ struct device_state {
   cuda_driver cuda{};
   std::mutex lock;
   std::map<uintptr_t, allocation> live; /* base address -> allocation */
+  std::map<uintptr_t, size_t> advised;  /* buffers already advised to live on the GPU (MLX recycles them) */
 };
 
 device_state &state() {
@@ -103,6 +113,9 @@ bool load_cuda_driver(cuda_driver *d) {
             find_symbol(lib, "cuMemcpy2DAsync_v2", &d->memcpy_2d_async) &&
             find_symbol(lib, "cuStreamSynchronize", &d->stream_synchronize) &&
             find_symbol(lib, "cuGetErrorString", &d->error_string);
+  /* optional (CUDA >= 12.2): unified memory that prefers the GPU, see mlxb_device_alloc */
+  find_symbol(lib, "cuMemAdvise_v2", &d->mem_advise);
+  find_symbol(lib, "cuMemPrefetchAsync_v2", &d->mem_prefetch);
   int dev = 0;
   return ok && !d->init(0) && !d->device_get(&dev, 0) && !d->primary_ctx_retain(&d->context, dev);
 }
@@ -171,6 +184,21 @@ mx::array evaluated_row_major_on(mlxb_scope *s, const mx::array &a) {
   return src;
 }
 
+/* Unified memory lent to ORT is meant for the GPU: its pages are advised to live there and
+ * prefetched, so neither a copy into it nor a kernel reading it starts with page faults. Host
+ * access stays valid (the driver maps or migrates on demand). Advice is best effort. */
+void prefer_device(const device_state &s, void *p, size_t bytes) {
+  if (!s.cuda.mem_advise || !s.cuda.mem_prefetch) return;
+  try {
+    context_scope ctx(s);
+    cu_mem_location gpu{CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    s.cuda.mem_advise(dptr(p), bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, gpu);
+    s.cuda.mem_advise(dptr(p), bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, gpu);
+    s.cuda.mem_prefetch(dptr(p), bytes, gpu, 0, nullptr);
+  } catch (...) {
+  }
+}
+
 } // namespace
 
 bool mlxb_device_memory_available(void) {
@@ -193,6 +221,11 @@ void *mlxb_device_alloc(size_t bytes) {
     const auto *rec = static_cast<const cuda_buffer_record *>(b.ptr());
     if (!rec || !rec->data) return nullptr;
     std::lock_guard<std::mutex> g(s.lock);
+    auto seen = s.advised.find(reinterpret_cast<uintptr_t>(rec->data));
+    if (seen == s.advised.end() || seen->second < rec->size) {
+      prefer_device(s, rec->data, rec->size);
+      s.advised[reinterpret_cast<uintptr_t>(rec->data)] = rec->size;
+    }
     s.live.emplace(reinterpret_cast<uintptr_t>(rec->data), allocation{b, want});
     return rec->data;
   } catch (...) {
