@@ -300,9 +300,11 @@ mlxb_array *mlxb_pad_axis(mlxb_scope *s, const mlxb_array *a, int axis, int64_t 
   return guard(s, "mlxb_pad_axis", [&] {
     const mx::array &x = arr(a);
     if (axis < 0 || axis >= static_cast<int>(x.ndim()) || pad < 0) throw bridge_error("invalid padding axis");
-    std::vector<std::pair<int, int>> widths(x.ndim(), {0, 0});
-    widths[axis].second = to_i32(pad, "padding");
-    return mx::pad(x, widths, mx::array(0, x.dtype()), "constant", scope_dev(s));
+    /* one copy kernel: the zero rows are a broadcast view, not a filled buffer */
+    mx::Shape rows = x.shape();
+    rows[axis] = to_i32(pad, "padding");
+    mx::array zeros = mx::broadcast_to(mx::array(0, x.dtype()), rows, scope_dev(s));
+    return mx::concatenate({x, zeros}, axis, scope_dev(s));
   });
 }
 

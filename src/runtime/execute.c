@@ -14,6 +14,12 @@
 #include "runtime/emulated.h"
 #include "runtime/plan_internal.h"
 
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 struct op_ctx {
   plan *plan;
   const ir_graph *g;
@@ -467,13 +473,17 @@ static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const che
   }
   size_t n_eval = (size_t)n + (checks->n > 0);
   if (checks->n > 0 && !results[n]) return diag_fail(d, "%s: the checks were not computed", p->name);
+  uint64_t t0 = now_us();
   if (mlxb_eval(s, results, n_eval)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  uint64_t t1 = now_us();
+  PLAN_STAT_ADD(p, eval_us, t1 - t0);
   if (checks->n > 0 && checks_verdict(p, s, results[n], checks, d)) return -1;
   bool on_device = false;
   int rc = 0;
   for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, pad, alloc, user, &on_device, d);
   /* queued device copies read MLX buffers that the scope frees next: wait for them, even on error */
   if (on_device && mlxb_device_finish(s) && !rc) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  PLAN_STAT_ADD(p, copy_us, now_us() - t1);
   return rc;
 }
 
@@ -622,11 +632,6 @@ static int frame_init(run_frame *f, int n_inputs, int n_outputs, const rt_tensor
   return f->views && f->view_dims ? 0 : -1;
 }
 
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* Where the first Runs' time goes (run report): the plan's first Run, and Runs that traced. */
 static void account_run_time(plan *p, uint64_t run_index, uint64_t traces_before, uint64_t start_us) {
@@ -659,13 +664,17 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   if (pad > 0) buckets_padded_views(p, inputs, n_inputs, pad, f.views, f.view_dims);
   /* the signature of the inputs as the MLX graph sees them */
   sig_key_make(pad > 0 ? f.views : inputs, n_inputs, f.key, &key_len, &hash);
+  uint64_t phase = now_us();
   if (bind_inputs(p, s, inputs, n_inputs, pad, f.in, d)) goto done;
+  PLAN_STAT_ADD(p, bind_us, now_us() - phase);
+  phase = now_us();
   e = sig_lookup(p, f.key, key_len, hash);
   PLAN_STAT_ADD(p, sig_hits, e ? 1 : 0);
   PLAN_STAT_ADD(p, sig_misses, e ? 0 : 1);
   int compiled = e && p->compile ? run_compiled(p, s, f.in, e, f.results, &compiled_checks, d) : 1;
   if (compiled < 0) goto done;
   if (compiled > 0 && run_eager(p, s, f.in, e, f.results, &eager_checks, e ? NULL : &derived, d)) goto done;
+  PLAN_STAT_ADD(p, graph_us, now_us() - phase);
   if (write_outputs(p, s, f.results, compiled > 0 ? &eager_checks : &compiled_checks, pad, alloc, user, d)) goto done;
   if (!e && derived) {
     e = sig_insert(p, f.key, key_len, hash, derived);

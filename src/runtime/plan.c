@@ -165,4 +165,8 @@ void plan_get_stats(const plan *p, plan_stats *out) {
   out->host_outputs = __atomic_load_n(&p->stats.host_outputs, __ATOMIC_RELAXED);
   out->first_run_us = __atomic_load_n(&p->stats.first_run_us, __ATOMIC_RELAXED);
   out->trace_run_us = __atomic_load_n(&p->stats.trace_run_us, __ATOMIC_RELAXED);
+  out->bind_us = __atomic_load_n(&p->stats.bind_us, __ATOMIC_RELAXED);
+  out->graph_us = __atomic_load_n(&p->stats.graph_us, __ATOMIC_RELAXED);
+  out->eval_us = __atomic_load_n(&p->stats.eval_us, __ATOMIC_RELAXED);
+  out->copy_us = __atomic_load_n(&p->stats.copy_us, __ATOMIC_RELAXED);
 }

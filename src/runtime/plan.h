@@ -52,6 +52,10 @@ typedef struct plan_stats {
   uint64_t host_outputs;  /* outputs copied into host memory */
   uint64_t first_run_us;  /* wall time of the plan's first Run (eager; kernel JIT included) */
   uint64_t trace_run_us;  /* wall time of the Runs that traced a program (trace and fused-kernel JIT) */
+  uint64_t bind_us;       /* time binding inputs (copies, padding), summed over Runs */
+  uint64_t graph_us;      /* time building the graph: lowering (eager) or replaying a program */
+  uint64_t eval_us;       /* time in MLX's eval of the outputs (the device work, waited for) */
+  uint64_t copy_us;       /* time copying outputs into ORT's buffers */
 } plan_stats;
 
 /* Asks the caller (the EP shell) for the buffer of output `index`; 0 ok, -1 with d set. */
