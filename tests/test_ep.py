@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -213,6 +214,45 @@ def test_option_unknown_device(strict):
     with pytest.raises(Exception) as err:
         mlx_ep.session(add_model(), options={"device": "abacus"}, strict=strict)
     assert re.search(r"device='?abacus", error_chain(err.value)), error_chain(err.value)
+
+
+def readme_option_keys() -> list[str]:
+    """The option names of README's options table (first column, in backquotes)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Options and environment", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_option_unknown_key(strict):
+    with pytest.raises(Exception) as err:
+        mlx_ep.session(add_model(), options={"devcie": "gpu"}, strict=strict)
+    text = error_chain(err.value)
+    found = re.search(r"unknown option 'devcie' \(valid options: ([^)]*)\)", text)
+    assert found, text
+    # The error lists the option table, and README documents exactly those options.
+    assert found.group(1).split(", ") == readme_option_keys()
+
+
+def test_option_report_unopenable(tmp_path):
+    with pytest.raises(Exception, match=r"report='.*no_such_dir/x\.txt': cannot open"):
+        mlx_ep.session(add_model(), options={"report": str(tmp_path / "no_such_dir" / "x.txt")})
+
+
+@pytest.mark.parametrize("key,value", [
+    ("compile", "on"), ("compile", "off"), ("compile", "1"), ("compile", "0"), ("compile", "auto"),
+    ("device", "auto"), ("cache_size", "1"), ("cache_size", "4096"), ("decode_bucket", "0"),
+    ("decode_bucket", "auto"), ("memory_limit", "auto"), ("memory_limit", "1073741824"),
+    ("report", "1"), ("report", "stderr"), ("report", "stdout")])
+def test_option_accepted_values(key, value):
+    feeds = {"a": np.ones((2, 3), np.float32), "b": np.full((1, 3), -0.5, np.float32)}
+    assert_parity(add_model(), feeds, options={key: value})
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "x", "", " 12", "12 "])
+def test_option_memory_limit_invalid(value):
+    with pytest.raises(Exception, match=r"memory_limit='.*' is invalid \(expected a positive number of bytes or auto\)"):
+        mlx_ep.session(add_model(), options={"memory_limit": value})
 
 
 # ---- (f) exported symbols -----------------------------------------------------------------------------
