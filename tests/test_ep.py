@@ -268,10 +268,43 @@ def test_exported_symbols():
 # ---- (g) registration ------------------------------------------------------------------------------
 
 def test_register_twice_is_idempotent():
-    name = mlx_ep.register_execution_provider_library()
+    path = mlx_ep.register_execution_provider_library()
     n = len(mlx_ep.ep_devices())
-    assert name == mlx_ep.register_execution_provider_library() == "MLXExecutionProvider"
+    assert path == mlx_ep.register_execution_provider_library() == mlx_ep.library_path()
+    assert path == mlx_ep.register_execution_provider_library("another_name")
     assert n >= 1 and len(mlx_ep.ep_devices()) == n
-    assert sum(d.ep_name == name for d in ort.get_ep_devices()) == n
+    assert sum(d.ep_name == mlx_ep.EP_NAME for d in ort.get_ep_devices()) == n
     feeds = {"a": np.ones((2, 3), np.float32), "b": np.ones((2, 3), np.float32)}
     assert_parity(add_model(), feeds)
+
+
+# ---- (h) the reference package's Python API ---------------------------------------------------------
+
+def test_reference_api():
+    assert mlx_ep.EP_NAME == mlx_ep.ep_name() == "MLXExecutionProvider"
+    assert mlx_ep.vendor() == "onnxruntime-ep-mlx"
+    version_file = Path(__file__).resolve().parent.parent / "VERSION"
+    # version() is what the loaded library reports; both come from the VERSION file.
+    assert mlx_ep.version() == mlx_ep.__version__ == version_file.read_text().strip()
+
+
+def test_providers_list_selects_plugin_ep():
+    """The reference package's README snippet: registration, then providers=[...] (ORT >= 1.31)."""
+    mlx_ep.register_execution_provider_library()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    feeds = {"a": np.ones((2, 3), np.float32), "b": np.full((2, 3), -2.0, np.float32)}
+    sess = ort.InferenceSession(add_model(), sess_options=so, providers=[mlx_ep.EP_NAME],
+                                provider_options=[{"compile": "off"}])
+    assert sess.get_providers()[0] == mlx_ep.EP_NAME
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], run_cpu(add_model(), feeds)[0])
+    sess = ort.InferenceSession(add_model(), providers=[mlx_ep.EP_NAME, "CPUExecutionProvider"])
+    assert sess.get_providers() == [mlx_ep.EP_NAME, "CPUExecutionProvider"]
+
+
+def test_append_to_session_options():
+    so = ort.SessionOptions()
+    assert mlx_ep.append_to_session_options(so, provider_options={"device": "cpu", "cache_size": 4}) is so
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    sess = ort.InferenceSession(add_model(), sess_options=so)
+    assert sess.get_providers()[0] == mlx_ep.EP_NAME
