@@ -80,21 +80,16 @@ def _ort(ort=None):
     return onnxruntime
 
 
-def _check_mlx_backend() -> None:
-    """On Linux the mlx package holds no libmlx itself: a backend package (mlx-cpu, mlx-cuda-13)
-    does. Loading the EP without one fails with a bare dlopen error, so say what to install."""
-    if sys.platform == "darwin":
+def _check_mlx_backend(path: str) -> None:
+    """The bundled library finds libmlx at $ORIGIN/../mlx/lib. On Linux the mlx package holds none
+    itself: a backend package (mlx-cpu, mlx-cuda-13) does, and without one loading fails with a
+    bare dlopen error, so say what to install. (A clone's build links its MLX by absolute path.)"""
+    lib = Path(path)
+    if sys.platform == "darwin" or lib.parent != _HERE:
         return
-    try:
-        import importlib.util
-        spec = importlib.util.find_spec("mlx")
-    except (ImportError, ValueError):
-        return
-    if spec is None or not spec.submodule_search_locations:
-        return  # a clone's build links its own MLX; let the loader speak
-    lib = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libmlx.so"
-    if not lib.exists():
-        raise RuntimeError(f"MLX has no backend installed ({lib} is missing): install "
+    mlx_lib = _HERE.parent / "mlx" / "lib" / "libmlx.so"
+    if not mlx_lib.exists():
+        raise RuntimeError(f"MLX has no backend installed ({mlx_lib} is missing): install "
                            "onnxruntime-ep-mlx[cpu] (mlx-cpu) or onnxruntime-ep-mlx[cuda13] (mlx-cuda-13)")
 
 
@@ -107,7 +102,7 @@ def register_execution_provider_library(name: str = EP_NAME, ort=None) -> str:
     path = library_path()
     with _lock:
         if not any(d.ep_name == EP_NAME for d in ort.get_ep_devices()):
-            _check_mlx_backend()
+            _check_mlx_backend(path)
             ort.register_execution_provider_library(name, path)
     return path
 
