@@ -120,7 +120,7 @@ for arg in "$@"; do
   version=$(choose_version "$pkg" "${pin#*=}")
   [ "$version" = "${pin#*=}" ] || echo "fetch_debs: $pkg $version (pin ${pin#*=} not in the archive)" >&2
   apt-get "${apt_opts[@]}" -qq download "$pkg=$version"
-  deb=$(ls -t "${pkg}_"*.deb | head -n 1)
+  deb=$(ls "${pkg}_${version//:/%3a}_"*.deb | head -n 1) # apt-get download's name: pkg_version_arch.deb
   expected=$(apt-cache "${apt_opts[@]}" show "$pkg=$version" | awk '/^SHA256:/ {print $2; exit}')
   actual=$(sha256sum "$deb" | cut -d' ' -f1)
   if [ -z "$expected" ] || [ "$expected" != "$actual" ]; then
