@@ -1,7 +1,7 @@
 """Command line: python -m onnxruntime_ep_mlx (or the onnxruntime-ep-mlx console script).
 
     inspect MODEL   the claim report: which nodes the EP claims, which it declines and why, clusters
-    run MODEL       one Run with the EP and with ORT's CPU EP on random inputs: parity and timing
+    run MODEL       one Run with the EP and with ORT's CPU EP on random (or given) inputs: parity, timing
     bench MODEL     median Run times, EP vs ORT's CPU EP
 
 EP options are given as -o key=value (repeatable), e.g. -o device=cpu -o compile=off.
@@ -41,11 +41,23 @@ def _session(model: str, options: dict, strict: bool):
     return mlx_ep.session(model, options=options, strict=strict)
 
 
-def _random_inputs(sess, dims: dict, seed: int) -> dict:
+def _inputs(sess, args) -> dict:
+    """Inputs given as --input NAME=FILE.npy, random values (seeded) for the others."""
+    import numpy as np
+    feeds = {name: np.load(path) for name, path in _options(args.input).items()}
+    known = {arg.name for arg in sess.get_inputs()}
+    for name in feeds:
+        if name not in known:
+            raise SystemExit(f"--input {name}: the model has no input '{name}' (inputs: {', '.join(sorted(known))})")
+    return _random_inputs(sess, _dims(args.dim), args.seed, feeds)
+
+
+def _random_inputs(sess, dims: dict, seed: int, feeds: dict) -> dict:
     import numpy as np
     rng = np.random.default_rng(seed)
-    feeds = {}
     for arg in sess.get_inputs():
+        if arg.name in feeds:
+            continue
         kind = arg.type[len("tensor("):-1] if arg.type.startswith("tensor(") else None
         dtype = _DTYPES.get(kind)
         if dtype is None:
@@ -86,7 +98,7 @@ def cmd_run(args) -> int:
     import numpy as np
     import onnxruntime as ort
     sess = _session(args.model, _options(args.option), strict=args.strict)
-    feeds = _random_inputs(sess, _dims(args.dim), args.seed)
+    feeds = _inputs(sess, args)
     start = time.perf_counter()
     got = sess.run(None, feeds)
     first = (time.perf_counter() - start) * 1e3
@@ -116,7 +128,7 @@ def cmd_run(args) -> int:
 def cmd_bench(args) -> int:
     import onnxruntime as ort
     sess = _session(args.model, _options(args.option), strict=args.strict)
-    feeds = _random_inputs(sess, _dims(args.dim), args.seed)
+    feeds = _inputs(sess, args)
     ep = _time_runs(sess, feeds, args.warmup, args.runs)
     cpu = _time_runs(ort.InferenceSession(args.model, providers=["CPUExecutionProvider"]), feeds,
                      args.warmup, args.runs)
@@ -138,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = argparse.ArgumentParser(add_help=False)
     runs.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                       help="value of a symbolic input dimension (default 1)")
+    runs.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                      help="an input's value (the others are random)")
     runs.add_argument("--seed", type=int, default=0)
     runs.add_argument("--strict", action="store_true", help="fail unless every node runs on the EP")
     sub.add_parser("inspect", parents=[common], help="print the claim report").set_defaults(fn=cmd_inspect)
