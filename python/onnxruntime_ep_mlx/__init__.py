@@ -127,9 +127,10 @@ def version(ort=None) -> str:
 
 def append_to_session_options(session_options, name: str = EP_NAME, provider_options: dict | None = None,
                               ort=None):
-    """Registers the EP (idempotent) and appends it to ``session_options`` with
+    """Registers the EP under ``name`` (idempotent) and appends it to ``session_options`` with
     ``provider_options`` (EP options, e.g. {"device": "cpu"}); returns ``session_options``."""
     ort = _ort(ort)
+    register_execution_provider_library(name, ort=ort)
     devices = ep_devices(ort)
     if not devices:
         raise RuntimeError(f"{EP_NAME} has no device after registration")
