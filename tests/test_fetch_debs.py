@@ -83,3 +83,16 @@ def test_no_usable_source(tmp_path):
     env.pop("FETCH_DEBS_SOURCES", None)
     out = subprocess.run(["bash", SCRIPT, "headers"], env=env, capture_output=True, text=True)
     assert out.returncode != 0 and "ORT_INCLUDE_DIR" in out.stderr, out.stderr
+
+
+def test_make_fetches_headers_only_without_ort_include_dir():
+    """`make -n -B` lists every command the build could run: the headers' fetch is among them only
+    when ORT_INCLUDE_DIR is not given."""
+    root = SCRIPT.parent.parent
+
+    def dry_run(*args):
+        return subprocess.run(["make", "-n", "-B", "-C", str(root), "build/.configured", *args],
+                              capture_output=True, text=True, check=True).stdout
+    assert "fetch_debs.sh headers" in dry_run()
+    out = dry_run("ORT_INCLUDE_DIR=/opt/ort/include")
+    assert "fetch_debs.sh" not in out and '-DORT_INCLUDE_DIR="/opt/ort/include"' in out, out
