@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -215,6 +216,45 @@ def test_option_unknown_device(strict):
     assert re.search(r"device='?abacus", error_chain(err.value)), error_chain(err.value)
 
 
+def readme_option_keys() -> list[str]:
+    """The option names of README's options table (first column, in backquotes)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Options and environment", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_option_unknown_key(strict):
+    with pytest.raises(Exception) as err:
+        mlx_ep.session(add_model(), options={"devcie": "gpu"}, strict=strict)
+    text = error_chain(err.value)
+    found = re.search(r"unknown option 'devcie' \(valid options: ([^)]*)\)", text)
+    assert found, text
+    # The error lists the option table, and README documents exactly those options.
+    assert found.group(1).split(", ") == readme_option_keys()
+
+
+def test_option_report_unopenable(tmp_path):
+    with pytest.raises(Exception, match=r"report='.*no_such_dir/x\.txt': cannot open"):
+        mlx_ep.session(add_model(), options={"report": str(tmp_path / "no_such_dir" / "x.txt")})
+
+
+@pytest.mark.parametrize("key,value", [
+    ("compile", "on"), ("compile", "off"), ("compile", "1"), ("compile", "0"), ("compile", "auto"),
+    ("device", "auto"), ("cache_size", "1"), ("cache_size", "4096"), ("decode_bucket", "0"),
+    ("decode_bucket", "auto"), ("memory_limit", "auto"), ("memory_limit", "1073741824"),
+    ("report", "1"), ("report", "stderr"), ("report", "stdout")])
+def test_option_accepted_values(key, value):
+    feeds = {"a": np.ones((2, 3), np.float32), "b": np.full((1, 3), -0.5, np.float32)}
+    assert_parity(add_model(), feeds, options={key: value})
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "x", "", " 12", "12 "])
+def test_option_memory_limit_invalid(value):
+    with pytest.raises(Exception, match=r"memory_limit='.*' is invalid \(expected a positive number of bytes or auto\)"):
+        mlx_ep.session(add_model(), options={"memory_limit": value})
+
+
 # ---- (f) exported symbols -----------------------------------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="nm not installed")
@@ -228,10 +268,43 @@ def test_exported_symbols():
 # ---- (g) registration ------------------------------------------------------------------------------
 
 def test_register_twice_is_idempotent():
-    name = mlx_ep.register_execution_provider_library()
+    path = mlx_ep.register_execution_provider_library()
     n = len(mlx_ep.ep_devices())
-    assert name == mlx_ep.register_execution_provider_library() == "MLXExecutionProvider"
+    assert path == mlx_ep.register_execution_provider_library() == mlx_ep.library_path()
+    assert path == mlx_ep.register_execution_provider_library("another_name")
     assert n >= 1 and len(mlx_ep.ep_devices()) == n
-    assert sum(d.ep_name == name for d in ort.get_ep_devices()) == n
+    assert sum(d.ep_name == mlx_ep.EP_NAME for d in ort.get_ep_devices()) == n
     feeds = {"a": np.ones((2, 3), np.float32), "b": np.ones((2, 3), np.float32)}
     assert_parity(add_model(), feeds)
+
+
+# ---- (h) the reference package's Python API ---------------------------------------------------------
+
+def test_reference_api():
+    assert mlx_ep.EP_NAME == mlx_ep.ep_name() == "MLXExecutionProvider"
+    assert mlx_ep.vendor() == "onnxruntime-ep-mlx"
+    version_file = Path(__file__).resolve().parent.parent / "VERSION"
+    # version() is what the loaded library reports; both come from the VERSION file.
+    assert mlx_ep.version() == mlx_ep.__version__ == version_file.read_text().strip()
+
+
+def test_providers_list_selects_plugin_ep():
+    """The reference package's README snippet: registration, then providers=[...] (ORT >= 1.31)."""
+    mlx_ep.register_execution_provider_library()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    feeds = {"a": np.ones((2, 3), np.float32), "b": np.full((2, 3), -2.0, np.float32)}
+    sess = ort.InferenceSession(add_model(), sess_options=so, providers=[mlx_ep.EP_NAME],
+                                provider_options=[{"compile": "off"}])
+    assert sess.get_providers()[0] == mlx_ep.EP_NAME
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], run_cpu(add_model(), feeds)[0])
+    sess = ort.InferenceSession(add_model(), providers=[mlx_ep.EP_NAME, "CPUExecutionProvider"])
+    assert sess.get_providers() == [mlx_ep.EP_NAME, "CPUExecutionProvider"]
+
+
+def test_append_to_session_options():
+    so = ort.SessionOptions()
+    assert mlx_ep.append_to_session_options(so, provider_options={"device": "cpu", "cache_size": 4}) is so
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    sess = ort.InferenceSession(add_model(), sess_options=so)
+    assert sess.get_providers()[0] == mlx_ep.EP_NAME

@@ -46,6 +46,7 @@ typedef struct ep_options {
   plan_compile_mode compile; /* option compile=0|1|auto */
   int cache_size;          /* option cache_size: input signatures kept per cluster */
   int decode_bucket;       /* option decode_bucket: padded-length step of growing inputs, 0 = off */
+  unsigned long long memory_limit; /* option memory_limit: bytes, 0 = auto (validated; not applied yet) */
   char report_path[1024];  /* claim report destination: "", "stderr", "stdout" or a file */
 } ep_options;
 

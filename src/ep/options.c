@@ -1,5 +1,9 @@
 /* EP options. ORT hands them over as session config entries "ep.<ep name lower-cased>.<key>";
- * the environment variable ORT_EP_MLX_REPORT sets the claim report's destination too. */
+ * every key under that prefix must be one of OPTIONS below (an unknown key fails the session,
+ * naming the valid ones). The environment variable ORT_EP_MLX_REPORT sets the report's
+ * destination too. Adding an option is one row of OPTIONS, a parser and a field of ep_options. */
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,71 +12,126 @@
 
 #define OPTION_PREFIX "ep.mlxexecutionprovider."
 
-/* Reads option `key` into buf; returns 1 when present, 0 when absent, -1 on failure. */
-static int read_option(const ep_runtime *rt, const OrtSessionOptions *so, const char *key, char *buf, size_t len,
-                       diag *d) {
-  char full[256];
-  snprintf(full, sizeof full, OPTION_PREFIX "%s", key);
-  int has = 0;
-  OrtStatus *st = rt->api->HasSessionConfigEntry(so, full, &has);
-  if (st) {
-    diag_fail(d, "reading option %s: %s", key, rt->api->GetErrorMessage(st));
-    rt->api->ReleaseStatus(st);
-    return -1;
-  }
-  if (!has) return 0;
-  size_t size = len;
-  st = rt->api->GetSessionConfigEntry(so, full, buf, &size);
-  if (st) {
-    diag_fail(d, "option %s: %s", key, rt->api->GetErrorMessage(st));
-    rt->api->ReleaseStatus(st);
-    return -1;
-  }
-  return 1;
-}
+typedef int (*option_parse_fn)(const char *key, const char *value, ep_options *out, diag *d);
 
-static int parse_device(const char *v, mlxb_device *out, diag *d) {
+static int parse_device(const char *key, const char *v, ep_options *out, diag *d) {
   if (!strcmp(v, "auto") || !*v) {
-    *out = mlxb_gpu_available() ? MLXB_DEVICE_GPU : MLXB_DEVICE_CPU;
+    out->device = mlxb_gpu_available() ? MLXB_DEVICE_GPU : MLXB_DEVICE_CPU;
     return 0;
   }
   if (!strcmp(v, "cpu")) {
-    *out = MLXB_DEVICE_CPU;
+    out->device = MLXB_DEVICE_CPU;
     return 0;
   }
   if (!strcmp(v, "gpu")) {
     if (!mlxb_gpu_available()) return diag_fail(d, "option device=gpu, but MLX has no GPU on this machine");
-    *out = MLXB_DEVICE_GPU;
+    out->device = MLXB_DEVICE_GPU;
     return 0;
   }
   return diag_fail(d, "option device='%s' is invalid (expected cpu, gpu or auto)", v);
 }
 
-static int parse_compile(const char *v, plan_compile_mode *out, diag *d) {
-  if (!*v || !strcmp(v, "auto")) *out = PLAN_COMPILE_AUTO;
-  else if (!strcmp(v, "1") || !strcmp(v, "on")) *out = PLAN_COMPILE_ON;
-  else if (!strcmp(v, "0") || !strcmp(v, "off")) *out = PLAN_COMPILE_OFF;
-  else return diag_fail(d, "option compile='%s' is invalid (expected 0, 1 or auto)", v);
+static int parse_compile(const char *key, const char *v, ep_options *out, diag *d) {
+  if (!*v || !strcmp(v, "auto")) out->compile = PLAN_COMPILE_AUTO;
+  else if (!strcmp(v, "1") || !strcmp(v, "on")) out->compile = PLAN_COMPILE_ON;
+  else if (!strcmp(v, "0") || !strcmp(v, "off")) out->compile = PLAN_COMPILE_OFF;
+  else return diag_fail(d, "option compile='%s' is invalid (expected auto, on, off, 1 or 0)", v);
   return 0;
 }
 
-static int parse_int(const char *key, const char *v, long lo, long hi, int *out, diag *d) {
+/* A decimal integer in lo..hi and nothing else (no leading space, no trailing text): 0, else -1. */
+static int read_long(const char *v, long long lo, long long hi, long long *out) {
   char *end = NULL;
-  long n = strtol(v, &end, 10);
-  if (!*v || *end || n < lo || n > hi) return diag_fail(d, "option %s='%s' is invalid (%ld..%ld)", key, v, lo, hi);
-  *out = (int)n;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!*v || isspace((unsigned char)*v) || *end || errno || n < lo || n > hi) return -1;
+  *out = n;
   return 0;
 }
 
-/* memory_limit: bytes (at least 1 MiB) or auto (MLX's default); MLX's limit is process-wide. */
-static int parse_memory_limit(const char *v, diag *d) {
-  if (!*v || !strcmp(v, "auto")) return 0;
-  char *end = NULL;
-  unsigned long long n = strtoull(v, &end, 10);
-  if (*end || v[0] == '-' || n < (1ull << 20))
-    return diag_fail(d, "option memory_limit='%s' is invalid (bytes, at least 1048576, or auto)", v);
-  if (mlxb_set_memory_limit((size_t)n)) return diag_fail(d, "option memory_limit: MLX refused %llu bytes", n);
+static int parse_long(const char *key, const char *v, long long lo, long long hi, long long *out, diag *d) {
+  if (read_long(v, lo, hi, out)) return diag_fail(d, "option %s='%s' is invalid (%lld..%lld)", key, v, lo, hi);
   return 0;
+}
+
+static int parse_cache_size(const char *key, const char *v, ep_options *out, diag *d) {
+  long long n = 0;
+  if (parse_long(key, v, 1, 4096, &n, d)) return -1;
+  out->cache_size = (int)n;
+  return 0;
+}
+
+/* auto: a trace costs only our lowering on the CPU, so short buckets waste little compute; on a
+ * GPU a trace also builds fused kernels, so longer buckets retrace less often. Reads the device,
+ * which OPTIONS parses first. */
+static int parse_decode_bucket(const char *key, const char *v, ep_options *out, diag *d) {
+  if (!strcmp(v, "auto")) {
+    out->decode_bucket = out->device == MLXB_DEVICE_GPU ? 256 : 64;
+    return 0;
+  }
+  long long n = 0;
+  if (parse_long(key, v, 0, 1 << 20, &n, d)) return -1;
+  out->decode_bucket = (int)n;
+  return 0;
+}
+
+/* bytes (at least 1 MiB) or auto (MLX's default); MLX's limit is process-wide, so the last
+ * session that sets it wins. */
+static int parse_memory_limit(const char *key, const char *v, ep_options *out, diag *d) {
+  if (!strcmp(v, "auto")) {
+    out->memory_limit = 0;
+    return 0;
+  }
+  long long n = 0;
+  if (read_long(v, 1 << 20, (long long)(~0ull >> 1), &n))
+    return diag_fail(d, "option %s='%s' is invalid (bytes, at least 1048576, or auto)", key, v);
+  out->memory_limit = (unsigned long long)n;
+  if (mlxb_set_memory_limit((size_t)n)) return diag_fail(d, "option %s: MLX refused %lld bytes", key, n);
+  return 0;
+}
+
+/* "" (off unless ORT_EP_MLX_REPORT names a destination), stderr or 1, stdout, or a file path,
+ * which must open for appending now: a report that cannot be written is an error, not a silence. */
+static int parse_report(const char *key, const char *v, ep_options *out, diag *d) {
+  const char *dest = *v ? v : getenv("ORT_EP_MLX_REPORT");
+  if (!dest) dest = "";
+  if (strlen(dest) >= sizeof out->report_path) return diag_fail(d, "option report: path too long");
+  snprintf(out->report_path, sizeof out->report_path, "%s", dest);
+  if (!*dest || !strcmp(dest, "stderr") || !strcmp(dest, "1") || !strcmp(dest, "stdout")) return 0;
+  FILE *f = fopen(dest, "a");
+  if (!f) return diag_fail(d, "option report='%s': cannot open the file for writing: %s", dest, strerror(errno));
+  fclose(f);
+  return 0;
+}
+
+/* Every option, in parsing order (decode_bucket's auto reads the device). default_value is what
+ * an absent key parses as; README's options table documents the same rows. */
+static const struct option_def {
+  const char *key;
+  const char *default_value;
+  option_parse_fn parse;
+} OPTIONS[] = {
+    {"device", "auto", parse_device},
+    {"compile", "auto", parse_compile},
+    {"cache_size", "32", parse_cache_size},
+    {"decode_bucket", "auto", parse_decode_bucket},
+    {"memory_limit", "auto", parse_memory_limit},
+    {"report", "", parse_report},
+};
+#define N_OPTIONS (sizeof OPTIONS / sizeof OPTIONS[0])
+
+static int option_index(const char *key) {
+  for (size_t i = 0; i < N_OPTIONS; i++)
+    if (!strcmp(OPTIONS[i].key, key)) return (int)i;
+  return -1;
+}
+
+static int fail_unknown_key(const char *key, diag *d) {
+  char valid[512] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < N_OPTIONS && used < sizeof valid; i++)
+    used += (size_t)snprintf(valid + used, sizeof valid - used, "%s%s", i ? ", " : "", OPTIONS[i].key);
+  return diag_fail(d, "unknown option '%s' (valid options: %s)", key, valid);
 }
 
 FILE *ep_report_open(const ep_options *opts) {
@@ -80,7 +139,7 @@ FILE *ep_report_open(const ep_options *opts) {
   if (!*dest) return NULL;
   if (!strcmp(dest, "stderr") || !strcmp(dest, "1")) return stderr;
   if (!strcmp(dest, "stdout")) return stdout;
-  return fopen(dest, "a"); /* diagnostics only: a failure to open just means no report */
+  return fopen(dest, "a"); /* opened once already when the options were read */
 }
 
 void ep_report_close(FILE *f) {
@@ -90,27 +149,27 @@ void ep_report_close(FILE *f) {
 
 int ep_options_read(const ep_runtime *rt, const OrtSessionOptions *so, ep_options *out, diag *d) {
   memset(out, 0, sizeof *out);
-  char buf[1024] = "";
-  int rc = read_option(rt, so, "device", buf, sizeof buf, d);
-  if (rc < 0) return -1;
-  if (parse_device(rc ? buf : "auto", &out->device, d)) return -1;
-  rc = read_option(rt, so, "compile", buf, sizeof buf, d);
-  if (rc < 0 || parse_compile(rc ? buf : "auto", &out->compile, d)) return -1;
-  out->cache_size = 32;
-  rc = read_option(rt, so, "cache_size", buf, sizeof buf, d);
-  if (rc < 0 || (rc && parse_int("cache_size", buf, 1, 4096, &out->cache_size, d))) return -1;
-  /* auto: a trace costs only our lowering on the CPU, so short buckets waste little compute; on a
-   * GPU a trace also builds fused kernels, so longer buckets retrace less often. */
-  out->decode_bucket = out->device == MLXB_DEVICE_GPU ? 256 : 64;
-  rc = read_option(rt, so, "decode_bucket", buf, sizeof buf, d);
-  if (rc < 0) return -1;
-  if (rc && strcmp(buf, "auto") && parse_int("decode_bucket", buf, 0, 1 << 20, &out->decode_bucket, d)) return -1;
-  rc = read_option(rt, so, "memory_limit", buf, sizeof buf, d);
-  if (rc < 0 || (rc && parse_memory_limit(buf, d))) return -1;
-  const char *env = getenv("ORT_EP_MLX_REPORT");
-  if (env) snprintf(out->report_path, sizeof out->report_path, "%s", env);
-  rc = read_option(rt, so, "report", buf, sizeof buf, d);
-  if (rc < 0) return -1;
-  if (rc) snprintf(out->report_path, sizeof out->report_path, "%s", buf);
-  return 0;
+  const char *given[N_OPTIONS] = {0}; /* values of the keys present, borrowed from entries */
+  OrtKeyValuePairs *entries = NULL;
+  OrtStatus *st = rt->api->GetSessionOptionsConfigEntries(so, &entries);
+  if (st) {
+    diag_fail(d, "reading options: %s", rt->api->GetErrorMessage(st));
+    rt->api->ReleaseStatus(st);
+    return -1;
+  }
+  const char *const *keys = NULL, *const *values = NULL;
+  size_t n = 0;
+  rt->api->GetKeyValuePairs(entries, &keys, &values, &n);
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    if (strncmp(keys[i], OPTION_PREFIX, sizeof OPTION_PREFIX - 1)) continue; /* not ours */
+    const char *key = keys[i] + sizeof OPTION_PREFIX - 1;
+    int at = option_index(key);
+    if (at < 0) rc = fail_unknown_key(key, d);
+    else given[at] = values[i];
+  }
+  for (size_t i = 0; i < N_OPTIONS && !rc; i++)
+    rc = OPTIONS[i].parse(OPTIONS[i].key, given[i] ? given[i] : OPTIONS[i].default_value, out, d);
+  rt->api->ReleaseKeyValuePairs(entries);
+  return rc;
 }

@@ -408,7 +408,7 @@ def _worker_main(conn, data_dir: str, log_path: str, needs_ep: bool) -> None:
         ort.set_default_logger_severity(3)
         if needs_ep:
             import onnxruntime_ep_mlx as mlx_ep
-            mlx_ep.register_execution_provider_library(ort)
+            mlx_ep.register_execution_provider_library(ort=ort)
     except Exception as exc:
         conn.send(("fatal", f"worker setup failed: {short_message(exc, 500)}"))
         return
