@@ -146,3 +146,49 @@ def test_refusals_leave_inputs_unpadded(tmp_path):
         assert int(n) == f["x"].shape[1]
         np.testing.assert_allclose(y, f["x"].sum(1), rtol=1e-6)
     assert st["padded_runs"] == 0 and "decode buckets" not in text
+
+
+def shared_buffer_loop(tmp_path, options, model, prompt, steps, max_len):
+    """onnxruntime-genai's shared KV buffer (past_present_share_buffer): past and present are one
+    buffer of max_len rows; only the attention mask grows. Every step is checked against ORT's
+    CPU EP fed the same buffer; returns the worst relative difference and the run report."""
+    report = tmp_path / "report.txt"
+    sess = mlx_ep.session(model, options={**options, "report": str(report)}, strict=True)
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    past = {k: np.zeros((1, TINY.kv_heads, max_len, TINY.head_dim), np.float32) for k in empty_past(TINY)}
+    feeds = step_feeds(TINY, np.asarray([prompt], np.int64), past, np.ones((1, len(prompt)), np.int64))
+    worst = 0.0
+    for _ in range(steps + 1):
+        ours, ref = sess.run(None, feeds), cpu.run(None, feeds)
+        for a, b in zip(ours, ref):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            worst = max(worst, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-6)))
+        token = ref[0][:, -1:].argmax(-1)
+        mask = np.ones((1, feeds["attention_mask"].shape[1] + 1), np.int64)
+        feeds = step_feeds(TINY, token, next_past(TINY, ref), mask)
+    del sess
+    text = report.read_text()
+    return worst, report_stats(text), text
+
+
+def test_shared_kv_buffer_keeps_one_signature(tmp_path):
+    """With a fixed-size KV buffer only the mask grows: decode buckets pad the mask alone (the
+    buffer is longer than the padded total, the bound GroupQueryAttention's rule asks), so the
+    decode loop has one signature and one trace; outputs equal the CPU EP's at every step."""
+    model = make_llm(TINY, weights="int4")
+    worst, st, text = shared_buffer_loop(tmp_path, {"compile": "1", "decode_bucket": "32"}, model,
+                                         [3, 1, 4, 1, 5], 24, max_len=64)
+    assert worst < 1e-3
+    assert st["runs"] == 25 and st["padded_runs"] == 24
+    assert st["sig_misses"] == 2 and st["traces"] == 1  # the prompt, and the decode bucket
+    assert "when only these grow: attention_mask[1]" in text
+
+
+def test_shared_kv_buffer_bound_stops_padding(tmp_path):
+    """When the padded total would pass the buffer's length, the Run is not padded (the present
+    would otherwise grow): exact outputs, new signatures instead of a wrong shape."""
+    model = make_llm(TINY, weights="int4")
+    worst, st, _ = shared_buffer_loop(tmp_path, {"compile": "1", "decode_bucket": "32"}, model,
+                                      [3, 1, 4, 1, 5], 12, max_len=20)
+    assert worst < 1e-3
+    assert st["padded_runs"] == 0

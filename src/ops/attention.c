@@ -784,15 +784,25 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
  * both grown by pad, and the extra rows come out as zeros; which keys are visible follows from
  * seqlens_k (data), not from the buffer length, so the valid outputs are the unpadded ones. The
  * runtime pads only when the past is non-empty and the total exceeds the query length, so the
- * first-prompt test (S == total_sequence_length) answers the same. */
-static bool pad_gqa(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+ * first-prompt test (S == total_sequence_length) answers the same.
+ * A fixed past buffer (onnxruntime-genai's shared KV buffer: past and present one buffer of the
+ * maximum length) is not padded; only the total length grows by pad. The present keeps the
+ * buffer's length as long as the padded total fits in it, which the rule's bound asks of the
+ * runtime; the outputs are then exactly the unpadded ones. */
+static bool pad_gqa(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out,
+                     pad_bound *bound) {
+  if (n->n_inputs <= 6 || (n->n_inputs > 10 && n->inputs[10] >= 0)) return false;
+  if (ir_attr_int(n, "qk_output", 0) != 0 && n->n_outputs > 3 && n->outputs[3] >= 0) return false;
+  bool fixed_past = in[3].kind == PAD_NONE && in[4].kind == PAD_NONE && n->inputs[3] >= 0 && n->inputs[4] >= 0;
   for (int k = 0; k < n->n_inputs; k++) {
-    pad_kind want = k == 3 || k == 4 ? PAD_ROWS : k == 6 ? PAD_LENGTH : PAD_NONE;
+    pad_kind want = (k == 3 || k == 4) && !fixed_past ? PAD_ROWS : k == 6 ? PAD_LENGTH : PAD_NONE;
     if (in[k].kind != want || (want == PAD_ROWS && in[k].axis != 2) || (want == PAD_LENGTH && in[k].axis != 0))
       return false;
   }
-  if (n->n_inputs <= 6 || (n->n_inputs > 10 && n->inputs[10] >= 0)) return false;
-  if (ir_attr_int(n, "qk_output", 0) != 0 && n->n_outputs > 3 && n->outputs[3] >= 0) return false;
+  if (fixed_past) {
+    *bound = (pad_bound){.length = 6, .within = 3, .axis = 2};
+    return true; /* present.* keep the buffer's length: PAD_NONE */
+  }
   for (int k = 1; k <= 2 && k < n->n_outputs; k++) out[k] = (pad_fact){PAD_ROWS, 2};
   return true;
 }

@@ -34,7 +34,8 @@ static bool is_int(int32_t t) {
 
 /* Zero rows stay zero (or false) in every target type; a padded length stays exact between
  * integer types wide enough for it. */
-static bool pad_cast(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+static bool pad_cast(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out,
+                     pad_bound *bound) {
   int32_t to = (int32_t)ir_attr_int(n, "to", ONNX_UNDEFINED);
   if (in[0].kind == PAD_LENGTH &&
       !(is_int(g->values[n->inputs[0]].dtype) && (to == ONNX_INT32 || to == ONNX_INT64)))

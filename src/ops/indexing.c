@@ -323,7 +323,8 @@ static bool claim_one_hot(claim_ctx *c, const op_def *def) {
 
 /* Gather of one constant index from a 1-D shape vector whose element j is a padded length:
  * the result is that padded length when the index is j, unaffected otherwise. */
-static bool pad_gather(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+static bool pad_gather(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out,
+                     pad_bound *bound) {
   const ir_value *data = &g->values[n->inputs[0]];
   if (in[0].kind != PAD_LENGTH || in[1].kind != PAD_NONE || data->rank != 1 || data->dims[0] < 0) return false;
   if (ir_attr_int(n, "axis", 0) != 0) return false;

@@ -112,9 +112,20 @@ typedef struct pad_fact {
   int axis;
 } pad_fact;
 
+/* A rule whose promise holds only while a padded length stays within a dimension of another
+ * input (GroupQueryAttention over a fixed-size past buffer: its present keeps the buffer's length
+ * while the padded total length fits in it) names them in *bound: node input `length` (a
+ * PAD_LENGTH fact) must stay <= dimension `axis` of node input `within`. The runtime pads a Run
+ * only when every bound holds. Defaults to {-1, -1, 0}: no bound. */
+typedef struct pad_bound {
+  int length;
+  int within;
+  int axis;
+} pad_bound;
+
 /* Called when at least one input fact is not PAD_NONE; in[]/out[] have n_inputs/n_outputs
  * entries (absent values PAD_NONE). Returns false when the node cannot take the padding. */
-typedef bool (*op_pad_fn)(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out);
+typedef bool (*op_pad_fn)(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out, pad_bound *bound);
 
 /* ---- the table ---------------------------------------------------------------------------- */
 typedef bool (*op_claim_fn)(claim_ctx *c, const op_def *def);

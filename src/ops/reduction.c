@@ -344,7 +344,8 @@ static int lower_topk(op_ctx *c, const op_def *def) {
 
 /* An integer sum over the padded axis adds only zeros: the result is the unpadded one. (Float
  * sums are declined: a longer axis may change the order of rounding.) */
-static bool pad_reduce_sum(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+static bool pad_reduce_sum(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out,
+                     pad_bound *bound) {
   const ir_value *x = &g->values[n->inputs[0]];
   int32_t t = x->dtype;
   if (in[0].kind != PAD_ROWS || x->rank < 0 || !(t == ONNX_INT32 || t == ONNX_INT64)) return false;

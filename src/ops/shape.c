@@ -310,7 +310,8 @@ static int lower_shape(op_ctx *c, const op_def *def) {
 }
 
 /* Shape of a padded tensor: the padded axis reads pad more than without padding. */
-static bool pad_shape(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+static bool pad_shape(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out,
+                     pad_bound *bound) {
   const ir_value *x = &g->values[n->inputs[0]];
   if (in[0].kind != PAD_ROWS || x->rank < 0) return false;
   int64_t start = shape_clamp(ir_attr_int(n, "start", 0), x->rank);
@@ -319,7 +320,8 @@ static bool pad_shape(const ir_graph *g, const ir_node *n, const pad_fact *in, p
   return true;
 }
 
-static bool pad_identity(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out) {
+static bool pad_identity(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out,
+                     pad_bound *bound) {
   out[0] = in[0];
   return true;
 }

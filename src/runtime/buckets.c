@@ -7,7 +7,11 @@
  *
  * Which inputs to pad is found at plan creation: start from the last dynamic axis of every
  * input, propagate the facts through the rules, and when a node refuses, stop padding the inputs
- * that reached it; repeat until the rules accept everything (or nothing is left). */
+ * that reached it; repeat until the rules accept everything (or nothing is left). That is the
+ * `full` variant. A loop where only some of those inputs grow (onnxruntime-genai's shared KV
+ * buffer: past and present are one buffer of the maximum length, only the attention mask grows)
+ * gets a variant padding just those, analysed the same way when first seen; its rules may bound
+ * the padded length by another input's dimension (pad_bound in op.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,8 @@ typedef struct propagation {
   uint64_t *origins; /* per value: the padded inputs it derives from */
   uint64_t *refused; /* origins of the first value a node or output refused */
   pad_fact *in, *out; /* scratch: the facts of one node's inputs and outputs */
+  bucket_bound *bounds; /* the rules' bounds, over cluster inputs */
+  int n_bounds, cap_bounds;
 } propagation;
 
 static uint64_t *origin_of(propagation *pr, int v) { return pr->origins + (size_t)v * (size_t)pr->words; }
@@ -47,6 +53,43 @@ static void refuse_node(propagation *pr, const ir_node *n) {
     if (pr->facts[n->implicit_inputs[k]].kind != PAD_NONE) origin_union(pr, pr->refused, n->implicit_inputs[k]);
 }
 
+/* The cluster input whose value is v, or -1. */
+static int cluster_input_of(const ir_graph *g, int v) {
+  for (int i = 0; i < g->n_inputs; i++)
+    if (g->inputs[i] == v) return i;
+  return -1;
+}
+
+static bool bound_add(propagation *pr, bucket_bound b) {
+  if (pr->n_bounds == pr->cap_bounds) {
+    int cap = pr->cap_bounds ? 2 * pr->cap_bounds : 8;
+    bucket_bound *grown = realloc(pr->bounds, sizeof *grown * (size_t)cap);
+    if (!grown) return false;
+    pr->bounds = grown;
+    pr->cap_bounds = cap;
+  }
+  pr->bounds[pr->n_bounds++] = b;
+  return true;
+}
+
+/* Records a rule's bound over cluster inputs: every padded input the length derives from must,
+ * padded, stay within the named dimension of an unpadded cluster input. False: not checkable. */
+static bool record_bound(propagation *pr, const ir_node *n, const pad_bound *b) {
+  if (b->length < 0) return true;
+  if (b->length >= n->n_inputs || b->within < 0 || b->within >= n->n_inputs) return false;
+  int len_v = n->inputs[b->length], within_v = n->inputs[b->within];
+  if (len_v < 0 || within_v < 0 || pr->facts[len_v].kind != PAD_LENGTH || pr->facts[within_v].kind != PAD_NONE)
+    return false;
+  int within = cluster_input_of(pr->g, within_v);
+  const ir_value *w = &pr->g->values[within_v];
+  if (within < 0 || b->axis < 0 || (w->rank >= 0 && b->axis >= w->rank)) return false;
+  const uint64_t *origins = origin_of(pr, len_v);
+  for (int i = 0; i < pr->g->n_inputs; i++)
+    if (origins[i / 64] >> (i % 64) & 1)
+      if (!bound_add(pr, (bucket_bound){.length_input = i, .within_input = within, .axis = b->axis})) return false;
+  return true;
+}
+
 /* Applies node n's rule; false (with pr->refused set) when it refuses. */
 static bool propagate_node(propagation *pr, const ir_node *n, const op_def *def) {
   pad_fact *in = pr->in, *out = pr->out;
@@ -59,7 +102,8 @@ static bool propagate_node(propagation *pr, const ir_node *n, const op_def *def)
   for (int k = 0; k < n->n_implicit_inputs; k++) implicit = implicit || pr->facts[n->implicit_inputs[k]].kind != PAD_NONE;
   if (!any && !implicit) return true;
   for (int k = 0; k < n->n_outputs; k++) out[k] = (pad_fact){PAD_NONE, 0};
-  if (implicit || !def->pad || !def->pad(pr->g, n, in, out)) {
+  pad_bound bound = {.length = -1, .within = -1, .axis = 0};
+  if (implicit || !def->pad || !def->pad(pr->g, n, in, out, &bound) || !record_bound(pr, n, &bound)) {
     refuse_node(pr, n);
     return false;
   }
@@ -81,6 +125,7 @@ static bool propagate(propagation *pr, const plan *p, const int *axis) {
   memset(pr->facts, 0, sizeof *pr->facts * (size_t)g->n_values);
   memset(pr->origins, 0, sizeof *pr->origins * (size_t)g->n_values * (size_t)pr->words);
   memset(pr->refused, 0, sizeof *pr->refused * (size_t)pr->words);
+  pr->n_bounds = 0;
   for (int i = 0; i < g->n_inputs; i++) {
     if (axis[i] < 0) continue;
     pr->facts[g->inputs[i]] = (pad_fact){PAD_ROWS, axis[i]};
@@ -125,82 +170,234 @@ static int settle(propagation *pr, const plan *p, int *axis) {
   }
 }
 
+static void variant_free(bucket_variant *v) {
+  if (!v) return;
+  free(v->input_axis);
+  free(v->output_axis);
+  free(v->bounds);
+  free(v->grew);
+  memset(v, 0, sizeof *v);
+}
+
+static void propagation_free(propagation *pr) {
+  free(pr->facts);
+  free(pr->origins);
+  free(pr->refused);
+  free(pr->in);
+  free(pr->out);
+  free(pr->bounds);
+}
+
+static int propagation_init(propagation *pr, const ir_graph *g) {
+  int arity = max_arity(g);
+  memset(pr, 0, sizeof *pr);
+  pr->g = g;
+  pr->words = (g->n_inputs + 63) / 64;
+  pr->facts = calloc((size_t)g->n_values + 1, sizeof *pr->facts);
+  pr->origins = calloc((size_t)g->n_values * (size_t)pr->words + 1, sizeof *pr->origins);
+  pr->refused = calloc((size_t)pr->words, sizeof *pr->refused);
+  pr->in = calloc((size_t)arity, sizeof *pr->in);
+  pr->out = calloc((size_t)arity, sizeof *pr->out);
+  return pr->facts && pr->origins && pr->refused && pr->in && pr->out ? 0 : -1;
+}
+
+/* Settles the padding of the inputs with axis[i] >= 0 into v, which takes axis[] over. */
+static int variant_build(const plan *p, int *axis, bucket_variant *v) {
+  const ir_graph *g = p->g;
+  propagation pr;
+  int init = propagation_init(&pr, g);
+  memset(v, 0, sizeof *v);
+  v->input_axis = axis;
+  v->output_axis = malloc(sizeof *v->output_axis * ((size_t)g->n_outputs + 1));
+  if (init || !axis || !v->output_axis) {
+    propagation_free(&pr);
+    variant_free(v);
+    return -1;
+  }
+  v->n_padded = settle(&pr, p, axis);
+  for (int o = 0; o < g->n_outputs; o++) {
+    pad_fact f = pr.facts[g->outputs[o]];
+    v->output_axis[o] = v->n_padded && f.kind == PAD_ROWS ? f.axis : -1;
+  }
+  if (v->n_padded && pr.n_bounds) {
+    v->bounds = pr.bounds;
+    v->n_bounds = pr.n_bounds;
+    pr.bounds = NULL;
+  }
+  propagation_free(&pr);
+  return 0;
+}
+
 int buckets_analyse(plan *p, diag *d) {
   const ir_graph *g = p->g;
   bucket_plan *b = &p->buckets;
   memset(b, 0, sizeof *b);
   if (p->cfg.bucket_step <= 0 || g->n_inputs == 0) return 0;
-  int arity = max_arity(g);
-  propagation pr = {.g = g, .words = (g->n_inputs + 63) / 64};
-  pr.facts = calloc((size_t)g->n_values + 1, sizeof *pr.facts);
-  pr.origins = calloc((size_t)g->n_values * (size_t)pr.words + 1, sizeof *pr.origins);
-  pr.refused = calloc((size_t)pr.words, sizeof *pr.refused);
-  pr.in = calloc((size_t)arity, sizeof *pr.in);
-  pr.out = calloc((size_t)arity, sizeof *pr.out);
-  b->input_axis = malloc(sizeof *b->input_axis * (size_t)g->n_inputs);
-  b->output_axis = malloc(sizeof *b->output_axis * ((size_t)g->n_outputs + 1));
-  int rc = 0;
-  if (!pr.facts || !pr.origins || !pr.refused || !pr.in || !pr.out || !b->input_axis || !b->output_axis) {
-    rc = diag_fail(d, "out of memory");
-    goto done;
+  int *axis = malloc(sizeof *axis * (size_t)g->n_inputs);
+  b->last_lengths = malloc(sizeof *b->last_lengths * (size_t)g->n_inputs);
+  if (!axis || !b->last_lengths) {
+    free(axis);
+    buckets_free(b);
+    return diag_fail(d, "out of memory");
   }
-  for (int i = 0; i < g->n_inputs; i++) b->input_axis[i] = candidate_axis(g, i);
-  b->n_padded = settle(&pr, p, b->input_axis);
-  b->last_length = -1;
-  for (int o = 0; o < g->n_outputs; o++) {
-    pad_fact f = pr.facts[g->outputs[o]];
-    b->output_axis[o] = b->n_padded && f.kind == PAD_ROWS ? f.axis : -1;
+  for (int i = 0; i < g->n_inputs; i++) {
+    axis[i] = candidate_axis(g, i);
+    b->last_lengths[i] = -1;
   }
-done:
-  free(pr.facts);
-  free(pr.origins);
-  free(pr.refused);
-  free(pr.in);
-  free(pr.out);
-  if (rc || !b->n_padded) buckets_free(b);
-  return rc;
+  if (variant_build(p, axis, &b->full)) {
+    buckets_free(b);
+    return diag_fail(d, "out of memory");
+  }
+  if (!b->full.n_padded) buckets_free(b);
+  return 0;
 }
 
 void buckets_free(bucket_plan *b) {
-  free(b->input_axis);
-  free(b->output_axis);
+  variant_free(&b->full);
+  for (int i = 0; i < b->n_subsets; i++) {
+    variant_free(b->subsets[i]);
+    free(b->subsets[i]);
+  }
+  free(b->last_lengths);
   memset(b, 0, sizeof *b);
 }
 
-/* Padding starts once the length is seen to change from one Run to the next (a decode loop):
- * Runs that repeat one length keep their exact shapes and skip the padding's cost. Guards: every
- * padded length is at least 1 (an empty past is a first prompt, which the rules do not cover) and
- * longer than every other dynamic input dimension, so that no padded length can be mistaken for
- * a query length or a batch size (GroupQueryAttention calls a step whose query is as long as the
- * total length a first prompt). */
-int64_t buckets_pad(plan *p, const rt_tensor *inputs, int n_inputs) {
-  const bucket_plan *b = &p->buckets;
-  const ir_graph *g = p->g;
-  if (!b->n_padded || n_inputs != g->n_inputs) return 0;
-  int64_t shortest = -1, other = 0;
-  for (int i = 0; i < n_inputs; i++) {
-    const ir_value *v = &g->values[g->inputs[i]];
-    if (v->rank < 0) continue;
-    if (inputs[i].rank != v->rank) return 0;
-    for (int a = 0; a < v->rank; a++) {
-      int64_t dim = inputs[i].dims[a];
-      if (a == b->input_axis[i]) shortest = shortest < 0 || dim < shortest ? dim : shortest;
-      else if (v->dims[a] < 0 && dim > other) other = dim;
-    }
-  }
-  int64_t previous = __atomic_exchange_n(&p->buckets.last_length, shortest, __ATOMIC_RELAXED);
-  if (shortest < 1 || previous < 0 || previous == shortest) return 0;
+/* Whether variant v was made for exactly the inputs in grew[]. */
+static bool variant_for(const bucket_variant *v, const bool *grew, int n_inputs) {
   for (int i = 0; i < n_inputs; i++)
-    if (b->input_axis[i] >= 0 && inputs[i].dims[b->input_axis[i]] <= other) return 0;
-  int64_t step = p->cfg.bucket_step;
-  return (shortest / step + 1) * step - shortest;
+    if (v->grew[i] != grew[i]) return false;
+  return true;
 }
 
-void buckets_padded_views(const plan *p, const rt_tensor *inputs, int n_inputs, int64_t pad, rt_tensor *out,
+/* The kept variant for the inputs in grew[] (a subset of full's), analysed and kept on first
+ * need; NULL when it pads nothing or cannot be made. Takes the plan's lock. */
+static const bucket_variant *subset_variant(plan *p, const bool *grew) {
+  const ir_graph *g = p->g;
+  bucket_plan *b = &p->buckets;
+  const bucket_variant *found = NULL;
+  pthread_mutex_lock(&p->lock);
+  for (int k = 0; k < b->n_subsets && !found; k++)
+    if (variant_for(b->subsets[k], grew, g->n_inputs)) found = b->subsets[k];
+  if (!found && b->n_subsets < BUCKET_MAX_SUBSETS) {
+    bucket_variant *v = calloc(1, sizeof *v);
+    int *axis = malloc(sizeof *axis * (size_t)g->n_inputs);
+    bool *set = malloc(sizeof *set * (size_t)g->n_inputs);
+    if (v && axis && set) {
+      for (int i = 0; i < g->n_inputs; i++) axis[i] = grew[i] ? b->full.input_axis[i] : -1;
+      memcpy(set, grew, sizeof *set * (size_t)g->n_inputs);
+      int rc = variant_build(p, axis, v); /* takes axis over, also on failure */
+      axis = NULL;
+      if (!rc) {
+        v->subset = true;
+        v->grew = set;
+        set = NULL;
+        b->subsets[b->n_subsets++] = v;
+        found = v;
+        v = NULL;
+      }
+    }
+    free(axis);
+    free(set);
+    free(v);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return found && found->n_padded ? found : NULL;
+}
+
+/* The strict guard of the full variant: every padded length is longer than every other dynamic
+ * input dimension, so that no padded length can be mistaken for a query length or a batch size
+ * (GroupQueryAttention calls a step whose query is as long as the total length a first prompt). */
+static bool longer_than_others(const bucket_variant *v, const ir_graph *g, const rt_tensor *inputs, int n_inputs) {
+  int64_t other = 0;
+  for (int i = 0; i < n_inputs; i++) {
+    const ir_value *val = &g->values[g->inputs[i]];
+    for (int a = 0; a < val->rank; a++)
+      if (a != v->input_axis[i] && val->dims[a] < 0 && inputs[i].dims[a] > other) other = inputs[i].dims[a];
+  }
+  for (int i = 0; i < n_inputs; i++)
+    if (v->input_axis[i] >= 0 && inputs[i].dims[v->input_axis[i]] <= other) return false;
+  return true;
+}
+
+/* The guard of a subset variant: padding keeps every order relation between a padded length L
+ * and each other dynamic input dimension X (no X equals L, none lies in (L, L + pad]), so a test
+ * such as "query length == total length" answers as it would unpadded, and a fixed buffer longer
+ * than the total stays longer than the padded total. */
+static bool keeps_order(const bucket_variant *v, const ir_graph *g, const rt_tensor *inputs, int n_inputs, int64_t pad) {
+  for (int i = 0; i < n_inputs; i++) {
+    if (v->input_axis[i] < 0) continue;
+    int64_t len = inputs[i].dims[v->input_axis[i]];
+    for (int j = 0; j < n_inputs; j++) {
+      const ir_value *val = &g->values[g->inputs[j]];
+      for (int a = 0; a < val->rank; a++) {
+        if (val->dims[a] >= 0 || a == v->input_axis[j]) continue;
+        int64_t x = inputs[j].dims[a];
+        if (x == len || (x > len && x <= len + pad)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+static bool bounds_hold(const bucket_variant *v, const rt_tensor *inputs, int64_t pad) {
+  for (int k = 0; k < v->n_bounds; k++) {
+    const bucket_bound *b = &v->bounds[k];
+    int axis = v->input_axis[b->length_input];
+    const rt_tensor *w = &inputs[b->within_input];
+    if (axis < 0 || b->axis >= w->rank) return false;
+    if (inputs[b->length_input].dims[axis] + pad > w->dims[b->axis]) return false;
+  }
+  return true;
+}
+
+/* Padding starts once lengths are seen to change from one Run to the next (a decode loop): Runs
+ * that repeat them keep their exact shapes and skip the padding's cost. When every input of the
+ * full variant grew, the full variant pads; when only some did (the others are fixed buffers),
+ * a variant for those pads. Guards: every padded length is at least 1 (an empty past is a first
+ * prompt, which the rules do not cover), the variant's order guard, and the rules' bounds. */
+int64_t buckets_pad(plan *p, const rt_tensor *inputs, int n_inputs, const bucket_variant **variant) {
+  const bucket_plan *b = &p->buckets;
+  const ir_graph *g = p->g;
+  *variant = NULL;
+  if (!b->full.n_padded || n_inputs != g->n_inputs || n_inputs > BUCKET_MAX_INPUTS) return 0;
+  bool grew[BUCKET_MAX_INPUTS];
+  bool first = false, all = true, any = false;
+  for (int i = 0; i < n_inputs; i++) {
+    const ir_value *v = &g->values[g->inputs[i]];
+    grew[i] = false;
+    if (v->rank >= 0 && inputs[i].rank != v->rank) return 0;
+    int axis = b->full.input_axis[i];
+    if (axis < 0) continue;
+    int64_t len = inputs[i].dims[axis];
+    int64_t previous = __atomic_exchange_n(&p->buckets.last_lengths[i], len, __ATOMIC_RELAXED);
+    first = first || previous < 0;
+    grew[i] = previous >= 0 && previous != len;
+    all = all && grew[i];
+    any = any || grew[i];
+  }
+  if (first || !any) return 0;
+  const bucket_variant *v = all ? &b->full : subset_variant(p, grew);
+  if (!v) return 0;
+  int64_t shortest = -1;
+  for (int i = 0; i < n_inputs; i++) {
+    if (v->input_axis[i] < 0) continue;
+    int64_t len = inputs[i].dims[v->input_axis[i]];
+    shortest = shortest < 0 || len < shortest ? len : shortest;
+  }
+  if (shortest < 1) return 0;
+  int64_t step = p->cfg.bucket_step;
+  int64_t pad = (shortest / step + 1) * step - shortest;
+  if (v->subset ? !keeps_order(v, g, inputs, n_inputs, pad) : !longer_than_others(v, g, inputs, n_inputs)) return 0;
+  if (!bounds_hold(v, inputs, pad)) return 0;
+  *variant = v;
+  return pad;
+}
+
+void buckets_padded_views(const bucket_variant *v, const rt_tensor *inputs, int n_inputs, int64_t pad, rt_tensor *out,
                           int64_t *dims) {
   for (int i = 0; i < n_inputs; i++) {
     out[i] = inputs[i];
-    int axis = pad > 0 && p->buckets.n_padded ? p->buckets.input_axis[i] : -1;
+    int axis = pad > 0 && v ? v->input_axis[i] : -1;
     if (axis < 0) continue;
     int64_t *d = dims + (size_t)i * BUCKET_MAX_RANK;
     memcpy(d, inputs[i].dims, sizeof *d * (size_t)inputs[i].rank);
@@ -209,16 +406,29 @@ void buckets_padded_views(const plan *p, const rt_tensor *inputs, int n_inputs, 
   }
 }
 
+static void describe_variant(const ir_graph *g, const bucket_variant *v, char *buf, size_t len, size_t *used) {
+  for (int i = 0; i < g->n_inputs && *used < len; i++) {
+    if (v->input_axis[i] < 0) continue;
+    int w = snprintf(buf + *used, len - *used, "%s%s[%d]", *used ? ", " : "", g->values[g->inputs[i]].name,
+                     v->input_axis[i]);
+    if (w < 0) break;
+    *used += (size_t)w;
+  }
+}
+
 void plan_describe_buckets(const plan *p, char *buf, size_t len) {
   const bucket_plan *b = &p->buckets;
-  const ir_graph *g = p->g;
   size_t used = 0;
   buf[0] = '\0';
-  for (int i = 0; i < g->n_inputs && b->n_padded && used < len; i++) {
-    if (b->input_axis[i] < 0) continue;
-    int w = snprintf(buf + used, len - used, "%s%s[%d]", used ? ", " : "", g->values[g->inputs[i]].name,
-                     b->input_axis[i]);
+  if (!b->full.n_padded) return;
+  describe_variant(p->g, &b->full, buf, len, &used);
+  for (int k = 0; k < b->n_subsets && used < len; k++) {
+    if (!b->subsets[k]->n_padded) continue;
+    int w = snprintf(buf + used, len - used, "; when only these grow: ");
     if (w < 0) break;
     used += (size_t)w;
+    size_t mark = used;
+    describe_variant(p->g, b->subsets[k], buf + mark, len - mark, &(size_t){0});
+    used = strlen(buf);
   }
 }

@@ -33,6 +33,12 @@ struct op_ctx {
   diag *d;
 };
 
+/* A Run's padding: how much, and which inputs and outputs carry it (NULL variant when pad is 0). */
+typedef struct run_pad {
+  int64_t pad;
+  const bucket_variant *v;
+} run_pad;
+
 /* ---- op_ctx: the interface of op lowerings ------------------------------------------------- */
 
 mlxb_scope *op_scope(op_ctx *c) { return c->s; }
@@ -357,22 +363,22 @@ static size_t tensor_bytes(const rt_tensor *t, mlxb_dtype type) {
 /* One input as an MLX array: our device memory (an IOBinding, or ORT's copy of a host input)
  * wrapped without a copy; else padded to its bucket, or borrowing ORT's buffer where MLX can read
  * it in place (the Run outlives every array of its scope), or copied. */
-static mlxb_array *bind_input(plan *p, mlxb_scope *s, const rt_tensor *t, int i, int64_t pad) {
+static mlxb_array *bind_input(plan *p, mlxb_scope *s, const rt_tensor *t, int i, const run_pad *rp) {
+  int axis = rp->pad > 0 ? rp->v->input_axis[i] : -1;
   if (ir_dtype_emulated_bits(t->dtype)) return emulated_upload(s, t->dtype, t->data, t->dims, t->rank);
   mlxb_dtype type = (mlxb_dtype)op_mlx_dtype(t->dtype);
   if (type != MLXB_BOOL && mlxb_device_owns(t->data, tensor_bytes(t, type))) {
     PLAN_STAT_ADD(p, device_inputs, 1);
     mlxb_array *a = mlxb_borrow_device(s, t->data, t->dims, t->rank, type);
-    return pad > 0 && p->buckets.input_axis[i] >= 0 ? mlxb_pad_axis(s, a, p->buckets.input_axis[i], pad) : a;
+    return axis >= 0 ? mlxb_pad_axis(s, a, axis, rp->pad) : a;
   }
   PLAN_STAT_ADD(p, host_inputs, 1);
-  if (pad > 0 && p->buckets.input_axis[i] >= 0)
-    return mlxb_from_data_padded(s, t->data, t->dims, t->rank, type, p->buckets.input_axis[i], pad);
+  if (axis >= 0) return mlxb_from_data_padded(s, t->data, t->dims, t->rank, type, axis, rp->pad);
   if (type != MLXB_BOOL && p->cfg.device == MLXB_DEVICE_CPU) return mlxb_borrow_data(s, t->data, t->dims, t->rank, type);
   return mlxb_from_data(s, t->data, t->dims, t->rank, type);
 }
 
-static int bind_inputs(plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_inputs, int64_t pad,
+static int bind_inputs(plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_inputs, const run_pad *rp,
                        mlxb_array **arrays, diag *d) {
   const ir_graph *g = p->g;
   if (n_inputs != g->n_inputs)
@@ -380,7 +386,7 @@ static int bind_inputs(plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_in
   for (int i = 0; i < n_inputs; i++) {
     const ir_value *val = &g->values[g->inputs[i]];
     if (check_input(p, val, &inputs[i], d)) return -1;
-    arrays[i] = bind_input(p, s, &inputs[i], i, pad);
+    arrays[i] = bind_input(p, s, &inputs[i], i, rp);
     if (!arrays[i]) return diag_fail(d, "%s: input '%s': %s", p->name, val->name, mlxb_error(s));
   }
   return 0;
@@ -418,8 +424,8 @@ static int lower_nodes(plan *p, run_state *r, const host_value *known, bool trac
 }
 
 /* The axis of output i that carries a padded Run's extra rows, or -1. */
-static int padded_axis(const plan *p, int i, int64_t pad) {
-  return pad > 0 && p->buckets.n_padded ? p->buckets.output_axis[i] : -1;
+static int padded_axis(const run_pad *rp, int i) {
+  return rp->pad > 0 ? rp->v->output_axis[i] : -1;
 }
 
 /* Copies evaluated `a` into host memory: packed for an emulated dtype, the first `keep` rows of
@@ -435,14 +441,14 @@ static int copy_to_host(mlxb_scope *s, mlxb_array *a, int32_t declared, int axis
 
 /* Copies evaluated output i into the buffer ORT allocates for it, without the trailing rows of
  * a padded output (never a packed sub-byte one: buckets.c refuses those). */
-static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad, rt_output_alloc_fn alloc,
+static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_pad *rp, rt_output_alloc_fn alloc,
                        void *user, bool *on_device, diag *d) {
-  int axis = padded_axis(p, i, pad);
+  int axis = padded_axis(rp, i);
   int64_t dims[MAX_RANK];
   int rank = mlxb_ndim(a);
   if (rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, rank);
   mlxb_shape(a, dims);
-  if (axis >= 0) dims[axis] = dims[axis] > pad ? dims[axis] - pad : 0;
+  if (axis >= 0) dims[axis] = dims[axis] > rp->pad ? dims[axis] - rp->pad : 0;
   void *dst = NULL;
   int32_t declared = p->g->values[p->g->outputs[i]].dtype;
   bool emulated = ir_dtype_emulated_bits(declared) != 0;
@@ -464,7 +470,7 @@ static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, int64_t pad
 
 /* Evaluates the outputs and the checks' summary (results[n], when there are checks) at once, fails
  * the Run when a check is violated, else copies the outputs into the buffers the caller hands out. */
-static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const check_list *checks, int64_t pad,
+static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const check_list *checks, const run_pad *rp,
                          rt_output_alloc_fn alloc, void *user, diag *d) {
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
@@ -480,7 +486,7 @@ static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const che
   if (checks->n > 0 && checks_verdict(p, s, results[n], checks, d)) return -1;
   bool on_device = false;
   int rc = 0;
-  for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, pad, alloc, user, &on_device, d);
+  for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, rp, alloc, user, &on_device, d);
   /* queued device copies read MLX buffers that the scope frees next: wait for them, even on error */
   if (on_device && mlxb_device_finish(s) && !rc) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   PLAN_STAT_ADD(p, copy_us, now_us() - t1);
@@ -653,7 +659,9 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   check_list eager_checks = {0}, compiled_checks = {0}; /* the second borrows the entry's rules */
   int rc = -1;
   uint64_t run_index = PLAN_STAT_ADD(p, runs, 1);
-  int64_t pad = buckets_pad(p, inputs, n_inputs);
+  run_pad rp = {0};
+  rp.pad = buckets_pad(p, inputs, n_inputs, &rp.v);
+  int64_t pad = rp.pad;
   PLAN_STAT_ADD(p, padded_runs, pad > 0 ? 1 : 0);
   mlxb_exclusive_begin(p->cfg.device);
   mlxb_scope *s = mlxb_scope_new(p->cfg.device);
@@ -661,11 +669,11 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
     diag_fail(d, "out of memory");
     goto done;
   }
-  if (pad > 0) buckets_padded_views(p, inputs, n_inputs, pad, f.views, f.view_dims);
+  if (pad > 0) buckets_padded_views(rp.v, inputs, n_inputs, pad, f.views, f.view_dims);
   /* the signature of the inputs as the MLX graph sees them */
   sig_key_make(pad > 0 ? f.views : inputs, n_inputs, f.key, &key_len, &hash);
   uint64_t phase = now_us();
-  if (bind_inputs(p, s, inputs, n_inputs, pad, f.in, d)) goto done;
+  if (bind_inputs(p, s, inputs, n_inputs, &rp, f.in, d)) goto done;
   PLAN_STAT_ADD(p, bind_us, now_us() - phase);
   phase = now_us();
   e = sig_lookup(p, f.key, key_len, hash);
@@ -675,7 +683,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   if (compiled < 0) goto done;
   if (compiled > 0 && run_eager(p, s, f.in, e, f.results, &eager_checks, e ? NULL : &derived, d)) goto done;
   PLAN_STAT_ADD(p, graph_us, now_us() - phase);
-  if (write_outputs(p, s, f.results, compiled > 0 ? &eager_checks : &compiled_checks, pad, alloc, user, d)) goto done;
+  if (write_outputs(p, s, f.results, compiled > 0 ? &eager_checks : &compiled_checks, &rp, alloc, user, d)) goto done;
   if (!e && derived) {
     e = sig_insert(p, f.key, key_len, hash, derived);
     derived = NULL;

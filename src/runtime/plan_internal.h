@@ -44,12 +44,32 @@ typedef struct sig_entry {
 } sig_entry;
 
 /* Length buckets (buckets.c): which cluster inputs a decode step may pad, on which axis, and
- * which outputs then carry padding to trim. Fixed at plan creation; n_padded == 0 when none. */
-typedef struct bucket_plan {
+ * which outputs then carry padding to trim. `full` pads every growing input (a KV cache that
+ * grows with the mask); when only some of them grow in a loop (a fixed-size KV buffer, where only
+ * the mask grows), a variant for that subset is analysed on first need and kept. */
+typedef struct bucket_bound {
+  int length_input; /* a padded input whose length, plus the pad, must stay <= ... */
+  int within_input; /* ... dimension `axis` of this (unpadded) input */
+  int axis;
+} bucket_bound;
+
+typedef struct bucket_variant {
   int n_padded;
   int *input_axis;  /* per cluster input: the padded axis, or -1 */
   int *output_axis; /* per cluster output: the axis to trim, or -1 */
-  int64_t last_length; /* shortest padded-input length of the latest Run, -1 before any (atomic) */
+  int n_bounds;
+  bucket_bound *bounds;
+  bool subset;      /* pads only the inputs that grew (order-preserving guard, see buckets.c) */
+  bool *grew;       /* subset variants: per cluster input, whether it is one of those that grew */
+} bucket_variant;
+
+enum { BUCKET_MAX_SUBSETS = 4 };
+
+typedef struct bucket_plan {
+  bucket_variant full;   /* n_padded == 0 when nothing may be padded */
+  bucket_variant *subsets[BUCKET_MAX_SUBSETS]; /* analysed on first need, under the plan's lock */
+  int n_subsets;
+  int64_t *last_lengths; /* per cluster input: its padded-axis length in the latest Run, -1 before (atomic) */
 } bucket_plan;
 
 struct plan {
@@ -83,14 +103,14 @@ void host_values_free(host_value *h, int n);
 /* Length buckets (buckets.c). */
 int buckets_analyse(plan *p, diag *d);  /* fills p->buckets; -1 only when out of memory */
 void buckets_free(bucket_plan *b);
-/* The pad of this Run (0: run unpadded): once the lengths are seen to change between Runs,
- * rounds the shortest padded input length up past the next multiple of the bucket step, when the
- * guards in buckets.c hold. */
-int64_t buckets_pad(plan *p, const rt_tensor *inputs, int n_inputs);
+/* The pad of this Run (0: run unpadded) and the variant that says which inputs it pads: once
+ * lengths are seen to change between Runs, rounds the shortest padded input length up past the
+ * next multiple of the bucket step, when the guards in buckets.c hold. */
+int64_t buckets_pad(plan *p, const rt_tensor *inputs, int n_inputs, const bucket_variant **variant);
 /* Writes in `out` each input as the program sees it; padded inputs get their dims from `dims`
  * (BUCKET_MAX_RANK entries per input). */
-enum { BUCKET_MAX_RANK = 16 };
-void buckets_padded_views(const plan *p, const rt_tensor *inputs, int n_inputs, int64_t pad, rt_tensor *out,
+enum { BUCKET_MAX_RANK = 16, BUCKET_MAX_INPUTS = 1024 };
+void buckets_padded_views(const bucket_variant *v, const rt_tensor *inputs, int n_inputs, int64_t pad, rt_tensor *out,
                           int64_t *dims);
 
 #define PLAN_STAT_ADD(p, field, n) __atomic_add_fetch(&(p)->stats.field, (n), __ATOMIC_RELAXED)
