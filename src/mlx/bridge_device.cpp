@@ -92,9 +92,11 @@ struct device_state {
   std::map<uintptr_t, size_t> advised;  /* buffers already advised to live on the GPU (MLX recycles them) */
 };
 
+/* A static object, not a heap one: ORT unloads the library (dlclose runs its destructor) only
+ * after releasing every session and allocator, so nothing is live by then. */
 device_state &state() {
-  static device_state *s = new device_state(); /* never destroyed: ORT may free after exit starts */
-  return *s;
+  static device_state s;
+  return s;
 }
 
 template <class F>
