@@ -5,7 +5,10 @@ steps with the MLX EP, fed either plainly (NumPy in, NumPy out: the KV cache cro
 or through an IOBinding (present.* bound to the EP's device memory and fed back as past). Prints
 per-step medians, the first Run and the EP's run report.
 
-    bench/decode_probe.py [--config qwen2.5-0.5b] [--dtype float16] [--steps 64] [--mode plain|io|both]
+    bench/decode_probe.py [--config qwen2.5-0.5b] [--dtype float16] [--steps 64] [--mode plain|io|shared|both|all]
+
+"shared" is onnxruntime-genai's past_present_share_buffer: one device buffer per KV pair of
+--max-len rows bound as both input and output (needs the EP's device memory: a CUDA GPU).
 """
 import argparse
 import os
@@ -26,6 +29,43 @@ import onnxruntime as ort  # noqa: E402
 import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
 from llm import empty_past, make_llm, step_feeds  # noqa: E402
 from workloads import decoder_config  # noqa: E402
+
+
+def shared_loop(sess, cfg, dtype, prompt, steps, max_len):
+    """onnxruntime-genai's shared KV buffer: one device buffer per past/present pair of max_len
+    rows, bound as both the input and the output of every step; only the mask grows."""
+    names = [o.name for o in sess.get_outputs()]
+    past_names = [n.replace("present", "past_key_values") for n in names[1:]]
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == mlx_ep.ep_name()]
+    mi = devices[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+    shape = (prompt.shape[0], cfg.kv_heads, max_len, cfg.head_dim)
+    zeros = np.zeros(shape, dtype)
+    bufs = {}
+    for k in past_names:
+        if mi is None:  # no device memory (MLX's CPU): host buffers
+            bufs[k] = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype))
+            continue
+        bufs[k] = ort.OrtValue.ortvalue_from_shape_and_type(shape, zeros.dtype, memory_info=mi)
+        ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(zeros)], [bufs[k]])
+    ids, mask = prompt, np.ones(prompt.shape, np.int64)
+    times = []
+    t0 = time.perf_counter()
+    for step in range(steps + 1):
+        s0 = time.perf_counter()
+        io = sess.io_binding()
+        io.bind_cpu_input("input_ids", ids)
+        io.bind_cpu_input("attention_mask", mask)
+        for k in past_names:
+            io.bind_ortvalue_input(k, bufs[k])
+        io.bind_output("logits", "cpu")
+        for n, k in zip(names[1:], past_names):
+            io.bind_ortvalue_output(n, bufs[k])
+        sess.run_with_iobinding(io)
+        logits = io.get_outputs()[0].numpy()
+        ids = logits[:, -1].argmax(-1).reshape(-1, 1).astype(np.int64)
+        mask = np.ones((1, mask.shape[1] + 1), np.int64)
+        times.append(time.perf_counter() - s0)
+    return times, time.perf_counter() - t0
 
 
 def loop(sess, cfg, dtype, prompt, steps, io_device):
@@ -70,13 +110,14 @@ def main():
     ap.add_argument("--mode", default="both")
     ap.add_argument("--io-device", default="cuda")
     ap.add_argument("--loops", type=int, default=2)
+    ap.add_argument("--max-len", type=int, default=1024, help="shared mode: the KV buffer's rows")
     args = ap.parse_args()
     cfg = decoder_config(args.config)
     t0 = time.perf_counter()
     model = make_llm(cfg, weights="int4", io_dtype=args.dtype, block_size=32)
     print(f"model built in {time.perf_counter() - t0:.1f} s ({len(model) / 1e6:.0f} MB)", flush=True)
     prompt = np.random.default_rng(1).integers(0, cfg.vocab, size=(1, 128), dtype=np.int64)
-    modes = ["plain", "io"] if args.mode == "both" else [args.mode]
+    modes = ["plain", "io", "shared"] if args.mode == "all" else ["plain", "io"] if args.mode == "both" else [args.mode]
     for mode in modes:
         fd, report = tempfile.mkstemp(suffix=".txt")
         os.close(fd)
@@ -84,7 +125,10 @@ def main():
         sess = mlx_ep.session(model, options={"report": report}, strict=False)
         create = time.perf_counter() - t0
         for rep in range(args.loops):
-            times, total = loop(sess, cfg, args.dtype, prompt, args.steps, None if mode == "plain" else args.io_device)
+            if mode == "shared":
+                times, total = shared_loop(sess, cfg, args.dtype, prompt, args.steps, args.max_len)
+            else:
+                times, total = loop(sess, cfg, args.dtype, prompt, args.steps, None if mode == "plain" else args.io_device)
             dec = times[1:]
             print(f"{mode} loop {rep}: prefill {times[0] * 1e3:.1f} ms, decode median {statistics.median(dec) * 1e3:.2f} ms "
                   f"({len(dec) / sum(dec):.1f} tok/s), first decode {dec[0] * 1e3:.1f} ms, loop {total:.2f} s; "
