@@ -2,7 +2,6 @@
  * the graph), and write the claim report. */
 #include "partition/partition.h"
 
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,13 +74,77 @@ void partition_free(partition *p) {
 
 /* ---- report --------------------------------------------------------------------------------- */
 
-static bool seen_before(const ir_graph *g, const partition *p, int i, bool claimed) {
-  for (int k = 0; k < i; k++) {
-    if ((p->defs[k] != NULL) != claimed) continue;
-    if (strcmp(g->nodes[k].op_type, g->nodes[i].op_type) || strcmp(g->nodes[k].domain, g->nodes[i].domain)) continue;
-    if (claimed || !strcmp(p->reasons[k], p->reasons[i])) return true;
+/* One line of the report's op list: nodes of one op (and, for declined nodes, one reason). */
+typedef struct report_key {
+  const char *op_type, *domain, *reason; /* reason: NULL for claimed nodes */
+  int node;                              /* node index; after grouping, the group's first node */
+  int count;                             /* after grouping: nodes in the group */
+} report_key;
+
+static int cmp_str(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : ""); }
+
+/* Claimed before declined, then op, domain and reason, then node index. */
+static int cmp_key(const void *pa, const void *pb) {
+  const report_key *a = pa, *b = pb;
+  int c = (a->reason != NULL) - (b->reason != NULL);
+  if (!c) c = cmp_str(a->op_type, b->op_type);
+  if (!c) c = cmp_str(a->domain, b->domain);
+  if (!c) c = cmp_str(a->reason, b->reason);
+  return c ? c : (a->node > b->node) - (a->node < b->node);
+}
+
+/* Claimed before declined, then by first node: the order in which the graph first shows them. */
+static int cmp_group(const void *pa, const void *pb) {
+  const report_key *a = pa, *b = pb;
+  int c = (a->reason != NULL) - (b->reason != NULL);
+  return c ? c : (a->node > b->node) - (a->node < b->node);
+}
+
+/* Sorts the nodes into groups (O(n log n)); returns the number of groups written over keys. */
+static int group_nodes(const ir_graph *g, const partition *p, report_key *keys) {
+  for (int i = 0; i < p->n_nodes; i++)
+    keys[i] = (report_key){g->nodes[i].op_type, g->nodes[i].domain, p->defs[i] ? NULL : p->reasons[i], i, 1};
+  qsort(keys, (size_t)p->n_nodes, sizeof *keys, cmp_key);
+  int n_groups = 0;
+  for (int i = 0; i < p->n_nodes; i++) {
+    report_key *last = n_groups ? &keys[n_groups - 1] : NULL;
+    if (last && (last->reason != NULL) == (keys[i].reason != NULL) && !cmp_str(last->op_type, keys[i].op_type) &&
+        !cmp_str(last->domain, keys[i].domain) && !cmp_str(last->reason, keys[i].reason)) {
+      last->count++;
+      continue;
+    }
+    keys[n_groups++] = keys[i];
   }
-  return false;
+  qsort(keys, (size_t)n_groups, sizeof *keys, cmp_group);
+  return n_groups;
+}
+
+static void write_ops(const ir_graph *g, const partition *p, FILE *f) {
+  report_key *keys = malloc(sizeof *keys * ((size_t)p->n_nodes + 1));
+  if (!keys) {
+    fprintf(f, "  (op list left out: out of memory)\n");
+    return;
+  }
+  int n_groups = group_nodes(g, p, keys);
+  for (int k = 0; k < n_groups; k++) {
+    const report_key *r = &keys[k];
+    const char *sep = *r->domain ? "::" : "";
+    if (!r->reason) fprintf(f, "  claimed  %s%s%s x%d\n", r->domain, sep, r->op_type, r->count);
+    else fprintf(f, "  declined %s%s%s x%d: %s\n", r->domain, sep, r->op_type, r->count, r->reason);
+  }
+  free(keys);
+}
+
+static void write_clusters(const partition *p, FILE *f) {
+  int *members = calloc((size_t)p->n_clusters + 1, sizeof *members);
+  if (!members) {
+    fprintf(f, "  (cluster sizes left out: out of memory)\n");
+    return;
+  }
+  for (int i = 0; i < p->n_nodes; i++)
+    if (p->cluster_of[i] >= 0) members[p->cluster_of[i]]++;
+  for (int k = 0; k < p->n_clusters; k++) fprintf(f, "  cluster %d: %d nodes\n", k, members[k]);
+  free(members);
 }
 
 void partition_write_report(const ir_graph *g, const partition *p, const char *title, FILE *f) {
@@ -90,28 +153,7 @@ void partition_write_report(const ir_graph *g, const partition *p, const char *t
   fprintf(f, "MLXExecutionProvider claim report%s%s\n", title ? ": " : "", title ? title : "");
   fprintf(f, "  nodes: %d, claimed: %d, declined: %d, clusters: %d\n", p->n_nodes, claimed,
           p->n_nodes - claimed, p->n_clusters);
-  for (int pass = 0; pass < 2; pass++) {
-    bool want_claimed = pass == 0;
-    for (int i = 0; i < p->n_nodes; i++) {
-      if ((p->defs[i] != NULL) != want_claimed || seen_before(g, p, i, want_claimed)) continue;
-      int count = 0;
-      for (int k = i; k < p->n_nodes; k++) {
-        if ((p->defs[k] != NULL) != want_claimed) continue;
-        if (strcmp(g->nodes[k].op_type, g->nodes[i].op_type) || strcmp(g->nodes[k].domain, g->nodes[i].domain)) continue;
-        if (!want_claimed && strcmp(p->reasons[k], p->reasons[i])) continue;
-        count++;
-      }
-      const ir_node *n = &g->nodes[i];
-      if (want_claimed)
-        fprintf(f, "  claimed  %s%s%s x%d\n", n->domain, *n->domain ? "::" : "", n->op_type, count);
-      else
-        fprintf(f, "  declined %s%s%s x%d: %s\n", n->domain, *n->domain ? "::" : "", n->op_type, count, p->reasons[i]);
-    }
-  }
-  for (int k = 0; k < p->n_clusters; k++) {
-    int members = 0;
-    for (int i = 0; i < p->n_nodes; i++) members += p->cluster_of[i] == k;
-    fprintf(f, "  cluster %d: %d nodes\n", k, members);
-  }
+  write_ops(g, p, f);
+  write_clusters(p, f);
   fflush(f);
 }
