@@ -2,7 +2,8 @@
 """Benchmark harness (a program, not a test): for each workload, the time per Run after warm-up
 for (1) ORT with MLXExecutionProvider, (2) ORT's CPU EP and (3) the same computation written
 directly against MLX (bench/mlx_reference.py), their ratios, session creation time, first-Run
-latency and peak memory. Writes docs/PERFORMANCE.md.
+latency and peak memory. Writes docs/PERFORMANCE.md, keeping its "## Session creation" section
+(written by bench/session_creation.py).
 
     bench/run.py [--workloads a,b] [--runs N] [--warmup N] [--device cpu|gpu] [--out FILE]
                  [--decoder-config tiny|mid|qwen2.5-0.5b] [--verify]
@@ -493,6 +494,22 @@ def runs_line(results: dict, args) -> str:
     return "; ".join(f"{what(r, wu)} ({', '.join(ws)})" for (r, wu), ws in items)
 
 
+# A section of the output file that another program writes and this one keeps as it is
+# (bench/session_creation.py --write).
+KEPT_SECTION = "## Session creation"
+
+
+def kept_section(path: str) -> str:
+    """The file's KEPT_SECTION, from its heading to the end, after a blank line; "" when absent."""
+    try:
+        with open(path) as f:
+            doc = f.read()
+    except OSError:
+        return ""
+    at = doc.find("\n" + KEPT_SECTION)
+    return "\n" + doc[at + 1:] if at >= 0 else ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", default=",".join(__import__("workloads").WORKLOADS))
@@ -535,7 +552,7 @@ def main() -> int:
     print(f"bench took {args.wall_s:.0f} s; load average {args.load[0]:.2f} at start, {args.load[1]:.2f} at end")
     for line in acceptance_lines(results, args):
         print(line)
-    text = render(results, args)
+    text = render(results, args) + kept_section(args.out)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
