@@ -2,7 +2,8 @@
 """Benchmark harness (a program, not a test): for each workload, the time per Run after warm-up
 for (1) ORT with MLXExecutionProvider, (2) ORT's CPU EP and (3) the same computation written
 directly against MLX (bench/mlx_reference.py), their ratios, session creation time, first-Run
-latency and peak memory. Writes docs/PERFORMANCE.md.
+latency and peak memory. Writes docs/PERFORMANCE.md, keeping its "## Session creation" section
+(written by bench/session_creation.py).
 
     bench/run.py [--workloads a,b] [--runs N] [--warmup N] [--device cpu|gpu] [--out FILE]
                  [--decoder-config tiny|mid|qwen2.5-0.5b] [--io-dtype float32|float16]
@@ -916,6 +917,22 @@ def runs_line(results: dict, args) -> str:
     return "; ".join(f"{what(r, wu)} ({', '.join(ws)})" for (r, wu), ws in items)
 
 
+# A section of the output file that another program writes and this one keeps as it is
+# (bench/session_creation.py --write).
+KEPT_SECTION = "## Session creation"
+
+
+def kept_section(path: str) -> str:
+    """The file's KEPT_SECTION, from its heading to the end, after a blank line; "" when absent."""
+    try:
+        with open(path) as f:
+            doc = f.read()
+    except OSError:
+        return ""
+    at = doc.find("\n" + KEPT_SECTION)
+    return "\n" + doc[at + 1:] if at >= 0 else ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", default=",".join(__import__("workloads").WORKLOADS))
@@ -979,7 +996,7 @@ def main() -> int:
     gpu = args.device == "gpu"
     for line in (gpu_acceptance_lines if gpu else acceptance_lines)(results, args):
         print(line)
-    text = (render_gpu if gpu else render)(results, args)
+    text = render_gpu(results, args) if gpu else render(results, args) + kept_section(args.out)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
