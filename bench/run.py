@@ -922,14 +922,20 @@ def runs_line(results: dict, args) -> str:
 KEPT_SECTION = "## Session creation"
 
 
-def kept_section(path: str) -> str:
-    """The file's KEPT_SECTION, from its heading to the end, after a blank line; "" when absent."""
+# The GPU report keeps its hand-written notes (what the run saw beyond the tables) from here on.
+GPU_KEPT_SECTION = "## Notes"
+
+
+def kept_section(path: str, heading: str | None = None) -> str:
+    """The file's section `heading` (default KEPT_SECTION), from its heading to the end, after a
+    blank line; "" when absent."""
+    heading = heading or KEPT_SECTION
     try:
         with open(path) as f:
             doc = f.read()
     except OSError:
         return ""
-    at = doc.find("\n" + KEPT_SECTION)
+    at = doc.find("\n" + heading)
     return "\n" + doc[at + 1:] if at >= 0 else ""
 
 
@@ -996,7 +1002,8 @@ def main() -> int:
     gpu = args.device == "gpu"
     for line in (gpu_acceptance_lines if gpu else acceptance_lines)(results, args):
         print(line)
-    text = render_gpu(results, args) if gpu else render(results, args) + kept_section(args.out)
+    text = (render_gpu(results, args) + kept_section(args.out, GPU_KEPT_SECTION) if gpu
+            else render(results, args) + kept_section(args.out))
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
