@@ -34,6 +34,16 @@ def run_with_report(tmp_path, model, options, feeds_list):
     return outs, report_stats(text), text
 
 
+def compared_step(sess, cpu, feeds):
+    """One step on both sessions: the CPU EP's outputs and the worst relative difference."""
+    ours, ref = sess.run(None, feeds), cpu.run(None, feeds)
+    worst = 0.0
+    for a, b in zip(ours, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        worst = max(worst, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-6)))
+    return ref, worst
+
+
 def decode_loop(model, options, tmp_path, prompt, steps, batch=1):
     """Greedy decode with the MLX EP, teacher-forced by ORT's CPU EP: both get the CPU EP's
     token, the CPU EP's KV cache feeds the next step. Returns the worst relative difference of
@@ -44,10 +54,8 @@ def decode_loop(model, options, tmp_path, prompt, steps, batch=1):
     feeds = step_feeds(TINY, np.tile(np.asarray([prompt], np.int64), (batch, 1)), empty_past(TINY, batch))
     worst = 0.0
     for _ in range(steps + 1):
-        ours, ref = sess.run(None, feeds), cpu.run(None, feeds)
-        for a, b in zip(ours, ref):
-            assert a.shape == b.shape and a.dtype == b.dtype
-            worst = max(worst, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-6)))
+        ref, diff = compared_step(sess, cpu, feeds)
+        worst = max(worst, diff)
         token = ref[0][:, -1:].argmax(-1)
         feeds = step_feeds(TINY, token, next_past(TINY, ref))
     del sess
@@ -159,10 +167,8 @@ def shared_buffer_loop(tmp_path, options, model, prompt, steps, max_len):
     feeds = step_feeds(TINY, np.asarray([prompt], np.int64), past, np.ones((1, len(prompt)), np.int64))
     worst = 0.0
     for _ in range(steps + 1):
-        ours, ref = sess.run(None, feeds), cpu.run(None, feeds)
-        for a, b in zip(ours, ref):
-            assert a.shape == b.shape and a.dtype == b.dtype
-            worst = max(worst, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-6)))
+        ref, diff = compared_step(sess, cpu, feeds)
+        worst = max(worst, diff)
         token = ref[0][:, -1:].argmax(-1)
         mask = np.ones((1, feeds["attention_mask"].shape[1] + 1), np.int64)
         feeds = step_feeds(TINY, token, next_past(TINY, ref), mask)

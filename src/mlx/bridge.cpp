@@ -21,6 +21,18 @@ namespace mx = mlx::core;
 using namespace mlxb_detail;
 
 /* Op dispatch and host-copy helpers used by this file only. */
+/* a evaluated, as a row-major buffer (copied only when a is a strided view). */
+mx::array mlxb_detail::evaluated_row_major(mlxb_scope *s, const mx::array &a) {
+  mx::array src = a;
+  src.eval();
+  if (!src.flags().row_contiguous) {
+    src = mx::contiguous(src, false, scope_dev(s));
+    src.eval();
+    if (!src.flags().row_contiguous) throw bridge_error("array is not row-contiguous after contiguous()");
+  }
+  return src;
+}
+
 namespace {
 
 /* Every axis of a, for reductions given no axes. */
@@ -59,17 +71,6 @@ mx::array array_from_bytes(const void *data, mx::Shape shape, mlxb_dtype t) {
   throw bridge_error("unknown dtype " + std::to_string(static_cast<int>(t)));
 }
 
-/* a evaluated, as a row-major buffer (copied only when a is a strided view). */
-mx::array evaluated_row_major(mlxb_scope *s, const mx::array &a) {
-  mx::array src = a;
-  src.eval();
-  if (!src.flags().row_contiguous) {
-    src = mx::contiguous(src, false, scope_dev(s));
-    src.eval();
-    if (!src.flags().row_contiguous) throw bridge_error("array is not row-contiguous after contiguous()");
-  }
-  return src;
-}
 
 /* Copies an evaluated array's elements row-major into dst. */
 void array_copy_out(mlxb_scope *s, const mx::array &a, void *dst, size_t bytes) {

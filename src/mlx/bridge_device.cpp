@@ -175,16 +175,6 @@ const char *device_address(const mx::array &a) {
   return static_cast<const char *>(rec->data) + a.offset();
 }
 
-mx::array evaluated_row_major_on(mlxb_scope *s, const mx::array &a) {
-  mx::array src = a;
-  src.eval();
-  if (!src.flags().row_contiguous) {
-    src = mx::contiguous(src, false, scope_dev(s));
-    src.eval();
-    if (!src.flags().row_contiguous) throw bridge_error("array is not row-contiguous after contiguous()");
-  }
-  return src;
-}
 
 /* Unified memory lent to ORT is meant for the GPU: its pages are advised to live there and
  * prefetched, so neither a copy into it nor a kernel reading it starts with page faults. Host
@@ -318,7 +308,7 @@ int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep
     size_t want = in.size() * in.itemsize();
     if (want == 0 && bytes == 0) return;
     if (!dst) throw bridge_error("null destination");
-    mx::array src = evaluated_row_major_on(s, in);
+    mx::array src = evaluated_row_major(s, in);
     const char *from = device_address(src);
     context_scope ctx(st);
     if (axis < 0) {

@@ -187,6 +187,9 @@ inline std::vector<mx::array> to_arrays(const mlxb_array *const *xs, int n) {
   return out;
 }
 
+/* a evaluated, as a row-major buffer (copied only when a is a strided view); bridge.cpp. */
+mx::array evaluated_row_major(mlxb_scope *s, const mx::array &a);
+
 } // namespace mlxb_detail
 
 #endif
