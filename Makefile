@@ -17,10 +17,28 @@ LIB         := $(BUILD)/libonnxruntime_ep_mlx.so
 .PHONY: all demo test test-python test-c test-ort123 conformance docs bench clean
 all: $(LIB)
 
-$(VENV)/.stamp: requirements.txt
+# MLX's backend wheel: cpu (mlx-cpu, the default) or cuda13 (mlx-cuda-13, on an NVIDIA machine).
+# Both ship mlx/lib/libmlx.so, so switching removes the other one first.
+MLX_BACKEND ?= cpu
+ifeq ($(MLX_BACKEND),cuda13)
+MLX_BACKEND_PIN := mlx-cuda-13==$(shell sed -n 's/^mlx-cpu==//p' requirements.txt)
+MLX_OTHER_BACKEND := mlx-cpu
+else ifeq ($(MLX_BACKEND),cpu)
+MLX_BACKEND_PIN := mlx-cpu==$(shell sed -n 's/^mlx-cpu==//p' requirements.txt)
+MLX_OTHER_BACKEND := mlx-cuda-13
+else
+$(error MLX_BACKEND must be cpu or cuda13, not '$(MLX_BACKEND)')
+endif
+
+$(VENV)/.stamp-$(MLX_BACKEND): requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
-	touch $@
+	$(PY) -m pip uninstall -q -y $(MLX_OTHER_BACKEND) 2>/dev/null || true
+	grep -v '^mlx-cpu==' requirements.txt > $(VENV)/requirements-$(MLX_BACKEND).txt
+	echo '$(MLX_BACKEND_PIN)' >> $(VENV)/requirements-$(MLX_BACKEND).txt
+	$(PY) -m pip install -q --disable-pip-version-check --force-reinstall --no-deps '$(MLX_BACKEND_PIN)'
+	$(PY) -m pip install -q --disable-pip-version-check -r $(VENV)/requirements-$(MLX_BACKEND).txt
+	rm -f $(VENV)/.stamp-*
+	touch $@ $(VENV)/.stamp
 
 .venv-ort123/.stamp:
 	$(PYTHON) -m venv .venv-ort123
@@ -34,9 +52,13 @@ $(FETCHED_HEADERS):
 $(TESTDATA):
 	scripts/fetch_debs.sh testdata
 
-$(BUILD)/.configured: $(VENV)/.stamp $(if $(ORT_INCLUDE_DIR),,$(FETCHED_HEADERS)) CMakeLists.txt VERSION
+# MLX's CMake package from a CUDA wheel asks for the CUDA toolkit at configure time although
+# nothing CUDA is on its interface: the CUDA backend links libmlx.so directly.
+MLX_CMAKE = $(if $(filter cuda13,$(MLX_BACKEND)),-DMLX_LIBRARY_FILE="$$($(PY) -m mlx --cmake-dir)/lib/libmlx.so" -DMLX_HEADERS_DIR="$$($(PY) -m mlx --cmake-dir)/include",-DMLX_ROOT="$$($(PY) -m mlx --cmake-dir)")
+
+$(BUILD)/.configured: $(VENV)/.stamp-$(MLX_BACKEND) $(if $(ORT_INCLUDE_DIR),,$(FETCHED_HEADERS)) CMakeLists.txt VERSION
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release \
-	  -DMLX_ROOT="$$($(PY) -m mlx --cmake-dir)" \
+	  $(MLX_CMAKE) \
 	  -DORT_INCLUDE_DIR="$(ORT_HEADERS)" \
 	  -DORT_RUNTIME_LIB_DIR="$$($(PY) -c 'import onnxruntime,os;print(os.path.join(os.path.dirname(onnxruntime.__file__),"capi"))')" >/dev/null
 	touch $@
