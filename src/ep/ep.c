@@ -74,6 +74,20 @@ static OrtStatus *add_clusters(ep_instance *ep, const partition *p, const OrtNod
   return st;
 }
 
+/* What GetCapability decided, through ORT's logger: a summary (INFO) and each declined node with
+ * its reason (VERBOSE), so the claim report's facts reach applications that read ORT's logs. */
+static void log_claims(ep_instance *ep, const ir_graph *g, const partition *p, const char *graph_name) {
+  const ep_runtime *rt = &ep->factory->rt;
+  int claimed = 0;
+  for (int i = 0; i < p->n_nodes; i++) claimed += p->defs[i] != NULL;
+  ep_log(rt, ep->logger, ORT_LOGGING_LEVEL_INFO, "graph '%s': %d of %d nodes claimed, %d cluster(s)",
+         graph_name ? graph_name : "", claimed, p->n_nodes, p->n_clusters);
+  for (int i = 0; i < p->n_nodes; i++)
+    if (!p->defs[i])
+      ep_log(rt, ep->logger, ORT_LOGGING_LEVEL_VERBOSE, "declined node '%s' (%s): %s", g->nodes[i].name,
+             g->nodes[i].op_type, p->reasons[i] ? p->reasons[i] : "");
+}
+
 static OrtStatus *ORT_API_CALL ep_get_capability(OrtEp *this_ptr, const OrtGraph *graph, OrtEpGraphSupportInfo *info) {
   ep_instance *ep = ep_of(this_ptr);
   const ep_runtime *rt = &ep->factory->rt;
@@ -99,6 +113,7 @@ static OrtStatus *ORT_API_CALL ep_get_capability(OrtEp *this_ptr, const OrtGraph
   OrtStatus *name_st = rt->api->Graph_GetName(graph, &graph_name);
   if (name_st) rt->api->ReleaseStatus(name_st);
   write_report(ep, g, p, graph_name);
+  log_claims(ep, g, p, graph_name);
   st = add_clusters(ep, p, nodes, info);
   goto done;
 fail:
@@ -120,7 +135,7 @@ static OrtStatus *compile_one(ep_instance *ep, const OrtGraph *graph, const OrtN
   if (st) return st;
   ir_graph *g = NULL;
   plan *p = NULL;
-  plan_config cfg = {ep->opts.device, ep->opts.compile, ep->opts.cache_size, ep->opts.decode_bucket};
+  plan_config cfg = {ep->opts.device, ep->opts.compile, ep->opts.cache_size, ep->opts.decode_bucket, ep->trace};
   if (ir_graph_from_ort(rt->api, graph, &g, &d) || plan_create(g, &cfg, name, &p, &d)) {
     diag_prefix(&d, "compiling '%s': ", name ? name : "");
     return ep_status_from_diag(rt, &d);

@@ -46,14 +46,17 @@ typedef struct ep_options {
   plan_compile_mode compile; /* option compile=0|1|auto */
   int cache_size;          /* option cache_size: input signatures kept per cluster */
   int decode_bucket;       /* option decode_bucket: padded-length step of growing inputs, 0 = off */
-  unsigned long long memory_limit; /* option memory_limit: bytes, 0 = auto (validated; not applied yet) */
+  unsigned long long memory_limit; /* option memory_limit: bytes, 0 = auto (MLX's) */
   char report_path[1024];  /* claim report destination: "", "stderr", "stdout" or a file */
+  char trace_path[1024];   /* option trace: Chrome-trace JSON of every Run's phases, "" = none */
 } ep_options;
 
 typedef struct ep_instance {
   OrtEp base;              /* must stay first */
   ep_factory *factory;
   ep_options opts;
+  struct trace_sink *trace; /* owned; open while the session lives when option trace is set */
+  const OrtLogger *logger; /* the session's logger (borrowed for the EP's lifetime) */
   int capability_calls;    /* numbers claim reports */
 } ep_instance;
 
@@ -76,6 +79,9 @@ OrtStatus *ep_device_memory_attach(const ep_device_memory *m, OrtEpDevice *dev);
 /* The allocator for mi when mi is our device memory, else NULL. */
 OrtAllocator *ep_device_memory_allocator(ep_device_memory *m, const OrtMemoryInfo *mi);
 OrtDataTransferImpl *ep_device_memory_transfer(ep_device_memory *m); /* NULL without device memory */
+/* Logs through ORT's logger (the session's, or the factory's before there is one); never fails. */
+void ep_log(const ep_runtime *rt, const OrtLogger *logger, OrtLoggingLevel level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Opens the report destination (NULL when none); ep_report_close closes it. */
 FILE *ep_report_open(const ep_options *opts);
 void ep_report_close(FILE *f);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/trace.h"
 #include "ep/ep_internal.h"
 
 static ep_factory *factory_of(const OrtEpFactory *f) { return (ep_factory *)f; }
@@ -53,11 +54,31 @@ static OrtStatus *ORT_API_CALL factory_create_ep(OrtEpFactory *this_ptr, const O
   if (!ep) return ep_status_msg(&f->rt, ORT_FAIL, EP_NAME ": out of memory");
   ep_instance_init(ep, f);
   ep->opts = opts;
+  ep->logger = logger ? logger : f->logger;
+  if (*opts.trace_path) {
+    char err[1100];
+    ep->trace = trace_sink_open(opts.trace_path, err, sizeof err);
+    if (!ep->trace) {
+      free(ep);
+      char msg[1200];
+      snprintf(msg, sizeof msg, EP_NAME ": option trace: %s", err);
+      return ep_status_msg(&f->rt, ORT_INVALID_ARGUMENT, msg);
+    }
+  }
+  ep_log(&f->rt, ep->logger, ORT_LOGGING_LEVEL_INFO, "session EP created: device %s, compile %d, decode_bucket %d%s%s",
+         opts.device == MLXB_DEVICE_GPU ? "gpu" : "cpu", (int)opts.compile, opts.decode_bucket,
+         *opts.trace_path ? ", trace " : "", opts.trace_path);
   *out = &ep->base;
   return NULL;
 }
 
-static void ORT_API_CALL factory_release_ep(OrtEpFactory *f, OrtEp *ep) { free(ep); }
+static void ORT_API_CALL factory_release_ep(OrtEpFactory *f, OrtEp *ep) {
+  ep_instance *inst = (ep_instance *)ep;
+  if (inst && trace_sink_close(inst->trace))
+    ep_log(&factory_of(f)->rt, inst->logger, ORT_LOGGING_LEVEL_WARNING, "could not write the trace file '%s'",
+           inst->opts.trace_path);
+  free(ep);
+}
 
 static OrtStatus *ORT_API_CALL factory_validate_compat(OrtEpFactory *f, const OrtHardwareDevice *const *devices,
                                                        size_t num_devices, const char *info,

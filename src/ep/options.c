@@ -104,6 +104,16 @@ static int parse_report(const char *key, const char *v, ep_options *out, diag *d
   return 0;
 }
 
+/* "" (none unless ORT_EP_MLX_TRACE names a file) or a file path for a Chrome-trace JSON of every
+ * Run's phases, written when the session ends; the file is created at session creation. */
+static int parse_trace(const char *key, const char *v, ep_options *out, diag *d) {
+  const char *dest = *v ? v : getenv("ORT_EP_MLX_TRACE");
+  if (!dest) dest = "";
+  if (strlen(dest) >= sizeof out->trace_path) return diag_fail(d, "option trace: path too long");
+  snprintf(out->trace_path, sizeof out->trace_path, "%s", dest);
+  return 0;
+}
+
 /* Every option, in parsing order (decode_bucket's auto reads the device). default_value is what
  * an absent key parses as; README's options table documents the same rows. */
 static const struct option_def {
@@ -117,6 +127,7 @@ static const struct option_def {
     {"decode_bucket", "auto", parse_decode_bucket},
     {"memory_limit", "auto", parse_memory_limit},
     {"report", "", parse_report},
+    {"trace", "", parse_trace},
 };
 #define N_OPTIONS (sizeof OPTIONS / sizeof OPTIONS[0])
 

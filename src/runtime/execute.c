@@ -11,14 +11,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/trace.h"
 #include "runtime/emulated.h"
 #include "runtime/plan_internal.h"
 
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
+static uint64_t now_us(void) { return trace_now_us(); }
 
 struct op_ctx {
   plan *plan;
@@ -483,13 +480,16 @@ static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const che
   if (mlxb_eval(s, results, n_eval)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   uint64_t t1 = now_us();
   PLAN_STAT_ADD(p, eval_us, t1 - t0);
+  trace_sink_event(p->cfg.trace, "eval", p->name, NULL, t0, t1 - t0);
   if (checks->n > 0 && checks_verdict(p, s, results[n], checks, d)) return -1;
   bool on_device = false;
   int rc = 0;
   for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, rp, alloc, user, &on_device, d);
   /* queued device copies read MLX buffers that the scope frees next: wait for them, even on error */
   if (on_device && mlxb_device_finish(s) && !rc) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
-  PLAN_STAT_ADD(p, copy_us, now_us() - t1);
+  uint64_t t2 = now_us();
+  PLAN_STAT_ADD(p, copy_us, t2 - t1);
+  trace_sink_event(p->cfg.trace, "copy out", p->name, on_device ? "device" : "host", t1, t2 - t1);
   return rc;
 }
 
@@ -674,15 +674,20 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   sig_key_make(pad > 0 ? f.views : inputs, n_inputs, f.key, &key_len, &hash);
   uint64_t phase = now_us();
   if (bind_inputs(p, s, inputs, n_inputs, &rp, f.in, d)) goto done;
-  PLAN_STAT_ADD(p, bind_us, now_us() - phase);
-  phase = now_us();
+  uint64_t bound = now_us();
+  PLAN_STAT_ADD(p, bind_us, bound - phase);
+  trace_sink_event(p->cfg.trace, "bind", p->name, pad > 0 ? "padded" : NULL, phase, bound - phase);
+  phase = bound;
   e = sig_lookup(p, f.key, key_len, hash);
   PLAN_STAT_ADD(p, sig_hits, e ? 1 : 0);
   PLAN_STAT_ADD(p, sig_misses, e ? 0 : 1);
   int compiled = e && p->compile ? run_compiled(p, s, f.in, e, f.results, &compiled_checks, d) : 1;
   if (compiled < 0) goto done;
   if (compiled > 0 && run_eager(p, s, f.in, e, f.results, &eager_checks, e ? NULL : &derived, d)) goto done;
-  PLAN_STAT_ADD(p, graph_us, now_us() - phase);
+  uint64_t built = now_us();
+  PLAN_STAT_ADD(p, graph_us, built - phase);
+  trace_sink_event(p->cfg.trace, "graph", p->name, compiled > 0 ? "lowered (eager)" : "compiled program", phase,
+                   built - phase);
   if (write_outputs(p, s, f.results, compiled > 0 ? &eager_checks : &compiled_checks, &rp, alloc, user, d)) goto done;
   if (!e && derived) {
     e = sig_insert(p, f.key, key_len, hash, derived);
@@ -697,5 +702,6 @@ done:
   mlxb_scope_free(s);
   mlxb_exclusive_end(p->cfg.device);
   account_run_time(p, run_index, traces_before, start_us);
+  trace_sink_event(p->cfg.trace, "Run", p->name, rc ? "failed" : NULL, start_us, now_us() - start_us);
   return rc;
 }

@@ -34,6 +34,7 @@ typedef struct plan_config {
   plan_compile_mode compile;
   int cache_size;       /* input signatures remembered per plan (LRU) */
   int bucket_step;      /* decode buckets: padded lengths are multiples of this; 0 = never pad */
+  struct trace_sink *trace; /* borrowed: phases of every Run as Chrome-trace events, or NULL */
 } plan_config;
 
 typedef struct plan_stats {
