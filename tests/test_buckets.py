@@ -190,11 +190,20 @@ def test_shared_kv_buffer_keeps_one_signature(tmp_path):
     assert "when only these grow: attention_mask[1]" in text
 
 
-def test_shared_kv_buffer_bound_stops_padding(tmp_path):
-    """When the padded total would pass the buffer's length, the Run is not padded (the present
-    would otherwise grow): exact outputs, new signatures instead of a wrong shape."""
+def test_shared_kv_buffer_bound_caps_padding(tmp_path):
+    """When the next bucket would pass the buffer's length, the mask is padded only up to that
+    length (the present keeps the buffer's shape): exact outputs, one decode signature."""
     model = make_llm(TINY, weights="int4")
     worst, st, _ = shared_buffer_loop(tmp_path, {"compile": "1", "decode_bucket": "32"}, model,
                                       [3, 1, 4, 1, 5], 12, max_len=20)
     assert worst < 1e-3
-    assert st["padded_runs"] == 0
+    assert st["padded_runs"] == 12 and st["sig_misses"] == 2 and st["traces"] == 1
+
+
+def test_shared_kv_buffer_full_is_not_padded(tmp_path):
+    """A mask as long as the buffer leaves no room to pad: those Runs keep their exact shapes."""
+    model = make_llm(TINY, weights="int4")
+    worst, st, _ = shared_buffer_loop(tmp_path, {"compile": "1", "decode_bucket": "32"}, model,
+                                      [3, 1, 4, 1, 5], 1, max_len=6)
+    assert worst < 1e-3
+    assert st["runs"] == 2 and st["padded_runs"] == 0  # the step's mask (6) fills the buffer (6)

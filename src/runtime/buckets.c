@@ -12,6 +12,7 @@
  * buffer: past and present are one buffer of the maximum length, only the attention mask grows)
  * gets a variant padding just those, analysed the same way when first seen; its rules may bound
  * the padded length by another input's dimension (pad_bound in op.h). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,9 +321,17 @@ static bool longer_than_others(const bucket_variant *v, const ir_graph *g, const
 }
 
 /* The guard of a subset variant: padding keeps every order relation between a padded length L
- * and each other dynamic input dimension X (no X equals L, none lies in (L, L + pad]), so a test
- * such as "query length == total length" answers as it would unpadded, and a fixed buffer longer
- * than the total stays longer than the padded total. */
+ * and each other dynamic input dimension X (no X equals L, none lies strictly between L and
+ * L + pad), so a test such as "query length == total length" answers as it would unpadded (a
+ * query is never longer than its total, so it never meets L + pad), and a fixed buffer longer than
+ * the total is at least as long as the padded total (padding up to a buffer's length is how the
+ * last bucket ends, see bounded_pad). */
+static bool is_bound_dim(const bucket_variant *v, int input, int axis) {
+  for (int k = 0; k < v->n_bounds; k++)
+    if (v->bounds[k].within_input == input && v->bounds[k].axis == axis) return true;
+  return false;
+}
+
 static bool keeps_order(const bucket_variant *v, const ir_graph *g, const rt_tensor *inputs, int n_inputs, int64_t pad) {
   for (int i = 0; i < n_inputs; i++) {
     if (v->input_axis[i] < 0) continue;
@@ -330,24 +339,29 @@ static bool keeps_order(const bucket_variant *v, const ir_graph *g, const rt_ten
     for (int j = 0; j < n_inputs; j++) {
       const ir_value *val = &g->values[g->inputs[j]];
       for (int a = 0; a < val->rank; a++) {
-        if (val->dims[a] >= 0 || a == v->input_axis[j]) continue;
+        /* a rule's bound governs its own dimension (the padded length may reach it) */
+        if (val->dims[a] >= 0 || a == v->input_axis[j] || is_bound_dim(v, j, a)) continue;
         int64_t x = inputs[j].dims[a];
-        if (x == len || (x > len && x <= len + pad)) return false;
+        if (x == len || (x > len && x < len + pad)) return false;
       }
     }
   }
   return true;
 }
 
-static bool bounds_hold(const bucket_variant *v, const rt_tensor *inputs, int64_t pad) {
+/* The largest pad every bound allows (a fixed buffer's length minus the padded input's), or -1
+ * when a bound cannot be read; INT64_MAX without bounds. */
+static int64_t bounded_pad(const bucket_variant *v, const rt_tensor *inputs) {
+  int64_t most = INT64_MAX;
   for (int k = 0; k < v->n_bounds; k++) {
     const bucket_bound *b = &v->bounds[k];
     int axis = v->input_axis[b->length_input];
     const rt_tensor *w = &inputs[b->within_input];
-    if (axis < 0 || b->axis >= w->rank) return false;
-    if (inputs[b->length_input].dims[axis] + pad > w->dims[b->axis]) return false;
+    if (axis < 0 || b->axis >= w->rank) return -1;
+    int64_t room = w->dims[b->axis] - inputs[b->length_input].dims[axis];
+    if (room < most) most = room;
   }
-  return true;
+  return most;
 }
 
 /* Padding starts once lengths are seen to change from one Run to the next (a decode loop): Runs
@@ -387,8 +401,11 @@ int64_t buckets_pad(plan *p, const rt_tensor *inputs, int n_inputs, const bucket
   if (shortest < 1) return 0;
   int64_t step = p->cfg.bucket_step;
   int64_t pad = (shortest / step + 1) * step - shortest;
+  /* a fixed buffer ends the last bucket early: pad up to its length, which is a signature too */
+  int64_t room = bounded_pad(v, inputs);
+  if (room < pad) pad = room;
+  if (pad < 1) return 0;
   if (v->subset ? !keeps_order(v, g, inputs, n_inputs, pad) : !longer_than_others(v, g, inputs, n_inputs)) return 0;
-  if (!bounds_hold(v, inputs, pad)) return 0;
   *variant = v;
   return pad;
 }
