@@ -14,7 +14,7 @@ ORT_HEADERS := $(if $(ORT_INCLUDE_DIR),$(ORT_INCLUDE_DIR),$(CURDIR)/$(patsubst %
 TESTDATA    := third_party/root/usr/share/libonnx-testdata/data/node
 LIB         := $(BUILD)/libonnxruntime_ep_mlx.so
 
-.PHONY: all demo test test-python test-c test-ort123 conformance docs bench clean
+.PHONY: all demo test test-python test-c test-ort123 conformance docs bench clean sanitize fuzz
 all: $(LIB)
 
 # MLX's backend wheel: cpu (mlx-cpu, the default) or cuda13 (mlx-cuda-13, on an NVIDIA machine).
@@ -89,3 +89,26 @@ bench: $(LIB) $(TESTDATA)
 
 clean:
 	rm -rf $(BUILD)
+
+# ASan+UBSan build of the library (build-asan/, CMake option EP_MLX_SANITIZE) and the C program,
+# the hostile catalogue and the fuzz slice under it (README, "Sanitizers"). Python is not
+# instrumented: libasan/libubsan are preloaded. The *_beyond_memory cases are left out: ORT's CPU
+# EP (the reference side) allocates terabytes there and ASan's operator new aborts instead of
+# throwing bad_alloc.
+ASAN_RT = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libubsan.so)
+sanitize: $(VENV)/.stamp-$(MLX_BACKEND) $(if $(ORT_INCLUDE_DIR),,$(FETCHED_HEADERS))
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEP_MLX_SANITIZE=ON $(MLX_CMAKE) \
+	  -DORT_INCLUDE_DIR="$(ORT_HEADERS)" \
+	  -DORT_RUNTIME_LIB_DIR="$$($(PY) -c 'import onnxruntime,os;print(os.path.join(os.path.dirname(onnxruntime.__file__),"capi"))')" >/dev/null
+	cmake --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  build-asan/test_c_api $(CURDIR)/build-asan/libonnxruntime_ep_mlx.so tests/data/add_relu.onnx
+	LD_PRELOAD="$(ASAN_RT)" ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ORT_EP_MLX_LIBRARY=$(CURDIR)/build-asan/libonnxruntime_ep_mlx.so \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/hostile tests/fuzz -k "not beyond_memory"
+
+# A long differential fuzzing run (docs/RELIABILITY.md): make fuzz FUZZ_COUNT=10000 FUZZ_SEED=0
+FUZZ_COUNT ?= 10000
+FUZZ_SEED ?= 0
+fuzz: $(LIB)
+	$(PY) tools/fuzz/run.py --count $(FUZZ_COUNT) --seed $(FUZZ_SEED) --save

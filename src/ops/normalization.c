@@ -146,6 +146,10 @@ static int lower_layernorm(op_ctx *c, const op_def *def) {
   if (!x || !scale) return op_fail(c, "missing input");
   int axis = norm_dims_axis(c, x, dims, &rank);
   if (axis < 0) return -1;
+  int64_t norm_size = 1;
+  for (int k = axis; k < rank; k++) norm_size *= dims[k];
+  if (norm_size == 0) /* ORT's CPU kernel refuses an empty normalized block */
+    return op_fail(c, "Size of X.shape[axis:] must be at least 1, got 0");
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   bool want_mean = op_has_output(c, 1), want_inv = op_has_output(c, 2);
   mlxb_dtype t = mlxb_type(x);

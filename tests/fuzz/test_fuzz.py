@@ -1,0 +1,52 @@
+"""Differential fuzzing (tools/fuzz/): a fixed seeded slice of random graphs run with ORT's CPU EP
+and with the EP in strict mode (eager, trace, replay), each in a worker process so that a crash
+fails the test instead of killing pytest; and the saved regression cases (tests/fuzz/cases/*.json,
+minimised failures written by `tools/fuzz/run.py --save`). A crash, a hang, an error on one side
+only or a mismatch without a known cause (run.explain) fails. docs/RELIABILITY.md has the counts
+of the long runs."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools", "fuzz"))
+import run as fuzz  # noqa: E402
+
+SLICE_SEED, SLICE_COUNT = 100_000, 200
+CASES = sorted(glob.glob(os.path.join(ROOT, "tests", "fuzz", "cases", "*.json")))
+
+
+def test_fuzz_slice():
+    counts, failures = fuzz.run(range(SLICE_SEED, SLICE_SEED + SLICE_COUNT), jobs=1, timeout=120)
+    bad = [f"seed {s}: {r['class']}: {mr.get('detail', '')[:300]}\n  minimised: {json.dumps(m['nodes'])}"
+           for s, r, m, mr, why in failures if not why]
+    assert not bad, f"{len(bad)} unexplained failures ({dict(counts)}); reproduce with " \
+                    f"tools/fuzz/run.py --seed S --count 1 --save:\n" + "\n".join(bad)
+    assert counts["ok"] > SLICE_COUNT // 2, dict(counts)
+
+
+def _case_params():
+    for path in CASES:
+        case = json.load(open(path))
+        marks = [pytest.mark.xfail(strict=True, reason=case["xfail"])] if case.get("xfail") else []
+        yield pytest.param(case, id=os.path.basename(path)[:-5], marks=marks)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = fuzz.Worker(timeout=120)
+    yield w
+    w.stop()
+
+
+@pytest.mark.parametrize("case", list(_case_params()))
+def test_fuzz_case(case, worker):
+    res = worker.call({"spec": case["spec"]})
+    why = fuzz.explain(case["spec"], res)
+    assert res["class"] in ("ok", "both-error", "declined", "no-ref") or why, \
+        f"{res['class']}: {res.get('detail', '')} (found as {case['found']}: {case['detail'][:200]})"

@@ -1,0 +1,203 @@
+"""Runs one fuzz spec (gen.generate) with ORT's CPU EP and with the MLX EP in strict mode (three
+Runs: eager, trace, replay) and classifies the outcome:
+
+  ok          every EP Run matches ORT within tolerance
+  declined    the EP session cannot be built in strict mode (a node is not claimed)
+  no-ref      ORT's CPU EP has no kernel for some node (NOT_IMPLEMENTED): nothing to compare
+  both-error  ORT and the EP both refuse the data at Run (every EP Run)
+  one-sided   exactly one side errors (detail says which and the message)
+  mismatch    an output differs beyond tolerance (or in dtype/shape), or the EP's Runs disagree
+  crash/hang  set by the driver when the worker process dies or stops answering
+
+Tolerances (float outputs; ints and bools must be equal; NaN must match NaN):
+  |ep - ort| <= atol * max(1, max|ort|) + rtol * |ort|
+  float32 rtol 1e-4 atol 1e-4, float16 rtol 1e-2 atol 1e-2, float64 rtol 1e-9 atol 1e-9.
+The atol term scales with the output's largest magnitude because chains (sums, matmuls,
+softmax) cancel: a difference relative to the output's scale is what a rounding order changes.
+
+As a program (the worker): reads JSON lines {"id", "seed"|"spec", "mode"} on stdin and answers
+each with one line "RESULT <json>", flushing before and after; the driver treats the worker's
+death as a crash of the request it was on."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+import gen  # noqa: E402
+
+TOL = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "float64": (1e-9, 1e-9)}
+RUNS = 3
+ONNX_DT = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7, "bool": 9,
+           "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}
+
+
+def arr_of(t):
+    return np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"])
+
+
+def build_model(spec, outputs=None) -> tuple[bytes, dict]:
+    """(model bytes, feeds). outputs: names to expose (default: the spec's outputs); every name
+    must be a node output whose dtype is known (from the spec's outputs or `dtypes`)."""
+    outs = spec["outputs"] if outputs is None else outputs
+    nodes = [helper.make_node(n["op"], n["inputs"], n["outputs"], **n["attrs"]) for n in spec["nodes"]]
+    graph = helper.make_graph(
+        nodes, "fuzz",
+        [helper.make_tensor_value_info(i["name"], ONNX_DT[i["dtype"]], i["shape"]) for i in spec["inputs"]],
+        [helper.make_tensor_value_info(o["name"], ONNX_DT[o["dtype"]], None) for o in outs],
+        initializer=[numpy_helper.from_array(arr_of(t), t["name"]) for t in spec["inits"]])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.get("opset", gen.OPSET))])
+    model.ir_version = 10
+    return model.SerializeToString(), {i["name"]: arr_of(i) for i in spec["inputs"]}
+
+
+def _short(e):
+    s = str(e).replace("\n", " ")
+    return s[:300]
+
+
+def compare(got, want, name):
+    """None when equal within tolerance, else a description."""
+    g, w = np.asarray(got), np.asarray(want)
+    if g.dtype != w.dtype or g.shape != w.shape:
+        return f"{name}: {g.dtype}{list(g.shape)} != ORT's {w.dtype}{list(w.shape)}"
+    if g.size == 0:
+        return None
+    if w.dtype.kind == "f":
+        rtol, atol = TOL.get(str(w.dtype), (1e-4, 1e-4))
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        nan_g, nan_w = np.isnan(g64), np.isnan(w64)
+        if (nan_g != nan_w).any():
+            i = int(np.argmax(nan_g != nan_w))
+            return f"{name}: NaN differs at flat {i}: ep {g64.flat[i]} ort {w64.flat[i]}"
+        fin = np.isfinite(w64) & ~nan_w
+        inf_bad = (~fin & ~nan_w) & (g64 != w64)
+        if inf_bad.any():
+            i = int(np.argmax(inf_bad))
+            return f"{name}: inf differs at flat {i}: ep {g64.flat[i]} ort {w64.flat[i]}"
+        scale = max(1.0, float(np.abs(w64[fin]).max())) if fin.any() else 1.0
+        with np.errstate(invalid="ignore"):
+            err = np.where(fin, np.abs(g64 - w64), 0.0)
+            bad = err > atol * scale + rtol * np.abs(np.where(fin, w64, 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            return f"{name}: max |diff| {err.max():.3g} (scale {scale:.3g}) at flat {i}: ep {g64.flat[i]!r} ort {w64.flat[i]!r}"
+        return None
+    if not np.array_equal(g, w):
+        i = int(np.argmax(g.ravel() != w.ravel()))
+        return f"{name}: differs at flat {i}: ep {g.flat[i]!r} ort {w.flat[i]!r}"
+    return None
+
+
+def _quiet():
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    return so
+
+
+def run_spec(spec) -> dict:
+    import onnxruntime_ep_mlx as mlx_ep
+    model, feeds = build_model(spec)
+    names = [o["name"] for o in spec["outputs"]]
+    cpu_err = want = None
+    try:
+        sess = ort.InferenceSession(model, _quiet(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        msg = _short(e)
+        if "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg:
+            return {"class": "no-ref", "detail": msg}
+        cpu_err = "session: " + msg
+    if cpu_err is None:
+        try:
+            want = sess.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            cpu_err = _short(e)
+    try:
+        esess = mlx_ep.session(model, strict=True, sess_options=_quiet())
+    except Exception as e:  # noqa: BLE001
+        msg = _short(e)
+        if "fallback" in msg.lower() or "assigned to the default CPU" in msg:
+            return {"class": "declined", "detail": msg}
+        if cpu_err:
+            return {"class": "both-error", "detail": f"ep session: {msg} | ort: {cpu_err}"}
+        return {"class": "one-sided", "detail": f"EP session fails, ORT runs: {msg}"}
+    results = []
+    for _ in range(RUNS):
+        try:
+            results.append(esess.run(None, feeds))
+        except Exception as e:  # noqa: BLE001
+            results.append(_short(e))
+    errs = [r for r in results if isinstance(r, str)]
+    if errs and len(errs) != RUNS:
+        return {"class": "mismatch", "detail": f"EP Runs disagree: {['error' if isinstance(r, str) else 'ok' for r in results]}: {errs[0]}"}
+    if cpu_err and errs:
+        return {"class": "both-error", "detail": f"ep: {errs[0]} | ort: {cpu_err}"}
+    if cpu_err:
+        return {"class": "one-sided", "detail": f"ORT errors, EP answers: {cpu_err}"}
+    if errs:
+        return {"class": "one-sided", "detail": f"EP errors, ORT answers: {errs[0]}"}
+    for run, got in enumerate(results):
+        for nm, g, w in zip(names, got, want):
+            d = compare(g, w, nm)
+            if d:
+                return {"class": "mismatch", "detail": f"run {run + 1}: {d}", "output": nm}
+    return {"class": "ok"}
+
+
+def cpu_values(spec) -> dict:
+    """Every node output's value on ORT's CPU EP (for the minimiser's cuts); dtypes from the model
+    (shape inference is not needed: ORT reports the dtype of each fetched value)."""
+    dtypes = {}
+    for n in spec["nodes"]:
+        for o in n["outputs"]:
+            dtypes[o] = None
+    # ask ORT for every intermediate: declare outputs with a dtype found by a first CPU run of
+    # onnx's shape inference
+    model, feeds = build_model(spec)
+    inferred = onnx.shape_inference.infer_shapes(onnx.load_from_string(model))
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.name in dtypes:
+            dtypes[vi.name] = vi.type.tensor_type.elem_type
+    inv = {v: k for k, v in ONNX_DT.items()}
+    outs = [{"name": k, "dtype": inv[t]} for k, t in dtypes.items() if t in inv]
+    model, feeds = build_model(spec, outs)
+    vals = ort.InferenceSession(model, _quiet(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    return {o["name"]: {"dtype": str(v.dtype), "shape": list(v.shape), "data": v.ravel().tolist()}
+            for o, v in zip(outs, vals)}
+
+
+def handle(req) -> dict:
+    spec = req.get("spec") or gen.generate(req["seed"])
+    if req.get("mode") == "values":
+        return {"values": cpu_values(spec)}
+    out = run_spec(spec)
+    out["ops"] = sorted({n["op"] for n in spec["nodes"]})
+    return out
+
+
+def main():
+    import onnxruntime_ep_mlx as mlx_ep
+    mlx_ep.register_execution_provider_library()
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            res = handle(req)
+        except Exception as e:  # noqa: BLE001 - a harness error is reported, not a crash
+            res = {"class": "harness-error", "detail": _short(repr(e))}
+        res["id"] = req["id"]
+        sys.stdout.write("RESULT " + json.dumps(res) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

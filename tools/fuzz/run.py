@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Differential fuzzing driver: generates seeded graphs (gen.py), runs each in a worker process
+(harness.py: ORT's CPU EP vs the MLX EP in strict mode, eager/trace/replay), minimises every
+failure and saves it under tests/fuzz/cases/ as a JSON spec that tests/fuzz/test_fuzz.py replays.
+
+  .venv/bin/python tools/fuzz/run.py --count 10000 --seed 0 [--jobs 2] [--save] [--json out.json]
+
+A worker that dies is a crash of the graph it was running (the driver restarts it and goes on);
+one that does not answer within --timeout seconds is a hang. Prints the counts per class."""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import gen  # noqa: E402
+
+CASES = os.path.join(ROOT, "tests", "fuzz", "cases")
+FAILURES = {"crash", "hang", "one-sided", "mismatch", "harness-error"}
+
+
+class Worker:
+    """One harness.py process; call() sends a request and waits for its answer."""
+
+    def __init__(self, timeout=60.0):
+        self.timeout = timeout
+        self.proc = None
+        self.n = 0
+
+    def start(self):
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "harness.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                     env=env, cwd=ROOT)
+
+    def stop(self):
+        if self.proc:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(5)
+            except Exception:  # noqa: BLE001
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def call(self, req: dict) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        self.n += 1
+        req = dict(req, id=self.n)
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        deadline = time.time() + self.timeout
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                self.proc.kill()
+                self.proc.wait()
+                self.proc = None
+                return {"class": "hang", "detail": f"no answer within {self.timeout:.0f} s"}
+            r, _, _ = select.select([self.proc.stdout], [], [], left)
+            if not r:
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                rc = self.proc.wait()
+                self.proc = None
+                return {"class": "crash", "detail": f"worker died (exit status {rc})"}
+            if line.startswith("RESULT "):
+                res = json.loads(line[7:])
+                if res.get("id") == self.n:
+                    return res
+
+
+# ---- minimiser -----------------------------------------------------------------------------------
+
+def _prune(spec):
+    """Drops nodes that no output needs, and inputs/initializers nothing uses."""
+    need = {o["name"] for o in spec["outputs"]}
+    keep = []
+    for n in reversed(spec["nodes"]):
+        if any(o in need for o in n["outputs"]):
+            keep.append(n)
+            need.update(i for i in n["inputs"] if i)
+    spec = dict(spec, nodes=list(reversed(keep)))
+    spec["inputs"] = [i for i in spec["inputs"] if i["name"] in need]
+    spec["inits"] = [i for i in spec["inits"] if i["name"] in need]
+    return spec
+
+
+def _same(res, want):
+    return res["class"] == want["class"] and (res["class"] != "one-sided" or res["detail"][:10] == want["detail"][:10])
+
+
+def minimise(worker: Worker, spec: dict, res: dict, budget=60) -> tuple[dict, dict]:
+    """Shrinks a failing spec while the failure (same class) persists: keeps one output, then cuts
+    nodes (a cut node's outputs become graph inputs fed with ORT's CPU values of the current
+    graph), then drops the trailing nodes. Returns (spec, result)."""
+    calls = 0
+
+    def check(cand):
+        nonlocal calls
+        calls += 1
+        r = worker.call({"spec": cand})
+        return r if _same(r, res) else None
+
+    # 1. one output at a time (the failing one first)
+    outs = sorted(spec["outputs"], key=lambda o: o["name"] != res.get("output"))
+    if len(outs) > 1:
+        for o in outs:
+            cand = _prune(dict(spec, outputs=[o]))
+            r = check(cand)
+            if r:
+                spec, res = cand, r
+                break
+    # 2. cut producers: their outputs become feeds with ORT's values
+    changed = True
+    while changed and calls < budget and len(spec["nodes"]) > 1:
+        changed = False
+        vals = worker.call({"spec": spec, "mode": "values"}).get("values")
+        if not vals:
+            break
+        for n in list(spec["nodes"]):
+            if n["op"] in ("Constant",) or not all(o in vals for o in n["outputs"]):
+                continue
+            if any(o in {x["name"] for x in spec["outputs"]} for o in n["outputs"]):
+                continue
+            cand = dict(spec, nodes=[m for m in spec["nodes"] if m is not n],
+                        inputs=spec["inputs"] + [dict(vals[o], name=o) for o in n["outputs"]])
+            cand = _prune(cand)
+            r = check(cand)
+            if r:
+                spec, res, changed = cand, r, True
+                break
+    return spec, dict(res, minimise_calls=calls)
+
+
+# ---- explanations --------------------------------------------------------------------------------
+
+def _has_nan(spec, names):
+    import numpy as np
+    for t in spec["inputs"] + spec["inits"]:
+        if t["name"] in names and t["dtype"].startswith("float"):
+            if np.isnan(np.array(t["data"], dtype=float)).any():
+                return True
+    return False
+
+
+def _tensor(spec, name):
+    for t in spec["inputs"] + spec["inits"]:
+        if t["name"] == name:
+            return t
+    return None
+
+
+I64_MAX = 2**63 - 1
+REDUCES = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")
+
+
+def explain(spec, res):
+    """A known cause for a minimised failure, or None. Each is a place where ORT's CPU EP departs
+    from the ONNX spec (checked against the spec's shape inference or NumPy) or a documented
+    difference (docs/OPERATORS.md); docs/RELIABILITY.md lists them."""
+    if res["class"] not in ("mismatch", "one-sided"):
+        return None
+    f16_in = any(t["dtype"] == "float16" for t in spec["inputs"] + spec["inits"])
+    for n in spec["nodes"]:
+        op, ins = n["op"], n["inputs"]
+        if op == "Sign" and res["class"] == "mismatch" and "NaN differs" in res.get("detail", ""):
+            return "Sign(NaN): the EP keeps NaN (docs/OPERATORS.md), ORT's CPU EP gives 0"
+        if (op == "Cast" and n["attrs"].get("to") in (1, 11) and f16_in and res["class"] == "mismatch"
+                and "max |diff|" in res.get("detail", "")):
+            return ("float16 rounding: ORT runs a float16 node that lacks a float16 kernel in float32 and its "
+                    "optimizer drops the float32->float16->float32/64 cast pair; the EP rounds to float16 as "
+                    "the graph says")
+        if op in ("ArgMax", "ArgMin", "ReduceMax", "ReduceMin") and _has_nan(spec, ins[:1]) and res["class"] == "mismatch":
+            return f"{op} of NaN inputs: docs/OPERATORS.md says NaN handling may differ from ORT"
+        if op in REDUCES and len(ins) > 1 and ins[1]:
+            x, axes = _tensor(spec, ins[0]), _tensor(spec, ins[1])
+            if x and axes and 0 in x["shape"] and any(a < 0 for a in axes["data"]):
+                return (f"ORT bug: {op} of an empty input ignores negative axes (keeps them in the output "
+                        "shape; ONNX shape inference and NumPy reduce them)")
+        if op == "Slice" and len(ins) > 2:
+            ends = _tensor(spec, ins[2])
+            steps = _tensor(spec, ins[4]) if len(ins) > 4 and ins[4] else None
+            if ends and steps and any(e == I64_MAX and st < 0 for e, st in zip(ends["data"], steps["data"])):
+                return ("ORT convention: Slice end INT64_MAX with a negative step runs to the start of the axis "
+                        "(the ONNX spec clamps it to dim-1: an empty slice, which the EP gives)")
+    return None
+
+
+# ---- driver --------------------------------------------------------------------------------------
+
+def save_case(spec, res, reason=None):
+    os.makedirs(CASES, exist_ok=True)
+    path = os.path.join(CASES, f"seed{spec['seed']}.json")
+    case = {"seed": spec["seed"], "found": res["class"], "detail": res.get("detail", ""),
+            "xfail": reason, "spec": spec}
+    with open(path, "w") as f:
+        json.dump(case, f, indent=1)
+    return path
+
+
+def run(seeds, jobs=1, save=False, minimize=True, timeout=60.0, log=None):
+    """Runs the seeds; returns (counts, failures [(seed, res, minimised spec, min res, explanation)])."""
+    counts = collections.Counter()
+    failures = []
+    lock = threading.Lock()
+    seeds = list(seeds)
+
+    def work(part):
+        w = Worker(timeout)
+        try:
+            for s in part:
+                res = w.call({"seed": s})
+                cls = res["class"]
+                entry = None
+                if cls in FAILURES:
+                    spec = gen.generate(s)
+                    mspec, mres = minimise(w, spec, res) if minimize and cls not in ("crash", "hang") else (spec, res)
+                    why = explain(mspec, mres)
+                    entry = (s, res, mspec, mres, why)
+                    if why:
+                        cls = "explained"
+                with lock:
+                    counts[cls] += 1
+                    if entry:
+                        failures.append(entry)
+                        if log:
+                            print(f"seed {s}: {res['class']} ({why or 'unexplained'}): {mres.get('detail', '')[:200]}",
+                                  file=log, flush=True)
+        finally:
+            w.stop()
+
+    threads = [threading.Thread(target=work, args=(seeds[i::jobs],)) for i in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if save:
+        for s, res, mspec, mres, why in failures:
+            if not why:
+                save_case(mspec, mres)
+    return counts, sorted(failures, key=lambda f: f[0])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--save", action="store_true", help="save unexplained failures under tests/fuzz/cases/")
+    ap.add_argument("--no-minimise", action="store_true")
+    ap.add_argument("--json", help="write counts and failures here")
+    a = ap.parse_args()
+    t0 = time.time()
+    counts, failures = run(range(a.seed, a.seed + a.count), a.jobs, a.save, not a.no_minimise, a.timeout, log=sys.stdout)
+    dt = time.time() - t0
+    print(f"{a.count} graphs (seeds {a.seed}..{a.seed + a.count - 1}) in {dt:.0f} s:",
+          ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"count": a.count, "seed": a.seed, "seconds": dt, "counts": counts,
+                       "failures": [{"seed": s, "class": r["class"], "detail": r.get("detail"),
+                                     "minimised": m, "minimised_result": mr, "explanation": why}
+                                    for s, r, m, mr, why in failures]}, f, indent=1)
+    sys.exit(1 if any(counts[c] for c in FAILURES) else 0)
+
+
+if __name__ == "__main__":
+    main()
