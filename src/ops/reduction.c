@@ -1,4 +1,4 @@
-/* Reductions (ReduceSum ... ReduceLogSumExp), ArgMax/ArgMin, CumSum and TopK lowered onto MLX.
+/* Reductions (ReduceSum ... ReduceLogSumExp), ArgMax/ArgMin, CumSum/CumProd and TopK lowered onto MLX.
  * Integer reductions follow ORT's CPU EP: they accumulate in float64 and saturate when casting back
  * (ReduceSum of int32 gives INT32_MAX on overflow, not a wrapped value); float16/bfloat16 compute in
  * float32 and round once at the end, as ORT's inserted casts do. */
@@ -261,21 +261,24 @@ static int lower_arg(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, idx);
 }
 
-/* ---- CumSum ------------------------------------------------------------------------------ */
+/* ---- CumSum / CumProd -------------------------------------------------------------------- */
 
-static int lower_cumsum(op_ctx *c, const op_def *def) {
+/* Sums (arg MLXB_RSUM) or products (MLXB_RPROD) along the axis input, inclusive or exclusive
+ * (a leading 0 or 1), forward or reversed; float16/bfloat16 accumulate in float32 and round once,
+ * as ORT's result does. Integers wrap. */
+static int lower_cumulative(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "missing input");
   int64_t raw;
-  if (!x) return op_fail(c, "missing input");
-  if (op_input_ints(c, 1, &raw, 1) != 1) return op_fail(c, "axis must be a single integer");
+  if (op_input_ints(c, 1, &raw, 1) != 1) return op_check(c) ? -1 : op_fail(c, "axis must be a single integer");
   int axis = op_util_resolve_axis(c, raw, mlxb_ndim(x));
   if (axis < 0) return -1;
-  bool exclusive = ir_attr_int(n, "exclusive", 0) != 0;
-  bool reverse = ir_attr_int(n, "reverse", 0) != 0;
+  bool exclusive = ir_attr_int(n, "exclusive", 0) != 0, reverse = ir_attr_int(n, "reverse", 0) != 0;
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *y = mlxb_cumulative(s, MLXB_RSUM, op_util_cast(s, x, op_util_compute_type(t)), axis, reverse, !exclusive);
+  mlxb_array *y = mlxb_cumulative(s, (mlxb_reduce_op)def->arg, op_util_cast(s, x, op_util_compute_type(t)), axis,
+                                  reverse, !exclusive);
   return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
@@ -400,8 +403,12 @@ static const op_def defs[] = {
    "axis, keepdims, select_last_index; int64 output; first index on ties. An empty reduced axis fails "
    "as in ORT. NaN inputs may pick a different index than ORT."},
   {"", "CumSum", 11, 14, DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64), NULL,
-   lower_cumsum, 0, OP_FLAG_HOST_VALUES,
+   lower_cumulative, MLXB_RSUM, OP_FLAG_HOST_VALUES,
    "axis input (constant or runtime), exclusive, reverse; integers wrap; float16/bfloat16 accumulate in float32."},
+  {"", "CumProd", 26, 28, DT_F32 | DT_F16 | DT_F64 | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64),
+   NULL, lower_cumulative, MLXB_RPROD, 0,
+   "float32/float16/float64/int32/int64/uint32/uint64, axis from a constant or runtime input, exclusive and "
+   "reverse; float16 multiplies in float32 (ORT's result); integers wrap. Declined: bfloat16 (untested)"},
   {"", "TopK", 1, 1, DT_FLOAT | DT_INT, NULL, lower_topk, 0, 0,
    "k attribute; largest first, sorted; ties give the lower index first (stable sort)."},
   {"", "TopK", 10, 24, DT_FLOAT | DT_INT, claim_topk, lower_topk, 0, OP_FLAG_HOST_VALUES,

@@ -1,4 +1,5 @@
-/* Shape-manipulation ops (Reshape, Transpose, Concat, Slice, Split, Pad, ...) and the ops that
+/* Shape-manipulation ops (Reshape, Transpose, Concat, Slice, Split, Pad, ...), Identity and
+ * inference Dropout (the identity with ORT's mask), and the ops that
  * create tensors from shapes or attributes (Shape, Constant, Range, ConstantOfShape, EyeLike).
  * Shapes are concrete while a cluster is lowered, so every output shape is computed here on the
  * host exactly as the ONNX spec says, and MLX only moves data. */
@@ -283,6 +284,43 @@ static int lower_tile(op_ctx *c, const op_def *def) {
     if (reps[i] < 0) return op_fail(c, "negative repeat %lld", (long long)reps[i]);
   if (rank == 0) return op_set_output(c, 0, x);
   return op_set_output(c, 0, mlxb_tile(op_scope(c), x, reps, n));
+}
+
+/* ---- Dropout ------------------------------------------------------------------------------ */
+
+/* Whether input i is a constant scalar float 0 (a dropout ratio that drops nothing). */
+static bool claim_const_zero(const claim_ctx *c, int i) {
+  const ir_value *v = claim_input(c, i);
+  if (!v || !v->is_const || !v->const_data) return false;
+  if (v->dtype == ONNX_FLOAT && v->const_bytes == sizeof(float)) return *(const float *)v->const_data == 0.0f;
+  if (v->dtype == ONNX_DOUBLE && v->const_bytes == sizeof(double)) return *(const double *)v->const_data == 0.0;
+  return false;
+}
+
+static bool claim_dropout(claim_ctx *c, const op_def *def) {
+  if (c->node->since_version < 12 || !claim_input(c, 2)) return true;
+  int64_t mode[1];
+  if (claim_const_ints(c, 2, mode, 1) != 1) return claim_decline(c, "training_mode is not a constant");
+  if (mode[0] && !claim_const_zero(c, 1)) return claim_decline(c, "training_mode is true (random dropout) with a nonzero ratio");
+  return true;
+}
+
+/* Inference Dropout is the identity. ORT's mask is all false (zeros for opsets 7-9) before
+ * opset 12 and all true from opset 12 on. */
+static int lower_dropout(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  if (op_set_output(c, 0, x)) return -1;
+  if (!op_has_output(c, 1)) return 0;
+  int mt = op_mlx_dtype(op_output_dtype(c, 1));
+  if (mt < 0) mt = MLXB_BOOL;
+  int64_t dims[SHAPE_MAX_RANK];
+  int r = op_util_dims(c, x, dims);
+  if (r < 0) return -1;
+  bool on = op_node(c)->since_version >= 12;
+  mlxb_array *v = mlxb_scalar_i64(s, on ? 1 : 0, (mlxb_dtype)mt);
+  return op_set_output(c, 1, mlxb_full(s, dims, r, v, (mlxb_dtype)mt));
 }
 
 /* ---- Identity / Shape / Size -------------------------------------------------------------- */
@@ -784,6 +822,9 @@ static const op_def defs[] = {
   {"", "Flatten", 1, 25, DT_ALL, shape_claim_rank, lower_flatten, 0, 0, "axis in [-r, r]"},
   {"", "Expand", 8, 13, DT_ALL, shape_claim_host, lower_expand, 0, OP_FLAG_HOST_VALUES,
    "shape read on the host; bidirectional broadcast"},
+  {"", "Dropout", 7, 22, DT_FLOAT, claim_dropout, lower_dropout, 0, 0,
+   "inference (or training with a constant ratio of 0): identity, with ORT's mask (all false before opset 12, "
+   "all true after). Declined: training_mode that is not a constant, or true with a ratio other than a constant 0"},
   {"", "Identity", 1, 25, DT_ALL, NULL, lower_identity, 0, 0,
    "tensors only; sequence and optional inputs are declined (no MLX dtype)", pad_identity},
   {"", "Shape", 1, 25, DT_ALL, shape_claim_rank, lower_shape, 0, OP_FLAG_SHAPE_ONLY,
