@@ -8,7 +8,6 @@
 
 #include "ops/op_util.h"
 
-#define INDEX_MAX_RANK OP_UTIL_MAX_RANK
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -40,7 +39,7 @@ static mlxb_array *index_component(op_ctx *c, mlxb_array *idx, const int64_t *di
 static bool claim_rank(claim_ctx *c, const op_def *def) {
   for (int i = 0; i < c->node->n_inputs; i++) {
     const ir_value *v = claim_input(c, i);
-    if (v && v->rank > INDEX_MAX_RANK - 1) return claim_decline(c, "input %d has rank %d", i, v->rank);
+    if (v && v->rank > OP_UTIL_MAX_RANK - 1) return claim_decline(c, "input %d has rank %d", i, v->rank);
   }
   return true;
 }
@@ -49,7 +48,7 @@ static bool claim_rank(claim_ctx *c, const op_def *def) {
 
 static int lower_gather(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0 || op_util_input_dims(c, 1, &idx, idims) < 0) return -1;
   if (rank == 0) return op_fail(c, "data must have rank >= 1");
@@ -63,7 +62,7 @@ static int lower_gather(op_ctx *c, const op_def *def) {
 
 static int lower_gather_elements(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0 || op_util_input_dims(c, 1, &idx, idims) < 0) return -1;
   if (rank == 0 || mlxb_ndim(idx) != rank) return op_fail(c, "data and indices must have the same rank >= 1");
@@ -71,7 +70,7 @@ static int lower_gather_elements(op_ctx *c, const op_def *def) {
   if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
   if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
   /* Indices may be shorter than data on other axes: narrow data there (MLX would broadcast). */
-  int64_t start[INDEX_MAX_RANK], stop[INDEX_MAX_RANK], step[INDEX_MAX_RANK];
+  int64_t start[OP_UTIL_MAX_RANK], stop[OP_UTIL_MAX_RANK], step[OP_UTIL_MAX_RANK];
   bool narrow = false;
   for (int i = 0; i < rank; i++) {
     start[i] = 0, step[i] = 1, stop[i] = dims[i];
@@ -88,7 +87,7 @@ static int lower_gather_elements(op_ctx *c, const op_def *def) {
 
 static int lower_gather_nd(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &x, dims);
   int q = r < 0 ? -1 : op_util_input_dims(c, 1, &idx, idims);
   if (r < 0 || q < 0) return -1;
@@ -101,16 +100,16 @@ static int lower_gather_nd(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   /* Fold the batch dims into one axis of size B, indexed by a broadcast iota. */
   int64_t B = op_util_numel(dims, (int)b);
-  int64_t xd[INDEX_MAX_RANK], id[INDEX_MAX_RANK], out[2 * INDEX_MAX_RANK];
+  int64_t xd[OP_UTIL_MAX_RANK], id[OP_UTIL_MAX_RANK], out[2 * OP_UTIL_MAX_RANK];
   int xr = 0, ir = 0;
   if (b > 0) xd[xr++] = B, id[ir++] = B;
   for (int i = (int)b; i < r; i++) xd[xr++] = dims[i];
   for (int i = (int)b; i < q; i++) id[ir++] = idims[i];
   x = mlxb_reshape(s, x, xd, xr);
   idx = mlxb_reshape(s, idx, id, ir);
-  mlxb_array *parts[INDEX_MAX_RANK + 1];
-  int axes[INDEX_MAX_RANK + 1], n = 0;
-  int64_t slice[INDEX_MAX_RANK];
+  mlxb_array *parts[OP_UTIL_MAX_RANK + 1];
+  int axes[OP_UTIL_MAX_RANK + 1], n = 0;
+  int64_t slice[OP_UTIL_MAX_RANK];
   if (b > 0) {
     parts[n] = index_iota(c, id, ir - 1, 0, mlxb_type(idx));
     axes[n++] = 0;
@@ -156,7 +155,7 @@ static bool claim_scatter(claim_ctx *c, const op_def *def) {
 
 static int lower_scatter_elements(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx, *upd;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK], udims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK], udims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &x, dims);
   if (r < 0 || op_util_input_dims(c, 1, &idx, idims) < 0 || op_util_input_dims(c, 2, &upd, udims) < 0) return -1;
   mlxb_scatter_mode mode;
@@ -172,14 +171,14 @@ static int lower_scatter_elements(op_ctx *c, const op_def *def) {
   if (op_util_numel(idims, r) == 0) return op_set_output(c, 0, x);
   /* A full coordinate per update: the indices on `axis`, iotas elsewhere. */
   mlxb_scope *s = op_scope(c);
-  mlxb_array *parts[INDEX_MAX_RANK];
-  int axes[INDEX_MAX_RANK];
+  mlxb_array *parts[OP_UTIL_MAX_RANK];
+  int axes[OP_UTIL_MAX_RANK];
   mlxb_dtype t = mlxb_type(idx);
   for (int i = 0; i < r; i++) {
     parts[i] = i == axis ? index_checked(c, idx, dims[axis]) : index_iota(c, idims, r, i, t);
     axes[i] = i;
   }
-  int64_t ud[2 * INDEX_MAX_RANK];
+  int64_t ud[2 * OP_UTIL_MAX_RANK];
   for (int i = 0; i < r; i++) ud[i] = idims[i], ud[r + i] = 1;
   upd = mlxb_reshape(s, upd, ud, 2 * r);
   return op_set_output(c, 0, mlxb_scatter(s, mode, x, (const mlxb_array *const *)parts, r, upd, axes));
@@ -187,7 +186,7 @@ static int lower_scatter_elements(op_ctx *c, const op_def *def) {
 
 static int lower_scatter_nd(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx, *upd;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK], udims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK], udims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &x, dims);
   int q = r < 0 ? -1 : op_util_input_dims(c, 1, &idx, idims);
   if (q < 0 || op_util_input_dims(c, 2, &upd, udims) < 0) return -1;
@@ -205,14 +204,14 @@ static int lower_scatter_nd(op_ctx *c, const op_def *def) {
   }
   if (op_util_numel(idims, q - 1) == 0) return op_set_output(c, 0, x);
   mlxb_scope *s = op_scope(c);
-  mlxb_array *parts[INDEX_MAX_RANK];
-  int axes[INDEX_MAX_RANK];
+  mlxb_array *parts[OP_UTIL_MAX_RANK];
+  int axes[OP_UTIL_MAX_RANK];
   for (int k = 0; k < m; k++) {
     if (index_check_empty_axis(c, dims[k], idx) < 0) return -1;
     parts[k] = index_checked(c, index_component(c, idx, idims, q, k), dims[k]);
     axes[k] = k;
   }
-  int64_t ud[2 * INDEX_MAX_RANK];
+  int64_t ud[2 * OP_UTIL_MAX_RANK];
   int n = 0;
   for (int i = 0; i < q - 1; i++) ud[n++] = idims[i];
   for (int i = 0; i < m; i++) ud[n++] = 1;
@@ -225,10 +224,10 @@ static int lower_scatter_nd(op_ctx *c, const op_def *def) {
 
 static int lower_one_hot(op_ctx *c, const op_def *def) {
   mlxb_array *idx, *vals;
-  int64_t idims[INDEX_MAX_RANK], vdims[INDEX_MAX_RANK];
+  int64_t idims[OP_UTIL_MAX_RANK], vdims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &idx, idims);
   if (r < 0 || op_util_input_dims(c, 2, &vals, vdims) < 0) return -1;
-  if (r + 1 > INDEX_MAX_RANK) return op_fail(c, "indices rank %d too large", r);
+  if (r + 1 > OP_UTIL_MAX_RANK) return op_fail(c, "indices rank %d too large", r);
   if (mlxb_size(vals) != 2) return op_fail(c, "values must hold [off, on]");
   int64_t depth;
   if (op_util_onnx_is_float(op_input_dtype(c, 1))) {
@@ -255,7 +254,7 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
     mlxb_array *neg = mlxb_binary(s, MLXB_LESS, pos, mlxb_scalar_i64(s, 0, ct));
     pos = mlxb_where(s, neg, mlxb_binary(s, MLXB_ADD, pos, mlxb_scalar_i64(s, depth, ct)), pos);
   }
-  int64_t ed[INDEX_MAX_RANK];
+  int64_t ed[OP_UTIL_MAX_RANK];
   for (int i = 0, j = 0; i <= r; i++) ed[i] = i == axis ? 1 : idims[j++];
   mlxb_array *iota = op_util_iota(s, 0, depth, axis, r + 1, ct);
   mlxb_array *hit = mlxb_binary(s, MLXB_EQUAL, mlxb_reshape(s, pos, ed, r + 1), iota);
@@ -269,7 +268,7 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
 
 static int lower_compress(op_ctx *c, const op_def *def) {
   mlxb_array *x, *cond;
-  int64_t dims[INDEX_MAX_RANK], cdims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], cdims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &x, dims);
   if (r < 0 || op_util_input_dims(c, 1, &cond, cdims) < 0) return -1;
   if (mlxb_ndim(cond) != 1) return op_fail(c, "condition must be 1-D");

@@ -12,7 +12,6 @@
 
 #include "ops/ml_util.h"
 
-#define ML_MAX_RANK 8
 
 /* ---- Scaler, Normalizer, Binarizer, Imputer ----------------------------------------------- */
 
@@ -23,7 +22,7 @@ static mlxb_array *ml_feature_table(mlxb_scope *s, mlxb_array *x, mlxb_array *ta
   int r = mlxb_ndim(x);
   if (k == 1) return ml_reshape1(s, table, 1);
   if (r <= 2) return table;
-  int64_t dims[ML_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   mlxb_shape(x, dims);
   int64_t stride = dims[1];
   mlxb_array *flat = mlxb_arange(s, 0, (double)mlxb_size(x), 1, MLXB_I64);
@@ -34,7 +33,7 @@ static mlxb_array *ml_feature_table(mlxb_scope *s, mlxb_array *x, mlxb_array *ta
 /* ORT's stride for per-feature attributes; -1 (with the failure recorded) at rank 0 or above the limit. */
 static int64_t ml_stride(op_ctx *c, mlxb_array *x) {
   int r = mlxb_ndim(x);
-  if (r < 1 || r > ML_MAX_RANK) return op_fail(c, "input rank %d (expected 1 to %d)", r, ML_MAX_RANK), -1;
+  if (r < 1 || r > OP_UTIL_MAX_RANK) return op_fail(c, "input rank %d (expected 1 to %d)", r, OP_UTIL_MAX_RANK), -1;
   return mlxb_dim(x, r == 1 ? 0 : 1);
 }
 
@@ -42,7 +41,7 @@ static bool claim_scaler(claim_ctx *c, const op_def *def) {
   int64_t ns = ml_attr_count(c->node, "scale"), no = ml_attr_count(c->node, "offset");
   if (ns == 0 || ns != no) return claim_decline(c, "scale and offset must be non-empty and of one length");
   int r = ml_claim_rank(c, 0);
-  if (r == 0 || r > ML_MAX_RANK) return claim_decline(c, "input rank %d", r);
+  if (r == 0 || r > OP_UTIL_MAX_RANK) return claim_decline(c, "input rank %d", r);
   return true;
 }
 
@@ -94,7 +93,7 @@ static int lower_normalizer(op_ctx *c, const op_def *def) {
     mlxb_array *sq = op_util_cast(s, op_util_mul(s, x, x), MLXB_F32);
     den = mlxb_reduce(s, MLXB_RSUM, sq, &ax, 1, true);
     mlxb_array *mag = mlxb_unary(s, MLXB_SQRT, op_util_div(s, sq, den));
-    mlxb_array *neg = mlxb_binary(s, MLXB_LESS, x, ml_zero_of(s, mlxb_type(x)));
+    mlxb_array *neg = mlxb_binary(s, MLXB_LESS, x, op_util_scalar(s, 0.0, mlxb_type(x)));
     y = mlxb_where(s, neg, mlxb_unary(s, MLXB_NEG, mag), mag);
   }
   y = mlxb_where(s, mlxb_binary(s, MLXB_NOT_EQUAL, den, ml_f32(s, 0.0)), y, xf);
@@ -120,7 +119,7 @@ static bool claim_imputer(claim_ctx *c, const op_def *def) {
   if (t == ONNX_FLOAT && nf == 0) return claim_decline(c, "float input with int64 imputed values");
   if (t == ONNX_INT64 && ni == 0) return claim_decline(c, "int64 input with float imputed values");
   int r = ml_claim_rank(c, 0);
-  if (r == 0 || r > ML_MAX_RANK) return claim_decline(c, "input rank %d", r);
+  if (r == 0 || r > OP_UTIL_MAX_RANK) return claim_decline(c, "input rank %d", r);
   return true;
 }
 
@@ -169,8 +168,8 @@ static int lower_array_feature_extractor(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *y = op_input(c, 1);
   if (!x || !y) return op_fail(c, "X and Y are required");
   int r = mlxb_ndim(x);
-  if (r < 1 || r > ML_MAX_RANK) return op_fail(c, "X rank %d", r);
-  int64_t dims[ML_MAX_RANK], last = mlxb_dim(x, r - 1), k = (int64_t)mlxb_size(y);
+  if (r < 1 || r > OP_UTIL_MAX_RANK) return op_fail(c, "X rank %d", r);
+  int64_t dims[OP_UTIL_MAX_RANK], last = mlxb_dim(x, r - 1), k = (int64_t)mlxb_size(y);
   if (last == 0 && k > 0) return op_fail(c, "indices into an empty last axis");
   mlxb_shape(x, dims);
   mlxb_array *idx = ml_reshape1(s, y, k);
@@ -349,7 +348,7 @@ static bool claim_label_encoder(claim_ctx *c, const op_def *def) {
  * is clipped into range, so gathers never leave the table). */
 static mlxb_array *ml_lower_bound(mlxb_scope *s, mlxb_array *keys, int64_t m, mlxb_array *x) {
   int r = mlxb_ndim(x);
-  int64_t dims[ML_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   mlxb_shape(x, dims);
   mlxb_array *pos = mlxb_zeros(s, dims, r, MLXB_I32), *lo = mlxb_scalar_i64(s, 0, MLXB_I32);
   mlxb_array *hi = mlxb_scalar_i64(s, m - 1, MLXB_I32);
@@ -381,7 +380,7 @@ static int lower_label_encoder(op_ctx *c, const op_def *def) {
   if (!ml_list_find(n, "keys", kt, &keys) || !ml_list_find(n, "values", vt, &vals) || keys.n != vals.n ||
       !ml_label_default(n, vt, &dr, &di))
     return op_fail(c, "keys, values or default no longer match the claim");
-  if (mlxb_ndim(x) > ML_MAX_RANK) return op_fail(c, "rank %d", mlxb_ndim(x));
+  if (mlxb_ndim(x) > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d", mlxb_ndim(x));
   ml_key *k = malloc(sizeof *k * (size_t)(keys.n + 1));
   int64_t *kint = malloc(sizeof(int64_t) * (size_t)(keys.n + 1)), *vint = malloc(sizeof(int64_t) * (size_t)(keys.n + 1));
   double *kreal = malloc(sizeof(double) * (size_t)(keys.n + 1)), *vreal = malloc(sizeof(double) * (size_t)(keys.n + 1));
@@ -406,7 +405,7 @@ static int lower_label_encoder(op_ctx *c, const op_def *def) {
   }
   mlxb_dtype kd = (mlxb_dtype)op_mlx_dtype(kt), vd = (mlxb_dtype)op_mlx_dtype(vt);
   mlxb_array *y = vt == ONNX_INT64 ? mlxb_scalar_i64(s, di, MLXB_I64) : mlxb_scalar_f64(s, dr, vd);
-  int64_t dims[ML_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   mlxb_shape(x, dims);
   y = mlxb_broadcast_to(s, y, dims, mlxb_ndim(x));
   if (m > 0) {

@@ -13,10 +13,6 @@
 
 mlxb_array *ml_f32(mlxb_scope *s, double v) { return mlxb_scalar_f64(s, v, MLXB_F32); }
 
-mlxb_array *ml_zero_of(mlxb_scope *s, mlxb_dtype t) {
-  return t == MLXB_F16 || t == MLXB_BF16 || t == MLXB_F32 || t == MLXB_F64 ? mlxb_scalar_f64(s, 0.0, t) : mlxb_scalar_i64(s, 0, t);
-}
-
 mlxb_array *ml_vec_f32(mlxb_scope *s, const float *v, int64_t n) { return mlxb_from_data(s, v, &n, 1, MLXB_F32); }
 mlxb_array *ml_vec_i64(mlxb_scope *s, const int64_t *v, int64_t n) { return mlxb_from_data(s, v, &n, 1, MLXB_I64); }
 

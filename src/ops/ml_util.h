@@ -12,7 +12,6 @@
 typedef enum ml_post { ML_POST_NONE, ML_POST_LOGISTIC, ML_POST_SOFTMAX, ML_POST_SOFTMAX_ZERO, ML_POST_PROBIT, ML_POST_BAD } ml_post;
 
 mlxb_array *ml_f32(mlxb_scope *s, double v);
-mlxb_array *ml_zero_of(mlxb_scope *s, mlxb_dtype t);
 mlxb_array *ml_vec_f32(mlxb_scope *s, const float *v, int64_t n);
 mlxb_array *ml_vec_i64(mlxb_scope *s, const int64_t *v, int64_t n);
 /* Host doubles as an array of float type t, converted on the host: a GPU scope has no float64

@@ -323,3 +323,22 @@ mlxb_array *op_util_float_array(mlxb_scope *s, const float *v, const int64_t *di
   mlxb_array *a = mlxb_from_data(s, v, dims, rank, MLXB_F32);
   return t == MLXB_F32 ? a : mlxb_astype(s, a, t);
 }
+
+/* ---- packed integers -------------------------------------------------------------------- */
+
+mlxb_array *op_util_unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits) {
+  if (!packed || bits == 8) return packed;
+  int per_byte = 8 / bits, rank = mlxb_ndim(packed), last = -1;
+  uint8_t shifts[8];
+  for (int i = 0; i < per_byte; i++) shifts[i] = (uint8_t)(i * bits);
+  int64_t n = per_byte, dims[OP_UTIL_MAX_RANK];
+  if (rank < 1 || rank > OP_UTIL_MAX_RANK) return NULL;
+  mlxb_array *sh = mlxb_from_data(s, shifts, &n, 1, MLXB_U8);
+  mlxb_array *mask = mlxb_scalar_i64(s, (1 << bits) - 1, MLXB_U8);
+  mlxb_array *e = mlxb_expand_dims(s, packed, &last, 1);
+  mlxb_array *v = mlxb_binary(s, MLXB_BITWISE_AND, mlxb_binary(s, MLXB_RIGHT_SHIFT, e, sh), mask);
+  if (!v) return NULL;
+  mlxb_shape(packed, dims);
+  dims[rank - 1] *= per_byte;
+  return mlxb_reshape(s, v, dims, rank);
+}

@@ -62,6 +62,12 @@ int op_util_claim_attr_or_input_ints(const claim_ctx *c, const char *attr, int i
 int op_util_input_int(op_ctx *c, int i, int64_t *v);
 int op_util_input_double(op_ctx *c, int i, double *v);
 
+/* ---- packed integers -------------------------------------------------------------------- */
+/* Unpacks a uint8 array of packed `bits`-wide values (bits 1, 2, 4 or 8; element 0 in the low bits,
+ * as ORT and MLX both store them) along its last axis: [..., L] -> [..., L * 8 / bits], still
+ * uint8. NULL for a NULL input, or a rank outside [1, OP_UTIL_MAX_RANK]. */
+mlxb_array *op_util_unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits);
+
 /* ---- host tables ------------------------------------------------------------------------- */
 /* A host int64 table as an MLX int32 array of n entries (index tables are small; int32 halves the
  * gather traffic); NULL when out of memory. */

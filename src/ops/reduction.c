@@ -9,7 +9,6 @@
 
 #include "ops/op_util.h"
 
-#define REDUCE_MAX_RANK OP_UTIL_MAX_RANK
 
 typedef enum reduce_kind {
   RK_SUM, RK_MEAN, RK_MAX, RK_MIN, RK_PROD, RK_L1, RK_L2, RK_LOGSUM, RK_LOGSUMEXP, RK_SUMSQUARE
@@ -20,14 +19,14 @@ enum { ARG_MAX, ARG_MIN };
 /* The reduction a node asks for, resolved against the input's concrete shape. */
 typedef struct reduce_plan {
   int rank;
-  int64_t dims[REDUCE_MAX_RANK];
-  bool reduced[REDUCE_MAX_RANK];     /* axis is reduced */
-  int axes[REDUCE_MAX_RANK];         /* reduced axes, ascending */
+  int64_t dims[OP_UTIL_MAX_RANK];
+  bool reduced[OP_UTIL_MAX_RANK];     /* axis is reduced */
+  int axes[OP_UTIL_MAX_RANK];         /* reduced axes, ascending */
   int naxes;
   bool keepdims;
   bool noop;                         /* empty axes with noop_with_empty_axes: elementwise only */
   int64_t count;                     /* input elements folded into each output element */
-  int64_t out_dims[REDUCE_MAX_RANK];
+  int64_t out_dims[OP_UTIL_MAX_RANK];
   int out_rank;
   int64_t out_size;
 } reduce_plan;
@@ -69,13 +68,13 @@ static bool reduce_axes_from_input(const op_def *def) { return def->since_min >=
 /* The node's axes (count 0 when none are given); noop when an empty list must leave x as it is. */
 static int reduce_read_axes(op_ctx *c, const op_def *def, int64_t *axes, int *count, bool *noop) {
   int since = reduce_axes_from_input(def) ? 0 : INT_MAX;
-  *count = op_util_attr_or_input_ints(c, "axes", 1, since, axes, REDUCE_MAX_RANK);
+  *count = op_util_attr_or_input_ints(c, "axes", 1, since, axes, OP_UTIL_MAX_RANK);
   *noop = since == 0 && *count == 0 && ir_attr_int(op_node(c), "noop_with_empty_axes", 0) != 0;
   return *count < 0 ? -1 : 0;
 }
 
 static int reduce_plan_build(op_ctx *c, const op_def *def, const mlxb_array *x, reduce_plan *p) {
-  int64_t axes[REDUCE_MAX_RANK];
+  int64_t axes[OP_UTIL_MAX_RANK];
   int count;
   memset(p, 0, sizeof *p);
   p->rank = op_util_dims(c, x, p->dims);
@@ -247,7 +246,7 @@ static int lower_arg(op_ctx *c, const op_def *def) {
   int64_t len = mlxb_dim(x, axis);
   if (mlxb_size(x) == 0) {
     if (len == 0) return op_fail(c, "cannot take the %s over an empty axis", def->op_type);
-    int64_t dims[REDUCE_MAX_RANK], out[REDUCE_MAX_RANK];
+    int64_t dims[OP_UTIL_MAX_RANK], out[OP_UTIL_MAX_RANK];
     int r = 0;
     if (op_util_dims(c, x, dims) < 0) return -1;
     for (int a = 0; a < rank; a++)
@@ -322,7 +321,7 @@ static int lower_topk(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  int64_t k, dims[REDUCE_MAX_RANK];
+  int64_t k, dims[OP_UTIL_MAX_RANK];
   if (!x) return op_fail(c, "missing input");
   if (topk_read_k(c, def, &k)) return -1;
   int rank = op_util_dims(c, x, dims);
@@ -355,8 +354,8 @@ static bool pad_reduce_sum(const ir_graph *g, const ir_node *n, const pad_fact *
   for (int k = 1; k < n->n_inputs; k++)
     if (in[k].kind != PAD_NONE) return false;
   claim_ctx c = {.graph = g, .node = n};
-  int64_t axes[REDUCE_MAX_RANK];
-  int count = op_util_claim_attr_or_input_ints(&c, "axes", 1, 13, axes, REDUCE_MAX_RANK);
+  int64_t axes[OP_UTIL_MAX_RANK];
+  int count = op_util_claim_attr_or_input_ints(&c, "axes", 1, 13, axes, OP_UTIL_MAX_RANK);
   if (count < 0 || (count == 0 && ir_attr_int(n, "noop_with_empty_axes", 0))) return false;
   bool reduced = count == 0;
   for (int k = 0; k < count; k++)
