@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, claim_report, make_model, run_cpu, run_mlx, single_op_model
+from parity import NP_TO_ONNX, assert_parity, claim_report, make_model, run_cpu, run_mlx, single_op_model, args_model
 
 DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64,
           np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
@@ -128,3 +128,73 @@ def test_cast_declined_targets(to, tmp_path):
     x = values(np.float32)
     model = single_op_model("Cast", {"x": x}, attrs={"to": to}, out_dtypes=[to], opset=21)
     assert "declined Cast" in report_of(model, tmp_path)
+
+
+# ---- BitCast ------------------------------------------------------------------------------------
+
+BITCAST_GROUPS = [
+    [np.int8, np.uint8],
+    [np.int16, np.uint16, np.float16, "bfloat16"],
+    [np.int32, np.uint32, np.float32],
+    [np.int64, np.uint64, np.float64],
+]
+
+
+BITCAST_ONNX_OF = {"bfloat16": TensorProto.BFLOAT16}
+
+
+def bitcast_onnx_of(t):
+    from parity import NP_TO_ONNX
+    return BITCAST_ONNX_OF.get(t) or NP_TO_ONNX[np.dtype(t)]
+
+
+def bitcast_input(dtype, shape=(3, 5), seed=0):
+    rng = np.random.default_rng(seed)
+    width = np.dtype(dtype).itemsize
+    raw = rng.integers(0, 256, size=shape + (width,), dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("group", range(len(BITCAST_GROUPS)))
+def test_bitcast(group):
+    types = BITCAST_GROUPS[group]
+    for src in types:
+        if src == "bfloat16":
+            continue  # numpy has no bfloat16 feed; covered by test_bitcast_bfloat16
+        x = bitcast_input(src)
+        for dst in types:
+            if dst == "bfloat16":
+                continue
+            model, feeds = args_model("BitCast", [("x", x, "feed")], attrs={"to": bitcast_onnx_of(dst)},
+                                      out_dtypes=[bitcast_onnx_of(dst)], opset=26)
+            want = assert_parity(model, feeds)[0]
+            assert np.asarray(want).tobytes() == x.tobytes()
+
+
+@pytest.mark.parametrize("src", [np.int16, np.uint16, np.float16])
+@pytest.mark.parametrize("back", [TensorProto.INT16, TensorProto.FLOAT16])
+def test_bitcast_bfloat16(src, back):
+    # numpy cannot hold bfloat16 outputs: view as bfloat16 and back in one model.
+    x = bitcast_input(src)
+    nodes = [helper.make_node("BitCast", ["x"], ["b"], to=TensorProto.BFLOAT16),
+             helper.make_node("BitCast", ["b"], ["y0"], to=back)]
+    model = make_model(nodes, [("x", bitcast_onnx_of(src), list(x.shape))], [("y0", back, None)], opset=26)
+    got = assert_parity(model, {"x": x})[0]
+    assert np.asarray(got).tobytes() == x.tobytes()
+
+
+def test_bitcast_bool():
+    # ORT 1.31 has no bool BitCast kernel: the spec's byte view (0/1) is the reference.
+    x = np.array([[True, False, True]])
+    for dst, np_dst in ((TensorProto.UINT8, np.uint8), (TensorProto.INT8, np.int8), (TensorProto.BOOL, np.bool_)):
+        model, feeds = args_model("BitCast", [("x", x, "feed")], attrs={"to": dst}, out_dtypes=[dst], opset=26)
+        np.testing.assert_array_equal(run_mlx(model, feeds)[0], x.view(np_dst))
+
+
+@pytest.mark.parametrize("src,dst", [(np.uint8, TensorProto.BOOL), (np.float32, TensorProto.INT64),
+                                     (np.int32, TensorProto.INT16)])
+def test_bitcast_declined(src, dst):
+    x = bitcast_input(src)
+    model, feeds = args_model("BitCast", [("x", x, "feed")], attrs={"to": dst}, out_dtypes=[dst], opset=26)
+    with pytest.raises(Exception):
+        run_mlx(model, feeds)

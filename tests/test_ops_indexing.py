@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from parity import (NP_TO_ONNX, args_model as build, assert_parity, check_args as check, make_model,
-                    normal_data as data, run_mlx)
+                    normal_data as data, run_mlx, feeds_model)
 
 
 def indices(shape, dim, dtype=np.int64, seed=1, negative=True):
@@ -271,3 +271,53 @@ def test_embedding_then_gather_elements():
     model = make_model(nodes, [("ids", TensorProto.INT64, ["B", 3]), ("pick", TensorProto.INT64, ["B", 3, 1])],
                        [("y", TensorProto.FLOAT, None)], {"emb": emb}.items())
     assert_parity(model, {"ids": indices((2, 3), 10), "pick": indices((2, 3, 1), 6)})
+
+
+# ---- ReverseSequence, TensorScatter, Scatter ----------------------------------------------------
+
+RNG = np.random.default_rng(0)
+
+
+def rng_values(shape, dtype=np.float32):
+    if np.dtype(dtype) == np.bool_:
+        return RNG.random(shape) > 0.5
+    if np.dtype(dtype).kind in "iu":
+        return RNG.integers(0, 5, size=shape).astype(dtype)
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("time_axis,batch_axis", [(0, 1), (1, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize("extra", [(), (3,), (2, 2)])
+def test_reverse_sequence(time_axis, batch_axis, dtype, extra):
+    t, b = 5, 4
+    shape = ((t, b) if time_axis == 0 else (b, t)) + extra
+    x = rng_values(shape, dtype)
+    lens = np.array([5, 1, 3, 0], np.int64) if dtype != np.bool_ else np.array([5, 1, 3, 2], np.int64)
+    attrs = {"time_axis": time_axis, "batch_axis": batch_axis}
+    assert_parity(*feeds_model("ReverseSequence", {"x": x, "l": lens}, attrs=attrs, opset=10))
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("axis", [-2, 1, 2])
+@pytest.mark.parametrize("with_indices", [False, True])
+def test_tensor_scatter(mode, axis, with_indices):
+    past = rng_values((2, 3, 6, 4))
+    ushape = list(past.shape)
+    ushape[axis] = 2
+    upd = rng_values(tuple(ushape))
+    cache = past.shape[axis]
+    feeds = {"p": past, "u": upd}
+    names = ["p", "u"]
+    if with_indices:
+        feeds["w"] = np.array([cache - 2, 1] if mode == "linear" else [cache - 1, 3], np.int64)
+        names.append("w")
+    assert_parity(*feeds_model("TensorScatter", feeds, attrs={"mode": mode, "axis": axis}, opset=24, names=names))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_scatter_legacy(axis):
+    x = rng_values((3, 4))
+    idx = np.array([[1, 0, 2, 2], [0, 2, 1, 0]], np.int64) if axis == 0 else np.array([[3, 0], [1, 2], [0, -1]], np.int64)
+    upd = rng_values(idx.shape)
+    assert_parity(*feeds_model("Scatter", {"x": x, "i": idx, "u": upd}, attrs={"axis": axis}, opset=10))

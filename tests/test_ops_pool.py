@@ -1,5 +1,5 @@
 """Parity tests of the pool family (src/ops/pool.c): MaxPool (with Indices), AveragePool, LpPool,
-the Global pools, MaxUnpool and MaxRoiPool on the MLX EP in strict mode against ORT's CPU EP."""
+the Global pools and MaxUnpool (MaxRoiPool is test_ops_detection.py) on the MLX EP in strict mode against ORT's CPU EP."""
 from __future__ import annotations
 
 import numpy as np
@@ -160,19 +160,6 @@ def test_maxunpool(shape, attrs, with_shape):
     check("MaxUnpool", feeds, attrs, inits=inits, names=names, opset=11)
 
 
-# ---- MaxRoiPool ---------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
-@pytest.mark.parametrize("pooled", [[2, 2], [3, 2]])
-def test_max_roi_pool(scale, pooled):
-    x = np.abs(rand((2, 3, 8, 9)))  # ORT starts its maximum at FLT_MIN: keep values positive
-    rois = np.array([[0, 0, 0, 7, 6], [1, 2, 1, 8, 7], [0, 3.4, 2.6, 5.5, 4.4], [1, 6, 6, 4, 4],
-                     [0, -3, -2, 20, 30]], np.float32)
-    if scale != 1.0:
-        rois[:, 1:] /= scale
-    check("MaxRoiPool", {"x": x, "r": rois}, {"pooled_shape": pooled, "spatial_scale": scale}, opset=21)
-
-
 # ---- edge cases ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
@@ -193,13 +180,3 @@ def test_maxunpool_bad_indices_do_not_crash():
     want = np.zeros(16, np.float32)
     want[0], want[3] = x.ravel()[0], x.ravel()[3]
     np.testing.assert_array_equal(y.ravel(), want)
-
-
-def test_max_roi_pool_bad_batch_index_fails_cleanly():
-    x = np.abs(rand((1, 2, 6, 6)))
-    rois = np.array([[3, 0, 0, 4, 4]], np.float32)
-    node = helper.make_node("MaxRoiPool", ["x", "r"], ["y"], pooled_shape=[2, 2])
-    model = make_model([node], [("x", TensorProto.FLOAT, [1, 2, 6, 6]), ("r", TensorProto.FLOAT, [1, 5])],
-                       [("y", TensorProto.FLOAT, None)], opset=21)
-    with pytest.raises(Exception, match="batch index"):
-        run_mlx(model, {"x": x, "r": rois})

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import assert_parity, claim_report as declined_reason, make_model, onnx_type, single_op_model, uniform_data
+from parity import assert_parity, claim_report as declined_reason, make_model, onnx_type, single_op_model, uniform_data, args_model
 
 I64 = TensorProto.INT64
 
@@ -291,3 +291,47 @@ def test_bfloat16_against_numpy():
     want_idx = np.argsort(-x, axis=1, kind="stable")[:, :3]
     np.testing.assert_array_equal(idx, want_idx)
     np.testing.assert_array_equal(got, np.take_along_axis(x, want_idx, 1))
+
+
+# ---- CumProd ------------------------------------------------------------------------------------
+
+def cumprod_data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(1, 4, size=shape).astype(dtype)
+    return rng.uniform(0.5, 1.5, shape).astype(dtype) * rng.choice([-1, 1], shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32, np.int64, np.uint32, np.uint64])
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumprod(dtype, exclusive, reverse):
+    x = cumprod_data((3, 4, 5), dtype)
+    for axis in (0, 1, -1):
+        model, feeds = args_model("CumProd", [("x", x, "feed"), ("a", np.array(axis, np.int64), "init")],
+                                  attrs={"exclusive": exclusive, "reverse": reverse}, opset=26)
+        assert_parity(model, feeds, rtol=1e-2 if dtype == np.float16 else None)
+
+
+@pytest.mark.parametrize("axis_dtype", [np.int32, np.int64])
+def test_cumprod_runtime_axis(axis_dtype):
+    x = cumprod_data((4, 6), np.float32)
+    model, feeds = args_model("CumProd", [("x", x, "feed"), ("a", np.array([1], axis_dtype), "feed")], opset=26)
+    assert_parity(model, feeds)
+
+
+def test_cumprod_wraps_and_long_axis():
+    x = np.full((70,), 3, np.int32)
+    model, feeds = args_model("CumProd", [("x", x, "feed"), ("a", np.array(0, np.int64), "init")], opset=26)
+    assert_parity(model, feeds)
+    x = cumprod_data((2, 200), np.float32, seed=3)
+    model, feeds = args_model("CumProd", [("x", x, "feed"), ("a", np.array(1, np.int64), "init")],
+                              attrs={"reverse": 1, "exclusive": 1}, opset=26)
+    assert_parity(model, feeds, rtol=1e-5)
+
+
+def test_cumprod_empty_and_scalarlike():
+    for shape in [(0, 3), (1,), (2, 1)]:
+        x = cumprod_data(shape, np.float32)
+        model, feeds = args_model("CumProd", [("x", x, "feed"), ("a", np.array(-1, np.int64), "init")], opset=26)
+        assert_parity(model, feeds)

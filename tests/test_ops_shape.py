@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, check_args as check, make_model, normal_data as data
+from parity import NP_TO_ONNX, assert_parity, check_args as check, make_model, normal_data as data, feeds_model, run_mlx
 
 I64_MAX = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min
@@ -434,3 +434,41 @@ def test_shape_slice_unsqueeze_expand():
     model = make_model(nodes, [("x", TensorProto.FLOAT, ["N", "T", 7]), ("b", TensorProto.FLOAT, [1, 1, 5])],
                        [("y", TensorProto.FLOAT, None)], inits.items())
     assert_parity(model, {"x": data((2, 3, 7)), "b": data((1, 1, 5))})
+
+
+# ---- Dropout ------------------------------------------------------------------------------------
+
+RNG = np.random.default_rng(0)
+
+
+def rng_values(shape, dtype=np.float32):
+    if np.dtype(dtype) == np.bool_:
+        return RNG.random(shape) > 0.5
+    if np.dtype(dtype).kind in "iu":
+        return RNG.integers(0, 5, size=shape).astype(dtype)
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("opset", [7, 10, 12, 13, 22])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_dropout(opset, dtype, with_mask):
+    x = rng_values((3, 4), dtype)
+    mask_t = TensorProto.BOOL if opset >= 10 else NP_TO_ONNX[np.dtype(dtype)]
+    outs = [NP_TO_ONNX[np.dtype(dtype)]] + ([mask_t] if with_mask else [])
+    assert_parity(*feeds_model("Dropout", {"x": x}, out_dtypes=outs, opset=opset))
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.5])
+def test_dropout_training_false(ratio):
+    x = rng_values((2, 5))
+    inits = {"r": np.array(ratio, np.float32), "t": np.array(False)}
+    assert_parity(*feeds_model("Dropout", {"x": x}, inits, out_dtypes=[TensorProto.FLOAT, TensorProto.BOOL], opset=13))
+
+
+def test_dropout_training_true_declined():
+    x = rng_values((2, 5))
+    model, feeds = feeds_model("Dropout", {"x": x}, {"r": np.array(0.5, np.float32), "t": np.array(True)},
+                         out_dtypes=[TensorProto.FLOAT, TensorProto.BOOL], opset=13)
+    with pytest.raises(Exception, match="fallback to CPU EP has been explicitly disabled"):
+        run_mlx(model, feeds)

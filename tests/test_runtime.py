@@ -48,7 +48,7 @@ def test_signature_cache_and_traces(tmp_path, compile_mode):
     assert st["runs"] == 6 and st["sig_misses"] == 2 and st["sig_hits"] == 4
     assert st["host_reads"] == 0  # Shape's values are known without evaluation
     if compile_mode == "1":
-        assert st["traces"] == 2 and st["compiled_runs"] == 4  # one trace per signature
+        assert st["traces"] == 2 and st["compiled_runs"] == 4 and st["trace_failures"] == 0  # one per signature
     else:
         assert st["traces"] == 0 and st["eager_runs"] == 6
 
@@ -63,6 +63,9 @@ def test_data_dependent_reshape_is_never_baked(tmp_path):
     for f, y in zip(feeds, outs):
         np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(f["shape"]))
     assert st["compiled_runs"] == 0 and st["eager_runs"] == 5 and st["host_reads"] == 5
+    # The signature traced once, failed and runs eagerly: counted, and the reason is reported.
+    assert st["trace_failures"] == 1
+    assert "first trace failure (that signature runs eagerly): " in (tmp_path / "report.txt").read_text()
 
 
 def test_lru_evicts(tmp_path):

@@ -23,9 +23,6 @@ static mlxb_dtype compute_type(mlxb_dtype t) {
 
 static mlxb_array *num(mlxb_scope *s, double v, mlxb_dtype t) { return mlxb_scalar_f64(s, v, t); }
 
-static mlxb_array *add(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_ADD, a, b); }
-static mlxb_array *sub(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_SUB, a, b); }
-static mlxb_array *mul(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_MUL, a, b); }
 static mlxb_array *maxm(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_MAXIMUM, a, b); }
 static mlxb_array *minm(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_MINIMUM, a, b); }
 static mlxb_array *less(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_LESS, a, b); }
@@ -36,7 +33,7 @@ static mlxb_array *greater(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return
 static mlxb_array *sigmoid_of(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
   if (t != MLXB_F64) return mlxb_unary(s, MLXB_SIGMOID, x);
   mlxb_array *e = op_util_exp(s, mlxb_unary(s, MLXB_NEG, mlxb_unary(s, MLXB_ABS, x)));
-  mlxb_array *den = add(s, num(s, 1.0, t), e);
+  mlxb_array *den = op_util_add(s, num(s, 1.0, t), e);
   mlxb_array *pos = mlxb_binary(s, MLXB_DIV, num(s, 1.0, t), den);
   mlxb_array *neg = mlxb_binary(s, MLXB_DIV, e, den);
   return mlxb_where(s, mlxb_binary(s, MLXB_GREATER_EQUAL, x, num(s, 0.0, t)), pos, neg);
@@ -47,7 +44,7 @@ static mlxb_array *sigmoid_of(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
 static mlxb_array *softplus(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
   if (t != MLXB_F64) return mlxb_binary(s, MLXB_LOGADDEXP, x, num(s, 0.0, t));
   mlxb_array *e = op_util_exp(s, mlxb_unary(s, MLXB_NEG, mlxb_unary(s, MLXB_ABS, x)));
-  return add(s, maxm(s, x, num(s, 0.0, t)), mlxb_unary(s, MLXB_LOG1P, e));
+  return op_util_add(s, maxm(s, x, num(s, 0.0, t)), mlxb_unary(s, MLXB_LOG1P, e));
 }
 
 /* ---- formulas: x is already in the compute type t ----------------------------------------- */
@@ -56,7 +53,7 @@ typedef mlxb_array *(*act_fn)(mlxb_scope *s, const ir_node *n, mlxb_array *x, ml
 
 static mlxb_array *act_leaky_relu(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
   mlxb_array *alpha = num(s, ir_attr_float(n, "alpha", 0.01f), t);
-  return mlxb_where(s, less(s, x, num(s, 0.0, t)), mul(s, alpha, x), x);
+  return mlxb_where(s, less(s, x, num(s, 0.0, t)), op_util_mul(s, alpha, x), x);
 }
 
 static mlxb_array *act_gelu(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
@@ -64,40 +61,40 @@ static mlxb_array *act_gelu(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb
   mlxb_array *inner;
   if (strcmp(ir_attr_string(n, "approximate", "none"), "tanh") == 0) {
     /* tanh(sqrt(2/pi) * (x + 0.044715 x^3)) */
-    mlxb_array *cube = mul(s, mul(s, x, x), x);
-    mlxb_array *arg = add(s, x, mul(s, num(s, ACT_GELU_C0, t), cube));
-    inner = mlxb_unary(s, MLXB_TANH, mul(s, num(s, ACT_SQRT_2_OVER_PI, t), arg));
+    mlxb_array *cube = op_util_mul(s, op_util_mul(s, x, x), x);
+    mlxb_array *arg = op_util_add(s, x, op_util_mul(s, num(s, ACT_GELU_C0, t), cube));
+    inner = mlxb_unary(s, MLXB_TANH, op_util_mul(s, num(s, ACT_SQRT_2_OVER_PI, t), arg));
   } else {
-    inner = mlxb_unary(s, MLXB_ERF, mul(s, x, num(s, ACT_SQRT1_2, t)));
+    inner = mlxb_unary(s, MLXB_ERF, op_util_mul(s, x, num(s, ACT_SQRT1_2, t)));
   }
-  return mul(s, mul(s, half, x), add(s, one, inner));
+  return op_util_mul(s, op_util_mul(s, half, x), op_util_add(s, one, inner));
 }
 
 /* Elu, Selu and Celu use expm1 for exp(x) - 1: exact where ORT's exp(x) - 1 is within an ulp of 1. */
 static mlxb_array *act_elu(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
   mlxb_array *alpha = num(s, ir_attr_float(n, "alpha", 1.0f), t);
-  mlxb_array *neg = mul(s, alpha, mlxb_unary(s, MLXB_EXPM1, x));
+  mlxb_array *neg = op_util_mul(s, alpha, mlxb_unary(s, MLXB_EXPM1, x));
   return mlxb_where(s, less(s, x, num(s, 0.0, t)), neg, x);
 }
 
 static mlxb_array *act_selu(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
   mlxb_array *alpha = num(s, ir_attr_float(n, "alpha", 1.67326319217681884765625f), t);
   mlxb_array *gamma = num(s, ir_attr_float(n, "gamma", 1.05070102214813232421875f), t);
-  mlxb_array *neg = mul(s, alpha, mlxb_unary(s, MLXB_EXPM1, x));
-  return mul(s, gamma, mlxb_where(s, greater(s, x, num(s, 0.0, t)), x, neg));
+  mlxb_array *neg = op_util_mul(s, alpha, mlxb_unary(s, MLXB_EXPM1, x));
+  return op_util_mul(s, gamma, mlxb_where(s, greater(s, x, num(s, 0.0, t)), x, neg));
 }
 
 static mlxb_array *act_celu(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
   float a = ir_attr_float(n, "alpha", 1.0f);
   mlxb_array *alpha = num(s, a, t), *zero = num(s, 0.0, t);
   mlxb_array *e = mlxb_unary(s, MLXB_EXPM1, mlxb_binary(s, MLXB_DIV, x, alpha));
-  mlxb_array *neg = minm(s, zero, mul(s, alpha, e));
-  return add(s, maxm(s, zero, x), neg);
+  mlxb_array *neg = minm(s, zero, op_util_mul(s, alpha, e));
+  return op_util_add(s, maxm(s, zero, x), neg);
 }
 
 /* max(0, min(1, alpha * x + beta)) */
 static mlxb_array *hard_sigmoid(mlxb_scope *s, mlxb_array *x, mlxb_dtype t, double alpha, double beta) {
-  mlxb_array *lin = add(s, mul(s, num(s, alpha, t), x), num(s, beta, t));
+  mlxb_array *lin = op_util_add(s, op_util_mul(s, num(s, alpha, t), x), num(s, beta, t));
   return maxm(s, num(s, 0.0, t), minm(s, num(s, 1.0, t), lin));
 }
 
@@ -106,7 +103,7 @@ static mlxb_array *act_hard_sigmoid(mlxb_scope *s, const ir_node *n, mlxb_array 
 }
 
 static mlxb_array *act_hard_swish(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
-  return mul(s, x, hard_sigmoid(s, x, t, (double)(1.0f / 6.0f), 0.5));
+  return op_util_mul(s, x, hard_sigmoid(s, x, t, (double)(1.0f / 6.0f), 0.5));
 }
 
 static mlxb_array *act_softplus(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
@@ -114,12 +111,12 @@ static mlxb_array *act_softplus(mlxb_scope *s, const ir_node *n, mlxb_array *x, 
 }
 
 static mlxb_array *act_softsign(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
-  mlxb_array *den = add(s, num(s, 1.0, t), mlxb_unary(s, MLXB_ABS, x));
+  mlxb_array *den = op_util_add(s, num(s, 1.0, t), mlxb_unary(s, MLXB_ABS, x));
   return mlxb_binary(s, MLXB_DIV, x, den);
 }
 
 static mlxb_array *act_mish(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
-  return mul(s, x, mlxb_unary(s, MLXB_TANH, softplus(s, x, t)));
+  return op_util_mul(s, x, mlxb_unary(s, MLXB_TANH, softplus(s, x, t)));
 }
 
 static mlxb_array *act_thresholded_relu(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
@@ -130,13 +127,13 @@ static mlxb_array *act_thresholded_relu(mlxb_scope *s, const ir_node *n, mlxb_ar
 static mlxb_array *act_shrink(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
   float lambd = ir_attr_float(n, "lambd", 0.5f), bias = ir_attr_float(n, "bias", 0.0f);
   mlxb_array *b = num(s, bias, t);
-  mlxb_array *hi = mlxb_where(s, greater(s, x, num(s, lambd, t)), sub(s, x, b), num(s, 0.0, t));
-  return mlxb_where(s, less(s, x, num(s, -(double)lambd, t)), add(s, x, b), hi);
+  mlxb_array *hi = mlxb_where(s, greater(s, x, num(s, lambd, t)), op_util_sub(s, x, b), num(s, 0.0, t));
+  return mlxb_where(s, less(s, x, num(s, -(double)lambd, t)), op_util_add(s, x, b), hi);
 }
 
 static mlxb_array *act_swish(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
   mlxb_array *alpha = num(s, ir_attr_float(n, "alpha", 1.0f), t);
-  return mul(s, x, sigmoid_of(s, mul(s, alpha, x), t));
+  return op_util_mul(s, x, sigmoid_of(s, op_util_mul(s, alpha, x), t));
 }
 
 enum {
@@ -195,7 +192,7 @@ static int lower_prelu(op_ctx *c, const op_def *def) {
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   mlxb_array *xc = op_util_cast(s, x, ct);
   mlxb_array *zero = op_util_scalar(s, 0.0, ct);
-  mlxb_array *y = mlxb_where(s, less(s, xc, zero), mul(s, op_util_cast(s, slope, ct), xc), xc);
+  mlxb_array *y = mlxb_where(s, less(s, xc, zero), op_util_mul(s, op_util_cast(s, slope, ct), xc), xc);
   return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 

@@ -1,6 +1,7 @@
-/* Cast and CastLike between the dtypes MLX represents. MLX's astype is C++'s static_cast, as in
- * ORT's CPU kernels: float-to-integer truncates toward zero, nonzero (and NaN) becomes true, and
- * out-of-range or NaN float-to-integer values follow the same CPU conversion instructions. */
+/* Cast and CastLike between the dtypes MLX represents, and BitCast (a bit view between dtypes of
+ * one width). MLX's astype is C++'s static_cast, as in ORT's CPU kernels: float-to-integer
+ * truncates toward zero, nonzero (and NaN) becomes true, and out-of-range or NaN float-to-integer
+ * values follow the same CPU conversion instructions. */
 #include "ops/op.h"
 
 static bool claim_cast(claim_ctx *c, const op_def *def) {
@@ -44,12 +45,40 @@ static bool pad_cast(const ir_graph *g, const ir_node *n, const pad_fact *in, pa
   return true;
 }
 
+/* ---- BitCast ----------------------------------------------------------------------------- */
+
+static bool claim_bitcast(claim_ctx *c, const op_def *def) {
+  const ir_attr *to = ir_node_attr(c->node, "to");
+  if (!to || to->type != IR_ATTR_INT) return claim_decline(c, "missing attribute 'to'");
+  int32_t from = claim_input_dtype(c, 0), dst = (int32_t)to->i;
+  if (op_mlx_dtype(dst) < 0 || ir_dtype_emulated_bits(dst)) return claim_decline(c, "target dtype %s", ir_dtype_name(dst));
+  if (ir_dtype_size(from) == 0 || ir_dtype_size(from) != ir_dtype_size(dst))
+    return claim_decline(c, "%s and %s differ in width", ir_dtype_name(from), ir_dtype_name(dst));
+  /* Bytes other than 0 and 1 are not valid bools. */
+  if (dst == ONNX_BOOL && from != ONNX_BOOL) return claim_decline(c, "bits of %s viewed as bool", ir_dtype_name(from));
+  return true;
+}
+
+/* The same bits (little endian on every host MLX runs on) read as the target dtype. */
+static int lower_bitcast(op_ctx *c, const op_def *def) {
+  mlxb_array *x = op_input(c, 0);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "missing input");
+  int t = op_mlx_dtype((int32_t)ir_attr_int(op_node(c), "to", ONNX_UNDEFINED));
+  if (t < 0) return op_fail(c, "target dtype has no MLX dtype");
+  if (t == (int)mlxb_type(x)) return op_set_output(c, 0, x);
+  return op_set_output(c, 0, mlxb_view(op_scope(c), x, (mlxb_dtype)t));
+}
+
 static const op_def defs[] = {
     {"", "Cast", 6, 28, DT_ALL, claim_cast, lower_cast, 0, 0,
      "every pair of MLX dtypes (bool, ints, float16/bfloat16/float/double); float-to-int truncates; "
      "declined: string, float8, int4 and other dtypes MLX lacks (saturate only concerns float8)", pad_cast},
     {"", "CastLike", 15, 25, DT_ALL, NULL, lower_cast_like, 0, 0,
      "every pair of MLX dtypes, as Cast; declined: dtypes MLX lacks"},
+    {"", "BitCast", 26, 28, DT_ALL, claim_bitcast, lower_bitcast, 0, 0,
+     "between any two MLX dtypes of one width (8/16/32/64-bit integers, float16, bfloat16, float32, float64), "
+     "bits kept exactly; bool to bool and 8-bit integers as the spec's byte view (ORT 1.31 has no bool kernel). "
+     "Declined: dtypes MLX lacks (sub-byte, float8, complex, string), widths that differ, non-bool bits as bool"},
 };
 
 OPS_FAMILY(cast, defs);

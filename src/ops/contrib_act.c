@@ -16,25 +16,23 @@ enum { GELU_ERF, GELU_BIAS_ERF, GELU_FAST, GELU_QUICK };
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static mlxb_array *num(mlxb_scope *s, double v) { return mlxb_scalar_f64(s, v, MLXB_F32); }
-static mlxb_array *add(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_ADD, a, b); }
-static mlxb_array *mul(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_MUL, a, b); }
 
 /* (0.5 * v) * (erf(v * sqrt(1/2)) + 1), v float32 (ORT's Gelu and BiasGelu). */
 static mlxb_array *gelu_erf(mlxb_scope *s, mlxb_array *v) {
-  mlxb_array *e = mlxb_unary(s, MLXB_ERF, mul(s, v, num(s, ACT_SQRT1_2)));
-  return mul(s, mul(s, v, num(s, 0.5)), add(s, e, num(s, 1.0)));
+  mlxb_array *e = mlxb_unary(s, MLXB_ERF, op_util_mul(s, v, num(s, ACT_SQRT1_2)));
+  return op_util_mul(s, op_util_mul(s, v, num(s, 0.5)), op_util_add(s, e, num(s, 1.0)));
 }
 
 /* (0.5 * v) * (tanh(v * (C * v * v + B)) + 1) (ORT's FastGelu, evaluated in its order). */
 static mlxb_array *gelu_fast(mlxb_scope *s, mlxb_array *v) {
-  mlxb_array *inner = add(s, mul(s, mul(s, num(s, ACT_FAST_C), v), v), num(s, ACT_FAST_B));
-  mlxb_array *th = mlxb_unary(s, MLXB_TANH, mul(s, v, inner));
-  return mul(s, mul(s, v, num(s, 0.5)), add(s, th, num(s, 1.0)));
+  mlxb_array *inner = op_util_add(s, op_util_mul(s, op_util_mul(s, num(s, ACT_FAST_C), v), v), num(s, ACT_FAST_B));
+  mlxb_array *th = mlxb_unary(s, MLXB_TANH, op_util_mul(s, v, inner));
+  return op_util_mul(s, op_util_mul(s, v, num(s, 0.5)), op_util_add(s, th, num(s, 1.0)));
 }
 
 /* x * sigmoid(alpha * x) (ORT's QuickGelu). */
 static mlxb_array *gelu_quick(mlxb_scope *s, mlxb_array *v, float alpha) {
-  return mul(s, v, mlxb_unary(s, MLXB_SIGMOID, mul(s, v, num(s, alpha))));
+  return op_util_mul(s, v, mlxb_unary(s, MLXB_SIGMOID, op_util_mul(s, v, num(s, alpha))));
 }
 
 /* ---- Gelu, BiasGelu, FastGelu, QuickGelu -------------------------------------------------- */
@@ -54,7 +52,7 @@ static int lower_gelu_family(op_ctx *c, const op_def *def) {
   if (!x) return op_fail(c, "input 0 is missing");
   mlxb_dtype t = mlxb_type(x);
   mlxb_array *v = op_util_cast(s, x, MLXB_F32);
-  if (op_num_inputs(c) > 1 && op_has_input(c, 1)) v = add(s, v, op_util_cast(s, op_input(c, 1), MLXB_F32));
+  if (op_num_inputs(c) > 1 && op_has_input(c, 1)) v = op_util_add(s, v, op_util_cast(s, op_input(c, 1), MLXB_F32));
   mlxb_array *y;
   switch (def->arg) {
     case GELU_ERF:
@@ -85,8 +83,8 @@ static int lower_bias_add(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *bias = op_input(c, 1), *skip = op_input(c, 2);
   if (!x || !bias || !skip) return op_fail(c, "X, bias and skip are required");
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *y = add(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, bias, MLXB_F32));
-  y = add(s, y, op_util_cast(s, skip, MLXB_F32));
+  mlxb_array *y = op_util_add(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, bias, MLXB_F32));
+  y = op_util_add(s, y, op_util_cast(s, skip, MLXB_F32));
   return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
@@ -99,11 +97,11 @@ static int lower_bias_split_gelu(op_ctx *c, const op_def *def) {
   int64_t d = mlxb_dim(x, 2);
   if (d % 2) return op_fail(c, "last dimension %lld is odd", (long long)d);
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *v = add(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, bias, MLXB_F32));
+  mlxb_array *v = op_util_add(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, bias, MLXB_F32));
   mlxb_array *halves[2] = {NULL, NULL};
   int64_t at = d / 2;
   if (!v || mlxb_split(s, v, &at, 1, 2, halves)) return op_check(c) ? -1 : op_fail(c, "split failed");
-  return op_set_output(c, 0, op_util_cast(s, mul(s, halves[0], gelu_erf(s, halves[1])), t));
+  return op_set_output(c, 0, op_util_cast(s, op_util_mul(s, halves[0], gelu_erf(s, halves[1])), t));
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

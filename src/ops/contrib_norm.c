@@ -8,7 +8,6 @@
 
 #include "ops/op_util.h"
 
-#define NORM_MAX_RANK 16
 
 enum { SLN_INPUT, SLN_SKIP, SLN_GAMMA, SLN_BETA, SLN_BIAS };
 enum { SLN_OUT_Y, SLN_OUT_MEAN, SLN_OUT_INV_STD, SLN_OUT_SUM };
@@ -19,10 +18,6 @@ enum { GN_PLAIN, GN_SKIP_ADD };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static mlxb_array *add(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_ADD, a, b); }
-static mlxb_array *sub(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_SUB, a, b); }
-static mlxb_array *mul(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_MUL, a, b); }
-static mlxb_array *divide(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_DIV, a, b); }
 
 static mlxb_array *mean_last(mlxb_scope *s, mlxb_array *x) {
   int axis = x ? mlxb_ndim(x) - 1 : 0;
@@ -56,8 +51,8 @@ static int lower_simplified_ln(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1);
   if (!x || !scale) return op_fail(c, "X and scale are required");
   int rank = mlxb_ndim(x);
-  int64_t dims[NORM_MAX_RANK];
-  if (rank < 1 || rank > NORM_MAX_RANK) return op_fail(c, "rank %d outside [1, %d]", rank, NORM_MAX_RANK);
+  int64_t dims[OP_UTIL_MAX_RANK];
+  if (rank < 1 || rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d outside [1, %d]", rank, OP_UTIL_MAX_RANK);
   mlxb_shape(x, dims);
   int64_t raw = ir_attr_int(op_node(c), "axis", -1);
   int axis = op_util_axis(raw, rank);
@@ -68,11 +63,11 @@ static int lower_simplified_ln(op_ctx *c, const op_def *def) {
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   mlxb_array *x2 = op_util_cast(s, op_util_reshape2(s, x, outer, inner), ct);
-  mlxb_array *root = mlxb_unary(s, MLXB_SQRT, add(s, mean_last(s, mul(s, x2, x2)), mlxb_scalar_f64(s, eps, ct)));
-  mlxb_array *y = mul(s, divide(s, x2, root), op_util_cast(s, mlxb_reshape(s, scale, &inner, 1), ct));
+  mlxb_array *root = mlxb_unary(s, MLXB_SQRT, op_util_add(s, mean_last(s, op_util_mul(s, x2, x2)), mlxb_scalar_f64(s, eps, ct)));
+  mlxb_array *y = op_util_mul(s, op_util_div(s, x2, root), op_util_cast(s, mlxb_reshape(s, scale, &inner, 1), ct));
   if (op_set_output(c, 0, op_util_cast(s, mlxb_reshape(s, y, dims, rank), t))) return -1;
   if (!op_has_output(c, 1)) return 0;
-  int64_t sdims[NORM_MAX_RANK];
+  int64_t sdims[OP_UTIL_MAX_RANK];
   for (int i = 0; i < rank; i++) sdims[i] = i < axis ? dims[i] : 1;
   mlxb_array *inv = mlxb_unary(s, MLXB_RECIPROCAL, root);
   return op_set_output(c, 1, op_util_cast(s, mlxb_reshape(s, inv, sdims, rank), output_dtype_or_f32(c, 1)));
@@ -117,18 +112,18 @@ static int lower_skip_ln(op_ctx *c, const op_def *def) {
     return op_fail(c, "skip shape does not broadcast to the input");
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-12f);
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
-  mlxb_array *sum = add(s, op_util_cast(s, x, ct), op_util_cast(s, skip, ct));
-  if (bias) sum = add(s, sum, op_util_cast(s, bias, ct));
-  mlxb_array *mean_sq = mean_last(s, mul(s, sum, sum)), *y;
+  mlxb_array *sum = op_util_add(s, op_util_cast(s, x, ct), op_util_cast(s, skip, ct));
+  if (bias) sum = op_util_add(s, sum, op_util_cast(s, bias, ct));
+  mlxb_array *mean_sq = mean_last(s, op_util_mul(s, sum, sum)), *y;
   if (simplified) {
-    mlxb_array *root = mlxb_unary(s, MLXB_SQRT, add(s, mean_sq, mlxb_scalar_f64(s, eps, ct)));
-    y = mul(s, divide(s, sum, root), op_util_cast(s, gamma, ct));
+    mlxb_array *root = mlxb_unary(s, MLXB_SQRT, op_util_add(s, mean_sq, mlxb_scalar_f64(s, eps, ct)));
+    y = op_util_mul(s, op_util_div(s, sum, root), op_util_cast(s, gamma, ct));
   } else {
     mlxb_array *mean = mean_last(s, sum);
-    mlxb_array *var = sub(s, mean_sq, mul(s, mean, mean));
-    mlxb_array *root = mlxb_unary(s, MLXB_SQRT, add(s, var, mlxb_scalar_f64(s, eps, ct)));
-    y = mul(s, divide(s, sub(s, sum, mean), root), op_util_cast(s, gamma, ct));
-    if (beta) y = add(s, y, op_util_cast(s, beta, ct));
+    mlxb_array *var = op_util_sub(s, mean_sq, op_util_mul(s, mean, mean));
+    mlxb_array *root = mlxb_unary(s, MLXB_SQRT, op_util_add(s, var, mlxb_scalar_f64(s, eps, ct)));
+    y = op_util_mul(s, op_util_div(s, op_util_sub(s, sum, mean), root), op_util_cast(s, gamma, ct));
+    if (beta) y = op_util_add(s, y, op_util_cast(s, beta, ct));
   }
   if (op_set_output(c, SLN_OUT_Y, op_util_cast(s, y, t))) return -1;
   return op_util_set_optional(c, SLN_OUT_SUM, op_util_cast(s, sum, t));
@@ -173,13 +168,13 @@ static int lower_embed_ln(op_ctx *c, const op_def *def) {
   if (op_has_input(c, ELN_SEG_IDS) &&
       op_util_require_range(c, op_input(c, ELN_SEG_IDS), 0, mlxb_dim(op_input(c, ELN_SEG), 0), "segment id"))
     return -1;
-  mlxb_array *sum = add(s, op_util_cast(s, mlxb_take(s, word, ids, 0), MLXB_F32),
+  mlxb_array *sum = op_util_add(s, op_util_cast(s, mlxb_take(s, word, ids, 0), MLXB_F32),
                         op_util_cast(s, mlxb_take(s, pos, pos_ids, 0), MLXB_F32));
   if (op_has_input(c, ELN_SEG_IDS))
-    sum = add(s, sum, op_util_cast(s, mlxb_take(s, op_input(c, ELN_SEG), op_input(c, ELN_SEG_IDS), 0), MLXB_F32));
-  mlxb_array *d = sub(s, sum, mean_last(s, sum));
-  mlxb_array *root = mlxb_unary(s, MLXB_SQRT, add(s, mean_last(s, mul(s, d, d)), mlxb_scalar_f64(s, eps, MLXB_F32)));
-  mlxb_array *y = add(s, mul(s, divide(s, d, root), op_util_cast(s, gamma, MLXB_F32)), op_util_cast(s, beta, MLXB_F32));
+    sum = op_util_add(s, sum, op_util_cast(s, mlxb_take(s, op_input(c, ELN_SEG), op_input(c, ELN_SEG_IDS), 0), MLXB_F32));
+  mlxb_array *d = op_util_sub(s, sum, mean_last(s, sum));
+  mlxb_array *root = mlxb_unary(s, MLXB_SQRT, op_util_add(s, mean_last(s, op_util_mul(s, d, d)), mlxb_scalar_f64(s, eps, MLXB_F32)));
+  mlxb_array *y = op_util_add(s, op_util_mul(s, op_util_div(s, d, root), op_util_cast(s, gamma, MLXB_F32)), op_util_cast(s, beta, MLXB_F32));
   if (op_set_output(c, 0, op_util_cast(s, y, t))) return -1;
   if (op_has_output(c, 1)) {
     mlxb_array *count;
@@ -236,20 +231,20 @@ static int lower_group_norm(op_ctx *c, const op_def *def) {
     mlxb_array *skip = op_input(c, GN_SKIP);
     if (!skip) return op_fail(c, "skip is required");
     if (mlxb_ndim(skip) == 2) skip = mlxb_reshape(s, skip, (int64_t[]){mlxb_dim(skip, 0), 1, 1, mlxb_dim(skip, 1)}, 4);
-    xf = add(s, xf, op_util_cast(s, skip, MLXB_F32));
-    if (op_has_input(c, GN_BIAS)) xf = add(s, xf, op_util_cast(s, op_input(c, GN_BIAS), MLXB_F32));
+    xf = op_util_add(s, xf, op_util_cast(s, skip, MLXB_F32));
+    if (op_has_input(c, GN_BIAS)) xf = op_util_add(s, xf, op_util_cast(s, op_input(c, GN_BIAS), MLXB_F32));
     if (op_util_set_optional(c, 1, op_util_cast(s, xf, t))) return -1;
   }
   int64_t g4[4] = {dims[0], dims[1] * dims[2], groups, ch / groups};
   int axes[2] = {1, 3};
   mlxb_array *xg = mlxb_reshape(s, xf, g4, 4);
   mlxb_array *mean = mlxb_reduce(s, MLXB_RMEAN, xg, axes, 2, true);
-  mlxb_array *mean_sq = mlxb_reduce(s, MLXB_RMEAN, mul(s, xg, xg), axes, 2, true);
-  mlxb_array *var = sub(s, mean_sq, mul(s, mean, mean));
-  mlxb_array *inv = mlxb_unary(s, MLXB_RSQRT, add(s, var, op_util_scalar_like(s, eps, var)));
-  mlxb_array *y = mlxb_reshape(s, mul(s, sub(s, xg, mean), inv), dims, 4);
-  y = add(s, mul(s, y, op_util_cast(s, gamma, MLXB_F32)), op_util_cast(s, beta, MLXB_F32));
-  if (ir_attr_int(node, "activation", 0) == 1) y = mul(s, y, mlxb_unary(s, MLXB_SIGMOID, y));
+  mlxb_array *mean_sq = mlxb_reduce(s, MLXB_RMEAN, op_util_mul(s, xg, xg), axes, 2, true);
+  mlxb_array *var = op_util_sub(s, mean_sq, op_util_mul(s, mean, mean));
+  mlxb_array *inv = mlxb_unary(s, MLXB_RSQRT, op_util_add(s, var, op_util_scalar_like(s, eps, var)));
+  mlxb_array *y = mlxb_reshape(s, op_util_mul(s, op_util_sub(s, xg, mean), inv), dims, 4);
+  y = op_util_add(s, op_util_mul(s, y, op_util_cast(s, gamma, MLXB_F32)), op_util_cast(s, beta, MLXB_F32));
+  if (ir_attr_int(node, "activation", 0) == 1) y = op_util_mul(s, y, mlxb_unary(s, MLXB_SIGMOID, y));
   return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 

@@ -8,7 +8,6 @@
 
 #include "ops/op_util.h"
 
-#define QUANT_MAX_RANK 16
 #define MNB_MAX_BLOCK 256 /* ORT's documented block sizes: powers of two in [16, 256] */
 #define MLX_MAX_GROUP 128 /* largest group size of MLX's affine quantization */
 
@@ -27,9 +26,9 @@ static mlxb_array *slice_last(mlxb_scope *s, mlxb_array *x, int64_t n) {
 
 /* Zero-pads the last axis of x up to n elements. */
 static mlxb_array *pad_last(mlxb_scope *s, mlxb_array *x, int64_t n) {
-  int64_t lo[QUANT_MAX_RANK] = {0}, hi[QUANT_MAX_RANK] = {0};
+  int64_t lo[OP_UTIL_MAX_RANK] = {0}, hi[OP_UTIL_MAX_RANK] = {0};
   int rank = x ? mlxb_ndim(x) : 0;
-  if (!x || rank < 1 || rank > QUANT_MAX_RANK) return NULL;
+  if (!x || rank < 1 || rank > OP_UTIL_MAX_RANK) return NULL;
   int64_t have = mlxb_dim(x, -1);
   if (have == n) return x;
   hi[rank - 1] = n - have;
@@ -38,27 +37,6 @@ static mlxb_array *pad_last(mlxb_scope *s, mlxb_array *x, int64_t n) {
 
 /* Unpacks a uint8 array of packed `bits`-wide values (element 0 in the low bits, as ORT and MLX
  * both store them) along its last axis: [..., L] -> [..., L * 8 / bits], still uint8. */
-static mlxb_array *unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits) {
-  if (!packed) return NULL;
-  if (bits == 8) return packed;
-  int per_byte = 8 / bits;
-  uint8_t shifts[8];
-  for (int i = 0; i < per_byte; i++) shifts[i] = (uint8_t)(i * bits);
-  int64_t n = per_byte;
-  mlxb_array *sh = mlxb_from_data(s, shifts, &n, 1, MLXB_U8);
-  mlxb_array *mask = mlxb_scalar_i64(s, (1 << bits) - 1, MLXB_U8);
-  int last = -1;
-  mlxb_array *e = mlxb_expand_dims(s, packed, &last, 1);
-  mlxb_array *v = mlxb_binary(s, MLXB_BITWISE_AND, mlxb_binary(s, MLXB_RIGHT_SHIFT, e, sh), mask);
-  if (!v) return NULL;
-  int rank = mlxb_ndim(packed);
-  int64_t dims[QUANT_MAX_RANK];
-  if (rank > QUANT_MAX_RANK) return NULL;
-  mlxb_shape(packed, dims);
-  dims[rank - 1] *= per_byte;
-  return mlxb_reshape(s, v, dims, rank);
-}
-
 /* ---- MatMulNBits -------------------------------------------------------------------------- */
 
 typedef struct mnb_attrs {
@@ -137,8 +115,8 @@ static bool claim_matmul_nbits(claim_ctx *c, const op_def *def) {
  * times both scales equal the float dot product of q * scale with the dequantized weights. */
 static mlxb_array *mnb_quantize_a(mlxb_scope *s, mlxb_array *x, int64_t block, int64_t k_blocks) {
   int rank = mlxb_ndim(x);
-  int64_t dims[QUANT_MAX_RANK + 1];
-  if (rank < 1 || rank >= QUANT_MAX_RANK) return NULL;
+  int64_t dims[OP_UTIL_MAX_RANK + 1];
+  if (rank < 1 || rank >= OP_UTIL_MAX_RANK) return NULL;
   mlxb_shape(x, dims);
   dims[rank - 1] = k_blocks;
   dims[rank] = block;
@@ -162,7 +140,7 @@ static mlxb_array *mnb_zero_points(op_ctx *c, const mnb_attrs *a) {
   if (!zp) return NULL;
   if (mlxb_type(zp) != MLXB_U8) return op_util_cast(s, op_util_reshape2(s, zp, a->n, a->k_blocks), MLXB_F32);
   int64_t per_row = (a->k_blocks * a->bits + 7) / 8;
-  mlxb_array *u = unpack_bits(s, op_util_reshape2(s, zp, a->n, per_row), (int)a->bits);
+  mlxb_array *u = op_util_unpack_bits(s, op_util_reshape2(s, zp, a->n, per_row), (int)a->bits);
   return op_util_cast(s, slice_last(s, u, a->k_blocks), MLXB_F32);
 }
 
@@ -174,7 +152,7 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
   int64_t kp = a->k_blocks * a->block;
   mlxb_array *b = op_input(c, MNB_B);
   mlxb_array *packed = op_util_reshape2(s, b, a->n, kp * a->bits / 8);
-  mlxb_array *q = op_util_cast(s, unpack_bits(s, packed, (int)a->bits), MLXB_F32);
+  mlxb_array *q = op_util_cast(s, op_util_unpack_bits(s, packed, (int)a->bits), MLXB_F32);
   if (!q) return NULL;
   if (op_has_input(c, MNB_GIDX)) {
     mlxb_array *g = slice_last(s, op_input(c, MNB_GIDX), a->k);
@@ -244,7 +222,7 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   if (!x || !op_input(c, MNB_B) || !op_input(c, MNB_SCALES)) return op_fail(c, "A, B and scales are required");
   if (a.k_blocks <= 0 || a.n <= 0) return op_fail(c, "bad K/N/block_size attributes");
   int rank = mlxb_ndim(x);
-  if (rank < 1 || rank >= QUANT_MAX_RANK) return op_fail(c, "A rank %d is outside [1, %d)", rank, QUANT_MAX_RANK);
+  if (rank < 1 || rank >= OP_UTIL_MAX_RANK) return op_fail(c, "A rank %d is outside [1, %d)", rank, OP_UTIL_MAX_RANK);
   if (mlxb_dim(x, -1) != a.k)
     return op_fail(c, "A's last dimension %lld != K %lld", (long long)mlxb_dim(x, -1), (long long)a.k);
   mlxb_dtype t = mlxb_type(x);
@@ -253,7 +231,7 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   bool b_const = ir_node_input(op_graph(c), node, MNB_B)->is_const;
   int64_t kp = a.k_blocks * a.block;
 
-  int64_t out_dims[QUANT_MAX_RANK];
+  int64_t out_dims[OP_UTIL_MAX_RANK];
   mlxb_shape(x, out_dims);
   out_dims[rank - 1] = a.n;
   if (mlxb_size(x) == 0) return op_set_output(c, 0, mlxb_zeros(s, out_dims, rank, t)); /* MLX's qmm divides by M */
@@ -315,7 +293,7 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
   int bits = (int)ir_attr_int(node, "bits", 4);
   int64_t block = ir_attr_int(node, "block_size", 128);
   int rank = mlxb_ndim(data), irank = mlxb_ndim(idx);
-  if (rank < 2 || rank + irank > QUANT_MAX_RANK)
+  if (rank < 2 || rank + irank > OP_UTIL_MAX_RANK)
     return op_fail(c, "data rank %d / indices rank %d out of range", rank, irank);
   if (mlxb_ndim(scales) != rank) return op_fail(c, "data and scales must have the same rank");
   int64_t rows = mlxb_dim(data, 0), d = mlxb_dim(data, -1) * (8 / bits), nb = (d + block - 1) / block;
@@ -332,11 +310,11 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
   int64_t n_idx = (int64_t)mlxb_size(idx);
   mlxb_array *flat = mlxb_reshape(s, mlxb_where(s, valid, wrapped, zero_i), &n_idx, 1);
 
-  mlxb_array *q = op_util_cast(s, unpack_bits(s, mlxb_take(s, data, flat, 0), bits), MLXB_F32);
+  mlxb_array *q = op_util_cast(s, op_util_unpack_bits(s, mlxb_take(s, data, flat, 0), bits), MLXB_F32);
   mlxb_array *sc = op_util_cast(s, mlxb_take(s, scales, flat, 0), MLXB_F32);
   mlxb_array *zp;
   if (op_has_input(c, GBQ_ZP)) {
-    zp = op_util_cast(s, slice_last(s, unpack_bits(s, mlxb_take(s, op_input(c, GBQ_ZP), flat, 0), bits), nb), MLXB_F32);
+    zp = op_util_cast(s, slice_last(s, op_util_unpack_bits(s, mlxb_take(s, op_input(c, GBQ_ZP), flat, 0), bits), nb), MLXB_F32);
     zp = slice_last(s, zp ? mlxb_repeat(s, zp, (int)block, rank - 1) : NULL, d);
   } else {
     zp = mlxb_scalar_f64(s, (double)(1 << (bits - 1)), MLXB_F32);
@@ -345,13 +323,13 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
   mlxb_array *y = mlxb_binary(s, MLXB_MUL, mlxb_binary(s, MLXB_SUB, q, zp), sc);
 
   /* [n_idx, rest..., D] -> indices' shape + rest + [D], zero rows where the index was invalid */
-  int64_t out_dims[QUANT_MAX_RANK], data_dims[QUANT_MAX_RANK];
+  int64_t out_dims[OP_UTIL_MAX_RANK], data_dims[OP_UTIL_MAX_RANK];
   mlxb_shape(idx, out_dims);
   mlxb_shape(data, data_dims);
   for (int i = 1; i < rank; i++) out_dims[irank + i - 1] = data_dims[i];
   out_dims[irank + rank - 2] = d;
   int out_rank = irank + rank - 1;
-  int64_t vdims[QUANT_MAX_RANK];
+  int64_t vdims[OP_UTIL_MAX_RANK];
   for (int i = 0; i < out_rank; i++) vdims[i] = i < irank ? out_dims[i] : 1;
   y = mlxb_reshape(s, y, out_dims, out_rank);
   y = mlxb_where(s, mlxb_reshape(s, valid, vdims, out_rank), y, mlxb_scalar_f64(s, 0.0, MLXB_F32));

@@ -10,7 +10,6 @@
 #include "ops/op_util.h"
 
 /* Shapes pass through op_util_quant_param, whose buffers hold OP_UTIL_MAX_RANK dims. */
-#define EMU_MAX_RANK OP_UTIL_MAX_RANK
 
 /* ---- formats ------------------------------------------------------------------------------ */
 
@@ -337,8 +336,8 @@ static int lower_cast_like(op_ctx *c, const op_def *def) { return cast_input(c, 
 static int q_params(op_ctx *c, mlxb_array *x, mlxb_array **scale, mlxb_array **zp) {
   mlxb_scope *s = op_scope(c);
   int rank = mlxb_ndim(x);
-  if (rank > EMU_MAX_RANK) return op_fail(c, "input rank %d is too large", rank);
-  int64_t dims[EMU_MAX_RANK];
+  if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "input rank %d is too large", rank);
+  int64_t dims[OP_UTIL_MAX_RANK];
   mlxb_shape(x, dims);
   const ir_node *n = op_node(c);
   int axis = op_util_axis(ir_attr_int(n, "axis", 1), rank);
@@ -356,7 +355,7 @@ static bool q_scale_ok(int32_t t) { return t == ONNX_FLOAT || t == ONNX_FLOAT16;
 
 static bool q_rank_ok(claim_ctx *c) {
   const ir_value *x = claim_input(c, 0);
-  return !x || x->rank <= EMU_MAX_RANK;
+  return !x || x->rank <= OP_UTIL_MAX_RANK;
 }
 
 static bool claim_quantize(claim_ctx *c, const op_def *def) {
@@ -364,7 +363,7 @@ static bool claim_quantize(claim_ctx *c, const op_def *def) {
   int32_t yt = y ? y->dtype : ONNX_UNDEFINED;
   if (!emu_is(yt)) return claim_decline(c, "output dtype %s is not emulated: the plain row handles it", ir_dtype_name(yt));
   if (yt == ONNX_FLOAT8E8M0) return claim_decline(c, "float8e8m0 is not a quantized type");
-  if (!q_rank_ok(c)) return claim_decline(c, "input rank above %d", EMU_MAX_RANK);
+  if (!q_rank_ok(c)) return claim_decline(c, "input rank above %d", OP_UTIL_MAX_RANK);
   int32_t xt = claim_input_dtype(c, 0), st = claim_input_dtype(c, 1), zt = claim_input_dtype(c, 2);
   if (!q_scale_ok(xt)) return claim_decline(c, "input dtype %s (float/float16 only)", ir_dtype_name(xt));
   if (st != xt) return claim_decline(c, "scale dtype %s differs from the input's", ir_dtype_name(st));
@@ -407,7 +406,7 @@ static bool claim_dequantize(claim_ctx *c, const op_def *def) {
   int32_t xt = claim_input_dtype(c, 0), st = claim_input_dtype(c, 1), zt = claim_input_dtype(c, 2);
   if (!emu_is(xt)) return claim_decline(c, "input dtype %s is not emulated: the plain row handles it", ir_dtype_name(xt));
   if (xt == ONNX_FLOAT8E8M0) return claim_decline(c, "float8e8m0 is not a quantized type");
-  if (!q_rank_ok(c)) return claim_decline(c, "input rank above %d", EMU_MAX_RANK);
+  if (!q_rank_ok(c)) return claim_decline(c, "input rank above %d", OP_UTIL_MAX_RANK);
   if (!q_scale_ok(st) && st != ONNX_BFLOAT16 && st != ONNX_FLOAT8E8M0)
     return claim_decline(c, "scale dtype %s (float/float16/bfloat16/float8e8m0 only)", ir_dtype_name(st));
   if (zt != ONNX_UNDEFINED && zt != xt) return claim_decline(c, "zero point dtype differs from the input's");

@@ -1,13 +1,13 @@
-/* Indexing ops: Gather, GatherElements, GatherND, ScatterElements, ScatterND, OneHot and
- * Compress, lowered onto MLX take/gather/scatter. MLX wraps negative indices itself but does no
- * bounds checks: the bridge clips every index array into its axis, and each lowering requires its
- * indices in [-dim, dim) (op_require), so an out-of-range index fails the Run as in ORT. */
+/* Indexing ops: Gather, GatherElements, GatherND, ScatterElements (and its old name Scatter),
+ * ScatterND, TensorScatter, ReverseSequence, OneHot and Compress, lowered onto MLX
+ * take/gather/scatter. MLX wraps negative indices itself but does no bounds checks: the bridge
+ * clips every index array into its axis, and each lowering requires its indices in [-dim, dim)
+ * (op_require), so an out-of-range index fails the Run as in ORT. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/op_util.h"
 
-#define INDEX_MAX_RANK OP_UTIL_MAX_RANK
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -39,7 +39,7 @@ static mlxb_array *index_component(op_ctx *c, mlxb_array *idx, const int64_t *di
 static bool claim_rank(claim_ctx *c, const op_def *def) {
   for (int i = 0; i < c->node->n_inputs; i++) {
     const ir_value *v = claim_input(c, i);
-    if (v && v->rank > INDEX_MAX_RANK - 1) return claim_decline(c, "input %d has rank %d", i, v->rank);
+    if (v && v->rank > OP_UTIL_MAX_RANK - 1) return claim_decline(c, "input %d has rank %d", i, v->rank);
   }
   return true;
 }
@@ -48,7 +48,7 @@ static bool claim_rank(claim_ctx *c, const op_def *def) {
 
 static int lower_gather(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0 || op_util_input_dims(c, 1, &idx, idims) < 0) return -1;
   if (rank == 0) return op_fail(c, "data must have rank >= 1");
@@ -62,7 +62,7 @@ static int lower_gather(op_ctx *c, const op_def *def) {
 
 static int lower_gather_elements(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0 || op_util_input_dims(c, 1, &idx, idims) < 0) return -1;
   if (rank == 0 || mlxb_ndim(idx) != rank) return op_fail(c, "data and indices must have the same rank >= 1");
@@ -70,7 +70,7 @@ static int lower_gather_elements(op_ctx *c, const op_def *def) {
   if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
   if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
   /* Indices may be shorter than data on other axes: narrow data there (MLX would broadcast). */
-  int64_t start[INDEX_MAX_RANK], stop[INDEX_MAX_RANK], step[INDEX_MAX_RANK];
+  int64_t start[OP_UTIL_MAX_RANK], stop[OP_UTIL_MAX_RANK], step[OP_UTIL_MAX_RANK];
   bool narrow = false;
   for (int i = 0; i < rank; i++) {
     start[i] = 0, step[i] = 1, stop[i] = dims[i];
@@ -87,7 +87,7 @@ static int lower_gather_elements(op_ctx *c, const op_def *def) {
 
 static int lower_gather_nd(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &x, dims);
   int q = r < 0 ? -1 : op_util_input_dims(c, 1, &idx, idims);
   if (r < 0 || q < 0) return -1;
@@ -100,16 +100,16 @@ static int lower_gather_nd(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   /* Fold the batch dims into one axis of size B, indexed by a broadcast iota. */
   int64_t B = op_util_numel(dims, (int)b);
-  int64_t xd[INDEX_MAX_RANK], id[INDEX_MAX_RANK], out[2 * INDEX_MAX_RANK];
+  int64_t xd[OP_UTIL_MAX_RANK], id[OP_UTIL_MAX_RANK], out[2 * OP_UTIL_MAX_RANK];
   int xr = 0, ir = 0;
   if (b > 0) xd[xr++] = B, id[ir++] = B;
   for (int i = (int)b; i < r; i++) xd[xr++] = dims[i];
   for (int i = (int)b; i < q; i++) id[ir++] = idims[i];
   x = mlxb_reshape(s, x, xd, xr);
   idx = mlxb_reshape(s, idx, id, ir);
-  mlxb_array *parts[INDEX_MAX_RANK + 1];
-  int axes[INDEX_MAX_RANK + 1], n = 0;
-  int64_t slice[INDEX_MAX_RANK];
+  mlxb_array *parts[OP_UTIL_MAX_RANK + 1];
+  int axes[OP_UTIL_MAX_RANK + 1], n = 0;
+  int64_t slice[OP_UTIL_MAX_RANK];
   if (b > 0) {
     parts[n] = index_iota(c, id, ir - 1, 0, mlxb_type(idx));
     axes[n++] = 0;
@@ -155,7 +155,7 @@ static bool claim_scatter(claim_ctx *c, const op_def *def) {
 
 static int lower_scatter_elements(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx, *upd;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK], udims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK], udims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &x, dims);
   if (r < 0 || op_util_input_dims(c, 1, &idx, idims) < 0 || op_util_input_dims(c, 2, &upd, udims) < 0) return -1;
   mlxb_scatter_mode mode;
@@ -171,14 +171,14 @@ static int lower_scatter_elements(op_ctx *c, const op_def *def) {
   if (op_util_numel(idims, r) == 0) return op_set_output(c, 0, x);
   /* A full coordinate per update: the indices on `axis`, iotas elsewhere. */
   mlxb_scope *s = op_scope(c);
-  mlxb_array *parts[INDEX_MAX_RANK];
-  int axes[INDEX_MAX_RANK];
+  mlxb_array *parts[OP_UTIL_MAX_RANK];
+  int axes[OP_UTIL_MAX_RANK];
   mlxb_dtype t = mlxb_type(idx);
   for (int i = 0; i < r; i++) {
     parts[i] = i == axis ? index_checked(c, idx, dims[axis]) : index_iota(c, idims, r, i, t);
     axes[i] = i;
   }
-  int64_t ud[2 * INDEX_MAX_RANK];
+  int64_t ud[2 * OP_UTIL_MAX_RANK];
   for (int i = 0; i < r; i++) ud[i] = idims[i], ud[r + i] = 1;
   upd = mlxb_reshape(s, upd, ud, 2 * r);
   return op_set_output(c, 0, mlxb_scatter(s, mode, x, (const mlxb_array *const *)parts, r, upd, axes));
@@ -186,7 +186,7 @@ static int lower_scatter_elements(op_ctx *c, const op_def *def) {
 
 static int lower_scatter_nd(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx, *upd;
-  int64_t dims[INDEX_MAX_RANK], idims[INDEX_MAX_RANK], udims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK], udims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &x, dims);
   int q = r < 0 ? -1 : op_util_input_dims(c, 1, &idx, idims);
   if (q < 0 || op_util_input_dims(c, 2, &upd, udims) < 0) return -1;
@@ -204,14 +204,14 @@ static int lower_scatter_nd(op_ctx *c, const op_def *def) {
   }
   if (op_util_numel(idims, q - 1) == 0) return op_set_output(c, 0, x);
   mlxb_scope *s = op_scope(c);
-  mlxb_array *parts[INDEX_MAX_RANK];
-  int axes[INDEX_MAX_RANK];
+  mlxb_array *parts[OP_UTIL_MAX_RANK];
+  int axes[OP_UTIL_MAX_RANK];
   for (int k = 0; k < m; k++) {
     if (index_check_empty_axis(c, dims[k], idx) < 0) return -1;
     parts[k] = index_checked(c, index_component(c, idx, idims, q, k), dims[k]);
     axes[k] = k;
   }
-  int64_t ud[2 * INDEX_MAX_RANK];
+  int64_t ud[2 * OP_UTIL_MAX_RANK];
   int n = 0;
   for (int i = 0; i < q - 1; i++) ud[n++] = idims[i];
   for (int i = 0; i < m; i++) ud[n++] = 1;
@@ -224,10 +224,10 @@ static int lower_scatter_nd(op_ctx *c, const op_def *def) {
 
 static int lower_one_hot(op_ctx *c, const op_def *def) {
   mlxb_array *idx, *vals;
-  int64_t idims[INDEX_MAX_RANK], vdims[INDEX_MAX_RANK];
+  int64_t idims[OP_UTIL_MAX_RANK], vdims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &idx, idims);
   if (r < 0 || op_util_input_dims(c, 2, &vals, vdims) < 0) return -1;
-  if (r + 1 > INDEX_MAX_RANK) return op_fail(c, "indices rank %d too large", r);
+  if (r + 1 > OP_UTIL_MAX_RANK) return op_fail(c, "indices rank %d too large", r);
   if (mlxb_size(vals) != 2) return op_fail(c, "values must hold [off, on]");
   int64_t depth;
   if (op_util_onnx_is_float(op_input_dtype(c, 1))) {
@@ -254,7 +254,7 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
     mlxb_array *neg = mlxb_binary(s, MLXB_LESS, pos, mlxb_scalar_i64(s, 0, ct));
     pos = mlxb_where(s, neg, mlxb_binary(s, MLXB_ADD, pos, mlxb_scalar_i64(s, depth, ct)), pos);
   }
-  int64_t ed[INDEX_MAX_RANK];
+  int64_t ed[OP_UTIL_MAX_RANK];
   for (int i = 0, j = 0; i <= r; i++) ed[i] = i == axis ? 1 : idims[j++];
   mlxb_array *iota = op_util_iota(s, 0, depth, axis, r + 1, ct);
   mlxb_array *hit = mlxb_binary(s, MLXB_EQUAL, mlxb_reshape(s, pos, ed, r + 1), iota);
@@ -268,7 +268,7 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
 
 static int lower_compress(op_ctx *c, const op_def *def) {
   mlxb_array *x, *cond;
-  int64_t dims[INDEX_MAX_RANK], cdims[INDEX_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], cdims[OP_UTIL_MAX_RANK];
   int r = op_util_input_dims(c, 0, &x, dims);
   if (r < 0 || op_util_input_dims(c, 1, &cond, cdims) < 0) return -1;
   if (mlxb_ndim(cond) != 1) return op_fail(c, "condition must be 1-D");
@@ -321,6 +321,76 @@ static bool claim_one_hot(claim_ctx *c, const op_def *def) {
   return claim_rank(c, def);
 }
 
+static bool claim_input0_rank(claim_ctx *c, const op_def *def) { return op_util_claim_input_rank(c, 0); }
+
+/* ---- ReverseSequence ---------------------------------------------------------------------- */
+
+/* out[t, b] = in[len[b] - 1 - t, b] for t < len[b], else in[t, b]: one gather along time.
+ * Lengths are clipped into [0, T] (ORT rejects others). */
+static int lower_reverse_sequence(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *lens = op_input(c, 1);
+  if (!x || !lens) return op_check(c) ? -1 : op_fail(c, "input and sequence_lens are required");
+  int64_t dims[OP_UTIL_MAX_RANK];
+  int r = op_util_dims(c, x, dims);
+  if (r < 0) return -1;
+  const ir_node *n = op_node(c);
+  int64_t ta = ir_attr_int(n, "time_axis", 0), ba = ir_attr_int(n, "batch_axis", 1);
+  if (r < 2 || !((ta == 0 && ba == 1) || (ta == 1 && ba == 0))) return op_fail(c, "time_axis/batch_axis must be 0/1 or 1/0 on rank >= 2");
+  int64_t steps = dims[ta], batch = dims[ba];
+  if (mlxb_ndim(lens) != 1 || mlxb_dim(lens, 0) != batch) return op_fail(c, "sequence_lens must hold one length per batch entry");
+  int64_t bshape[2];
+  bshape[ta] = 1, bshape[ba] = batch;
+  mlxb_array *t = op_util_iota(s, 0, steps, (int)ta, 2, MLXB_I64);
+  mlxb_array *len = mlxb_clip(s, mlxb_astype(s, lens, MLXB_I64), mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, steps, MLXB_I64));
+  len = mlxb_reshape(s, len, bshape, 2);
+  mlxb_array *rev = mlxb_binary(s, MLXB_SUB, mlxb_binary(s, MLXB_SUB, len, mlxb_scalar_i64(s, 1, MLXB_I64)), t);
+  mlxb_array *idx = mlxb_where(s, mlxb_binary(s, MLXB_LESS, t, len), rev, t);
+  int64_t idims[OP_UTIL_MAX_RANK];
+  for (int i = 0; i < r; i++) idims[i] = i < 2 ? (i == ta ? steps : batch) : 1;
+  idx = mlxb_broadcast_to(s, mlxb_reshape(s, idx, idims, r), dims, r);
+  return op_set_output(c, 0, mlxb_take_along_axis(s, x, idx, (int)ta));
+}
+
+/* ---- TensorScatter ------------------------------------------------------------------------ */
+
+static bool claim_tensor_scatter(claim_ctx *c, const op_def *def) {
+  const char *mode = ir_attr_string(c->node, "mode", "linear");
+  if (strcmp(mode, "linear") && strcmp(mode, "circular")) return claim_decline(c, "mode '%s' is unknown", mode);
+  return op_util_claim_input_rank(c, 0);
+}
+
+/* present = past with update written at write_indices[b] + s (mod the cache length when
+ * circular) along axis; linear positions past the end are clipped (ORT rejects them). */
+static int lower_tensor_scatter(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *past = op_input(c, 0), *upd = op_input(c, 1), *w = op_input(c, 2);
+  if (!past || !upd) return op_check(c) ? -1 : op_fail(c, "past_cache and update are required");
+  int64_t dims[OP_UTIL_MAX_RANK], udims[OP_UTIL_MAX_RANK];
+  int r = op_util_dims(c, past, dims);
+  if (r < 0 || op_util_dims(c, upd, udims) != r)
+    return op_check(c) ? -1 : op_fail(c, "past_cache and update ranks differ");
+  int axis = op_util_axis(ir_attr_int(op_node(c), "axis", -2), r);
+  if (r < 2 || axis <= 0) return op_fail(c, "axis must name a non-batch axis");
+  for (int i = 0; i < r; i++)
+    if (i != axis && dims[i] != udims[i]) return op_fail(c, "update differs from past_cache outside the sequence axis");
+  int64_t cache = dims[axis], seq = udims[axis], batch = dims[0];
+  if (seq > cache) return op_fail(c, "update holds %lld steps, the cache %lld", (long long)seq, (long long)cache);
+  if (seq == 0 || mlxb_size(upd) == 0) return op_set_output(c, 0, past);
+  bool circular = !strcmp(ir_attr_string(op_node(c), "mode", "linear"), "circular");
+  int64_t bshape[2] = {batch, 1};
+  mlxb_array *start = w ? mlxb_reshape(s, mlxb_astype(s, w, MLXB_I64), bshape, 2) : mlxb_zeros(s, bshape, 2, MLXB_I64);
+  if (w && (mlxb_ndim(w) != 1 || mlxb_dim(w, 0) != batch)) return op_fail(c, "write_indices must hold one index per batch entry");
+  mlxb_array *pos = mlxb_binary(s, MLXB_ADD, start, op_util_iota(s, 0, seq, 1, 2, MLXB_I64));
+  mlxb_array *cl = mlxb_scalar_i64(s, cache, MLXB_I64);
+  pos = circular ? mlxb_binary(s, MLXB_REMAINDER, pos, cl)
+                 : mlxb_clip(s, pos, mlxb_scalar_i64(s, 0, MLXB_I64), mlxb_scalar_i64(s, cache - 1, MLXB_I64));
+  int64_t pdims[OP_UTIL_MAX_RANK];
+  for (int i = 0; i < r; i++) pdims[i] = i == 0 ? batch : i == axis ? seq : 1;
+  mlxb_array *idx = mlxb_broadcast_to(s, mlxb_reshape(s, pos, pdims, r), udims, r);
+  return op_set_output(c, 0, mlxb_put_along_axis(s, past, idx, upd, axis));
+}
+
 /* Gather of one constant index from a 1-D shape vector whose element j is a padded length:
  * the result is that padded length when the index is j, unaffected otherwise. */
 static bool pad_gather(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out,
@@ -358,6 +428,13 @@ static const op_def defs[] = {
    "off_value"},
   {"", "Compress", 9, 11, DT_ALL, claim_rank, lower_compress, 0, OP_FLAG_HOST_VALUES,
    "the condition is read on the host (its values decide the output shape); with or without axis"},
+  {"", "ReverseSequence", 10, 28, DT_ALL, claim_input0_rank, lower_reverse_sequence, 0, 0,
+   "time_axis/batch_axis 0/1 and 1/0, any rank >= 2; lengths clipped into [0, T] (ORT rejects others)"},
+  {"", "TensorScatter", 24, 24, DT_ALL, claim_tensor_scatter, lower_tensor_scatter, 0, 0,
+   "linear and circular modes, optional write_indices, any sequence axis but 0; linear writes past the cache "
+   "end are clipped (ORT rejects them)"},
+  {"", "Scatter", 9, 10, DT_ALL, claim_scatter_indices, lower_scatter_elements, 0, 0,
+   "the deprecated name of ScatterElements (same lowering, reduction none)"},
 };
 
 OPS_FAMILY(indexing, defs);

@@ -5,7 +5,6 @@
 
 #include "ops/op_util.h"
 
-#define LOSS_MAX_RANK 32
 
 enum { LOSS_ARG_NLL, LOSS_ARG_SOFTMAX }; /* op_def.arg */
 
@@ -27,8 +26,8 @@ static bool claim_loss(claim_ctx *c, const op_def *def) {
   int32_t t = claim_input_dtype(c, 1);
   if (t != ONNX_INT32 && t != ONNX_INT64) return claim_decline(c, "target dtype %s (int32/int64 only)", ir_dtype_name(t));
   const ir_value *x = claim_input(c, 0);
-  if (x && x->rank >= 0 && (x->rank < 2 || x->rank > LOSS_MAX_RANK))
-    return claim_decline(c, "input rank %d (2..%d supported)", x->rank, LOSS_MAX_RANK);
+  if (x && x->rank >= 0 && (x->rank < 2 || x->rank > OP_UTIL_MAX_RANK))
+    return claim_decline(c, "input rank %d (2..%d supported)", x->rank, OP_UTIL_MAX_RANK);
   /* MLX's float64 exp is only float32-accurate (about 1e-7 relative), too coarse for doubles. */
   if (def->arg == LOSS_ARG_SOFTMAX && claim_input_dtype(c, 0) == ONNX_DOUBLE)
     return claim_decline(c, "float64 log-softmax (MLX's float64 exp has float32 accuracy)");
@@ -46,7 +45,7 @@ static mlxb_array *loss_nll(op_ctx *c, mlxb_array *lp, mlxb_array *target, mlxb_
   loss_reduction red = LOSS_MEAN;
   loss_parse_reduction(ir_attr_string(n, "reduction", "mean"), &red);
   int rank = mlxb_ndim(lp);
-  if (rank < 2 || rank > LOSS_MAX_RANK || mlxb_ndim(target) != rank - 1) {
+  if (rank < 2 || rank > OP_UTIL_MAX_RANK || mlxb_ndim(target) != rank - 1) {
     op_fail(c, "input rank %d and target rank %d do not fit [N, C, d...] / [N, d...]", rank, mlxb_ndim(target));
     return NULL;
   }

@@ -7,7 +7,6 @@
 
 #include "ops/op_util.h"
 
-#define MATMUL_MAX_RANK OP_UTIL_MAX_RANK
 /* Elements of one broadcast product chunk [batch..., M, k, N] in integer MatMul. */
 #define MATMUL_INT_CHUNK_ELEMS ((int64_t)1 << 24)
 #define EINSUM_MAX_EQUATION 512
@@ -36,7 +35,7 @@ static mlxb_array *matmul_int(mlxb_scope *s, mlxb_array *a, mlxb_array *b) {
   if (a_vec) a = mlxb_expand_dims(s, a, &ax0, 1); /* [K] -> [1, K] */
   if (b_vec) b = mlxb_expand_dims(s, b, &ax1, 1); /* [K] -> [K, 1] */
   if (!a || !b) return NULL;
-  if (mlxb_ndim(a) + 1 > MATMUL_MAX_RANK || mlxb_ndim(b) + 1 > MATMUL_MAX_RANK) {
+  if (mlxb_ndim(a) + 1 > OP_UTIL_MAX_RANK || mlxb_ndim(b) + 1 > OP_UTIL_MAX_RANK) {
     mlxb_set_error(s, "MatMul rank too large");
     return NULL;
   }

@@ -8,9 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
-#define MOE_MAX_RANK 4
 #define MLX_MAX_GROUP 128    /* largest group size of MLX's affine quantization */
 #define QMOE_MIN_WEIGHT 1e-8 /* QMoE drops routes whose weight is not above this (ORT) */
 
@@ -57,9 +56,6 @@ static mlxb_array *cast_to(mlxb_scope *s, mlxb_array *x, mlxb_dtype t) {
 }
 
 static mlxb_array *num(mlxb_scope *s, double v) { return mlxb_scalar_f64(s, v, MLXB_F32); }
-static mlxb_array *add(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_ADD, a, b); }
-static mlxb_array *sub(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_SUB, a, b); }
-static mlxb_array *mul(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_MUL, a, b); }
 
 static mlxb_array *reshape_n(mlxb_scope *s, mlxb_array *x, int rank, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
   int64_t dims[4] = {d0, d1, d2, d3};
@@ -68,9 +64,9 @@ static mlxb_array *reshape_n(mlxb_scope *s, mlxb_array *x, int rank, int64_t d0,
 
 /* x[..., lo:hi] on the last axis. */
 static mlxb_array *slice_last(mlxb_scope *s, mlxb_array *x, int64_t lo, int64_t hi) {
-  int64_t start[MOE_MAX_RANK] = {0}, stop[MOE_MAX_RANK], step[MOE_MAX_RANK];
+  int64_t start[OP_UTIL_MAX_RANK] = {0}, stop[OP_UTIL_MAX_RANK], step[OP_UTIL_MAX_RANK];
   int rank = x ? mlxb_ndim(x) : 0;
-  if (!x || rank < 1 || rank > MOE_MAX_RANK) return NULL;
+  if (!x || rank < 1 || rank > OP_UTIL_MAX_RANK) return NULL;
   mlxb_shape(x, stop);
   if (lo == 0 && hi == stop[rank - 1]) return x;
   for (int i = 0; i < rank; i++) step[i] = 1;
@@ -81,26 +77,10 @@ static mlxb_array *slice_last(mlxb_scope *s, mlxb_array *x, int64_t lo, int64_t 
 
 /* Unpacks uint8 bytes of `bits`-wide values (element 0 in the low bits, as ORT and MLX store
  * them) along the last axis: [..., L] -> [..., L * 8 / bits], still uint8. */
-static mlxb_array *unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits) {
-  if (!packed || bits == 8) return packed;
-  int per_byte = 8 / bits, rank = mlxb_ndim(packed), last = -1;
-  uint8_t shifts[8];
-  for (int i = 0; i < per_byte; i++) shifts[i] = (uint8_t)(i * bits);
-  int64_t n = per_byte, dims[MOE_MAX_RANK];
-  if (rank < 1 || rank > MOE_MAX_RANK) return NULL;
-  mlxb_array *sh = mlxb_from_data(s, shifts, &n, 1, MLXB_U8);
-  mlxb_array *mask = mlxb_scalar_i64(s, (1 << bits) - 1, MLXB_U8);
-  mlxb_array *e = mlxb_expand_dims(s, packed, &last, 1);
-  mlxb_array *v = mlxb_binary(s, MLXB_BITWISE_AND, mlxb_binary(s, MLXB_RIGHT_SHIFT, e, sh), mask);
-  mlxb_shape(packed, dims);
-  dims[rank - 1] *= per_byte;
-  return mlxb_reshape(s, v, dims, rank);
-}
-
 /* Sum of the columns of x [T, k] added left to right (ORT's loop order), as [T, 1]. */
 static mlxb_array *sum_columns_in_order(mlxb_scope *s, mlxb_array *x, int64_t k) {
   mlxb_array *acc = slice_last(s, x, 0, 1);
-  for (int64_t j = 1; j < k; j++) acc = add(s, acc, slice_last(s, x, j, j + 1));
+  for (int64_t j = 1; j < k; j++) acc = op_util_add(s, acc, slice_last(s, x, j, j + 1));
   return acc;
 }
 
@@ -320,7 +300,7 @@ static moe_route route_moe(mlxb_scope *s, const moe_attrs *a, mlxb_array *logits
   moe_route r = {0};
   int axis = 1;
   mlxb_array *mx = mlxb_reduce(s, MLXB_RMAX, logits, &axis, 1, true);
-  mlxb_array *ex = mlxb_unary(s, MLXB_EXP, sub(s, logits, mx));
+  mlxb_array *ex = mlxb_unary(s, MLXB_EXP, op_util_sub(s, logits, mx));
   mlxb_array *probs = mlxb_binary(s, MLXB_DIV, ex, mlxb_reduce(s, MLXB_RSUM, ex, &axis, 1, true));
   r.experts = top_k_experts(s, probs, e, a->k);
   r.weights = mlxb_take_along_axis(s, probs, r.experts, 1);
@@ -342,12 +322,12 @@ static moe_route route_qmoe(mlxb_scope *s, const moe_attrs *a, mlxb_array *logit
     normalize = a->normalize;
   } else {
     mlxb_array *top = mlxb_take_along_axis(s, logits, r.experts, 1);
-    v = mlxb_unary(s, MLXB_EXP, sub(s, top, slice_last(s, top, 0, 1)));
+    v = mlxb_unary(s, MLXB_EXP, op_util_sub(s, top, slice_last(s, top, 0, 1)));
   }
   if (normalize) {
     mlxb_array *sum = sum_columns_in_order(s, v, a->k), *zero = num(s, 0.0);
     mlxb_array *inv = mlxb_where(s, mlxb_binary(s, MLXB_EQUAL, sum, zero), zero, mlxb_unary(s, MLXB_RECIPROCAL, sum));
-    v = mul(s, v, inv);
+    v = op_util_mul(s, v, inv);
   }
   r.weights = v;
   r.keep = mlxb_binary(s, MLXB_GREATER, v, num(s, QMOE_MIN_WEIGHT));
@@ -360,9 +340,9 @@ static moe_route route_qmoe(mlxb_scope *s, const moe_attrs *a, mlxb_array *logit
  * q = round_half_even(x * (127 / max|x|)) (0 for an all-zero block); returns q * scale, whose
  * float products with the weights equal MLAS's scaled integer dot products. */
 static mlxb_array *quantize_activations(mlxb_scope *s, mlxb_array *x, int64_t block) {
-  int64_t dims[MOE_MAX_RANK + 1];
+  int64_t dims[OP_UTIL_MAX_RANK + 1];
   int rank = mlxb_ndim(x);
-  if (rank < 1 || rank >= MOE_MAX_RANK) return NULL;
+  if (rank < 1 || rank >= OP_UTIL_MAX_RANK) return NULL;
   mlxb_shape(x, dims);
   int64_t k = dims[rank - 1];
   dims[rank - 1] = k / block;
@@ -373,9 +353,9 @@ static mlxb_array *quantize_activations(mlxb_scope *s, mlxb_array *x, int64_t bl
   mlxb_array *c127 = num(s, 127.0), *zero = num(s, 0.0);
   mlxb_array *scale = mlxb_binary(s, MLXB_DIV, amax, c127);
   mlxb_array *inv = mlxb_where(s, mlxb_binary(s, MLXB_NOT_EQUAL, amax, zero), mlxb_binary(s, MLXB_DIV, c127, amax), zero);
-  mlxb_array *q = mlxb_unary(s, MLXB_ROUND, mul(s, xb, inv));
+  mlxb_array *q = mlxb_unary(s, MLXB_ROUND, op_util_mul(s, xb, inv));
   dims[rank - 1] = k;
-  return mlxb_reshape(s, mul(s, q, scale), dims, rank);
+  return mlxb_reshape(s, op_util_mul(s, q, scale), dims, rank);
 }
 
 /* Input i of the node as float32, restricted to the experts `idx` (all when NULL). */
@@ -390,7 +370,7 @@ static mlxb_array *expert_input(op_ctx *c, int i, mlxb_array *idx, mlxb_dtype t)
 static mlxb_array *fc_zero_points(op_ctx *c, const moe_attrs *a, const moe_fc *fc, mlxb_array *idx, int64_t groups) {
   mlxb_scope *s = op_scope(c);
   if (!op_has_input(c, fc->zp)) return num(s, (double)(1 << (a->bits - 1)));
-  mlxb_array *zp = unpack_bits(s, expert_input(c, fc->zp, idx, MLXB_U8), (int)a->bits);
+  mlxb_array *zp = op_util_unpack_bits(s, expert_input(c, fc->zp, idx, MLXB_U8), (int)a->bits);
   if (!zp) return NULL;
   int64_t b = mlxb_dim(zp, 0);
   zp = a->block == 0 ? reshape_n(s, slice_last(s, zp, 0, fc->n), 3, b, fc->n, 1, 0) : slice_last(s, zp, 0, groups);
@@ -421,7 +401,7 @@ static mlxb_array *fc_quantized(op_ctx *c, const moe_attrs *a, const moe_fc *fc,
   int64_t g = mlx_group(a, fc->k);
   if (g > 0) {
     mlxb_array *w = mlxb_view(s, packed, MLXB_U32);
-    mlxb_array *biases = mlxb_unary(s, MLXB_NEG, mul(s, scales, zp));
+    mlxb_array *biases = mlxb_unary(s, MLXB_NEG, op_util_mul(s, scales, zp));
     int reps = (int)(fc->k / groups / g);
     if (reps > 1) {
       scales = mlxb_repeat(s, scales, reps, 2);
@@ -429,11 +409,11 @@ static mlxb_array *fc_quantized(op_ctx *c, const moe_attrs *a, const moe_fc *fc,
     }
     return mlxb_quantized_matmul(s, x, w, scales, biases, true, (int)g, (int)a->bits);
   }
-  mlxb_array *q = cast_to(s, unpack_bits(s, packed, (int)a->bits), MLXB_F32);
+  mlxb_array *q = cast_to(s, op_util_unpack_bits(s, packed, (int)a->bits), MLXB_F32);
   int64_t per_group = fc->k / groups;
   q = reshape_n(s, q, 4, b, fc->n, groups, per_group);
   int last = -1;
-  mlxb_array *w = mul(s, mlxb_expand_dims(s, scales, &last, 1), sub(s, q, mlxb_expand_dims(s, zp, &last, 1)));
+  mlxb_array *w = op_util_mul(s, mlxb_expand_dims(s, scales, &last, 1), op_util_sub(s, q, mlxb_expand_dims(s, zp, &last, 1)));
   w = reshape_n(s, w, 3, b, fc->n, fc->k, 0);
   return mlxb_matmul(s, x, mlxb_transpose(s, w, (int[]){0, 2, 1}, 3));
 }
@@ -451,7 +431,7 @@ static mlxb_array *fc_apply(op_ctx *c, const moe_attrs *a, const moe_fc *fc, mlx
   }
   if (y && op_has_input(c, fc->bias)) {
     mlxb_array *bias = expert_input(c, fc->bias, idx, MLXB_F32);
-    y = add(s, y, bias ? reshape_n(s, bias, 3, mlxb_dim(bias, 0), 1, fc->n, 0) : NULL);
+    y = op_util_add(s, y, bias ? reshape_n(s, bias, 3, mlxb_dim(bias, 0), 1, fc->n, 0) : NULL);
   }
   return y;
 }
@@ -463,16 +443,16 @@ static mlxb_array *activate(mlxb_scope *s, const moe_attrs *a, mlxb_array *h) {
   switch (a->act) {
     case ACT_RELU: return mlxb_binary(s, MLXB_MAXIMUM, h, num(s, 0.0));
     case ACT_IDENTITY: return h;
-    case ACT_SILU: return mul(s, h, mlxb_unary(s, MLXB_SIGMOID, h));
+    case ACT_SILU: return op_util_mul(s, h, mlxb_unary(s, MLXB_SIGMOID, h));
     case ACT_GELU: {
-      mlxb_array *cube = mul(s, mul(s, mul(s, num(s, 0.044715f), h), h), h);
-      mlxb_array *th = mlxb_unary(s, MLXB_TANH, mul(s, num(s, 0.7978845608f), add(s, h, cube)));
-      return mul(s, mul(s, num(s, 0.5), h), add(s, num(s, 1.0), th));
+      mlxb_array *cube = op_util_mul(s, op_util_mul(s, op_util_mul(s, num(s, 0.044715f), h), h), h);
+      mlxb_array *th = mlxb_unary(s, MLXB_TANH, op_util_mul(s, num(s, 0.7978845608f), op_util_add(s, h, cube)));
+      return op_util_mul(s, op_util_mul(s, num(s, 0.5), h), op_util_add(s, num(s, 1.0), th));
     }
     case ACT_SWIGLU: {
-      int64_t dims[MOE_MAX_RANK + 1];
+      int64_t dims[OP_UTIL_MAX_RANK + 1];
       int rank = mlxb_ndim(h);
-      if (rank < 1 || rank >= MOE_MAX_RANK) return NULL;
+      if (rank < 1 || rank >= OP_UTIL_MAX_RANK) return NULL;
       mlxb_shape(h, dims);
       int64_t inter = dims[rank - 1] / 2;
       dims[rank - 1] = inter;
@@ -486,8 +466,8 @@ static mlxb_array *activate(mlxb_scope *s, const moe_attrs *a, mlxb_array *h) {
         gate = mlxb_binary(s, MLXB_MINIMUM, gate, hi);
         lin = mlxb_clip(s, lin, lo, hi);
       }
-      mlxb_array *sig = mlxb_unary(s, MLXB_SIGMOID, mul(s, num(s, a->alpha), gate));
-      return mul(s, mul(s, gate, sig), add(s, lin, num(s, a->beta)));
+      mlxb_array *sig = mlxb_unary(s, MLXB_SIGMOID, op_util_mul(s, num(s, a->alpha), gate));
+      return op_util_mul(s, op_util_mul(s, gate, sig), op_util_add(s, lin, num(s, a->beta)));
     }
     default: return NULL;
   }
@@ -508,7 +488,7 @@ static mlxb_array *experts_dense(op_ctx *c, const moe_attrs *a, const moe_fc *fc
   int perm[2] = {1, 0};
   w = reshape_n(s, mlxb_transpose(s, w, perm, 2), 3, e, t, 1, 0);
   keep = reshape_n(s, mlxb_transpose(s, keep, perm, 2), 3, e, t, 1, 0);
-  mlxb_array *contrib = mlxb_where(s, keep, mul(s, w, y), num(s, 0.0));
+  mlxb_array *contrib = mlxb_where(s, keep, op_util_mul(s, w, y), num(s, 0.0));
   return mlxb_reduce(s, MLXB_RSUM, contrib, &zero, 1, false);
 }
 
@@ -524,7 +504,7 @@ static mlxb_array *experts_gathered(op_ctx *c, const moe_attrs *a, const moe_fc 
   mlxb_array *y = reshape_n(s, fc_apply(c, a, fc2, activate(s, a, hid), idx), 3, t, a->k, h, 0);
   int last = -1, axis = 1;
   mlxb_array *w = mlxb_expand_dims(s, r->weights, &last, 1), *keep = mlxb_expand_dims(s, r->keep, &last, 1);
-  mlxb_array *contrib = mlxb_where(s, keep, mul(s, w, y), num(s, 0.0));
+  mlxb_array *contrib = mlxb_where(s, keep, op_util_mul(s, w, y), num(s, 0.0));
   return mlxb_reduce(s, MLXB_RSUM, contrib, &axis, 1, false);
 }
 

@@ -7,7 +7,6 @@
 
 #include "ops/op_util.h"
 
-#define NORM_MAX_RANK OP_UTIL_MAX_RANK
 #define LRN_MAX_SIZE 128
 
 enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX };
@@ -24,7 +23,7 @@ static mlxb_array *reduce_axis(mlxb_scope *s, mlxb_reduce_op op, mlxb_array *x, 
   return mlxb_reduce(s, op, x, &axis, 1, true);
 }
 
-/* x's dims; the rank, or -1 with the failure recorded when it is above NORM_MAX_RANK or below
+/* x's dims; the rank, or -1 with the failure recorded when it is above OP_UTIL_MAX_RANK or below
  * min_rank. */
 static int norm_dims(op_ctx *c, const mlxb_array *x, int64_t *dims, int min_rank) {
   int rank = op_util_dims(c, x, dims);
@@ -61,7 +60,7 @@ static mlxb_array *standardize_last(mlxb_scope *s, mlxb_array *x, double eps, ml
 
 /* A per-channel vector [C] reshaped to [C, 1, ..., 1] so it broadcasts over [N, C, D...]. */
 static mlxb_array *channel_param(mlxb_scope *s, mlxb_array *v, int rank, mlxb_dtype t) {
-  int64_t dims[NORM_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   if (!v) return NULL;
   dims[0] = (int64_t)mlxb_size(v);
   for (int i = 1; i < rank - 1; i++) dims[i] = 1;
@@ -103,7 +102,7 @@ static bool claim_softmax(claim_ctx *c, const op_def *def) {
 static int lower_softmax(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  int64_t dims[NORM_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   if (!x) return op_fail(c, "missing input");
   int rank = op_util_dims(c, x, dims);
   if (rank < 0) return -1;
@@ -131,7 +130,7 @@ static bool is_vector_of(const mlxb_array *v, int64_t n) { return v && mlxb_ndim
 
 static int layernorm_stats_output(op_ctx *c, int i, mlxb_array *v, const int64_t *dims, int axis, int rank) {
   mlxb_scope *s = op_scope(c);
-  int64_t shape[NORM_MAX_RANK];
+  int64_t shape[OP_UTIL_MAX_RANK];
   for (int k = 0; k < rank; k++) shape[k] = k < axis ? dims[k] : 1;
   int t = op_mlx_dtype(op_output_dtype(c, i));
   if (t < 0) t = MLXB_F32;
@@ -141,7 +140,7 @@ static int layernorm_stats_output(op_ctx *c, int i, mlxb_array *v, const int64_t
 static int lower_layernorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
-  int64_t dims[NORM_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank;
   if (!x || !scale) return op_fail(c, "missing input");
   int axis = norm_dims_axis(c, x, dims, &rank);
@@ -171,7 +170,7 @@ static int lower_layernorm(op_ctx *c, const op_def *def) {
 static int lower_rmsnorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1);
-  int64_t dims[NORM_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank;
   if (!x || !scale) return op_fail(c, "missing input");
   int axis = norm_dims_axis(c, x, dims, &rank);
@@ -207,7 +206,7 @@ static int lower_batchnorm(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
   if (!x) return op_fail(c, "missing input");
   int rank = mlxb_ndim(x);
-  if (rank < 2 || rank > NORM_MAX_RANK) return op_fail(c, "input rank %d is outside [2, %d]", rank, NORM_MAX_RANK);
+  if (rank < 2 || rank > OP_UTIL_MAX_RANK) return op_fail(c, "input rank %d is outside [2, %d]", rank, OP_UTIL_MAX_RANK);
   for (int i = 1; i < 5; i++)
     if (!op_input(c, i)) return op_fail(c, "missing input %d", i);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
@@ -228,7 +227,7 @@ static int lower_batchnorm(op_ctx *c, const op_def *def) {
 static int lower_instancenorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
-  int64_t dims[NORM_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   if (!x || !scale || !bias) return op_fail(c, "missing input");
   int rank = norm_dims(c, x, dims, 3);
   if (rank < 0) return -1;
@@ -251,7 +250,7 @@ static bool claim_groupnorm(claim_ctx *c, const op_def *def) {
 static int lower_groupnorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
-  int64_t dims[NORM_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   if (!x || !scale || !bias) return op_fail(c, "missing input");
   int rank = norm_dims(c, x, dims, 2);
   if (rank < 0) return -1;
@@ -303,13 +302,13 @@ static int lower_mvn(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
   if (!x) return op_fail(c, "missing input");
   int rank = mlxb_ndim(x);
-  if (rank > NORM_MAX_RANK) return op_fail(c, "rank %d exceeds %d", rank, NORM_MAX_RANK);
+  if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d exceeds %d", rank, OP_UTIL_MAX_RANK);
   static const int64_t dflt[3] = {0, 2, 3};
   const int64_t *axes = dflt;
   size_t n = 3;
   if (ir_node_attr(op_node(c), "axes")) n = ir_attr_ints(op_node(c), "axes", &axes);
-  bool used[NORM_MAX_RANK] = {false};
-  int list[NORM_MAX_RANK], count = 0;
+  bool used[OP_UTIL_MAX_RANK] = {false};
+  int list[OP_UTIL_MAX_RANK], count = 0;
   for (size_t i = 0; i < n; i++) {
     int a = op_util_axis(axes[i], rank);
     if (a >= 0) used[a] = true;
@@ -343,7 +342,7 @@ static int lower_lrn(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  int64_t dims[NORM_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   if (!x) return op_fail(c, "missing input");
   int rank = norm_dims(c, x, dims, 2);
   if (rank < 0) return -1;
@@ -353,7 +352,7 @@ static int lower_lrn(op_ctx *c, const op_def *def) {
   float bias = ir_attr_float(n, "bias", 1.0f);
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   mlxb_array *xc = op_util_cast(s, x, ct);
-  int64_t lo[NORM_MAX_RANK] = {0}, hi[NORM_MAX_RANK] = {0};
+  int64_t lo[OP_UTIL_MAX_RANK] = {0}, hi[OP_UTIL_MAX_RANK] = {0};
   lo[1] = (size - 1) / 2;
   hi[1] = size - 1 - lo[1];
   mlxb_array *padded = mlxb_pad(s, mlxb_binary(s, MLXB_MUL, xc, xc), lo, hi, mlxb_scalar_f64(s, 0.0, ct), "constant");

@@ -1,6 +1,7 @@
 /* Helpers shared by the op families (see op_util.h): small, stateless, and failing the way a
  * lowering does, through op_fail or the scope's sticky error. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -28,6 +29,13 @@ mlxb_array *op_util_scalar(mlxb_scope *s, double v, mlxb_dtype t) {
 mlxb_array *op_util_scalar_like(mlxb_scope *s, double v, const mlxb_array *x) {
   return x ? mlxb_scalar_f64(s, v, mlxb_type(x)) : NULL;
 }
+
+/* ---- arithmetic shorthands ---------------------------------------------------------------- */
+
+mlxb_array *op_util_add(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_ADD, a, b); }
+mlxb_array *op_util_sub(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_SUB, a, b); }
+mlxb_array *op_util_mul(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_MUL, a, b); }
+mlxb_array *op_util_div(mlxb_scope *s, mlxb_array *a, mlxb_array *b) { return mlxb_binary(s, MLXB_DIV, a, b); }
 
 /* MLX's float64 exp runs at float32 precision; its expm1 does not. Float64 exp is therefore
  * expm1(x) + 1 for x >= 0 and (1 / (expm1(-x/2) + 1))^2 below (the square reaches the
@@ -247,6 +255,12 @@ int op_util_spatial_attrs(op_ctx *c, int nsp, int64_t *strides, int64_t *dilatio
 
 /* ---- claims ------------------------------------------------------------------------------- */
 
+bool op_util_claim_input_rank(claim_ctx *c, int i) {
+  const ir_value *x = claim_input(c, i);
+  if (x && x->rank > OP_UTIL_MAX_RANK - 1) return claim_decline(c, "rank %d is too large", x->rank);
+  return true;
+}
+
 bool op_util_claim_same_dtypes(claim_ctx *c, const int *inputs, int n) {
   int32_t t = claim_input_dtype(c, 0);
   for (int i = 0; i < n; i++) {
@@ -292,4 +306,39 @@ int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, cons
   }
   if (!ok) return op_check(c); /* the dtype holds no value outside the range */
   return op_require(c, ok, x, "%s {} out of range [%lld, %lld)", what, (long long)lo, (long long)hi);
+}
+
+/* ---- host tables ------------------------------------------------------------------------- */
+
+mlxb_array *op_util_index_array(mlxb_scope *s, const int64_t *v, int64_t n) {
+  int32_t *tmp = malloc(sizeof *tmp * (size_t)(n ? n : 1));
+  if (!tmp) return NULL;
+  for (int64_t i = 0; i < n; i++) tmp[i] = (int32_t)v[i];
+  mlxb_array *a = mlxb_from_data(s, tmp, &n, 1, MLXB_I32);
+  free(tmp);
+  return a;
+}
+
+mlxb_array *op_util_float_array(mlxb_scope *s, const float *v, const int64_t *dims, int rank, mlxb_dtype t) {
+  mlxb_array *a = mlxb_from_data(s, v, dims, rank, MLXB_F32);
+  return t == MLXB_F32 ? a : mlxb_astype(s, a, t);
+}
+
+/* ---- packed integers -------------------------------------------------------------------- */
+
+mlxb_array *op_util_unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits) {
+  if (!packed || bits == 8) return packed;
+  int per_byte = 8 / bits, rank = mlxb_ndim(packed), last = -1;
+  uint8_t shifts[8];
+  for (int i = 0; i < per_byte; i++) shifts[i] = (uint8_t)(i * bits);
+  int64_t n = per_byte, dims[OP_UTIL_MAX_RANK];
+  if (rank < 1 || rank > OP_UTIL_MAX_RANK) return NULL;
+  mlxb_array *sh = mlxb_from_data(s, shifts, &n, 1, MLXB_U8);
+  mlxb_array *mask = mlxb_scalar_i64(s, (1 << bits) - 1, MLXB_U8);
+  mlxb_array *e = mlxb_expand_dims(s, packed, &last, 1);
+  mlxb_array *v = mlxb_binary(s, MLXB_BITWISE_AND, mlxb_binary(s, MLXB_RIGHT_SHIFT, e, sh), mask);
+  if (!v) return NULL;
+  mlxb_shape(packed, dims);
+  dims[rank - 1] *= per_byte;
+  return mlxb_reshape(s, v, dims, rank);
 }

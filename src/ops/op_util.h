@@ -25,6 +25,12 @@ mlxb_array *op_util_scalar_like(mlxb_scope *s, double v, const mlxb_array *x);
 /* exp(x) at the precision of x's float dtype (MLX's own float64 exp is float32-accurate). */
 mlxb_array *op_util_exp(mlxb_scope *s, mlxb_array *x);
 
+/* ---- arithmetic shorthands (mlxb_binary with the op named) --------------------------------- */
+mlxb_array *op_util_add(mlxb_scope *s, mlxb_array *a, mlxb_array *b);
+mlxb_array *op_util_sub(mlxb_scope *s, mlxb_array *a, mlxb_array *b);
+mlxb_array *op_util_mul(mlxb_scope *s, mlxb_array *a, mlxb_array *b);
+mlxb_array *op_util_div(mlxb_scope *s, mlxb_array *a, mlxb_array *b);
+
 /* ---- axes and shapes ---------------------------------------------------------------------- */
 /* A possibly negative axis in [-rank, rank) as [0, rank); -1 when out of range. */
 int op_util_axis(int64_t axis, int rank);
@@ -55,6 +61,19 @@ int op_util_claim_attr_or_input_ints(const claim_ctx *c, const char *attr, int i
 /* The one value of input i; 0, or -1 with the failure recorded. */
 int op_util_input_int(op_ctx *c, int i, int64_t *v);
 int op_util_input_double(op_ctx *c, int i, double *v);
+
+/* ---- packed integers -------------------------------------------------------------------- */
+/* Unpacks a uint8 array of packed `bits`-wide values (bits 1, 2, 4 or 8; element 0 in the low bits,
+ * as ORT and MLX both store them) along its last axis: [..., L] -> [..., L * 8 / bits], still
+ * uint8. NULL for a NULL input, or a rank outside [1, OP_UTIL_MAX_RANK]. */
+mlxb_array *op_util_unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits);
+
+/* ---- host tables ------------------------------------------------------------------------- */
+/* A host int64 table as an MLX int32 array of n entries (index tables are small; int32 halves the
+ * gather traffic); NULL when out of memory. */
+mlxb_array *op_util_index_array(mlxb_scope *s, const int64_t *v, int64_t n);
+/* A host float table of the given shape as an MLX array of dtype t. */
+mlxb_array *op_util_float_array(mlxb_scope *s, const float *v, const int64_t *dims, int rank, mlxb_dtype t);
 
 /* ---- untrusted data ----------------------------------------------------------------------- */
 /* Requires lo <= x < hi for every element of the integer array x (op_require), with the rule
@@ -94,6 +113,9 @@ int op_util_spatial_attrs(op_ctx *c, int nsp, int64_t *strides, int64_t *dilatio
 /* ---- claims ------------------------------------------------------------------------------- */
 /* Every present input among inputs[0..n) has input 0's dtype (ORT's kernels read them as T). */
 bool op_util_claim_same_dtypes(claim_ctx *c, const int *inputs, int n);
+/* Input i's rank leaves room below OP_UTIL_MAX_RANK (a lowering may add an axis); declines it
+ * otherwise. */
+bool op_util_claim_input_rank(claim_ctx *c, int i);
 /* auto_pad is one the spec knows; declines it otherwise. */
 bool op_util_claim_auto_pad(claim_ctx *c);
 

@@ -1,5 +1,4 @@
-/* Pooling: MaxPool (with Indices), AveragePool, LpPool, their Global forms, MaxUnpool and
- * MaxRoiPool. MLX has no pooling primitive: windows of the padded input are reduced one spatial
+/* Pooling: MaxPool (with Indices), AveragePool, LpPool, their Global forms and MaxUnpool. MLX has no pooling primitive: windows of the padded input are reduced one spatial
  * axis at a time (max and sums are separable), as a chain of strided slices (one per kernel
  * offset) or, for long kernels, one reduction of a strided view; everything that
  * depends only on shapes (output extents, element counts, index maps) is computed on the host
@@ -513,114 +512,6 @@ static int lower_maxunpool(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, mlxb_reshape(s, y, out, rank));
 }
 
-/* ---- MaxRoiPool --------------------------------------------------------------------------- */
-
-static bool claim_max_roi_pool(claim_ctx *c, const op_def *def) {
-  const ir_value *x = claim_input(c, 0);
-  if (x && x->rank >= 0 && x->rank != 4) return claim_decline(c, "input rank %d (must be 4)", x->rank);
-  const int64_t *ps;
-  if (ir_attr_ints(c->node, "pooled_shape", &ps) != 2 || ps[0] < 1 || ps[1] < 1)
-    return claim_decline(c, "pooled_shape must hold two positive values");
-  return true;
-}
-
-/* round(v) as an int, with values no image reaches clamped first (the cast is undefined there). */
-static int roi_coord(float v) {
-  if (v != v) return 0;
-  v = roundf(v);
-  return v < -1e9f ? -1000000000 : v > 1e9f ? 1000000000 : (int)v;
-}
-
-/* ROI windows are data-dependent: the rois are read on the host, each bin's window (ORT's float
- * arithmetic) becomes a row of a gather table over the [N*H*W, C] input whose unused entries
- * point at a row of -inf, and the gathered rows are max-reduced. Empty bins give 0. */
-static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
-  mlxb_scope *s = op_scope(c);
-  mlxb_array *x = op_input(c, 0), *r = op_input(c, 1);
-  if (!x || !r) return op_check(c) ? -1 : op_fail(c, "X and rois are required");
-  if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 5) return op_fail(c, "X must be 4-D and rois [R, 5]");
-  const int64_t *ps;
-  if (ir_attr_ints(op_node(c), "pooled_shape", &ps) != 2) return op_fail(c, "pooled_shape must hold two values");
-  int64_t PH = ps[0], PW = ps[1], N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3);
-  int64_t R = mlxb_dim(r, 0), bins = R * PH * PW;
-  if (R > 0 && N * H * W == 0) return op_fail(c, "rois over an empty image");
-  float scale = ir_attr_float(op_node(c), "spatial_scale", 1.0f);
-  double *rv = malloc(sizeof *rv * (size_t)(R * 5 + 1));
-  int64_t *win = malloc(sizeof *win * (size_t)(bins * 4 + 1));
-  int rc = -1;
-  int64_t *table = NULL;
-  uint8_t *empty = NULL;
-  if (!rv || !win) {
-    op_fail(c, "out of memory");
-    goto done;
-  }
-  if (op_input_doubles(c, 1, rv, (int)(R * 5)) != R * 5) {
-    if (!op_check(c)) op_fail(c, "cannot read rois");
-    goto done;
-  }
-  int64_t maxwin = 1;
-  for (int64_t n = 0; n < R; n++) {
-    const double *q = rv + n * 5;
-    double bq = q[0];
-    int64_t b = bq > -1 && bq < (double)N ? (int64_t)(float)bq : -1;
-    if (b < 0 || b >= N) {
-      op_fail(c, "roi %lld has batch index %g outside [0, %lld)", (long long)n, bq, (long long)N);
-      goto done;
-    }
-    int64_t sw = roi_coord((float)q[1] * scale), sh = roi_coord((float)q[2] * scale);
-    int64_t ew = roi_coord((float)q[3] * scale), eh = roi_coord((float)q[4] * scale);
-    int64_t rh = eh - sh + 1 > 1 ? eh - sh + 1 : 1, rw = ew - sw + 1 > 1 ? ew - sw + 1 : 1;
-    float bh = (float)rh / (float)PH, bw = (float)rw / (float)PW;
-    for (int64_t i = 0; i < PH; i++) {
-      for (int64_t j = 0; j < PW; j++) {
-        int64_t hs = (int64_t)floorf((float)i * bh) + sh, he = (int64_t)ceilf((float)(i + 1) * bh) + sh;
-        int64_t ws = (int64_t)floorf((float)j * bw) + sw, we = (int64_t)ceilf((float)(j + 1) * bw) + sw;
-        hs = hs < 0 ? 0 : hs > H ? H : hs, he = he < 0 ? 0 : he > H ? H : he;
-        ws = ws < 0 ? 0 : ws > W ? W : ws, we = we < 0 ? 0 : we > W ? W : we;
-        int64_t *w4 = win + ((n * PH + i) * PW + j) * 4;
-        w4[0] = hs, w4[1] = he, w4[2] = ws, w4[3] = we;
-        int64_t area = (he > hs && we > ws) ? (he - hs) * (we - ws) : 0;
-        if (area > maxwin) maxwin = area;
-      }
-    }
-  }
-  int64_t tn = bins * maxwin, sentinel = N * H * W;
-  table = malloc(sizeof *table * (size_t)(tn ? tn : 1));
-  empty = malloc((size_t)(bins ? bins : 1));
-  if (!table || !empty) {
-    op_fail(c, "out of memory");
-    goto done;
-  }
-  for (int64_t bin = 0; bin < bins; bin++) {
-    const int64_t *w4 = win + bin * 4;
-    int64_t b = (int64_t)(float)rv[(bin / (PH * PW)) * 5], k = 0;
-    for (int64_t h = w4[0]; h < w4[1]; h++)
-      for (int64_t w = w4[2]; w < w4[3]; w++) table[bin * maxwin + k++] = (b * H + h) * W + w;
-    empty[bin] = k == 0;
-    for (; k < maxwin; k++) table[bin * maxwin + k] = sentinel;
-  }
-  mlxb_dtype t = mlxb_type(x);
-  int perm[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
-  int64_t rows[2] = {N * H * W, C}, one_row[2] = {1, C};
-  mlxb_array *xt = mlxb_reshape(s, mlxb_transpose(s, x, perm, 4), rows, 2);
-  const mlxb_array *parts[2] = {xt, mlxb_full(s, one_row, 2, mlxb_scalar_f64(s, -INFINITY, t), t)};
-  xt = mlxb_concat(s, parts, 2, 0);
-  mlxb_array *ti = mlxb_from_data(s, table, &tn, 1, MLXB_I64);
-  int64_t gd[5] = {R, PH, PW, maxwin, C}, ed[4] = {R, PH, PW, 1};
-  mlxb_array *g = mlxb_reshape(s, mlxb_take(s, xt, ti, 0), gd, 5);
-  int ax = 3;
-  mlxb_array *y = mlxb_reduce(s, MLXB_RMAX, g, &ax, 1, false);
-  mlxb_array *em = mlxb_from_data(s, empty, ed, 4, MLXB_BOOL);
-  y = mlxb_where(s, em, mlxb_scalar_f64(s, 0, t), y);
-  rc = op_set_output(c, 0, mlxb_transpose(s, y, back, 4));
-done:
-  free(rv);
-  free(win);
-  free(table);
-  free(empty);
-  return rc;
-}
-
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #define DT_POOLF (DT_F32 | DT_F16 | DT_BF16 | DT_F64)
@@ -645,9 +536,6 @@ static const op_def defs[] = {
     {"", "MaxUnpool", 9, 22, DT_NUMERIC, claim_maxunpool, lower_maxunpool, 0, OP_FLAG_HOST_VALUES,
      "int64 indices; default output extents or the output_shape input (read on the host); a position "
      "written twice keeps the later element like ORT; out-of-range indices are dropped (ORT fails)"},
-    {"", "MaxRoiPool", 1, 22, DT_POOLF, claim_max_roi_pool, lower_max_roi_pool, 0, OP_FLAG_HOST_VALUES,
-     "rois read on the host (each Run) and turned into gather windows with ORT's float arithmetic; "
-     "the true maximum of each bin (ORT starts its maximum at FLT_MIN, so all-negative bins differ)"},
 };
 
 OPS_FAMILY(pool, defs);

@@ -7,7 +7,6 @@
 
 #include "ops/op_util.h"
 
-#define Q_MAX_RANK OP_UTIL_MAX_RANK
 
 #define DT_Q8 (DT(ONNX_INT8) | DT(ONNX_UINT8))
 #define DT_Q16 (DT(ONNX_INT16) | DT(ONNX_UINT16))
@@ -48,8 +47,8 @@ static int q_inputs(op_ctx *c, mlxb_array **x, mlxb_array **sp, mlxb_array **zpp
   *x = op_input(c, 0), *sp = *zpp = NULL;
   if (!*x || !scale) return op_check(c) ? -1 : op_fail(c, "input and scale are required");
   int rank = mlxb_ndim(*x);
-  if (rank > Q_MAX_RANK) return op_fail(c, "input rank %d is too large", rank);
-  int64_t dims[Q_MAX_RANK];
+  if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "input rank %d is too large", rank);
+  int64_t dims[OP_UTIL_MAX_RANK];
   mlxb_shape(*x, dims);
   const ir_node *n = op_node(c);
   int axis = op_util_axis(ir_attr_int(n, "axis", 1), rank);
@@ -168,7 +167,7 @@ static bool claim_matmul_integer(claim_ctx *c, const op_def *def) {
     if (zt != ONNX_UNDEFINED && zt != claim_input_dtype(c, i)) return claim_decline(c, "zero point %d dtype differs from its matrix's", i);
   }
   const ir_value *a = claim_input(c, 0), *b = claim_input(c, 1);
-  if ((a && a->rank > Q_MAX_RANK) || (b && b->rank > Q_MAX_RANK)) return claim_decline(c, "rank too large");
+  if ((a && a->rank > OP_UTIL_MAX_RANK) || (b && b->rank > OP_UTIL_MAX_RANK)) return claim_decline(c, "rank too large");
   return true;
 }
 
@@ -194,7 +193,7 @@ static bool claim_qlinear_matmul(claim_ctx *c, const op_def *def) {
       (y && y->dtype != claim_input_dtype(c, 7)))
     return claim_decline(c, "zero point dtypes differ from their tensors'");
   const ir_value *a = claim_input(c, 0), *b = claim_input(c, 3);
-  if ((a && a->rank > Q_MAX_RANK) || (b && b->rank > Q_MAX_RANK)) return claim_decline(c, "rank too large");
+  if ((a && a->rank > OP_UTIL_MAX_RANK) || (b && b->rank > OP_UTIL_MAX_RANK)) return claim_decline(c, "rank too large");
   return true;
 }
 

@@ -7,7 +7,6 @@
 
 #include "ops/op_util.h"
 
-#define RAND_MAX_RANK OP_UTIL_MAX_RANK
 
 /* The seed attribute (a float) as generator key material in *seed; *seeded says whether there
  * is one. Unseeded draws must differ per Run, which a compiled program (replaying a trace) cannot
@@ -27,7 +26,7 @@ static int rand_seed(op_ctx *c, uint64_t *seed, bool *seeded) {
 /* The input whose shape a *Like op or Bernoulli copies must fit the dims buffer. */
 static bool rand_claim_input_rank(claim_ctx *c) {
   const ir_value *x = claim_input(c, 0);
-  if (x && x->rank > RAND_MAX_RANK) return claim_decline(c, "rank %d is too large", x->rank);
+  if (x && x->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "rank %d is too large", x->rank);
   return true;
 }
 
@@ -36,7 +35,7 @@ static int rand_dims_of(op_ctx *c, int64_t *dims) {
   mlxb_array *x = op_input(c, 0);
   if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
   int rank = mlxb_ndim(x);
-  if (rank > RAND_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
+  if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
   mlxb_shape(x, dims);
   return rank;
 }
@@ -60,7 +59,7 @@ static bool claim_random(claim_ctx *c, const op_def *def) {
   const int64_t *shape;
   size_t n = ir_attr_ints(c->node, "shape", &shape);
   if (!ir_node_attr(c->node, "shape")) return claim_decline(c, "no shape attribute");
-  if (n > RAND_MAX_RANK) return claim_decline(c, "rank %zu is too large", n);
+  if (n > OP_UTIL_MAX_RANK) return claim_decline(c, "rank %zu is too large", n);
   for (size_t i = 0; i < n; i++)
     if (shape[i] < 0) return claim_decline(c, "negative dimension in shape");
   return true;
@@ -73,14 +72,14 @@ static int lower_random(op_ctx *c, const op_def *def) {
   uint64_t seed;
   bool seeded;
   if (rand_seed(c, &seed, &seeded)) return -1;
-  int64_t dims[RAND_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank;
   if (like) {
     if ((rank = rand_dims_of(c, dims)) < 0) return -1;
   } else {
     const int64_t *shape;
     size_t k = ir_attr_ints(n, "shape", &shape);
-    if (k > RAND_MAX_RANK) return op_fail(c, "rank %zu is too large", k);
+    if (k > OP_UTIL_MAX_RANK) return op_fail(c, "rank %zu is too large", k);
     rank = (int)k;
     memcpy(dims, shape, k * sizeof *dims);
   }
@@ -109,7 +108,7 @@ static int lower_bernoulli(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *p = op_input(c, 0);
-  int64_t dims[RAND_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank = rand_dims_of(c, dims);
   if (rank < 0) return -1;
   uint64_t seed;

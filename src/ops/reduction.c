@@ -1,4 +1,4 @@
-/* Reductions (ReduceSum ... ReduceLogSumExp), ArgMax/ArgMin, CumSum and TopK lowered onto MLX.
+/* Reductions (ReduceSum ... ReduceLogSumExp), ArgMax/ArgMin, CumSum/CumProd and TopK lowered onto MLX.
  * Integer reductions follow ORT's CPU EP: they accumulate in float64 and saturate when casting back
  * (ReduceSum of int32 gives INT32_MAX on overflow, not a wrapped value); float16/bfloat16 compute in
  * float32 and round once at the end, as ORT's inserted casts do. */
@@ -9,7 +9,6 @@
 
 #include "ops/op_util.h"
 
-#define REDUCE_MAX_RANK OP_UTIL_MAX_RANK
 
 typedef enum reduce_kind {
   RK_SUM, RK_MEAN, RK_MAX, RK_MIN, RK_PROD, RK_L1, RK_L2, RK_LOGSUM, RK_LOGSUMEXP, RK_SUMSQUARE
@@ -20,14 +19,14 @@ enum { ARG_MAX, ARG_MIN };
 /* The reduction a node asks for, resolved against the input's concrete shape. */
 typedef struct reduce_plan {
   int rank;
-  int64_t dims[REDUCE_MAX_RANK];
-  bool reduced[REDUCE_MAX_RANK];     /* axis is reduced */
-  int axes[REDUCE_MAX_RANK];         /* reduced axes, ascending */
+  int64_t dims[OP_UTIL_MAX_RANK];
+  bool reduced[OP_UTIL_MAX_RANK];     /* axis is reduced */
+  int axes[OP_UTIL_MAX_RANK];         /* reduced axes, ascending */
   int naxes;
   bool keepdims;
   bool noop;                         /* empty axes with noop_with_empty_axes: elementwise only */
   int64_t count;                     /* input elements folded into each output element */
-  int64_t out_dims[REDUCE_MAX_RANK];
+  int64_t out_dims[OP_UTIL_MAX_RANK];
   int out_rank;
   int64_t out_size;
 } reduce_plan;
@@ -69,13 +68,13 @@ static bool reduce_axes_from_input(const op_def *def) { return def->since_min >=
 /* The node's axes (count 0 when none are given); noop when an empty list must leave x as it is. */
 static int reduce_read_axes(op_ctx *c, const op_def *def, int64_t *axes, int *count, bool *noop) {
   int since = reduce_axes_from_input(def) ? 0 : INT_MAX;
-  *count = op_util_attr_or_input_ints(c, "axes", 1, since, axes, REDUCE_MAX_RANK);
+  *count = op_util_attr_or_input_ints(c, "axes", 1, since, axes, OP_UTIL_MAX_RANK);
   *noop = since == 0 && *count == 0 && ir_attr_int(op_node(c), "noop_with_empty_axes", 0) != 0;
   return *count < 0 ? -1 : 0;
 }
 
 static int reduce_plan_build(op_ctx *c, const op_def *def, const mlxb_array *x, reduce_plan *p) {
-  int64_t axes[REDUCE_MAX_RANK];
+  int64_t axes[OP_UTIL_MAX_RANK];
   int count;
   memset(p, 0, sizeof *p);
   p->rank = op_util_dims(c, x, p->dims);
@@ -247,7 +246,7 @@ static int lower_arg(op_ctx *c, const op_def *def) {
   int64_t len = mlxb_dim(x, axis);
   if (mlxb_size(x) == 0) {
     if (len == 0) return op_fail(c, "cannot take the %s over an empty axis", def->op_type);
-    int64_t dims[REDUCE_MAX_RANK], out[REDUCE_MAX_RANK];
+    int64_t dims[OP_UTIL_MAX_RANK], out[OP_UTIL_MAX_RANK];
     int r = 0;
     if (op_util_dims(c, x, dims) < 0) return -1;
     for (int a = 0; a < rank; a++)
@@ -261,21 +260,24 @@ static int lower_arg(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, idx);
 }
 
-/* ---- CumSum ------------------------------------------------------------------------------ */
+/* ---- CumSum / CumProd -------------------------------------------------------------------- */
 
-static int lower_cumsum(op_ctx *c, const op_def *def) {
+/* Sums (arg MLXB_RSUM) or products (MLXB_RPROD) along the axis input, inclusive or exclusive
+ * (a leading 0 or 1), forward or reversed; float16/bfloat16 accumulate in float32 and round once,
+ * as ORT's result does. Integers wrap. */
+static int lower_cumulative(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "missing input");
   int64_t raw;
-  if (!x) return op_fail(c, "missing input");
-  if (op_input_ints(c, 1, &raw, 1) != 1) return op_fail(c, "axis must be a single integer");
+  if (op_input_ints(c, 1, &raw, 1) != 1) return op_check(c) ? -1 : op_fail(c, "axis must be a single integer");
   int axis = op_util_resolve_axis(c, raw, mlxb_ndim(x));
   if (axis < 0) return -1;
-  bool exclusive = ir_attr_int(n, "exclusive", 0) != 0;
-  bool reverse = ir_attr_int(n, "reverse", 0) != 0;
+  bool exclusive = ir_attr_int(n, "exclusive", 0) != 0, reverse = ir_attr_int(n, "reverse", 0) != 0;
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *y = mlxb_cumulative(s, MLXB_RSUM, op_util_cast(s, x, op_util_compute_type(t)), axis, reverse, !exclusive);
+  mlxb_array *y = mlxb_cumulative(s, (mlxb_reduce_op)def->arg, op_util_cast(s, x, op_util_compute_type(t)), axis,
+                                  reverse, !exclusive);
   return op_set_output(c, 0, op_util_cast(s, y, t));
 }
 
@@ -319,7 +321,7 @@ static int lower_topk(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  int64_t k, dims[REDUCE_MAX_RANK];
+  int64_t k, dims[OP_UTIL_MAX_RANK];
   if (!x) return op_fail(c, "missing input");
   if (topk_read_k(c, def, &k)) return -1;
   int rank = op_util_dims(c, x, dims);
@@ -352,8 +354,8 @@ static bool pad_reduce_sum(const ir_graph *g, const ir_node *n, const pad_fact *
   for (int k = 1; k < n->n_inputs; k++)
     if (in[k].kind != PAD_NONE) return false;
   claim_ctx c = {.graph = g, .node = n};
-  int64_t axes[REDUCE_MAX_RANK];
-  int count = op_util_claim_attr_or_input_ints(&c, "axes", 1, 13, axes, REDUCE_MAX_RANK);
+  int64_t axes[OP_UTIL_MAX_RANK];
+  int count = op_util_claim_attr_or_input_ints(&c, "axes", 1, 13, axes, OP_UTIL_MAX_RANK);
   if (count < 0 || (count == 0 && ir_attr_int(n, "noop_with_empty_axes", 0))) return false;
   bool reduced = count == 0;
   for (int k = 0; k < count; k++)
@@ -400,8 +402,12 @@ static const op_def defs[] = {
    "axis, keepdims, select_last_index; int64 output; first index on ties. An empty reduced axis fails "
    "as in ORT. NaN inputs may pick a different index than ORT."},
   {"", "CumSum", 11, 14, DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64), NULL,
-   lower_cumsum, 0, OP_FLAG_HOST_VALUES,
+   lower_cumulative, MLXB_RSUM, OP_FLAG_HOST_VALUES,
    "axis input (constant or runtime), exclusive, reverse; integers wrap; float16/bfloat16 accumulate in float32."},
+  {"", "CumProd", 26, 28, DT_F32 | DT_F16 | DT_F64 | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64),
+   NULL, lower_cumulative, MLXB_RPROD, 0,
+   "float32/float16/float64/int32/int64/uint32/uint64, axis from a constant or runtime input, exclusive and "
+   "reverse; float16 multiplies in float32 (ORT's result); integers wrap. Declined: bfloat16 (untested)"},
   {"", "TopK", 1, 1, DT_FLOAT | DT_INT, NULL, lower_topk, 0, 0,
    "k attribute; largest first, sorted; ties give the lower index first (stable sort)."},
   {"", "TopK", 10, 24, DT_FLOAT | DT_INT, claim_topk, lower_topk, 0, OP_FLAG_HOST_VALUES,

@@ -8,9 +8,9 @@
 
 #define FAMILIES(X)                                                                            \
   X(elementwise) X(activation) X(cast) X(emulated) X(matmul) X(normalization) X(reduction)      \
-  X(shape) X(indexing) X(loss) X(quantize) X(signal) X(random) X(misc) X(conv) X(pool)         \
-  X(vision) X(attention) X(rotary) X(paged_attention) X(contrib_quant) X(contrib_norm)          \
-  X(contrib_act) X(moe) X(ml) X(extra)
+  X(shape) X(indexing) X(host_read) X(linalg) X(loss) X(quantize) X(signal) X(random) X(conv)  \
+  X(pool) X(resize) X(vision) X(detection) X(attention) X(rotary) X(paged_attention)            \
+  X(contrib_quant) X(contrib_norm) X(contrib_act) X(moe) X(ml) X(ml_linear) X(ml_svm) X(ml_trees)
 
 #define DECLARE_FAMILY(stem) extern const op_family ops_family_##stem;
 FAMILIES(DECLARE_FAMILY)

@@ -1,4 +1,5 @@
-/* Shape-manipulation ops (Reshape, Transpose, Concat, Slice, Split, Pad, ...) and the ops that
+/* Shape-manipulation ops (Reshape, Transpose, Concat, Slice, Split, Pad, ...), Identity and
+ * inference Dropout (the identity with ORT's mask), and the ops that
  * create tensors from shapes or attributes (Shape, Constant, Range, ConstantOfShape, EyeLike).
  * Shapes are concrete while a cluster is lowered, so every output shape is computed here on the
  * host exactly as the ONNX spec says, and MLX only moves data. */
@@ -8,7 +9,6 @@
 
 #include "ops/op_util.h"
 
-#define SHAPE_MAX_RANK OP_UTIL_MAX_RANK
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -21,7 +21,7 @@ static int shape_set_reshaped(op_ctx *c, int out, mlxb_array *x, const int64_t *
 static bool shape_claim_rank(claim_ctx *c, const op_def *def) {
   for (int i = 0; i < c->node->n_inputs; i++) {
     const ir_value *v = claim_input(c, i);
-    if (v && v->rank > SHAPE_MAX_RANK) return claim_decline(c, "input %d has rank %d (at most %d)", i, v->rank, SHAPE_MAX_RANK);
+    if (v && v->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "input %d has rank %d (at most %d)", i, v->rank, OP_UTIL_MAX_RANK);
   }
   return true;
 }
@@ -29,7 +29,7 @@ static bool shape_claim_rank(claim_ctx *c, const op_def *def) {
 /* Host-read inputs (shapes, axes, pads, ...) longer than the fixed buffers are declined; the
  * row's arg raises the limit (Pad reads two values per axis). */
 static bool shape_claim_host(claim_ctx *c, const op_def *def) {
-  int max = def->arg ? def->arg : SHAPE_MAX_RANK;
+  int max = def->arg ? def->arg : OP_UTIL_MAX_RANK;
   for (int i = 1; i < c->node->n_inputs; i++) {
     const ir_value *v = claim_input(c, i);
     if (v && v->rank == 1 && v->dims[0] > max)
@@ -42,11 +42,11 @@ static bool shape_claim_host(claim_ctx *c, const op_def *def) {
 
 static int lower_reshape(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t in_dims[SHAPE_MAX_RANK], want[SHAPE_MAX_RANK];
+  int64_t in_dims[OP_UTIL_MAX_RANK], want[OP_UTIL_MAX_RANK];
   int in_rank = op_util_input_dims(c, 0, &x, in_dims);
   if (in_rank < 0) return -1;
-  int rank = op_input_ints(c, 1, want, SHAPE_MAX_RANK);
-  if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", SHAPE_MAX_RANK);
+  int rank = op_input_ints(c, 1, want, OP_UTIL_MAX_RANK);
+  if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
   bool allowzero = ir_attr_int(op_node(c), "allowzero", 0) != 0;
   int infer = -1;
   int64_t known = 1;
@@ -78,13 +78,13 @@ static int lower_reshape(op_ctx *c, const op_def *def) {
 
 static int lower_transpose(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   const int64_t *p;
   size_t n = ir_attr_ints(op_node(c), "perm", &p);
-  int perm[SHAPE_MAX_RANK];
-  bool seen[SHAPE_MAX_RANK] = {false};
+  int perm[OP_UTIL_MAX_RANK];
+  bool seen[OP_UTIL_MAX_RANK] = {false};
   if (n == 0) {
     for (int i = 0; i < rank; i++) perm[i] = rank - 1 - i;
     return op_set_output(c, 0, mlxb_transpose(op_scope(c), x, perm, rank));
@@ -154,22 +154,22 @@ static void slice_axis_window(int64_t dim, int64_t start, int64_t end, int64_t s
 
 static int lower_slice(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   const ir_node *node = op_node(c);
-  int64_t starts[SHAPE_MAX_RANK], ends[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], steps[SHAPE_MAX_RANK];
+  int64_t starts[OP_UTIL_MAX_RANK], ends[OP_UTIL_MAX_RANK], axes[OP_UTIL_MAX_RANK], steps[OP_UTIL_MAX_RANK];
   int ns, ne, na, nt = 0;
   if (node->since_version < 10) {
-    ns = op_util_attr_or_input_ints(c, "starts", -1, INT_MAX, starts, SHAPE_MAX_RANK);
-    ne = op_util_attr_or_input_ints(c, "ends", -1, INT_MAX, ends, SHAPE_MAX_RANK);
-    na = op_util_attr_or_input_ints(c, "axes", -1, INT_MAX, axes, SHAPE_MAX_RANK);
+    ns = op_util_attr_or_input_ints(c, "starts", -1, INT_MAX, starts, OP_UTIL_MAX_RANK);
+    ne = op_util_attr_or_input_ints(c, "ends", -1, INT_MAX, ends, OP_UTIL_MAX_RANK);
+    na = op_util_attr_or_input_ints(c, "axes", -1, INT_MAX, axes, OP_UTIL_MAX_RANK);
   } else {
-    ns = op_input_ints(c, 1, starts, SHAPE_MAX_RANK);
-    ne = op_input_ints(c, 2, ends, SHAPE_MAX_RANK);
+    ns = op_input_ints(c, 1, starts, OP_UTIL_MAX_RANK);
+    ne = op_input_ints(c, 2, ends, OP_UTIL_MAX_RANK);
     if (ns < 0 || ne < 0) return op_check(c) ? -1 : op_fail(c, "cannot read starts/ends on the host");
-    na = op_util_attr_or_input_ints(c, "", 3, 0, axes, SHAPE_MAX_RANK);
-    nt = op_util_attr_or_input_ints(c, "", 4, 0, steps, SHAPE_MAX_RANK);
+    na = op_util_attr_or_input_ints(c, "", 3, 0, axes, OP_UTIL_MAX_RANK);
+    nt = op_util_attr_or_input_ints(c, "", 4, 0, steps, OP_UTIL_MAX_RANK);
   }
   if (ns < 0 || ne < 0 || na < 0 || nt < 0) return -1;
   if (ns != ne) return op_fail(c, "starts and ends differ in length (%d, %d)", ns, ne);
@@ -183,8 +183,8 @@ static int lower_slice(op_ctx *c, const op_def *def) {
     nt = ns;
   }
   if (na != ns || nt != ns) return op_fail(c, "starts, ends, axes and steps differ in length");
-  int64_t w_start[SHAPE_MAX_RANK], w_stop[SHAPE_MAX_RANK], w_step[SHAPE_MAX_RANK];
-  bool seen[SHAPE_MAX_RANK] = {false};
+  int64_t w_start[OP_UTIL_MAX_RANK], w_stop[OP_UTIL_MAX_RANK], w_step[OP_UTIL_MAX_RANK];
+  bool seen[OP_UTIL_MAX_RANK] = {false};
   for (int i = 0; i < rank; i++) w_start[i] = 0, w_stop[i] = dims[i], w_step[i] = 1;
   for (int k = 0; k < ns; k++) {
     int a = op_util_axis(axes[k], rank);
@@ -200,12 +200,12 @@ static int lower_slice(op_ctx *c, const op_def *def) {
 
 static int lower_squeeze(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], axes[OP_UTIL_MAX_RANK], out[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
-  int na = op_util_attr_or_input_ints(c, "axes", 1, 13, axes, SHAPE_MAX_RANK);
+  int na = op_util_attr_or_input_ints(c, "axes", 1, 13, axes, OP_UTIL_MAX_RANK);
   if (na < 0) return -1;
-  bool drop[SHAPE_MAX_RANK] = {false};
+  bool drop[OP_UTIL_MAX_RANK] = {false};
   for (int k = 0; k < na; k++) {
     int a = op_util_axis(axes[k], rank);
     if (a < 0) return op_fail(c, "axis %lld out of range for rank %d", (long long)axes[k], rank);
@@ -220,14 +220,14 @@ static int lower_squeeze(op_ctx *c, const op_def *def) {
 
 static int lower_unsqueeze(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], axes[OP_UTIL_MAX_RANK], out[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
-  int na = op_util_attr_or_input_ints(c, "axes", 1, 13, axes, SHAPE_MAX_RANK);
+  int na = op_util_attr_or_input_ints(c, "axes", 1, 13, axes, OP_UTIL_MAX_RANK);
   if (na < 0) return -1;
   int out_rank = rank + na;
-  if (out_rank > SHAPE_MAX_RANK) return op_fail(c, "output rank %d exceeds %d", out_rank, SHAPE_MAX_RANK);
-  bool add[SHAPE_MAX_RANK] = {false};
+  if (out_rank > OP_UTIL_MAX_RANK) return op_fail(c, "output rank %d exceeds %d", out_rank, OP_UTIL_MAX_RANK);
+  bool add[OP_UTIL_MAX_RANK] = {false};
   for (int k = 0; k < na; k++) {
     int a = op_util_axis(axes[k], out_rank);
     if (a < 0 || add[a]) return op_fail(c, "axis %lld is out of range or repeated", (long long)axes[k]);
@@ -239,7 +239,7 @@ static int lower_unsqueeze(op_ctx *c, const op_def *def) {
 
 static int lower_flatten(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int64_t axis = ir_attr_int(op_node(c), "axis", 1);
@@ -253,11 +253,11 @@ static int lower_flatten(op_ctx *c, const op_def *def) {
 
 static int lower_expand(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK], want[SHAPE_MAX_RANK], out[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], want[OP_UTIL_MAX_RANK], out[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
-  int nw = op_input_ints(c, 1, want, SHAPE_MAX_RANK);
-  if (nw < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", SHAPE_MAX_RANK);
+  int nw = op_input_ints(c, 1, want, OP_UTIL_MAX_RANK);
+  if (nw < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
   int out_rank = rank > nw ? rank : nw;
   /* Bidirectional broadcast, aligned on the right. */
   for (int i = 0; i < out_rank; i++) {
@@ -273,16 +273,53 @@ static int lower_expand(op_ctx *c, const op_def *def) {
 
 static int lower_tile(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK], reps[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], reps[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
-  int n = op_input_ints(c, 1, reps, SHAPE_MAX_RANK);
+  int n = op_input_ints(c, 1, reps, OP_UTIL_MAX_RANK);
   if (n < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the repeats input");
   if (n != rank) return op_fail(c, "repeats has %d values for rank %d", n, rank);
   for (int i = 0; i < n; i++)
     if (reps[i] < 0) return op_fail(c, "negative repeat %lld", (long long)reps[i]);
   if (rank == 0) return op_set_output(c, 0, x);
   return op_set_output(c, 0, mlxb_tile(op_scope(c), x, reps, n));
+}
+
+/* ---- Dropout ------------------------------------------------------------------------------ */
+
+/* Whether input i is a constant scalar float 0 (a dropout ratio that drops nothing). */
+static bool claim_const_zero(const claim_ctx *c, int i) {
+  const ir_value *v = claim_input(c, i);
+  if (!v || !v->is_const || !v->const_data) return false;
+  if (v->dtype == ONNX_FLOAT && v->const_bytes == sizeof(float)) return *(const float *)v->const_data == 0.0f;
+  if (v->dtype == ONNX_DOUBLE && v->const_bytes == sizeof(double)) return *(const double *)v->const_data == 0.0;
+  return false;
+}
+
+static bool claim_dropout(claim_ctx *c, const op_def *def) {
+  if (c->node->since_version < 12 || !claim_input(c, 2)) return true;
+  int64_t mode[1];
+  if (claim_const_ints(c, 2, mode, 1) != 1) return claim_decline(c, "training_mode is not a constant");
+  if (mode[0] && !claim_const_zero(c, 1)) return claim_decline(c, "training_mode is true (random dropout) with a nonzero ratio");
+  return true;
+}
+
+/* Inference Dropout is the identity. ORT's mask is all false (zeros for opsets 7-9) before
+ * opset 12 and all true from opset 12 on. */
+static int lower_dropout(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0);
+  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  if (op_set_output(c, 0, x)) return -1;
+  if (!op_has_output(c, 1)) return 0;
+  int mt = op_mlx_dtype(op_output_dtype(c, 1));
+  if (mt < 0) mt = MLXB_BOOL;
+  int64_t dims[OP_UTIL_MAX_RANK];
+  int r = op_util_dims(c, x, dims);
+  if (r < 0) return -1;
+  bool on = op_node(c)->since_version >= 12;
+  mlxb_array *v = mlxb_scalar_i64(s, on ? 1 : 0, (mlxb_dtype)mt);
+  return op_set_output(c, 1, mlxb_full(s, dims, r, v, (mlxb_dtype)mt));
 }
 
 /* ---- Identity / Shape / Size -------------------------------------------------------------- */
@@ -300,7 +337,7 @@ static int64_t shape_clamp(int64_t v, int rank) {
 
 static int lower_shape(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int64_t start = shape_clamp(ir_attr_int(op_node(c), "start", 0), rank);
@@ -328,7 +365,7 @@ static bool pad_identity(const ir_graph *g, const ir_node *n, const pad_fact *in
 
 static int lower_size(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int64_t n = op_util_numel(dims, rank);
@@ -360,7 +397,7 @@ static bool claim_constant(claim_ctx *c, const op_def *def) {
     const ir_tensor *t = v->tensor;
     if (op_mlx_dtype(t->dtype) < 0 || !ir_dtype_size(t->dtype))
       return claim_decline(c, "value has dtype %s, which MLX lacks", ir_dtype_name(t->dtype));
-    if (t->rank > SHAPE_MAX_RANK) return claim_decline(c, "value has rank %d", t->rank);
+    if (t->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "value has rank %d", t->rank);
     int64_t cnt = 1;
     for (int i = 0; i < t->rank; i++) cnt *= t->dims[i];
     if ((size_t)cnt * ir_dtype_size(t->dtype) != t->bytes || (cnt && !t->data))
@@ -397,7 +434,7 @@ static int lower_constant(op_ctx *c, const op_def *def) {
 
 static int lower_split(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   const ir_node *node = op_node(c);
@@ -508,28 +545,28 @@ static mlxb_array *pad_wrap_axis(op_ctx *c, mlxb_array *x, int axis, int64_t dim
 
 static int lower_pad(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t dims[SHAPE_MAX_RANK], pads[2 * SHAPE_MAX_RANK], axes[SHAPE_MAX_RANK];
+  int64_t dims[OP_UTIL_MAX_RANK], pads[2 * OP_UTIL_MAX_RANK], axes[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   const ir_node *node = op_node(c);
   const char *mode = ir_attr_string(node, "mode", "constant");
-  int np = op_util_attr_or_input_ints(c, "pads", 1, 11, pads, 2 * SHAPE_MAX_RANK);
+  int np = op_util_attr_or_input_ints(c, "pads", 1, 11, pads, 2 * OP_UTIL_MAX_RANK);
   if (np < 0) return -1;
-  int na = node->since_version >= 18 ? op_util_attr_or_input_ints(c, "", 3, 0, axes, SHAPE_MAX_RANK) : 0;
+  int na = node->since_version >= 18 ? op_util_attr_or_input_ints(c, "", 3, 0, axes, OP_UTIL_MAX_RANK) : 0;
   if (na < 0) return -1;
   if (na == 0) {
     for (int i = 0; i < rank; i++) axes[i] = i;
     na = rank;
   }
   if (np != 2 * na) return op_fail(c, "pads has %d values for %d axes", np, na);
-  int64_t lo[SHAPE_MAX_RANK] = {0}, hi[SHAPE_MAX_RANK] = {0};
+  int64_t lo[OP_UTIL_MAX_RANK] = {0}, hi[OP_UTIL_MAX_RANK] = {0};
   for (int k = 0; k < na; k++) {
     int a = op_util_axis(axes[k], rank);
     if (a < 0) return op_fail(c, "axis %lld out of range for rank %d", (long long)axes[k], rank);
     lo[a] = pads[k], hi[a] = pads[k + na];
   }
   /* Negative pads crop first (ORT crops, then pads what is left). */
-  int64_t start[SHAPE_MAX_RANK], stop[SHAPE_MAX_RANK], step[SHAPE_MAX_RANK];
+  int64_t start[OP_UTIL_MAX_RANK], stop[OP_UTIL_MAX_RANK], step[OP_UTIL_MAX_RANK];
   bool crop = false, grow = false;
   for (int i = 0; i < rank; i++) {
     start[i] = lo[i] < 0 ? -lo[i] : 0;
@@ -593,7 +630,7 @@ static int shape_blocks(op_ctx *c, mlxb_array *x, const int64_t *six, const int 
 
 static int lower_depth_to_space(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t d[SHAPE_MAX_RANK];
+  int64_t d[OP_UTIL_MAX_RANK];
   if (op_util_input_dims(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
   int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
   if (bs <= 0 || d[1] % (bs * bs)) return op_fail(c, "channels %lld not divisible by blocksize^2", (long long)d[1]);
@@ -611,7 +648,7 @@ static int lower_depth_to_space(op_ctx *c, const op_def *def) {
 
 static int lower_space_to_depth(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t d[SHAPE_MAX_RANK];
+  int64_t d[OP_UTIL_MAX_RANK];
   if (op_util_input_dims(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
   int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
   if (bs <= 0 || d[2] % bs || d[3] % bs) return op_fail(c, "spatial dims not divisible by blocksize");
@@ -705,9 +742,9 @@ static bool claim_constant_of_shape(claim_ctx *c, const op_def *def) {
 }
 
 static int lower_constant_of_shape(op_ctx *c, const op_def *def) {
-  int64_t dims[SHAPE_MAX_RANK];
-  int rank = op_input_ints(c, 0, dims, SHAPE_MAX_RANK);
-  if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", SHAPE_MAX_RANK);
+  int64_t dims[OP_UTIL_MAX_RANK];
+  int rank = op_input_ints(c, 0, dims, OP_UTIL_MAX_RANK);
+  if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
   for (int i = 0; i < rank; i++)
     if (dims[i] < 0) return op_fail(c, "negative dimension %lld", (long long)dims[i]);
   const ir_attr *a = ir_node_attr(op_node(c), "value");
@@ -740,7 +777,7 @@ static int64_t shape_clamp_range(int64_t v, int64_t lo, int64_t hi) { return v <
 
 static int lower_eye_like(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t d[SHAPE_MAX_RANK];
+  int64_t d[OP_UTIL_MAX_RANK];
   if (op_util_input_dims(c, 0, &x, d) != 2) return op_check(c) ? -1 : op_fail(c, "input must have rank 2");
   int32_t dtype = (int32_t)ir_attr_int(op_node(c), "dtype", op_input_dtype(c, 0));
   int t = op_mlx_dtype(dtype);
@@ -752,7 +789,7 @@ static int lower_eye_like(op_ctx *c, const op_def *def) {
 
 static int lower_trilu(op_ctx *c, const op_def *def) {
   mlxb_array *x;
-  int64_t d[SHAPE_MAX_RANK];
+  int64_t d[OP_UTIL_MAX_RANK];
   int rank = op_util_input_dims(c, 0, &x, d);
   if (rank < 0) return -1;
   if (rank < 2) return op_fail(c, "input must have rank >= 2");
@@ -784,6 +821,9 @@ static const op_def defs[] = {
   {"", "Flatten", 1, 25, DT_ALL, shape_claim_rank, lower_flatten, 0, 0, "axis in [-r, r]"},
   {"", "Expand", 8, 13, DT_ALL, shape_claim_host, lower_expand, 0, OP_FLAG_HOST_VALUES,
    "shape read on the host; bidirectional broadcast"},
+  {"", "Dropout", 7, 22, DT_FLOAT, claim_dropout, lower_dropout, 0, 0,
+   "inference (or training with a constant ratio of 0): identity, with ORT's mask (all false before opset 12, "
+   "all true after). Declined: training_mode that is not a constant, or true with a ratio other than a constant 0"},
   {"", "Identity", 1, 25, DT_ALL, NULL, lower_identity, 0, 0,
    "tensors only; sequence and optional inputs are declined (no MLX dtype)", pad_identity},
   {"", "Shape", 1, 25, DT_ALL, shape_claim_rank, lower_shape, 0, OP_FLAG_SHAPE_ONLY,
@@ -794,7 +834,7 @@ static const op_def defs[] = {
   {"", "Tile", 6, 13, DT_ALL, shape_claim_host, lower_tile, 0, OP_FLAG_HOST_VALUES, "repeats read on the host"},
   {"", "Split", 2, 18, DT_ALL, shape_claim_rank, lower_split, 0, OP_FLAG_HOST_VALUES,
    "split attribute (<13) or input (13+), num_outputs with a smaller last chunk (18), or equal parts"},
-  {"", "Pad", 2, 25, DT_ALL, claim_pad, lower_pad, 2 * SHAPE_MAX_RANK, OP_FLAG_HOST_VALUES,
+  {"", "Pad", 2, 25, DT_ALL, claim_pad, lower_pad, 2 * OP_UTIL_MAX_RANK, OP_FLAG_HOST_VALUES,
    "modes constant/reflect/edge and wrap (19+); pads attribute (<11) or input, axes input (18+); negative "
    "pads crop first; reflect pads beyond size-1 fail like ORT"},
   {"", "DepthToSpace", 1, 13, DT_ALL, claim_blocks, lower_depth_to_space, 0, 0, "DCR and CRD modes, rank 4"},

@@ -8,7 +8,6 @@
 
 #include "ops/op_util.h"
 
-#define SIG_MAX_RANK 32
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -17,7 +16,7 @@ static mlxb_array *sig_signal(op_ctx *c, mlxb_array *x, bool *complex_out) {
   mlxb_scope *s = op_scope(c);
   int r = mlxb_ndim(x);
   int64_t last = r > 0 ? mlxb_dim(x, -1) : 0;
-  if (r < 2 || r > SIG_MAX_RANK || (last != 1 && last != 2)) {
+  if (r < 2 || r > OP_UTIL_MAX_RANK || (last != 1 && last != 2)) {
     op_fail(c, "signal must have rank >= 2 and a last axis of 1 (real) or 2 (complex)");
     return NULL;
   }
@@ -33,7 +32,7 @@ static bool claim_float32_signal(claim_ctx *c, int min_rank) {
   if (t == ONNX_DOUBLE) return claim_decline(c, "float64 signal (MLX's FFT computes in complex64)");
   if (t != ONNX_FLOAT) return claim_decline(c, "%s signal (ORT's kernel takes float/double)", ir_dtype_name(t));
   const ir_value *x = claim_input(c, 0);
-  if (x && x->rank >= 0 && (x->rank < min_rank || x->rank > SIG_MAX_RANK))
+  if (x && x->rank >= 0 && (x->rank < min_rank || x->rank > OP_UTIL_MAX_RANK))
     return claim_decline(c, "signal rank %d (a trailing axis of 1 or 2 is required)", x->rank);
   if (x && x->rank > 0 && x->dims[x->rank - 1] > 2) return claim_decline(c, "last axis is not 1 or 2");
   return true;

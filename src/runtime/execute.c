@@ -567,20 +567,31 @@ done:
 
 /* Replays (tracing if needed) the entry's program; returns 1 when the cluster cannot be
  * compiled and the caller should run it eagerly, 0 on success, -1 on error. */
+/* Marks e uncompilable (it runs eagerly from then on) and keeps why: on e, in the plan's first
+ * failure and in its trace_failures count (the run report shows them). Called under p->lock. */
+static void trace_failed_locked(plan *p, sig_entry *e, const char *why) {
+  if (e->uncompilable) return; /* another thread's call failed first */
+  e->uncompilable = true;
+  e->trace_error = strdup(why && *why ? why : "unknown error");
+  if (!p->first_trace_error[0])
+    snprintf(p->first_trace_error, sizeof p->first_trace_error, "%s", why && *why ? why : "unknown error");
+  PLAN_STAT_ADD(p, trace_failures, 1);
+}
+
 static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry *e, mlxb_array **results,
                         check_list *checks, diag *d) {
   pthread_mutex_lock(&p->lock);
   if (!e->program && !e->uncompilable) {
-    char err[256];
+    char err[256] = "";
     e->program = mlxb_compile(p->cfg.device, trace_cluster, e, p->g->n_outputs + 1, false, err, sizeof err);
-    if (!e->program) e->uncompilable = true;
+    if (!e->program) trace_failed_locked(p, e, err);
   }
   mlxb_program *prog = e->uncompilable ? NULL : e->program;
   pthread_mutex_unlock(&p->lock);
   if (!prog) return 1;
   if (mlxb_program_call(s, prog, in, p->g->n_inputs, results, p->g->n_outputs + 1)) {
     pthread_mutex_lock(&p->lock);
-    e->uncompilable = true; /* e.g. a Reshape fed by data: this cluster runs eagerly */
+    trace_failed_locked(p, e, mlxb_error(s)); /* e.g. a Reshape fed by data: this cluster runs eagerly */
     pthread_mutex_unlock(&p->lock);
     mlxb_clear_error(s);
     return 1;

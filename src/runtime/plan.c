@@ -1,5 +1,6 @@
 /* Plan creation: re-checks every claim, copies constants out of ORT's memory into MLX (and small
  * integer constants into the snapshot's arena for host reads), evaluates them once. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,6 +156,7 @@ void plan_get_stats(const plan *p, plan_stats *out) {
   out->sig_misses = __atomic_load_n(&p->stats.sig_misses, __ATOMIC_RELAXED);
   out->evictions = __atomic_load_n(&p->stats.evictions, __ATOMIC_RELAXED);
   out->traces = __atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED);
+  out->trace_failures = __atomic_load_n(&p->stats.trace_failures, __ATOMIC_RELAXED);
   out->compiled_runs = __atomic_load_n(&p->stats.compiled_runs, __ATOMIC_RELAXED);
   out->eager_runs = __atomic_load_n(&p->stats.eager_runs, __ATOMIC_RELAXED);
   out->host_reads = __atomic_load_n(&p->stats.host_reads, __ATOMIC_RELAXED);
@@ -169,4 +171,11 @@ void plan_get_stats(const plan *p, plan_stats *out) {
   out->graph_us = __atomic_load_n(&p->stats.graph_us, __ATOMIC_RELAXED);
   out->eval_us = __atomic_load_n(&p->stats.eval_us, __ATOMIC_RELAXED);
   out->copy_us = __atomic_load_n(&p->stats.copy_us, __ATOMIC_RELAXED);
+}
+
+void plan_first_trace_failure(plan *p, char *buf, size_t len) {
+  if (!len) return;
+  pthread_mutex_lock(&p->lock);
+  snprintf(buf, len, "%s", p->first_trace_error);
+  pthread_mutex_unlock(&p->lock);
 }

@@ -43,6 +43,7 @@ typedef struct plan_stats {
   uint64_t sig_misses;
   uint64_t evictions;     /* signatures dropped by the LRU */
   uint64_t traces;        /* MLX traces of the cluster (compile mode) */
+  uint64_t trace_failures; /* signatures whose trace failed (they run eagerly from then on) */
   uint64_t compiled_runs; /* Runs that replayed a compiled program */
   uint64_t eager_runs;    /* Runs that built the graph node by node */
   uint64_t host_reads;    /* values evaluated to read them on the host */
@@ -71,6 +72,8 @@ int plan_num_outputs(const plan *p);
 const char *plan_name(const plan *p);
 int plan_num_nodes(const plan *p);
 void plan_get_stats(const plan *p, plan_stats *out);
+/* The message of the plan's first trace failure into buf; "" when no trace failed. */
+void plan_first_trace_failure(plan *p, char *buf, size_t len);
 
 /* "name[axis], ..." of the inputs a decode step pads (buckets.c); "" when none. */
 void plan_describe_buckets(const plan *p, char *buf, size_t len);

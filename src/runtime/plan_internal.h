@@ -38,6 +38,7 @@ typedef struct sig_entry {
   host_value *host;       /* per value: shape-derived host ints */
   mlxb_program *program;  /* NULL until first compiled Run */
   bool uncompilable;      /* tracing failed (data-dependent host read): always eager */
+  char *trace_error;      /* why tracing failed (malloc'd), or NULL */
   bool checks_known;      /* `checks` holds the rules of the traced program */
   check_list checks;      /* rules of the program's validity checks (its last output) */
   int refs;               /* 1 while listed + Runs in flight; freed at 0 */
@@ -87,6 +88,7 @@ struct plan {
   sig_entry *lru;
   int n_entries;
   plan_stats stats;        /* updated with atomics */
+  char first_trace_error[256]; /* the first signature's trace failure, "" while none (under lock) */
 };
 
 /* Signature cache (sigcache.c). */

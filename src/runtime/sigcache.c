@@ -29,6 +29,7 @@ void sig_key_make(const rt_tensor *inputs, int n, int64_t *k, int *len, uint64_t
 
 static void entry_free(plan *p, sig_entry *e) {
   mlxb_program_free(e->program);
+  free(e->trace_error);
   check_list_free(&e->checks);
   host_values_free(e->host, p->g->n_values);
   free(e->key);

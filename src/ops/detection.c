@@ -1,0 +1,507 @@
+/* Detection ops whose outputs depend on box coordinates read on the host: NonMaxSuppression (run on
+ * the host with ORT's exact greedy algorithm and tie order), RoiAlign and MaxRoiPool (rois turned
+ * into gather index/weight tables with ORT's float arithmetic; every computed index is clamped into
+ * range before a gather, as MLX does not bounds-check). */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op_util.h"
+
+/* ---- NonMaxSuppression -------------------------------------------------------------------- */
+
+static bool claim_nms(claim_ctx *c, const op_def *def) {
+  int64_t cpb = ir_attr_int(c->node, "center_point_box", 0);
+  if (cpb != 0 && cpb != 1) return claim_decline(c, "center_point_box %lld is not 0 or 1", (long long)cpb);
+  if (claim_input_dtype(c, 1) != ONNX_FLOAT) return claim_decline(c, "scores are not float32");
+  return true;
+}
+
+/* One candidate of a class: its score and box index. */
+typedef struct nms_entry {
+  float score;
+  int64_t index;
+} nms_entry;
+
+/* Candidate a ranks below b: a lower score, or an equal score and a later box (ORT 1.31 takes equal
+ * scores in box order). */
+static bool nms_below(nms_entry a, nms_entry b) {
+  return a.score < b.score || (a.score == b.score && a.index > b.index);
+}
+
+/* The candidate queue is a binary max-heap (libstdc++'s push and pop steps). NaN scores are
+ * unordered: where they land differs from ORT's order, which is not a function of the scores. */
+static void nms_heap_sift_up(nms_entry *h, size_t hole, size_t top, nms_entry v) {
+  while (hole > top) {
+    size_t parent = (hole - 1) / 2;
+    if (!nms_below(h[parent], v)) break;
+    h[hole] = h[parent];
+    hole = parent;
+  }
+  h[hole] = v;
+}
+
+static void nms_heap_push(nms_entry *h, size_t *n, nms_entry v) {
+  nms_heap_sift_up(h, (*n)++, 0, v);
+}
+
+/* std::pop_heap: the last entry is re-seated from the root's hole (__adjust_heap). */
+static nms_entry nms_heap_pop(nms_entry *h, size_t *n) {
+  nms_entry top = h[0], v = h[--*n];
+  size_t len = *n, hole = 0, child = 0;
+  if (len == 0) return top;
+  while (child < (len - 1) / 2) {
+    child = 2 * (child + 1);
+    if (nms_below(h[child], h[child - 1])) child--;
+    h[hole] = h[child];
+    hole = child;
+  }
+  if ((len & 1) == 0 && child == (len - 2) / 2) {
+    child = 2 * (child + 1);
+    h[hole] = h[child - 1];
+    hole = child - 1;
+  }
+  nms_heap_sift_up(h, hole, 0, v);
+  return top;
+}
+
+static void nms_min_max(float a, float b, float *lo, float *hi) {
+  if (a >= b) *lo = b, *hi = a;
+  else *lo = a, *hi = b;
+}
+
+/* std::max and std::min (NaN and signed zeros as they treat them, unlike fmaxf/fminf). */
+static float nms_max(float a, float b) { return a < b ? b : a; }
+static float nms_min(float a, float b) { return b < a ? b : a; }
+
+/* A box's extent on one axis: corners (either order) or center and size. */
+static void nms_extent(const float *box, int axis, bool center, float *lo, float *hi) {
+  if (!center) {
+    nms_min_max(box[axis], box[axis + 2], lo, hi); /* [y1, x1, y2, x2] */
+    return;
+  }
+  float half = box[axis + 2] / 2; /* [x_center, y_center, width, height] */
+  *lo = box[axis] - half, *hi = box[axis] + half;
+}
+
+/* Whether boxes a and b overlap by IoU > threshold, in float32 step by step as ORT computes it. */
+static bool nms_suppress(const float *a, const float *b, bool center, float threshold) {
+  int xa = center ? 0 : 1, ya = center ? 1 : 0;
+  float ax0, ax1, bx0, bx1, ay0, ay1, by0, by1;
+  nms_extent(a, xa, center, &ax0, &ax1);
+  nms_extent(b, xa, center, &bx0, &bx1);
+  float ix0 = nms_max(ax0, bx0), ix1 = nms_min(ax1, bx1);
+  if (ix1 <= ix0) return false;
+  nms_extent(a, ya, center, &ay0, &ay1);
+  nms_extent(b, ya, center, &by0, &by1);
+  float iy0 = nms_max(ay0, by0), iy1 = nms_min(ay1, by1);
+  if (iy1 <= iy0) return false;
+  /* volatile keeps each product rounded to float32 (no contraction into fused multiply-adds). */
+  volatile float inter = (ix1 - ix0) * (iy1 - iy0);
+  if (inter <= 0.0f) return false;
+  volatile float area_a = (ax1 - ax0) * (ay1 - ay0), area_b = (bx1 - bx0) * (by1 - by0);
+  volatile float uni = area_a + area_b;
+  uni = uni - inter;
+  if (area_a <= 0.0f || area_b <= 0.0f || uni <= 0.0f) return false;
+  return inter / uni > threshold;
+}
+
+/* The parameters of one NonMaxSuppression run, as ORT reads them. */
+typedef struct nms_params {
+  int64_t batches, classes, boxes;
+  int64_t max_per_class; /* 0 selects nothing (the default when the input is absent) */
+  float iou;
+  float score;
+  bool has_score;
+  bool center;
+} nms_params;
+
+static int nms_read_params(op_ctx *c, nms_params *p) {
+  p->max_per_class = 0, p->iou = 0.0f, p->score = 0.0f, p->has_score = false;
+  p->center = ir_attr_int(op_node(c), "center_point_box", 0) == 1;
+  int64_t v;
+  double d;
+  if (op_has_input(c, 2)) {
+    if (op_util_input_int(c, 2, &v)) return -1;
+    p->max_per_class = v > 0 ? v : 0;
+  }
+  if (op_has_input(c, 3)) {
+    if (op_util_input_double(c, 3, &d)) return -1;
+    p->iou = (float)d;
+    if (!(p->iou >= 0.0f && p->iou <= 1.0f)) return op_fail(c, "iou_threshold must be in range [0, 1]");
+  }
+  if (op_has_input(c, 4)) {
+    if (op_util_input_double(c, 4, &d)) return -1;
+    p->score = (float)d, p->has_score = true;
+  }
+  return 0;
+}
+
+/* Reads input i (float32, n elements) into a malloc'd float buffer; NULL with the failure recorded. */
+static float *nms_read_floats(op_ctx *c, int i, size_t n) {
+  if (n > (size_t)INT32_MAX) return op_fail(c, "input %d has too many elements to read", i), NULL;
+  double *d = malloc((n ? n : 1) * sizeof *d);
+  float *f = malloc((n ? n : 1) * sizeof *f);
+  if (!d || !f) return free(d), free(f), op_fail(c, "out of memory"), NULL;
+  if (op_input_doubles(c, i, d, (int)n) != (int)n) {
+    free(d), free(f);
+    if (!op_check(c)) op_fail(c, "cannot read input %d", i);
+    return NULL;
+  }
+  for (size_t k = 0; k < n; k++) f[k] = (float)d[k];
+  free(d);
+  return f;
+}
+
+/* Greedy selection of one (batch, class): appends (batch, class, box) triples to out. */
+static size_t nms_select_class(const nms_params *p, const float *boxes, const float *scores, int64_t b, int64_t cl,
+                               nms_entry *heap, int64_t *chosen, int64_t *out) {
+  size_t n = 0, picked = 0;
+  for (int64_t k = 0; k < p->boxes; k++)
+    if (!p->has_score || scores[k] > p->score) nms_heap_push(heap, &n, (nms_entry){scores[k], k});
+  while (n > 0) {
+    nms_entry e = nms_heap_pop(heap, &n);
+    bool keep = true;
+    for (size_t j = 0; j < picked && keep; j++)
+      keep = !nms_suppress(boxes + 4 * chosen[j], boxes + 4 * e.index, p->center, p->iou);
+    if (!keep) continue;
+    if ((int64_t)picked >= p->max_per_class) break;
+    chosen[picked] = e.index;
+    out[3 * picked] = b, out[3 * picked + 1] = cl, out[3 * picked + 2] = e.index;
+    picked++;
+  }
+  return picked;
+}
+
+static int lower_nms(op_ctx *c, const op_def *def) {
+  mlxb_array *bx = op_input(c, 0), *sc = op_input(c, 1);
+  if (!bx || !sc) return op_check(c) ? -1 : op_fail(c, "boxes and scores are required");
+  if (mlxb_ndim(bx) != 3 || mlxb_ndim(sc) != 3) return op_fail(c, "boxes and scores must be 3-D");
+  nms_params p;
+  p.batches = mlxb_dim(bx, 0), p.boxes = mlxb_dim(bx, 1), p.classes = mlxb_dim(sc, 1);
+  if (mlxb_dim(sc, 0) != p.batches) return op_fail(c, "boxes and scores should have same num_batches");
+  if (mlxb_dim(sc, 2) != p.boxes) return op_fail(c, "boxes and scores should have same spatial_dimension");
+  if (mlxb_dim(bx, 2) != 4) return op_fail(c, "the innermost dimension of boxes must be 4");
+  if (nms_read_params(c, &p)) return -1;
+  int64_t none[2] = {0, 3};
+  if (p.max_per_class == 0 || p.batches * p.classes * p.boxes == 0)
+    return op_set_output(c, 0, mlxb_from_data(op_scope(c), NULL, none, 2, MLXB_I64));
+  float *boxes = nms_read_floats(c, 0, mlxb_size(bx));
+  float *scores = boxes ? nms_read_floats(c, 1, mlxb_size(sc)) : NULL;
+  size_t nb = (size_t)p.boxes, per_class = p.max_per_class < p.boxes ? (size_t)p.max_per_class : nb;
+  size_t cap = (size_t)(p.batches * p.classes) * per_class;
+  nms_entry *heap = malloc(nb * sizeof *heap);
+  int64_t *chosen = malloc(nb * sizeof *chosen), *out = malloc(3 * cap * sizeof *out);
+  int rc = -1;
+  if (!boxes || !scores) goto done;
+  if (!heap || !chosen || !out) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  size_t total = 0;
+  for (int64_t b = 0; b < p.batches; b++)
+    for (int64_t cl = 0; cl < p.classes; cl++)
+      total += nms_select_class(&p, boxes + b * p.boxes * 4, scores + (b * p.classes + cl) * p.boxes, b, cl, heap,
+                                chosen, out + 3 * total);
+  int64_t dims[2] = {(int64_t)total, 3};
+  rc = op_set_output(c, 0, mlxb_from_data(op_scope(c), total ? out : NULL, dims, 2, MLXB_I64));
+done:
+  free(boxes), free(scores), free(heap), free(chosen), free(out);
+  return rc;
+}
+
+/* ---- RoiAlign ---------------------------------------------------------------------------- */
+
+static bool claim_roi_align(claim_ctx *c, const op_def *def) {
+  const char *mode = ir_attr_string(c->node, "mode", "avg");
+  if (strcmp(mode, "avg") && strcmp(mode, "max")) return claim_decline(c, "unknown mode '%s'", mode);
+  const char *ct = ir_attr_string(c->node, "coordinate_transformation_mode", "half_pixel");
+  if (c->node->since_version >= 16 && strcmp(ct, "half_pixel") && strcmp(ct, "output_half_pixel"))
+    return claim_decline(c, "unknown coordinate_transformation_mode '%s'", ct);
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank >= 0 && x->rank != 4) return claim_decline(c, "input rank %d (must be 4)", x->rank);
+  if (claim_input_dtype(c, 0) == ONNX_DOUBLE) return claim_decline(c, "float64 (sample tables are computed in float32)");
+  if (claim_input_dtype(c, 2) != ONNX_INT64) return claim_decline(c, "batch_indices must be int64");
+  if (ir_attr_int(c->node, "output_height", 1) < 1 || ir_attr_int(c->node, "output_width", 1) < 1)
+    return claim_decline(c, "output_height/output_width must be positive");
+  return true;
+}
+
+/* The rois are read on the host and every sample point of every bin becomes four (position,
+ * weight) pairs with ORT's float arithmetic (PreCalcForBilinearInterpolate); the pairs gather
+ * rows of the [N*H*W, C] input. avg sums the weighted corners; max takes ORT's maximum of the
+ * weighted corners per sample, then over the samples. */
+static int lower_roi_align(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *node = op_node(c);
+  mlxb_array *x = op_input(c, 0), *r = op_input(c, 1), *bi = op_input(c, 2);
+  if (!x || !r || !bi) return op_check(c) ? -1 : op_fail(c, "X, rois and batch_indices are required");
+  if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 4 || mlxb_ndim(bi) != 1 || mlxb_dim(bi, 0) != mlxb_dim(r, 0))
+    return op_fail(c, "X must be 4-D, rois [R, 4] and batch_indices [R]");
+  int64_t N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3), R = mlxb_dim(r, 0);
+  int64_t PH = ir_attr_int(node, "output_height", 1), PW = ir_attr_int(node, "output_width", 1);
+  int64_t ratio = ir_attr_int(node, "sampling_ratio", 0);
+  float scale = ir_attr_float(node, "spatial_scale", 1.0f);
+  bool is_max = !strcmp(ir_attr_string(node, "mode", "avg"), "max");
+  bool half_pixel = node->since_version >= 16 && !strcmp(ir_attr_string(node, "coordinate_transformation_mode", "half_pixel"), "half_pixel");
+  if (PH < 1 || PW < 1) return op_fail(c, "output_height/output_width must be positive");
+  if (R > 0 && N * H * W == 0) return op_fail(c, "rois over an empty image");
+  double *rv = malloc(sizeof *rv * (size_t)(R * 4 + 1));
+  int64_t *bv = malloc(sizeof *bv * (size_t)(R + 1));
+  int64_t *grid = malloc(sizeof *grid * (size_t)(2 * R + 1));
+  int rc = -1;
+  int64_t *pos = NULL;
+  float *wt = NULL;
+  uint8_t *live = NULL;
+  float *count = NULL;
+  if (!rv || !bv || !grid) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  if ((R > 0 && op_input_doubles(c, 1, rv, (int)(R * 4)) != R * 4) || (R > 0 && op_input_ints(c, 2, bv, (int)R) != R)) {
+    if (!op_check(c)) op_fail(c, "cannot read rois or batch_indices");
+    goto done;
+  }
+  /* per roi sample grid */
+  int64_t smax = 0;
+  for (int64_t n = 0; n < R; n++) {
+    if (bv[n] < 0 || bv[n] >= N) {
+      op_fail(c, "batch index %lld outside [0, %lld)", (long long)bv[n], (long long)N);
+      goto done;
+    }
+    float off = half_pixel ? 0.5f : 0.0f;
+    float sw = (float)rv[n * 4 + 0] * scale - off, sh = (float)rv[n * 4 + 1] * scale - off;
+    float ew = (float)rv[n * 4 + 2] * scale - off, eh = (float)rv[n * 4 + 3] * scale - off;
+    float rw = ew - sw, rh = eh - sh;
+    if (!half_pixel) rw = fmaxf(rw, 1.0f), rh = fmaxf(rh, 1.0f);
+    int64_t gh = ratio > 0 ? ratio : (int64_t)ceilf(rh / (float)PH), gw = ratio > 0 ? ratio : (int64_t)ceilf(rw / (float)PW);
+    if (gh < 0) gh = 0;
+    if (gw < 0) gw = 0;
+    if (gh > 4096 || gw > 4096) {
+      op_fail(c, "roi %lld needs a %lldx%lld sample grid per bin", (long long)n, (long long)gh, (long long)gw);
+      goto done;
+    }
+    grid[2 * n] = gh, grid[2 * n + 1] = gw;
+    if (gh * gw > smax) smax = gh * gw;
+  }
+  if (smax == 0) smax = 1;
+  int64_t bins = R * PH * PW, tn = bins * smax * 4;
+  pos = malloc(sizeof *pos * (size_t)(tn ? tn : 1));
+  wt = malloc(sizeof *wt * (size_t)(tn ? tn : 1));
+  live = malloc((size_t)(bins * smax > 0 ? bins * smax : 1));
+  count = malloc(sizeof *count * (size_t)(bins ? bins : 1));
+  if (!pos || !wt || !live || !count) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  for (int64_t n = 0; n < R; n++) {
+    float off = half_pixel ? 0.5f : 0.0f;
+    float sw = (float)rv[n * 4 + 0] * scale - off, sh = (float)rv[n * 4 + 1] * scale - off;
+    float ew = (float)rv[n * 4 + 2] * scale - off, eh = (float)rv[n * 4 + 3] * scale - off;
+    float rw = ew - sw, rh = eh - sh;
+    if (!half_pixel) rw = fmaxf(rw, 1.0f), rh = fmaxf(rh, 1.0f);
+    float bh = rh / (float)PH, bw = rw / (float)PW;
+    int64_t gh = grid[2 * n], gw = grid[2 * n + 1], base = bv[n] * H * W;
+    for (int64_t ph = 0; ph < PH; ph++) {
+      for (int64_t pw = 0; pw < PW; pw++) {
+        int64_t bin = (n * PH + ph) * PW + pw, k = 0;
+        count[bin] = (float)(gh * gw);
+        for (int64_t iy = 0; iy < gh; iy++) {
+          float yy = sh + (float)ph * bh + (float)(iy + .5f) * bh / (float)gh;
+          for (int64_t ix = 0; ix < gw; ix++, k++) {
+            float xx = sw + (float)pw * bw + (float)(ix + .5f) * bw / (float)gw;
+            float yv = yy, xv = xx;
+            int64_t *p4 = pos + (bin * smax + k) * 4;
+            float *w4 = wt + (bin * smax + k) * 4;
+            live[bin * smax + k] = 1;
+            if (yv < -1.0 || yv > H || xv < -1.0 || xv > W || yv != yv || xv != xv) {
+              for (int q = 0; q < 4; q++) p4[q] = base, w4[q] = 0;
+              continue;
+            }
+            if (yv <= 0) yv = 0;
+            if (xv <= 0) xv = 0;
+            int64_t yl = (int64_t)yv, xl = (int64_t)xv, yh, xh;
+            if (yl >= H - 1) yh = yl = H - 1, yv = (float)yl;
+            else yh = yl + 1;
+            if (xl >= W - 1) xh = xl = W - 1, xv = (float)xl;
+            else xh = xl + 1;
+            float ly = yv - (float)yl, lx = xv - (float)xl, hy = 1.0f - ly, hx = 1.0f - lx;
+            p4[0] = base + yl * W + xl, p4[1] = base + yl * W + xh, p4[2] = base + yh * W + xl, p4[3] = base + yh * W + xh;
+            w4[0] = hy * hx, w4[1] = hy * lx, w4[2] = ly * hx, w4[3] = ly * lx;
+          }
+        }
+        for (; k < smax; k++) {
+          live[bin * smax + k] = 0;
+          for (int q = 0; q < 4; q++) pos[(bin * smax + k) * 4 + q] = base, wt[(bin * smax + k) * 4 + q] = 0;
+        }
+      }
+    }
+  }
+  mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
+  int perm[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
+  int64_t rows[2] = {N * H * W, C};
+  mlxb_array *xr = mlxb_reshape(s, mlxb_transpose(s, mlxb_astype(s, x, ct), perm, 4), rows, 2);
+  mlxb_array *pi = tn <= INT32_MAX ? op_util_index_array(s, pos, tn) : mlxb_from_data(s, pos, &tn, 1, MLXB_I64);
+  if (!pi) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  int64_t gd[6] = {R, PH, PW, smax, 4, C}, wd[6] = {R, PH, PW, smax, 4, 1}, ld[5] = {R, PH, PW, smax, 1};
+  int64_t cd[4] = {R, PH, PW, 1};
+  mlxb_array *vals = mlxb_reshape(s, mlxb_take(s, xr, pi, 0), gd, 6);
+  mlxb_array *prod = mlxb_binary(s, MLXB_MUL, op_util_float_array(s, wt, wd, 6, ct), vals);
+  mlxb_array *cnt = op_util_float_array(s, count, cd, 4, ct);
+  mlxb_array *y;
+  int ax4 = 4, ax3 = 3;
+  if (!is_max) {
+    int axes[2] = {3, 4};
+    /* ORT leaves bins without samples (a degenerate roi) at 0. */
+    mlxb_array *empty = mlxb_binary(s, MLXB_EQUAL, cnt, mlxb_scalar_f64(s, 0, ct));
+    cnt = mlxb_where(s, empty, mlxb_scalar_f64(s, 1, ct), cnt);
+    y = mlxb_binary(s, MLXB_DIV, mlxb_reduce(s, MLXB_RSUM, prod, axes, 2, false), cnt);
+  } else {
+    mlxb_array *m = mlxb_reduce(s, MLXB_RMAX, prod, &ax4, 1, false);
+    mlxb_array *lv = mlxb_from_data(s, live, ld, 5, MLXB_BOOL);
+    m = mlxb_where(s, lv, m, mlxb_scalar_f64(s, -INFINITY, ct));
+    y = mlxb_reduce(s, MLXB_RMAX, m, &ax3, 1, false);
+    y = mlxb_where(s, mlxb_binary(s, MLXB_EQUAL, cnt, mlxb_scalar_f64(s, 0, ct)), mlxb_scalar_f64(s, 0, ct), y);
+  }
+  y = mlxb_transpose(s, y, back, 4);
+  rc = op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
+done:
+  free(rv);
+  free(bv);
+  free(grid);
+  free(pos);
+  free(wt);
+  free(live);
+  free(count);
+  return rc;
+}
+
+/* ---- MaxRoiPool --------------------------------------------------------------------------- */
+
+static bool claim_max_roi_pool(claim_ctx *c, const op_def *def) {
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank >= 0 && x->rank != 4) return claim_decline(c, "input rank %d (must be 4)", x->rank);
+  const int64_t *ps;
+  if (ir_attr_ints(c->node, "pooled_shape", &ps) != 2 || ps[0] < 1 || ps[1] < 1)
+    return claim_decline(c, "pooled_shape must hold two positive values");
+  return true;
+}
+
+/* round(v) as an int, with values no image reaches clamped first (the cast is undefined there). */
+static int roi_coord(float v) {
+  if (v != v) return 0;
+  v = roundf(v);
+  return v < -1e9f ? -1000000000 : v > 1e9f ? 1000000000 : (int)v;
+}
+
+/* ROI windows are data-dependent: the rois are read on the host, each bin's window (ORT's float
+ * arithmetic) becomes a row of a gather table over the [N*H*W, C] input whose unused entries
+ * point at a row of -inf, and the gathered rows are max-reduced. Empty bins give 0. */
+static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *r = op_input(c, 1);
+  if (!x || !r) return op_check(c) ? -1 : op_fail(c, "X and rois are required");
+  if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 5) return op_fail(c, "X must be 4-D and rois [R, 5]");
+  const int64_t *ps;
+  if (ir_attr_ints(op_node(c), "pooled_shape", &ps) != 2) return op_fail(c, "pooled_shape must hold two values");
+  int64_t PH = ps[0], PW = ps[1], N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3);
+  int64_t R = mlxb_dim(r, 0), bins = R * PH * PW;
+  if (R > 0 && N * H * W == 0) return op_fail(c, "rois over an empty image");
+  float scale = ir_attr_float(op_node(c), "spatial_scale", 1.0f);
+  double *rv = malloc(sizeof *rv * (size_t)(R * 5 + 1));
+  int64_t *win = malloc(sizeof *win * (size_t)(bins * 4 + 1));
+  int rc = -1;
+  int64_t *table = NULL;
+  uint8_t *empty = NULL;
+  if (!rv || !win) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  if (op_input_doubles(c, 1, rv, (int)(R * 5)) != R * 5) {
+    if (!op_check(c)) op_fail(c, "cannot read rois");
+    goto done;
+  }
+  int64_t maxwin = 1;
+  for (int64_t n = 0; n < R; n++) {
+    const double *q = rv + n * 5;
+    double bq = q[0];
+    int64_t b = bq > -1 && bq < (double)N ? (int64_t)(float)bq : -1;
+    if (b < 0 || b >= N) {
+      op_fail(c, "roi %lld has batch index %g outside [0, %lld)", (long long)n, bq, (long long)N);
+      goto done;
+    }
+    int64_t sw = roi_coord((float)q[1] * scale), sh = roi_coord((float)q[2] * scale);
+    int64_t ew = roi_coord((float)q[3] * scale), eh = roi_coord((float)q[4] * scale);
+    int64_t rh = eh - sh + 1 > 1 ? eh - sh + 1 : 1, rw = ew - sw + 1 > 1 ? ew - sw + 1 : 1;
+    float bh = (float)rh / (float)PH, bw = (float)rw / (float)PW;
+    for (int64_t i = 0; i < PH; i++) {
+      for (int64_t j = 0; j < PW; j++) {
+        int64_t hs = (int64_t)floorf((float)i * bh) + sh, he = (int64_t)ceilf((float)(i + 1) * bh) + sh;
+        int64_t ws = (int64_t)floorf((float)j * bw) + sw, we = (int64_t)ceilf((float)(j + 1) * bw) + sw;
+        hs = hs < 0 ? 0 : hs > H ? H : hs, he = he < 0 ? 0 : he > H ? H : he;
+        ws = ws < 0 ? 0 : ws > W ? W : ws, we = we < 0 ? 0 : we > W ? W : we;
+        int64_t *w4 = win + ((n * PH + i) * PW + j) * 4;
+        w4[0] = hs, w4[1] = he, w4[2] = ws, w4[3] = we;
+        int64_t area = (he > hs && we > ws) ? (he - hs) * (we - ws) : 0;
+        if (area > maxwin) maxwin = area;
+      }
+    }
+  }
+  int64_t tn = bins * maxwin, sentinel = N * H * W;
+  table = malloc(sizeof *table * (size_t)(tn ? tn : 1));
+  empty = malloc((size_t)(bins ? bins : 1));
+  if (!table || !empty) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  for (int64_t bin = 0; bin < bins; bin++) {
+    const int64_t *w4 = win + bin * 4;
+    int64_t b = (int64_t)(float)rv[(bin / (PH * PW)) * 5], k = 0;
+    for (int64_t h = w4[0]; h < w4[1]; h++)
+      for (int64_t w = w4[2]; w < w4[3]; w++) table[bin * maxwin + k++] = (b * H + h) * W + w;
+    empty[bin] = k == 0;
+    for (; k < maxwin; k++) table[bin * maxwin + k] = sentinel;
+  }
+  mlxb_dtype t = mlxb_type(x);
+  int perm[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
+  int64_t rows[2] = {N * H * W, C}, one_row[2] = {1, C};
+  mlxb_array *xt = mlxb_reshape(s, mlxb_transpose(s, x, perm, 4), rows, 2);
+  const mlxb_array *parts[2] = {xt, mlxb_full(s, one_row, 2, mlxb_scalar_f64(s, -INFINITY, t), t)};
+  xt = mlxb_concat(s, parts, 2, 0);
+  mlxb_array *ti = mlxb_from_data(s, table, &tn, 1, MLXB_I64);
+  int64_t gd[5] = {R, PH, PW, maxwin, C}, ed[4] = {R, PH, PW, 1};
+  mlxb_array *g = mlxb_reshape(s, mlxb_take(s, xt, ti, 0), gd, 5);
+  int ax = 3;
+  mlxb_array *y = mlxb_reduce(s, MLXB_RMAX, g, &ax, 1, false);
+  mlxb_array *em = mlxb_from_data(s, empty, ed, 4, MLXB_BOOL);
+  y = mlxb_where(s, em, mlxb_scalar_f64(s, 0, t), y);
+  rc = op_set_output(c, 0, mlxb_transpose(s, y, back, 4));
+done:
+  free(rv);
+  free(win);
+  free(table);
+  free(empty);
+  return rc;
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+static const op_def defs[] = {
+  {"", "NonMaxSuppression", 10, 28, DT_F32, claim_nms, lower_nms, 0, OP_FLAG_HOST_VALUES,
+   "float32 boxes and scores, center_point_box 0 or 1 (corners in either order), all optional inputs; boxes and "
+   "scores are read on the host and run through ORT's greedy algorithm with its float32 IoU and its order of "
+   "equal scores (lower box index first). The position of NaN scores is unspecified (ORT's is order-dependent). "
+   "Declined: center_point_box other than 0/1"},
+  {"", "RoiAlign", 10, 25, DT_F32 | DT_F16 | DT_BF16, claim_roi_align, lower_roi_align, 0, OP_FLAG_HOST_VALUES,
+   "rois and batch_indices read on the host (each Run); avg and max (ORT's maximum of weighted corners), "
+   "half_pixel/output_half_pixel, adaptive or fixed sampling_ratio; float64 declined"},
+  {"", "MaxRoiPool", 1, 22, DT_FLOAT, claim_max_roi_pool, lower_max_roi_pool, 0, OP_FLAG_HOST_VALUES,
+   "rois read on the host (each Run) and turned into gather windows with ORT's float arithmetic; "
+   "the true maximum of each bin (ORT starts its maximum at FLT_MIN, so all-negative bins differ)"},
+};
+
+OPS_FAMILY(detection, defs);

@@ -1,0 +1,357 @@
+/* SVMClassifier and SVMRegressor of the ai.onnx.ml domain. ONNX leaves much of their
+ * arithmetic open, so every formula here follows ORT's CPU kernels step by step (float32 scores,
+ * their post-transforms, their tie-breaking and their binary-class quirks); forms where ORT and the
+ * spec disagree, or where ORT reads uninitialized memory, are declined. */
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ml_util.h"
+
+#define ML_MAX_PROB_CLASSES 32 /* SVM pairwise coupling: up to 100 sweeps of O(classes) ops each */
+
+/* ---- SVMClassifier / SVMRegressor ---------------------------------------------------------- */
+
+typedef enum svm_kernel { SVM_LINEAR, SVM_POLY, SVM_RBF, SVM_SIGMOID, SVM_BAD } svm_kernel;
+
+typedef struct svm_params {
+  svm_kernel kernel;
+  float gamma, coef0, degree; /* kernel_params */
+} svm_params;
+
+/* kernel_type and kernel_params; false for an unknown kernel or fewer than three parameters (ORT
+ * requires the attribute and reads three values from it). */
+static bool svm_params_read(const ir_node *n, svm_params *p, const char **why) {
+  static const char *const names[] = {"LINEAR", "POLY", "RBF", "SIGMOID"};
+  const char *k = ir_attr_string(n, "kernel_type", "LINEAR");
+  p->kernel = SVM_BAD;
+  for (int i = 0; i < SVM_BAD; i++)
+    if (strcmp(k, names[i]) == 0) p->kernel = (svm_kernel)i;
+  if (p->kernel == SVM_BAD) return *why = "unknown kernel_type", false;
+  const float *kp;
+  size_t nk = ir_attr_floats(n, "kernel_params", &kp);
+  if (!ml_attr_has(n, "kernel_params")) return *why = "no kernel_params (ORT requires them)", false;
+  if (nk > 0 && nk < 3) return *why = "kernel_params needs gamma, coef0 and degree", false;
+  p->gamma = nk ? kp[0] : 0.0f, p->coef0 = nk ? kp[1] : 0.0f, p->degree = nk ? kp[2] : 0.0f;
+  return true;
+}
+
+/* ORT's batched_kernel_dot: x [n, f] against rows w [m, f] -> [n, m]. RBF is exp(-gamma * |x -
+ * w|^2); the others are alpha * x.w + c (alpha = 1 and c = bias for LINEAR, gamma and coef0 for
+ * POLY and SIGMOID) followed by the power or tanh. */
+static mlxb_array *svm_kernel_dot(mlxb_scope *s, const svm_params *p, mlxb_array *x, const float *w, int64_t m,
+                                  int64_t f, float bias) {
+  if (p->kernel == SVM_RBF) {
+    int64_t d3[3] = {1, m, f};
+    int ax1 = 1, ax2 = 2;
+    mlxb_array *diff = op_util_sub(s, mlxb_expand_dims(s, x, &ax1, 1), mlxb_from_data(s, w, d3, 3, MLXB_F32));
+    mlxb_array *sum = mlxb_reduce(s, MLXB_RSUM, op_util_mul(s, diff, diff), &ax2, 1, false);
+    return mlxb_unary(s, MLXB_EXP, op_util_mul(s, ml_f32(s, -p->gamma), sum));
+  }
+  float alpha = p->kernel == SVM_LINEAR ? 1.0f : p->gamma, c = p->kernel == SVM_LINEAR ? bias : p->coef0;
+  mlxb_array *k = ml_matmul_t(s, x, w, m, f);
+  if (alpha != 1.0f) k = op_util_mul(s, ml_f32(s, alpha), k);
+  if (c != 0.0f) k = op_util_add(s, k, ml_f32(s, c));
+  if (p->kernel == SVM_POLY) {
+    if (p->degree == 2.0f) return op_util_mul(s, k, k);
+    if (p->degree == 3.0f) return op_util_mul(s, op_util_mul(s, k, k), k);
+    return mlxb_binary(s, MLXB_POW, k, ml_f32(s, p->degree));
+  }
+  if (p->kernel == SVM_SIGMOID) return mlxb_unary(s, MLXB_TANH, k);
+  return k;
+}
+
+static bool claim_svm_regressor(claim_ctx *c, const op_def *def) {
+  const ir_node *n = c->node;
+  svm_params p;
+  const char *why;
+  if (!svm_params_read(n, &p, &why)) return claim_decline(c, "%s", why);
+  /* ORT never applies post_transform here; the spec does: decline where they differ. */
+  if (ml_post_of(n) != ML_POST_NONE) return claim_decline(c, "post_transform (ORT ignores it, the spec applies it)");
+  int64_t v = ir_attr_int(n, "n_supports", 0), sv = ml_attr_count(n, "support_vectors"), coefs = ml_attr_count(n, "coefficients");
+  if (ml_attr_count(n, "rho") < 1) return claim_decline(c, "no rho");
+  if (coefs < 1) return claim_decline(c, "no coefficients");
+  if (v < 0) return claim_decline(c, "n_supports %lld", (long long)v);
+  if (v > 0 && (sv == 0 || sv % v || coefs < v)) return claim_decline(c, "support_vectors/coefficients do not match n_supports");
+  return ml_claim_rows_rank(c);
+}
+
+static int lower_svm_regressor(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  svm_params p;
+  const char *why;
+  if (!svm_params_read(n, &p, &why)) return op_fail(c, "%s", why);
+  const float *coef, *rho, *sv;
+  int64_t coefs = (int64_t)ir_attr_floats(n, "coefficients", &coef);
+  int64_t nsv = (int64_t)ir_attr_floats(n, "support_vectors", &sv);
+  ir_attr_floats(n, "rho", &rho);
+  int64_t v = ir_attr_int(n, "n_supports", 0), rows, feats;
+  mlxb_array *x = ml_rows(c, MLXB_F32, &rows, &feats), *y;
+  if (!x) return -1;
+  if (v > 0) {
+    if (feats != nsv / v) return op_fail(c, "%lld features, support vectors have %lld", (long long)feats, (long long)(nsv / v));
+    mlxb_array *k = svm_kernel_dot(s, &p, x, sv, v, feats, 0.0f);
+    y = op_util_add(s, ml_matmul_t(s, k, coef, 1, v), ml_f32(s, rho[0]));
+  } else {
+    if (feats != coefs) return op_fail(c, "%lld features, %lld coefficients", (long long)feats, (long long)coefs);
+    svm_params lin = {SVM_LINEAR, 0, 0, 0};
+    y = svm_kernel_dot(s, &lin, x, coef, 1, feats, rho[0]);
+  }
+  if (ir_attr_int(n, "one_class", 0))
+    y = mlxb_where(s, mlxb_binary(s, MLXB_GREATER, y, ml_f32(s, 0.0)), ml_f32(s, 1.0), ml_f32(s, -1.0));
+  return op_set_output(c, 0, y);
+}
+
+/* The SVMClassifier attributes ORT reads, with its derived counts. */
+typedef struct svm_model {
+  svm_params p;
+  int64_t classes, vectors, feats; /* feats: 0 until known from X */
+  const int64_t *labels, *per_class;
+  const float *coef, *rho, *sv, *prob_a, *prob_b;
+  int64_t ncoef, nrho, nsv, nprob;
+  ml_post post;
+} svm_model;
+
+static bool svm_model_read(const ir_node *n, svm_model *m, const char **why) {
+  memset(m, 0, sizeof *m);
+  if (ml_attr_count(n, "classlabels_strings") > 0) return *why = "string class labels (string output)", false;
+  if (!svm_params_read(n, &m->p, why)) return false;
+  m->post = ml_post_of(n);
+  if (m->post == ML_POST_BAD) return *why = "unknown post_transform", false;
+  m->classes = (int64_t)ir_attr_ints(n, "classlabels_ints", &m->labels);
+  int64_t npc = (int64_t)ir_attr_ints(n, "vectors_per_class", &m->per_class);
+  m->ncoef = (int64_t)ir_attr_floats(n, "coefficients", &m->coef);
+  m->nrho = (int64_t)ir_attr_floats(n, "rho", &m->rho);
+  m->nsv = (int64_t)ir_attr_floats(n, "support_vectors", &m->sv);
+  m->nprob = (int64_t)ir_attr_floats(n, "prob_a", &m->prob_a);
+  if ((int64_t)ir_attr_floats(n, "prob_b", &m->prob_b) != m->nprob) return *why = "prob_a and prob_b differ in length", false;
+  if (m->classes < 1) return *why = "no class labels", false;
+  if (m->ncoef < 1) return *why = "no coefficients", false;
+  for (int64_t i = 0; i < npc; i++) {
+    if (m->per_class[i] < 0) return *why = "negative vectors_per_class", false;
+    m->vectors += m->per_class[i];
+  }
+  int64_t pairs = m->classes * (m->classes - 1) / 2;
+  if (m->vectors > 0) {
+    if (npc != m->classes) return *why = "vectors_per_class does not match the class count", false;
+    if (m->nsv == 0 || m->nsv % m->vectors) return *why = "support_vectors do not split into vectors", false;
+    if (m->classes < 2) return *why = "one class", false;
+    if (m->ncoef < (m->classes - 1) * m->vectors || m->nrho < pairs) return *why = "too few coefficients or rho", false;
+    if (m->nprob > 0 && m->nprob < pairs) return *why = "too few prob_a/prob_b", false;
+    if (m->nprob > 0 && m->classes > ML_MAX_PROB_CLASSES) return *why = "probabilities for more than 32 classes", false;
+    if (m->nprob == 0 && m->classes == 2 && m->post == ML_POST_PROBIT)
+      return *why = "binary PROBIT leaves ORT's second score column unwritten", false;
+    m->feats = m->nsv / m->vectors;
+  } else {
+    if (m->ncoef % m->classes) return *why = "coefficients do not split into classes", false;
+    if (m->nrho < 1) return *why = "no rho", false;
+    m->p.kernel = SVM_LINEAR; /* liblinear mode */
+    m->feats = m->ncoef / m->classes;
+  }
+  return true;
+}
+
+static bool claim_svm_classifier(claim_ctx *c, const op_def *def) {
+  svm_model m;
+  const char *why;
+  if (!svm_model_read(c->node, &m, &why)) return claim_decline(c, "%s", why);
+  return ml_claim_rows_rank(c);
+}
+
+/* Whether every row has converged, read on the host (outside compile traces): sweeps stop early
+ * once they no longer change anything. */
+static bool svm_all_done(mlxb_scope *s, mlxb_array *done) {
+  int64_t all = 0;
+  mlxb_array *a = mlxb_reduce(s, MLXB_RALL, done, NULL, 0, false);
+  return a && mlxb_read_i64(s, a, &all, 1) == 0 && all;
+}
+
+/* Pairwise coupling of the one-vs-one probabilities r into class probabilities (ORT's
+ * multiclass_probability, after Wu, Lin and Weng): up to 100 Gauss-Seidel sweeps, each row
+ * stopping when its error is below 0.005 / k. Every float32 operation is spelled out in ORT's
+ * order so that rows stop on the same sweep. sig [n, pairs] holds the pair probabilities. */
+static mlxb_array *svm_coupling(mlxb_scope *s, mlxb_array *sig, int64_t k, int64_t n) {
+  mlxb_array *r[ML_MAX_PROB_CLASSES][ML_MAX_PROB_CLASSES] = {{0}};
+  mlxb_array *q[ML_MAX_PROB_CLASSES][ML_MAX_PROB_CLASSES] = {{0}};
+  mlxb_array *qrow[ML_MAX_PROB_CLASSES], *mask[ML_MAX_PROB_CLASSES];
+  int64_t idx = 0;
+  for (int64_t i = 0; i < k - 1; i++)
+    for (int64_t j = i + 1; j < k; j++, idx++) {
+      r[i][j] = ml_column(s, sig, idx);
+      r[j][i] = op_util_sub(s, ml_f32(s, 1.0), r[i][j]);
+    }
+  for (int64_t i = 0; i < k; i++) {
+    q[i][i] = mlxb_zeros(s, &n, 1, MLXB_F32);
+    for (int64_t j = 0; j < k; j++) {
+      if (j == i) continue;
+      q[i][i] = op_util_add(s, q[i][i], op_util_mul(s, r[j][i], r[j][i]));
+      if (j > i) q[i][j] = op_util_mul(s, mlxb_unary(s, MLXB_NEG, r[j][i]), r[i][j]);
+    }
+    for (int64_t j = 0; j < i; j++) q[i][j] = q[j][i];
+  }
+  for (int64_t i = 0; i < k; i++) {
+    qrow[i] = mlxb_stack(s, (const mlxb_array *const *)q[i], (int)k, 1);
+    mask[i] = mlxb_binary(s, MLXB_EQUAL, mlxb_arange(s, 0, (double)k, 1, MLXB_I32), mlxb_scalar_i64(s, i, MLXB_I32));
+  }
+  int64_t nk[2] = {n, k};
+  mlxb_array *p = mlxb_full(s, nk, 2, ml_f32(s, 1.0f / (float)k), MLXB_F32);
+  mlxb_array *done = mlxb_zeros(s, &n, 1, MLXB_BOOL);
+  mlxb_array *eps = ml_f32(s, 0.005f / (float)k);
+  int ax = 1;
+  for (int loop = 0; loop < 100; loop++) {
+    mlxb_array *qp = mlxb_zeros(s, nk, 2, MLXB_F32), *pqp = mlxb_zeros(s, &n, 1, MLXB_F32);
+    for (int64_t j = 0; j < k; j++) qp = op_util_add(s, qp, op_util_mul(s, qrow[j], op_util_reshape2(s, ml_column(s, p, j), n, 1)));
+    for (int64_t i = 0; i < k; i++) pqp = op_util_add(s, pqp, op_util_mul(s, ml_column(s, p, i), ml_column(s, qp, i)));
+    mlxb_array *err = mlxb_unary(s, MLXB_ABS, op_util_sub(s, qp, op_util_reshape2(s, pqp, n, 1)));
+    err = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, err), ml_f32(s, 0.0), err); /* '>' never takes NaN */
+    mlxb_array *max_err = mlxb_reduce(s, MLXB_RMAX, err, &ax, 1, false);
+    done = mlxb_binary(s, MLXB_LOGICAL_OR, done, mlxb_binary(s, MLXB_LESS, max_err, eps));
+    if (loop % 4 == 0 && !mlxb_in_trace() && svm_all_done(s, done)) break; /* later sweeps change nothing */
+    mlxb_array *np = p;
+    for (int64_t i = 0; i < k; i++) {
+      mlxb_array *qii = q[i][i], *qpi = ml_column(s, qp, i);
+      mlxb_array *diff = op_util_div(s, op_util_add(s, mlxb_unary(s, MLXB_NEG, qpi), pqp), qii);
+      mlxb_array *one_d = op_util_add(s, ml_f32(s, 1.0), diff), *diff2 = op_util_reshape2(s, diff, n, 1), *one_d2 = op_util_reshape2(s, one_d, n, 1);
+      np = mlxb_where(s, mask[i], op_util_add(s, np, diff2), np);
+      mlxb_array *inner = op_util_add(s, op_util_mul(s, diff, qii), op_util_mul(s, ml_f32(s, 2.0), qpi));
+      pqp = op_util_div(s, op_util_div(s, op_util_add(s, pqp, op_util_mul(s, diff, inner)), one_d), one_d);
+      qp = op_util_div(s, op_util_add(s, qp, op_util_mul(s, diff2, qrow[i])), one_d2);
+      np = op_util_div(s, np, one_d2);
+    }
+    p = mlxb_where(s, op_util_reshape2(s, done, n, 1), p, np);
+  }
+  return p;
+}
+
+/* One-vs-one decision values of libsvm: for classes i < j, the coefficients of row j-1 against
+ * class i's support vectors plus those of row i against class j's, plus rho; float products
+ * summed in double, as ORT. Returns the double sums [n, pairs]. */
+static mlxb_array *svm_pair_sums(op_ctx *c, const svm_model *m, mlxb_array *kern, int *rc) {
+  mlxb_scope *s = op_scope(c);
+  int64_t k = m->classes, v = m->vectors, pairs = k * (k - 1) / 2;
+  float *w = calloc((size_t)(v * pairs), sizeof *w);
+  uint8_t *used = calloc((size_t)(v * pairs), 1);
+  int64_t *start = calloc((size_t)k, sizeof *start);
+  if (!w || !used || !start) {
+    free(w), free(used), free(start);
+    *rc = op_fail(c, "out of memory");
+    return NULL;
+  }
+  for (int64_t i = 1; i < k; i++) start[i] = start[i - 1] + m->per_class[i - 1];
+  int64_t pk = 0;
+  for (int64_t i = 0; i < k - 1; i++)
+    for (int64_t j = i + 1; j < k; j++, pk++) {
+      for (int64_t t = 0; t < m->per_class[i]; t++) {
+        w[(start[i] + t) * pairs + pk] = m->coef[v * (j - 1) + start[i] + t];
+        used[(start[i] + t) * pairs + pk] = 1;
+      }
+      for (int64_t t = 0; t < m->per_class[j]; t++) {
+        w[(start[j] + t) * pairs + pk] = m->coef[v * i + start[j] + t];
+        used[(start[j] + t) * pairs + pk] = 1;
+      }
+    }
+  int64_t d3[3] = {1, v, pairs};
+  mlxb_array *wa = mlxb_from_data(s, w, d3, 3, MLXB_F32), *ua = mlxb_from_data(s, used, d3, 3, MLXB_BOOL);
+  free(w), free(used), free(start);
+  int ax2 = 2, ax1 = 1;
+  mlxb_array *prod = op_util_mul(s, mlxb_expand_dims(s, kern, &ax2, 1), wa); /* float products, as ORT */
+  prod = mlxb_where(s, ua, prod, ml_f32(s, 0.0));                       /* no inf * 0 from other classes */
+  bool old = mlxb_scope_force_cpu(s, true);                          /* float64 work */
+  mlxb_array *sum = mlxb_reduce(s, MLXB_RSUM, op_util_cast(s, prod, MLXB_F64), &ax1, 1, false);
+  sum = op_util_add(s, sum, op_util_cast(s, ml_vec_f32(s, m->rho, pairs), MLXB_F64));
+  mlxb_scope_force_cpu(s, old);
+  return sum;
+}
+
+/* Votes of the one-vs-one classifiers (class i wins where the sum is > 0, else j), as float counts [n, k]. */
+static mlxb_array *svm_votes(op_ctx *c, const svm_model *m, mlxb_array *pos, int *rc) {
+  mlxb_scope *s = op_scope(c);
+  int64_t k = m->classes, pairs = k * (k - 1) / 2;
+  float *a = calloc((size_t)(pairs * k), sizeof *a), *b = calloc((size_t)(pairs * k), sizeof *b);
+  if (!a || !b) {
+    free(a), free(b);
+    *rc = op_fail(c, "out of memory");
+    return NULL;
+  }
+  int64_t pk = 0;
+  for (int64_t i = 0; i < k - 1; i++)
+    for (int64_t j = i + 1; j < k; j++, pk++) a[pk * k + i] = 1.0f, b[pk * k + j] = 1.0f;
+  int64_t d[2] = {pairs, k};
+  mlxb_array *aa = mlxb_from_data(s, a, d, 2, MLXB_F32), *ba = mlxb_from_data(s, b, d, 2, MLXB_F32);
+  free(a), free(b);
+  mlxb_array *pf = op_util_cast(s, pos, MLXB_F32);
+  return op_util_add(s, mlxb_matmul(s, pf, aa), mlxb_matmul(s, op_util_sub(s, ml_f32(s, 1.0), pf), ba));
+}
+
+/* Label of liblinear mode for two classes (ORT's ChooseClass): without probabilities a positive
+ * best score (>= 0.5 when every coefficient is >= 0) picks labels[1]. */
+static mlxb_array *svm_linear_labels(mlxb_scope *s, const svm_model *m, mlxb_array *z, mlxb_array *best) {
+  mlxb_array *y = ml_pick_labels(s, m->labels, m->classes, best);
+  if (m->classes != 2 || m->nprob > 0) return y;
+  bool all_pos = true;
+  for (int64_t i = 0; i < m->ncoef; i++) all_pos = all_pos && m->coef[i] >= 0.0f;
+  int64_t n = mlxb_dim(z, 0);
+  mlxb_array *maxw = ml_reshape1(s, mlxb_take_along_axis(s, z, op_util_reshape2(s, best, n, 1), 1), n);
+  mlxb_array *win = all_pos ? mlxb_binary(s, MLXB_GREATER_EQUAL, maxw, ml_f32(s, 0.5)) : mlxb_binary(s, MLXB_GREATER, maxw, ml_f32(s, 0.0));
+  return mlxb_where(s, win, mlxb_scalar_i64(s, m->labels[1], MLXB_I64), y);
+}
+
+static int lower_svm_classifier(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  svm_model m;
+  const char *why;
+  if (!svm_model_read(op_node(c), &m, &why)) return op_fail(c, "%s", why);
+  int64_t rows, feats, k = m.classes;
+  mlxb_array *x = ml_rows(c, MLXB_F32, &rows, &feats), *y, *z;
+  if (!x) return -1;
+  if (feats != m.feats) return op_fail(c, "%lld features, the model has %lld", (long long)feats, (long long)m.feats);
+  if (m.vectors == 0) {
+    z = svm_kernel_dot(s, &m.p, x, m.coef, k, feats, m.rho[0]);
+    y = svm_linear_labels(s, &m, z, ml_argmax_first(s, z));
+    z = k >= 2 ? ml_post_rows(s, z, m.post) : ml_post_single(s, z, m.post);
+  } else {
+    int rc = 0;
+    mlxb_array *kern = svm_kernel_dot(s, &m.p, x, m.sv, m.vectors, feats, 0.0f);
+    mlxb_array *sums = svm_pair_sums(c, &m, kern, &rc);
+    if (rc) return rc;
+    bool old = mlxb_scope_force_cpu(s, true);
+    mlxb_array *pos = mlxb_binary(s, MLXB_GREATER, sums, mlxb_scalar_f64(s, 0.0, MLXB_F64));
+    mlxb_array *scores = op_util_cast(s, sums, MLXB_F32);
+    mlxb_scope_force_cpu(s, old);
+    mlxb_array *votes = svm_votes(c, &m, pos, &rc);
+    if (rc) return rc;
+    y = ml_pick_labels(s, m.labels, k, op_util_cast(s, mlxb_argmax(s, votes, 1, false), MLXB_I32));
+    if (m.nprob > 0) {
+      int64_t pairs = k * (k - 1) / 2;
+      mlxb_array *val = op_util_add(s, op_util_mul(s, scores, ml_vec_f32(s, m.prob_a, pairs)), ml_vec_f32(s, m.prob_b, pairs));
+      mlxb_array *sig = op_util_sub(s, ml_f32(s, 1.0), ml_logistic(s, val));
+      sig = mlxb_binary(s, MLXB_MINIMUM, mlxb_binary(s, MLXB_MAXIMUM, sig, ml_f32(s, 1.0e-7f)), ml_f32(s, 1.0f - 1.0e-7f));
+      z = ml_post_rows(s, svm_coupling(s, sig, k, rows), m.post);
+    } else if (k > 2) {
+      z = ml_post_rows(s, scores, m.post);
+    } else {
+      z = ml_second_class(s, scores, m.post == ML_POST_NONE ? 2 : 0, m.post);
+    }
+  }
+  if (op_set_output(c, 0, y)) return -1;
+  return op_has_output(c, 1) ? op_set_output(c, 1, z) : 0;
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+static const op_def defs[] = {
+    {ML, "SVMRegressor", 1, 1, DT_F32, claim_svm_regressor, lower_svm_regressor, 0, 0,
+     "float X; LINEAR/POLY/RBF/SIGMOID kernels with support vectors, or liblinear coefficients; one_class. "
+     "Declined: post_transform other than NONE (ORT ignores it), missing kernel_params"},
+    {ML, "SVMClassifier", 1, 1, DT_ML_IN, claim_svm_classifier, lower_svm_classifier, 0, 0,
+     "float/double/int32/int64 X (cast to float); int64 labels; LINEAR/POLY/RBF/SIGMOID kernels with one-vs-one "
+     "voting, prob_a/prob_b probabilities by ORT's pairwise coupling (<= 32 classes), or liblinear "
+     "coefficients; every post_transform. Declined: string labels, binary PROBIT without probabilities "
+     "(ORT leaves a column unwritten)"},
+};
+
+OPS_FAMILY(ml_svm, defs);
