@@ -12,7 +12,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 RUN = os.path.join(ROOT, "bench", "run.py")
 
-import run as bench  # noqa: E402
+# bench/run.py by path: tools/fuzz/run.py is another module named `run` in this test session
+_spec = importlib.util.spec_from_file_location("bench_run", RUN)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
 
 
 def test_engine_lists():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import json
+import importlib.util
 import os
 import sys
 
@@ -15,7 +16,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "fuzz"))
-import run as fuzz  # noqa: E402
+_spec = importlib.util.spec_from_file_location("fuzz_run", os.path.join(ROOT, "tools", "fuzz", "run.py"))
+fuzz = importlib.util.module_from_spec(_spec)  # by path: bench/run.py is another module named `run`
+_spec.loader.exec_module(fuzz)
 
 SLICE_SEED, SLICE_COUNT = 100_000, 200
 CASES = sorted(glob.glob(os.path.join(ROOT, "tests", "fuzz", "cases", "*.json")))
