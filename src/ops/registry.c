@@ -10,7 +10,7 @@
   X(elementwise) X(activation) X(cast) X(emulated) X(matmul) X(normalization) X(reduction)      \
   X(shape) X(indexing) X(loss) X(quantize) X(signal) X(random) X(misc) X(conv) X(pool)         \
   X(vision) X(attention) X(rotary) X(paged_attention) X(contrib_quant) X(contrib_norm)          \
-  X(contrib_act) X(moe) X(ml) X(extra)
+  X(contrib_act) X(moe) X(ml) X(extra) X(rnn)
 
 #define DECLARE_FAMILY(stem) extern const op_family ops_family_##stem;
 FAMILIES(DECLARE_FAMILY)
