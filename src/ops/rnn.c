@@ -6,7 +6,7 @@
  *
  * Semantics follow ORT's CPU kernels (onnxruntime/core/providers/cpu/rnn): per-batch
  * sequence_lens freeze the state of a finished sequence, Y is zero past its length and Y_h/Y_c
- * hold the state after its last valid step (GRU/LSTM: zero for a length of 0); the reverse
+ * hold the state after its last valid step (zero for a length of 0, or T = 0); the reverse
  * direction of a sequence starts at its own last valid step. Clip bounds every gate's input
  * (biases and peepholes included). activation_alpha/beta are consumed in the order of the
  * functions that take them; forms where ORT's CPU EP and the ONNX spec would give different
@@ -378,7 +378,7 @@ static int lower_direction(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x, 
     free(ys);
     return -1;
   }
-  if (lens && a->kind != RK_RNN) { /* ORT's GRU/LSTM: a sequence of length 0 ends in zeros */
+  if (lens) { /* a sequence of length 0 ends in zeros (ORT's GRU/LSTM; its RNN reads out of bounds) */
     mlxb_array *some = mlxb_binary(s, MLXB_GREATER, lens, mlxb_scalar_i64(s, 0, MLXB_I32));
     h = mlxb_where(s, some, h, zero);
     if (cs) cs = mlxb_where(s, some, cs, zero);
@@ -440,11 +440,11 @@ static int lower_rnn(op_ctx *c, const op_def *def) {
   mlxb_array *y = NULL, *yh = NULL, *yc = NULL;
   int64_t ydims[4] = {T, D, B, H}, hdims[3] = {D, B, H};
   if (T == 0 || B == 0 || H == 0) {
-    /* nothing to step through: Y is empty; the states stay initial (RNN) or zero (GRU, LSTM) */
+    /* nothing to step through: Y is empty and, with no step taken, the states are zero as for a
+     * sequence of length 0 (ORT's RNN gives zeros for T = 0; its GRU kernel aborts the process) */
     y = mlxb_zeros(s, ydims, 4, ct);
-    bool keep = a.kind == RK_RNN || T > 0;
-    yh = keep && h0 ? h0 : mlxb_zeros(s, hdims, 3, ct);
-    yc = lstm ? (keep && c0 ? c0 : mlxb_zeros(s, hdims, 3, ct)) : NULL;
+    yh = mlxb_zeros(s, hdims, 3, ct);
+    yc = lstm ? mlxb_zeros(s, hdims, 3, ct) : NULL;
   } else {
     mlxb_array *yd[2] = {NULL, NULL}, *hs[2], *cs[2];
     for (int d = 0; d < D; d++) {
@@ -473,8 +473,8 @@ static int lower_rnn(op_ctx *c, const op_def *def) {
   "sequence_lens as ORT (Y zero past a sequence's length, Y_h/Y_c its state at the last valid step), "    \
   "initial states, every optional output; the time loop is unrolled for the Run's sequence length. "      \
   "Activations Sigmoid, Tanh, Relu, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, "                     \
-  "HardSigmoid, Elu, Softsign, Softplus; declined: unknown activations, clip <= 0, activation_alpha/beta "\
-  "forms where ORT's CPU EP and the ONNX spec disagree"
+  "HardSigmoid, Elu, Softsign, Softplus; declined: unknown activations, clip <= 0, "                      \
+  "activation_alpha/beta forms where ORT's CPU EP and the ONNX spec disagree"
 
 static const op_def defs[] = {
     {"", "RNN", 7, 22, DT_F32 | DT_F16, claim_rnn, lower_rnn, RK_RNN, 0,
