@@ -21,6 +21,19 @@ TOL = {TensorProto.FLOAT: (1e-5, 1e-5), TensorProto.FLOAT16: (1e-2, 1e-2),
        TensorProto.BFLOAT16: (2e-2, 2e-2), TensorProto.DOUBLE: (1e-10, 1e-10)}
 
 
+_RNG = np.random.default_rng(0)
+
+
+def rng_values(shape, dtype=np.float32, rng=None):
+    """Random test data of a dtype: bools, small non-negative integers, or standard normals."""
+    rng = rng or _RNG
+    if np.dtype(dtype) == np.bool_:
+        return rng.random(shape) > 0.5
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(0, 5, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
 def onnx_type(arr) -> int:
     return NP_TO_ONNX[np.asarray(arr).dtype]
 

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from parity import (NP_TO_ONNX, args_model as build, assert_parity, check_args as check, make_model,
-                    normal_data as data, run_mlx, feeds_model)
+                    normal_data as data, rng_values, run_mlx, feeds_model)
 
 
 def indices(shape, dim, dtype=np.int64, seed=1, negative=True):
@@ -278,12 +278,6 @@ def test_embedding_then_gather_elements():
 RNG = np.random.default_rng(0)
 
 
-def rng_values(shape, dtype=np.float32):
-    if np.dtype(dtype) == np.bool_:
-        return RNG.random(shape) > 0.5
-    if np.dtype(dtype).kind in "iu":
-        return RNG.integers(0, 5, size=shape).astype(dtype)
-    return RNG.standard_normal(shape).astype(dtype)
 
 
 @pytest.mark.parametrize("time_axis,batch_axis", [(0, 1), (1, 0)])

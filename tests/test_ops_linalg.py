@@ -6,18 +6,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, feeds_model, run_mlx
+from parity import rng_values, NP_TO_ONNX, assert_parity, feeds_model, run_mlx
 
 
 RNG = np.random.default_rng(0)
 
 
-def rng_values(shape, dtype=np.float32):
-    if np.dtype(dtype) == np.bool_:
-        return RNG.random(shape) > 0.5
-    if np.dtype(dtype).kind in "iu":
-        return RNG.integers(0, 5, size=shape).astype(dtype)
-    return RNG.standard_normal(shape).astype(dtype)
 
 
 @pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (2, 1, 5, 5), (1, 1), (0, 2, 2), (2, 0, 0)])

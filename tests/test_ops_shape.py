@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, check_args as check, make_model, normal_data as data, feeds_model, run_mlx
+from parity import rng_values, NP_TO_ONNX, assert_parity, check_args as check, make_model, normal_data as data, feeds_model, run_mlx
 
 I64_MAX = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min
@@ -441,12 +441,6 @@ def test_shape_slice_unsqueeze_expand():
 RNG = np.random.default_rng(0)
 
 
-def rng_values(shape, dtype=np.float32):
-    if np.dtype(dtype) == np.bool_:
-        return RNG.random(shape) > 0.5
-    if np.dtype(dtype).kind in "iu":
-        return RNG.integers(0, 5, size=shape).astype(dtype)
-    return RNG.standard_normal(shape).astype(dtype)
 
 
 @pytest.mark.parametrize("opset", [7, 10, 12, 13, 22])
