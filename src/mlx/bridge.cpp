@@ -1,6 +1,8 @@
 /* The C ABI over MLX's C++ API (see bridge.h): scopes own arrays in a deque so handles stay
  * stable, every op runs on the scope's device (never a global default, as several threads build
  * graphs at once), and every exception becomes the scope's sticky error. */
+#include <unordered_set>
+
 #include "mlx/bridge_internal.h"
 
 #include <cstdlib>
@@ -528,6 +530,26 @@ size_t mlxb_size(const mlxb_array *a) {
 }
 
 /* ---- evaluation and host access ---------------------------------------------------------- */
+
+size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n) {
+  try {
+    std::vector<mx::array> stack;
+    std::unordered_set<std::uintptr_t> seen;
+    for (size_t i = 0; i < n; i++)
+      if (arrays[i]) stack.push_back(arr(arrays[i]));
+    size_t ops = 0;
+    while (!stack.empty()) {
+      mx::array a = std::move(stack.back());
+      stack.pop_back();
+      if (!a.has_primitive() || !seen.insert(a.id()).second) continue;
+      ops++;
+      for (const mx::array &in : a.inputs()) stack.push_back(in);
+    }
+    return ops;
+  } catch (...) {
+    return 0;
+  }
+}
 
 int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n) {
   return guard_status(s, "mlxb_eval", [&] {

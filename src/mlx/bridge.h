@@ -99,6 +99,9 @@ size_t mlxb_size(const mlxb_array *a); /* element count */
 
 /* ---- evaluation and host access ---------------------------------------------------------- */
 int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n); /* 0 ok, -1 error in scope */
+/* The number of operations (arrays still to compute) the arrays depend on: the graph an eval
+ * would run. Siblings of a multi-output primitive count once each. 0 on failure. */
+size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n);
 /* Copies an array's elements, row-major, into dst (bytes must equal size*itemsize).
  * Evaluates first when needed. 0 ok, -1 error in scope. */
 int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes);

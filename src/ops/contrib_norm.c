@@ -63,6 +63,10 @@ static int lower_simplified_ln(op_ctx *c, const op_def *def) {
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   mlxb_array *x2 = op_util_cast(s, op_util_reshape2(s, x, outer, inner), ct);
+  if (!op_has_output(c, 1) && ct == MLXB_F32) { /* MLX's fused RMS norm: the same formula, one kernel */
+    mlxb_array *w = op_util_cast(s, mlxb_reshape(s, scale, &inner, 1), ct);
+    return op_set_output(c, 0, op_util_cast(s, mlxb_reshape(s, mlxb_rms_norm(s, x2, w, eps), dims, rank), t));
+  }
   mlxb_array *root = mlxb_unary(s, MLXB_SQRT, op_util_add(s, mean_last(s, op_util_mul(s, x2, x2)), mlxb_scalar_f64(s, eps, ct)));
   mlxb_array *y = op_util_mul(s, op_util_div(s, x2, root), op_util_cast(s, mlxb_reshape(s, scale, &inner, 1), ct));
   if (op_set_output(c, 0, op_util_cast(s, mlxb_reshape(s, y, dims, rank), t))) return -1;
@@ -114,11 +118,13 @@ static int lower_skip_ln(op_ctx *c, const op_def *def) {
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   mlxb_array *sum = op_util_add(s, op_util_cast(s, x, ct), op_util_cast(s, skip, ct));
   if (bias) sum = op_util_add(s, sum, op_util_cast(s, bias, ct));
-  mlxb_array *mean_sq = mean_last(s, op_util_mul(s, sum, sum)), *y;
+  mlxb_array *y;
   if (simplified) {
-    mlxb_array *root = mlxb_unary(s, MLXB_SQRT, op_util_add(s, mean_sq, mlxb_scalar_f64(s, eps, ct)));
-    y = op_util_mul(s, op_util_div(s, sum, root), op_util_cast(s, gamma, ct));
+    /* MLX's fused RMS norm (rows claims float32/float16, so ct is float32): the same formula in one
+     * kernel, x * rsqrt rather than x / sqrt */
+    y = mlxb_rms_norm(s, sum, op_util_cast(s, gamma, ct), eps);
   } else {
+    mlxb_array *mean_sq = mean_last(s, op_util_mul(s, sum, sum));
     mlxb_array *mean = mean_last(s, sum);
     mlxb_array *var = op_util_sub(s, mean_sq, op_util_mul(s, mean, mean));
     mlxb_array *root = mlxb_unary(s, MLXB_SQRT, op_util_add(s, var, mlxb_scalar_f64(s, eps, ct)));

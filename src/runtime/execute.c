@@ -650,6 +650,12 @@ static int frame_init(run_frame *f, int n_inputs, int n_outputs, const rt_tensor
 }
 
 
+static void stat_max(uint64_t *field, uint64_t v) {
+  uint64_t cur = __atomic_load_n(field, __ATOMIC_RELAXED);
+  while (v > cur && !__atomic_compare_exchange_n(field, &cur, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
 /* Where the first Runs' time goes (run report): the plan's first Run, and Runs that traced. */
 static void account_run_time(plan *p, uint64_t run_index, uint64_t traces_before, uint64_t start_us) {
   uint64_t took = now_us() - start_us;
@@ -695,6 +701,10 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   int compiled = e && p->compile ? run_compiled(p, s, f.in, e, f.results, &compiled_checks, d) : 1;
   if (compiled < 0) goto done;
   if (compiled > 0 && run_eager(p, s, f.in, e, f.results, &eager_checks, e ? NULL : &derived, d)) goto done;
+  /* the size of the graph about to run, sampled when a signature is new or was just traced */
+  if (!e || __atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED) != traces_before)
+    stat_max(compiled > 0 ? &p->stats.eager_ops : &p->stats.program_ops,
+             mlxb_graph_size(f.results, (size_t)p->g->n_outputs));
   uint64_t built = now_us();
   PLAN_STAT_ADD(p, graph_us, built - phase);
   trace_sink_event(p->cfg.trace, "graph", p->name, compiled > 0 ? "lowered (eager)" : "compiled program", phase,

@@ -171,6 +171,8 @@ void plan_get_stats(const plan *p, plan_stats *out) {
   out->graph_us = __atomic_load_n(&p->stats.graph_us, __ATOMIC_RELAXED);
   out->eval_us = __atomic_load_n(&p->stats.eval_us, __ATOMIC_RELAXED);
   out->copy_us = __atomic_load_n(&p->stats.copy_us, __ATOMIC_RELAXED);
+  out->eager_ops = __atomic_load_n(&p->stats.eager_ops, __ATOMIC_RELAXED);
+  out->program_ops = __atomic_load_n(&p->stats.program_ops, __ATOMIC_RELAXED);
 }
 
 void plan_first_trace_failure(plan *p, char *buf, size_t len) {

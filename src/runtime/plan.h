@@ -58,6 +58,8 @@ typedef struct plan_stats {
   uint64_t graph_us;      /* time building the graph: lowering (eager) or replaying a program */
   uint64_t eval_us;       /* time in MLX's eval of the outputs (the device work, waited for) */
   uint64_t copy_us;       /* time copying outputs into ORT's buffers */
+  uint64_t eager_ops;     /* operations of the largest graph a lowering built (a signature's first Run) */
+  uint64_t program_ops;   /* operations of the largest compiled program's replay (sampled when traced) */
 } plan_stats;
 
 /* Asks the caller (the EP shell) for the buffer of output `index`; 0 ok, -1 with d set. */
