@@ -120,7 +120,7 @@ static int lower_skip_ln(op_ctx *c, const op_def *def) {
   if (bias) sum = op_util_add(s, sum, op_util_cast(s, bias, ct));
   mlxb_array *y;
   if (simplified) {
-    /* MLX's fused RMS norm (rows claims float32/float16, so ct is float32): the same formula in one
+    /* MLX's fused RMS norm (the rows claim float32/float16, so ct is float32): the same formula in one
      * kernel, x * rsqrt rather than x / sqrt */
     y = mlxb_rms_norm(s, sum, op_util_cast(s, gamma, ct), eps);
   } else {
