@@ -180,7 +180,9 @@ const char *device_address(const mx::array &a) {
  * prefetched, so neither a copy into it nor a kernel reading it starts with page faults. Host
  * access stays valid (the driver maps or migrates on demand). Advice is best effort. */
 void prefer_device(const device_state &s, void *p, size_t bytes) {
-  if (!s.cuda.mem_advise || !s.cuda.mem_prefetch) return;
+  /* small buffers share pages with MLX's own small allocations (its scalar pool), which the host
+   * writes: leave those pages where MLX put them */
+  if (!s.cuda.mem_advise || !s.cuda.mem_prefetch || bytes < (64u << 10)) return;
   try {
     context_scope ctx(s);
     cu_mem_location gpu{CU_MEM_LOCATION_TYPE_DEVICE, 0};
