@@ -47,7 +47,10 @@ void mlxb_exclusive_end(mlxb_device dev);
  * MLX's GPU memory lent to ORT (the EP's allocator and data transfer), so that tensors stay on
  * the GPU between Runs. Available on MLX's CUDA backend; elsewhere the EP keeps host memory.
  * Every such buffer is also readable and writable from the host (unified memory), only slower. */
-bool mlxb_device_memory_available(void);
+/* Turns device memory on (once per process; later calls return the first answer): MLX's CUDA
+ * unified memory, or with on_host, host memory standing in for it (tests on MLX's CPU backend). */
+bool mlxb_device_memory_enable(bool on_host);
+bool mlxb_device_memory_available(void); /* whether it was turned on */
 void *mlxb_device_alloc(size_t bytes);      /* NULL on failure */
 void mlxb_device_free(void *p);             /* accepts NULL and foreign pointers (ignored) */
 bool mlxb_device_owns(const void *p, size_t bytes); /* [p, p+bytes) lies in one of our buffers */

@@ -18,8 +18,10 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "mlx/bridge_internal.h"
 
@@ -84,8 +86,14 @@ struct allocation {
   size_t bytes;
 };
 
+/* Where the lent memory lives: MLX's CUDA unified memory, or host memory standing in for it so
+ * that the whole path (ORT's allocator and data transfer, IOBinding, borrowing, padded copies)
+ * runs in CI on MLX's CPU backend (ORT_EP_MLX_DEVICE_MEMORY=host). */
+enum class backend { none, cuda, host };
+
 struct device_state {
   std::atomic<bool> ready{false};
+  backend kind = backend::none;
   cuda_driver cuda{};
   std::mutex lock;
   std::map<uintptr_t, allocation> live; /* base address -> allocation */
@@ -132,10 +140,15 @@ bool record_layout_matches() {
   return ok;
 }
 
-bool init_device_memory(device_state &s) {
+bool init_device_memory(device_state &s, bool on_host) {
+  if (on_host) {
+    s.kind = backend::host;
+    return true;
+  }
   if (!mx::is_available(mx::Device::gpu) || mx::metal::is_available()) return false;
-  if (!load_cuda_driver(&s.cuda)) return false;
-  return record_layout_matches();
+  if (!load_cuda_driver(&s.cuda) || !record_layout_matches()) return false;
+  s.kind = backend::cuda;
+  return true;
 }
 
 void cuda_check(const device_state &s, cu_result rc, const char *what) {
@@ -168,11 +181,55 @@ const allocation *find_locked(device_state &s, const void *p, size_t bytes, size
   return &it->second;
 }
 
-/* The device address of an evaluated array's first element (no migration to the host). */
-const char *device_address(const mx::array &a) {
+/* The address of an evaluated array's first element: on CUDA read from MLX's buffer record (no
+ * migration to the host). */
+const char *device_address(const device_state &s, const mx::array &a) {
+  if (s.kind == backend::host) return a.data<char>();
   const auto *rec = static_cast<const cuda_buffer_record *>(a.buffer().ptr());
   if (!rec || !rec->data) throw bridge_error("array has no buffer");
   return static_cast<const char *>(rec->data) + a.offset();
+}
+
+/* The address ORT gets for a buffer of MLX's allocator. */
+void *buffer_address(const device_state &s, mx::allocator::Buffer &b) {
+  if (s.kind == backend::host) return b.raw_ptr();
+  const auto *rec = static_cast<const cuda_buffer_record *>(b.ptr());
+  return rec ? rec->data : nullptr;
+}
+
+/* Queues one copy (CUDA: on the legacy stream, in MLX's context; host: done at once). */
+void copy_bytes(const device_state &s, void *dst, const void *src, size_t bytes) {
+  if (!bytes) return;
+  if (s.kind == backend::host) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  cuda_check(s, s.cuda.memcpy_async(dptr(dst), dptr(src), bytes, nullptr), "cuMemcpyAsync");
+}
+
+/* Queues height rows of width bytes from src (pitch src_pitch) to dst (pitch dst_pitch). */
+void copy_rows(const device_state &s, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+               size_t height) {
+  if (!width || !height) return;
+  if (s.kind == backend::host) {
+    for (size_t r = 0; r < height; r++)
+      std::memcpy(static_cast<char *>(dst) + r * dst_pitch, static_cast<const char *>(src) + r * src_pitch, width);
+    return;
+  }
+  cu_memcpy_2d c{};
+  c.src_memory_type = c.dst_memory_type = CU_MEMORYTYPE_UNIFIED;
+  c.src_device = dptr(src);
+  c.src_pitch = src_pitch;
+  c.dst_device = dptr(dst);
+  c.dst_pitch = dst_pitch;
+  c.width_bytes = width;
+  c.height = height;
+  cuda_check(s, s.cuda.memcpy_2d_async(&c, nullptr), "cuMemcpy2DAsync");
+}
+
+/* Waits for the queued copies. */
+void finish_copies(const device_state &s) {
+  if (s.kind == backend::cuda) cuda_check(s, s.cuda.stream_synchronize(nullptr), "cuStreamSynchronize");
 }
 
 
@@ -182,7 +239,7 @@ const char *device_address(const mx::array &a) {
 void prefer_device(const device_state &s, void *p, size_t bytes) {
   /* small buffers share pages with MLX's own small allocations (its scalar pool), which the host
    * writes: leave those pages where MLX put them */
-  if (!s.cuda.mem_advise || !s.cuda.mem_prefetch || bytes < (64u << 10)) return;
+  if (s.kind != backend::cuda || !s.cuda.mem_advise || !s.cuda.mem_prefetch || bytes < (64u << 10)) return;
   try {
     context_scope ctx(s);
     cu_mem_location gpu{CU_MEM_LOCATION_TYPE_DEVICE, 0};
@@ -195,16 +252,18 @@ void prefer_device(const device_state &s, void *p, size_t bytes) {
 
 } // namespace
 
-bool mlxb_device_memory_available(void) {
+bool mlxb_device_memory_enable(bool on_host) {
   device_state &s = state();
   static std::once_flag once;
   try {
-    std::call_once(once, [&] { s.ready = init_device_memory(s); });
+    std::call_once(once, [&] { s.ready = init_device_memory(s, on_host); });
   } catch (...) {
     return false;
   }
   return s.ready;
 }
+
+bool mlxb_device_memory_available(void) { return state().ready; }
 
 void *mlxb_device_alloc(size_t bytes) {
   if (!mlxb_device_memory_available()) return nullptr;
@@ -212,16 +271,16 @@ void *mlxb_device_alloc(size_t bytes) {
   try {
     size_t want = bytes ? bytes : 1; /* ORT expects distinct non-NULL blocks */
     mx::allocator::Buffer b = mx::allocator::allocator().malloc(want);
-    const auto *rec = static_cast<const cuda_buffer_record *>(b.ptr());
-    if (!rec || !rec->data) return nullptr;
+    void *p = b.ptr() ? buffer_address(s, b) : nullptr;
+    if (!p) return nullptr;
     std::lock_guard<std::mutex> g(s.lock);
-    auto seen = s.advised.find(reinterpret_cast<uintptr_t>(rec->data));
-    if (seen == s.advised.end() || seen->second < rec->size) {
-      prefer_device(s, rec->data, rec->size);
-      s.advised[reinterpret_cast<uintptr_t>(rec->data)] = rec->size;
+    auto seen = s.advised.find(reinterpret_cast<uintptr_t>(p));
+    if (s.kind == backend::cuda && (seen == s.advised.end() || seen->second < want)) {
+      prefer_device(s, p, want);
+      s.advised[reinterpret_cast<uintptr_t>(p)] = want;
     }
-    s.live.emplace(reinterpret_cast<uintptr_t>(rec->data), allocation{b, want});
-    return rec->data;
+    s.live.emplace(reinterpret_cast<uintptr_t>(p), allocation{b, want});
+    return p;
   } catch (...) {
     return nullptr;
   }
@@ -255,11 +314,11 @@ int mlxb_device_copy(void *const *dst, const void *const *src, const size_t *byt
   device_state &s = state();
   try {
     if (!s.ready) throw bridge_error("no device memory");
-    context_scope ctx(s);
-    for (size_t i = 0; i < n; i++)
-      if (bytes[i]) cuda_check(s, s.cuda.memcpy_async(dptr(dst[i]), dptr(src[i]), bytes[i], nullptr), "cuMemcpyAsync");
+    std::optional<context_scope> ctx;
+    if (s.kind == backend::cuda) ctx.emplace(s);
+    for (size_t i = 0; i < n; i++) copy_bytes(s, dst[i], src[i], bytes[i]);
     /* ORT may hand the destination to anyone next (the host, another stream): finish here. */
-    cuda_check(s, s.cuda.stream_synchronize(nullptr), "cuStreamSynchronize");
+    finish_copies(s);
     return 0;
   } catch (const std::exception &e) {
     if (err && err_len) snprintf(err, err_len, "%s", e.what());
@@ -311,38 +370,30 @@ int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep
     if (want == 0 && bytes == 0) return;
     if (!dst) throw bridge_error("null destination");
     mx::array src = evaluated_row_major(s, in);
-    const char *from = device_address(src);
-    context_scope ctx(st);
+    const char *from = device_address(st, src);
+    std::optional<context_scope> ctx;
+    if (st.kind == backend::cuda) ctx.emplace(st);
     if (axis < 0) {
       if (bytes != want) throw bridge_error("destination size does not match the array");
-      cuda_check(st, st.cuda.memcpy_async(dptr(dst), dptr(from), bytes, nullptr), "cuMemcpyAsync");
-    } else {
-      if (axis >= static_cast<int>(src.ndim()) || keep < 0 || keep > src.shape(axis))
-        throw bridge_error("prefix outside the array");
-      size_t outer = 1, row = src.itemsize();
-      for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(src.shape(k));
-      for (int k = axis + 1; k < static_cast<int>(src.ndim()); k++) row *= static_cast<size_t>(src.shape(k));
-      size_t have = row * static_cast<size_t>(src.shape(axis)), take = row * static_cast<size_t>(keep);
-      if (bytes != outer * take) throw bridge_error("destination size does not match the prefix");
-      if (!bytes) return;
-      cu_memcpy_2d c{};
-      c.src_memory_type = c.dst_memory_type = CU_MEMORYTYPE_UNIFIED;
-      c.src_device = dptr(from);
-      c.src_pitch = have;
-      c.dst_device = dptr(dst);
-      c.dst_pitch = take;
-      c.width_bytes = take;
-      c.height = outer;
-      cuda_check(st, st.cuda.memcpy_2d_async(&c, nullptr), "cuMemcpy2DAsync");
+      copy_bytes(st, dst, from, bytes);
+      return;
     }
+    if (axis >= static_cast<int>(src.ndim()) || keep < 0 || keep > src.shape(axis))
+      throw bridge_error("prefix outside the array");
+    size_t outer = 1, row = src.itemsize();
+    for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(src.shape(k));
+    for (int k = axis + 1; k < static_cast<int>(src.ndim()); k++) row *= static_cast<size_t>(src.shape(k));
+    size_t have = row * static_cast<size_t>(src.shape(axis)), take = row * static_cast<size_t>(keep);
+    if (bytes != outer * take) throw bridge_error("destination size does not match the prefix");
+    copy_rows(st, dst, take, from, have, take, outer);
   });
 }
 
 int mlxb_device_finish(mlxb_scope *s) {
   return guard_status(s, "mlxb_device_finish", [&] {
     device_state &st = state();
-    if (!st.ready) return;
+    if (st.kind != backend::cuda) return;
     context_scope ctx(st);
-    cuda_check(st, st.cuda.stream_synchronize(nullptr), "cuStreamSynchronize");
+    finish_copies(st);
   });
 }

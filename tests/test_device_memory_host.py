@@ -1,0 +1,23 @@
+"""CI's run of the device-memory path (tests/test_device_memory.py) on MLX's CPU backend: with
+ORT_EP_MLX_DEVICE_MEMORY=host the EP lends host memory as if it were MLX's GPU memory, so ORT's
+allocator and data-transfer calls, IOBinding, in-place binding, decode-bucket padding of device
+inputs and the trimmed copies all run here. The variable is read once per process (at
+registration), hence the child process. On a machine with real device memory
+(ORT_EP_MLX_DEVICE_MEMORY=1, scripts/gpu_check.sh) the tests run directly instead."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.skipif(os.environ.get("ORT_EP_MLX_DEVICE_MEMORY"), reason="device memory already chosen for this run")
+def test_device_memory_path_with_host_memory():
+    env = dict(os.environ, ORT_EP_MLX_DEVICE_MEMORY="host")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        os.path.join(HERE, "test_device_memory.py")], cwd=HERE, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "3 passed" in r.stdout, r.stdout[-2000:]
