@@ -362,7 +362,11 @@ static int contrib_bias(op_ctx *c, mlxb_array *mask, mlxb_array *attn_bias, int6
       /* [B] end positions, or [2B] end then start positions (keys before start are hidden) */
       if (mlxb_dim(mask, 0) != b && mlxb_dim(mask, 0) != 2 * b)
         return op_fail(c, "mask_index must be [batch] or [2 * batch]");
-      mlxb_array *keep = attn_length_keep(s, attn_slice_axis(s, mask, 0, 0, b), total);
+      /* ORT refuses negative end positions; ends past T show every key (as ORT). */
+      mlxb_array *ends = attn_slice_axis(s, mask, 0, 0, b);
+      mlxb_array *nonneg = mlxb_binary(s, MLXB_GREATER_EQUAL, ends, mlxb_scalar_i64(s, 0, mlxb_type(ends)));
+      if (op_require(c, nonneg, ends, "mask_index value {} is negative; end positions must be non-negative")) return -1;
+      mlxb_array *keep = attn_length_keep(s, ends, total);
       if (mlxb_dim(mask, 0) == 2 * b) {
         mlxb_array *t_idx = op_util_iota(s, 0, total, 3, 4, MLXB_I64);
         mlxb_array *start = op_util_cast(s, attn_slice_axis(s, mask, 0, b, 2 * b), MLXB_I64);

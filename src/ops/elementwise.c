@@ -136,7 +136,8 @@ static int lower_mod(op_ctx *c, const op_def *def) {
 }
 
 /* Integer power with ORT's answers for negative exponents (ORT computes pow in double and
- * truncates: 1 and -1 keep their power, every other base gives 0). */
+ * truncates: 1 and -1 keep their power, every other base gives 0; 0^-n is infinite there, cast to an
+ * int platform-dependently, so 0 here). Overflow wraps like repeated multiplication in the type. */
 static mlxb_array *int_pow(mlxb_scope *s, mlxb_array *a, mlxb_array *e, mlxb_dtype t) {
   if (!dtype_is_signed_int(t)) return mlxb_binary(s, MLXB_POW, a, e);
   mlxb_array *zero = mlxb_scalar_i64(s, 0, t), *one = mlxb_scalar_i64(s, 1, t);
@@ -296,7 +297,9 @@ static const op_def defs[] = {
      "all numeric dtypes, broadcasting; integer division truncates toward zero (x/0 gives 0)"},
     {"", "Pow", 7, 15, DT(ONNX_INT32) | DT(ONNX_INT64) | DT_FLOATS, NULL, lower_pow, 0, 0,
      "base int32/int64/float, any numeric exponent; mixed dtypes are computed in float64 like ORT "
-     "(declined on GPU); integer bases with negative exponents give ORT's truncated results"},
+     "(declined on GPU); integer bases with negative exponents give ORT's truncated results (1 and -1 "
+     "keep their power, 0^-n and every other base give 0); integer overflow wraps: the value repeated "
+     "multiplication gives in the type (ORT casts a double pow, platform-dependent past the range)"},
     {"", "Mod", 10, 28, DT_NUMERIC, claim_mod, lower_mod, 0, 0,
      "integers with fmod=0 (sign of divisor) or fmod=1 (sign of dividend); floats with fmod=1; "
      "declined: floats with fmod=0 (invalid per spec)"},

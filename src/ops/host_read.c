@@ -88,11 +88,17 @@ static size_t unique_at(const unique_rows *u, size_t i, size_t k) {
   return (outer * u->rows + i) * u->inner + in;
 }
 
-/* Lexicographic comparison of rows a and b (NaN compares equal to everything). */
+/* Lexicographic comparison of rows a and b. Floats follow numpy.unique (equal_nan=True, NumPy >=
+ * 1.21, and the ONNX reference built on it): NaN sorts after every number and all NaNs are one value. */
 static int unique_cmp(const unique_rows *u, size_t a, size_t b) {
   for (size_t k = 0; k < u->width; k++) {
     size_t ia = unique_at(u, a, k), ib = unique_at(u, b, k);
     if (u->f) {
+      bool na = isnan(u->f[ia]), nb = isnan(u->f[ib]);
+      if (na || nb) {
+        if (na != nb) return na ? 1 : -1;
+        continue;
+      }
       if (u->f[ia] < u->f[ib]) return -1;
       if (u->f[ia] > u->f[ib]) return 1;
     } else if (u->unsigned64) {
@@ -220,7 +226,8 @@ static const op_def defs[] = {
    "Declined: scalar inputs (ONNX and ORT disagree on the shape)"},
   {"", "Unique", 11, 28, DT_ALL, claim_input0_rank, lower_unique, 0, OP_FLAG_HOST_VALUES,
    "sorted and unsorted, with or without axis, all four outputs; the input is read on the host; -0.0 and 0.0 "
-   "are one value (the first seen is kept); NaN grouping is unspecified (ORT's is order-dependent too)"},
+   "are one value (the first seen is kept); NaN follows numpy.unique and the ONNX reference, not ORT: all "
+   "NaNs are one value, sorted after every number (ORT's CPU EP loses or splits NaN groups)"},
 };
 
 OPS_FAMILY(host_read, defs);

@@ -372,9 +372,14 @@ static int rs_geometry(op_ctx *c, const rs_attrs *a, const int64_t *in, int rank
     if (!upsample && opset >= 11 && rs_input_size(c, 3) > 0) return op_fail(c, "only one of scales and sizes may be given");
     for (int k = 0; k < want; k++) scales[naxes ? axes[k] : k] = sc[k];
     for (int i = 0; i < rank; i++) {
-      if (!(scales[i] > 0)) return op_fail(c, "scales must be positive");
+      /* ORT's ScalesValidation, in its order and words. */
+      if (!isfinite(scales[i])) return op_fail(c, "scale value must be finite");
+      if (!(scales[i] > 0)) return op_fail(c, "scale value should be greater than 0");
       if ((upsample || opset < 10) && scales[i] < 1) return op_fail(c, "Upsample scales must be >= 1");
-      out[i] = (int64_t)(scales[i] * (float)in[i]);
+      /* ORT's int64_t(scale * in), in float; a product past int64 is refused, never converted. */
+      float prod = scales[i] * (float)in[i];
+      if (!(prod < 0x1p62f)) return op_fail(c, "output dimension %d (%g) is too large", i, (double)prod);
+      out[i] = (int64_t)prod;
     }
     return 0;
   }
@@ -385,7 +390,7 @@ static int rs_geometry(op_ctx *c, const rs_attrs *a, const int64_t *in, int rank
   if (nsz != want) return op_fail(c, "sizes has %d values, %d expected", nsz, want);
   for (int k = 0; k < want; k++) out[naxes ? axes[k] : k] = sz[k];
   for (int i = 0; i < rank; i++) {
-    if (out[i] < 0) return op_fail(c, "negative size");
+    if (out[i] < 0) return op_fail(c, "scale value should be greater than 0 (size %lld)", (long long)out[i]);
     if (in[i] == 0) {
       if (out[i] != 0) return op_fail(c, "cannot resize an empty axis to a non-empty one");
       scales[i] = 1.0f;
@@ -405,7 +410,19 @@ static int rs_geometry(op_ctx *c, const rs_attrs *a, const int64_t *in, int rank
     }
   }
   for (int i = 0; i < rank; i++)
-    if (!(scales[i] > 0)) return op_fail(c, "scales must be positive");
+    if (!(scales[i] > 0)) return op_fail(c, "scale value should be greater than 0");
+  return 0;
+}
+
+/* The output's bytes against MLX's memory limit, before any host table or array is allocated. */
+static int rs_check_size(op_ctx *c, const int64_t *out, int rank, mlxb_dtype t) {
+  size_t bytes = mlxb_dtype_size(t), limit = mlxb_memory_limit();
+  for (int i = 0; i < rank; i++) {
+    if (out[i] == 0) return 0;
+    if (out[i] < 0 || __builtin_mul_overflow(bytes, (size_t)out[i], &bytes)) bytes = SIZE_MAX;
+  }
+  if (limit && bytes > limit)
+    return op_fail(c, "output 0 needs %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
   return 0;
 }
 
@@ -422,6 +439,7 @@ static int lower_resize(op_ctx *c, const op_def *def) {
   float scales[OP_UTIL_MAX_RANK], roi[2 * OP_UTIL_MAX_RANK];
   mlxb_shape(x, in);
   if (rs_geometry(c, &a, in, rank, scales, out, roi) < 0) return -1;
+  if (rs_check_size(c, out, rank, mlxb_type(x)) < 0) return -1;
   bool same = true;
   for (int i = 0; i < rank; i++) same &= out[i] == in[i];
   if (same) return op_set_output(c, 0, x); /* ORT copies the input whatever the scales */

@@ -660,9 +660,23 @@ static int lower_space_to_depth(op_ctx *c, const op_def *def) {
 
 /* ---- Range -------------------------------------------------------------------------------- */
 
-#define RANGE_MAX_COUNT ((int64_t)1 << 31)
+/* A Range's element count, refused like ORT's kernel (not finite, past int64) or, before anything
+ * is allocated, when its bytes pass MLX's memory limit. */
+static int range_count_ok(op_ctx *c, int64_t count, size_t esz) {
+  size_t limit = mlxb_memory_limit(), bytes;
+  if (__builtin_mul_overflow((size_t)count, esz, &bytes)) bytes = SIZE_MAX;
+  if (limit && bytes > limit)
+    return op_fail(c, "output 0 needs %zu bytes (%lld elements), more than the memory limit (%zu bytes)", bytes,
+                   (long long)count, limit);
+  return 0;
+}
 
-/* Integer Range built on the host: count = max(ceil((limit - start) / delta), 0). */
+/* Ranges up to this many elements are built on the host (small index vectors stay host-known);
+ * longer integer ranges are built in the graph (start + arange * delta), with no host copy. */
+#define RANGE_HOST_COUNT 4096
+
+/* Integer Range: count = max(ceil((limit - start) / delta), 0), values start + i * delta wrapping
+ * in int64 and truncated to the element type. */
 static int range_ints(op_ctx *c, int32_t dtype) {
   int64_t v[3];
   for (int i = 0; i < 3; i++)
@@ -674,9 +688,18 @@ static int range_ints(op_ctx *c, int32_t dtype) {
   __int128 n = 0;
   if (delta > 0 && span > 0) n = (span + delta - 1) / delta;
   if (delta < 0 && span < 0) n = (-span + (-(__int128)delta) - 1) / -(__int128)delta;
-  if (n > RANGE_MAX_COUNT) return op_fail(c, "range of %lld elements is too large", (long long)n);
+  if (n > INT64_MAX) return op_fail(c, "the computed number of elements exceeds the supported range");
   int64_t count = (int64_t)n;
   size_t esz = ir_dtype_size(dtype);
+  if (range_count_ok(c, count, esz)) return -1;
+  if (count > RANGE_HOST_COUNT) {
+    mlxb_scope *s = op_scope(c);
+    mlxb_array *i = mlxb_arange(s, 0, (double)count, 1, MLXB_I64);
+    mlxb_array *y = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, i, mlxb_scalar_i64(s, delta, MLXB_I64)),
+                                mlxb_scalar_i64(s, start, MLXB_I64));
+    if (y && dtype != ONNX_INT64) y = mlxb_astype(s, y, (mlxb_dtype)op_mlx_dtype(dtype));
+    return op_set_output(c, 0, y);
+  }
   void *buf = malloc(count ? (size_t)count * esz : 1);
   if (!buf) return op_fail(c, "out of memory");
   for (int64_t i = 0; i < count; i++) {
@@ -690,7 +713,8 @@ static int range_ints(op_ctx *c, int32_t dtype) {
   return rc;
 }
 
-/* Float Range accumulates in the element type exactly as ORT's kernel does (start += delta). */
+/* Float Range accumulates in the element type exactly as ORT's kernel does (start += delta); a
+ * count that is not finite (NaN or infinite start, limit or delta) fails like ORT. */
 static int range_floats(op_ctx *c, int32_t dtype) {
   double v[3];
   for (int i = 0; i < 3; i++)
@@ -703,10 +727,12 @@ static int range_floats(op_ctx *c, int32_t dtype) {
   } else {
     n = __builtin_ceil((v[1] - v[0]) / v[2]);
   }
+  if (!__builtin_isfinite(n)) return op_fail(c, "the computed number of elements is not a finite value");
   if (!(n > 0)) n = 0;
-  if (n > (double)RANGE_MAX_COUNT) return op_fail(c, "range of %g elements is too large", n);
+  if (n >= 0x1p63) return op_fail(c, "the computed number of elements exceeds the supported range");
   int64_t count = (int64_t)n;
   size_t esz = ir_dtype_size(dtype);
+  if (range_count_ok(c, count, esz)) return -1;
   void *buf = malloc(count ? (size_t)count * esz : 1);
   if (!buf) return op_fail(c, "out of memory");
   if (dtype == ONNX_FLOAT) {
@@ -841,7 +867,8 @@ static const op_def defs[] = {
   {"", "SpaceToDepth", 1, 13, DT_ALL, claim_blocks, lower_space_to_depth, 0, 0, "rank 4"},
   {"", "Range", 11, 11, DT_RANGE, NULL, lower_range, 0, OP_FLAG_HOST_VALUES,
    "float/double/int16/int32/int64 scalars read on the host; float values accumulated like ORT "
-   "(start += delta); float16/bfloat16 declined"},
+   "(start += delta); a count that is not finite or passes int64 fails like ORT, one past the memory "
+   "limit before allocating; long integer ranges built in the graph; float16/bfloat16 declined"},
   {"", "ConstantOfShape", 9, 25, DT(ONNX_INT64), claim_constant_of_shape, lower_constant_of_shape, 0,
    OP_FLAG_HOST_VALUES, "shape read on the host; value of any MLX dtype (float8 declined)"},
   {"", "EyeLike", 9, 22, DT_ALL, claim_eye_like, lower_eye_like, 0, 0, "dtype and k attributes, rank 2"},

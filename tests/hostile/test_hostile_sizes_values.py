@@ -1,0 +1,143 @@
+"""Hostile scales, sizes and values: Resize scales 0/negative/NaN/inf/1e10 and sizes 0/negative/huge,
+Range counts past memory or int64 and NaN/inf bounds, com.microsoft Attention mask_index past T or
+negative (against ORT's CPU EP); Unique with NaN and integer Pow overflow / 0^-n (against the
+documented rules, NumPy's and wraparound, where ORT's answer is wrong or platform-dependent)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from hostile import MS, check_hostile, check_refused, node_model
+import onnxruntime_ep_mlx as mlx_ep
+
+F = TensorProto.FLOAT
+HUGE = r"more than the memory limit|too large"
+X = np.arange(8, dtype=np.float32).reshape(1, 1, 2, 4)
+
+
+@pytest.mark.parametrize("scale,match", [(0.0, r"scale value should be greater than 0"),
+                                         (-1.0, r"scale value should be greater than 0"),
+                                         (np.nan, r"scale value must be finite"), (np.inf, r"scale value must be finite"),
+                                         (-np.inf, r"scale value must be finite"), (1e10, HUGE), (1e30, HUGE)])
+def test_resize_scales(scale, match):
+    model = node_model("Resize", [("x", X), ("roi", None), ("s", np.ones(4, np.float32))], [F],
+                       attrs={"mode": "nearest"}, opset=19)
+    check_hostile(model, {"x": X, "s": np.array([1, 1, scale, 2], np.float32)},
+                  {"x": X, "s": np.array([1, 1, 2, 2], np.float32)}, match)
+
+
+@pytest.mark.parametrize("scale", [0.3, 1e-10])
+def test_resize_scales_to_empty_accepted(scale):
+    model = node_model("Resize", [("x", X), ("roi", None), ("s", np.ones(4, np.float32))], [F],
+                       attrs={"mode": "linear"}, opset=19)
+    check_hostile(model, {"x": X, "s": np.array([1, 1, scale, 2], np.float32)},
+                  {"x": X, "s": np.array([1, 1, 2, 2], np.float32)}, None)
+
+
+@pytest.mark.parametrize("size,match", [(0, r"scale value should be greater than 0"),
+                                        (-1, r"scale value should be greater than 0"),
+                                        (-(2**40), r"scale value should be greater than 0"),
+                                        (2**40, HUGE), (2**62, HUGE)])
+def test_resize_sizes(size, match):
+    model = node_model("Resize", [("x", X), ("roi", None), ("s", None), ("z", np.ones(4, np.int64))], [F],
+                       attrs={"mode": "nearest"}, opset=19)
+    check_hostile(model, {"x": X, "z": np.array([1, 1, size, 4], np.int64)},
+                  {"x": X, "z": np.array([1, 1, 3, 4], np.int64)}, match)
+
+
+def _range(dtype, onnx_type):
+    z = np.array(0, dtype)
+    return node_model("Range", [("a", z), ("b", z), ("d", z)], [onnx_type])
+
+
+@pytest.mark.parametrize("a,b,d,match", [(0, 10**13, 1, HUGE), (0, 2**62, 3, HUGE),
+                                         (-(2**63), 2**63 - 1, 1, r"exceeds the supported range")])
+def test_range_int_counts(a, b, d, match):
+    model = _range(np.int64, TensorProto.INT64)
+    feeds = {"a": np.array(a, np.int64), "b": np.array(b, np.int64), "d": np.array(d, np.int64)}
+    check_refused(model, feeds, match)
+
+
+def test_range_long_integer_accepted():
+    """Past the host-built length the integer range is built in the graph; values wrap like ORT."""
+    model = _range(np.int64, TensorProto.INT64)
+    check_hostile(model, {"a": np.array(-5, np.int64), "b": np.array(10**5, np.int64), "d": np.array(7, np.int64)},
+                  {"a": np.array(0, np.int64), "b": np.array(5, np.int64), "d": np.array(1, np.int64)}, None)
+    model = _range(np.int32, TensorProto.INT32)
+    check_hostile(model, {"a": np.array(3, np.int32), "b": np.array(-(10**5), np.int32), "d": np.array(-3, np.int32)},
+                  {"a": np.array(0, np.int32), "b": np.array(5, np.int32), "d": np.array(1, np.int32)}, None)
+
+
+NAN, INF = np.nan, np.inf
+
+
+@pytest.mark.parametrize("a,b,d", [(NAN, 1, 1), (0, NAN, 1), (0, 1, NAN), (0, INF, 1), (-INF, 0, 1), (INF, INF, 1),
+                                   (0, -INF, -1), (0, 1e13, 1), (0, 1, 1e-13), (0, 1, INF), (0, 1, -INF)])
+def test_range_float_bounds(a, b, d):
+    model = _range(np.float32, F)
+    check_hostile(model, {"a": np.array(a, np.float32), "b": np.array(b, np.float32), "d": np.array(d, np.float32)},
+                  {"a": np.array(0, np.float32), "b": np.array(3, np.float32), "d": np.array(1, np.float32)},
+                  r"not a finite value|" + HUGE)
+
+
+UNIQUE_X = [np.array([2, np.nan, 1, np.nan, 2, 3], np.float32), np.array([np.nan, np.nan], np.float32),
+            np.array([np.nan, -0.0, 0.0, np.inf, np.nan, -np.inf], np.float32), np.array([5, 4], np.float32)]
+
+
+@pytest.mark.parametrize("x", UNIQUE_X)
+@pytest.mark.parametrize("sorted_", [1, 0])
+def test_unique_nan_follows_numpy(x, sorted_):
+    """NumPy (equal_nan=True) and the ONNX reference: all NaNs are one value, sorted last; sorted=0
+    orders the values by first occurrence as the reference does. ORT's own answer differs."""
+    model = node_model("Unique", [("x", x)], [F] + [TensorProto.INT64] * 3, attrs={"sorted": sorted_})
+    y, idx, inv, cnt = np.unique(x, return_index=True, return_inverse=True, return_counts=True)
+    if not sorted_:
+        order = np.argsort(idx, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        y, idx, cnt, inv = y[order], idx[order], cnt[order], rank[inv]
+    sess = mlx_ep.session(model, strict=True)
+    for _ in range(3):
+        got = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(got[0], y)
+        for g, w in zip(got[1:], (idx, inv.reshape(-1), cnt)):
+            np.testing.assert_array_equal(g, w.astype(np.int64))
+
+
+def _wrap_pow(a, b, bits):
+    """The documented rule: repeated multiplication wrapping in the type; negative exponents give
+    ORT's truncated answers (1 and -1 keep their power, every other base, 0 included, gives 0)."""
+    if b < 0:
+        return 1 if a == 1 else (-1) ** (-b) if a == -1 else 0
+    v = (a**b) % 2**bits
+    return v - 2**bits if v >= 2 ** (bits - 1) else v
+
+
+@pytest.mark.parametrize("dtype,onnx_type,bits", [(np.int32, TensorProto.INT32, 32), (np.int64, TensorProto.INT64, 64)])
+def test_integer_pow_overflow_and_zero_negative(dtype, onnx_type, bits):
+    a = np.array([0, 0, 2, 3, -2, 10, 7, 1, -1, -1, 2, -3, 5], dtype)
+    b = np.array([-1, -2, 40, 50, -1, 30, 100, -7, -3, 4, 62, 41, 0], dtype)
+    model = node_model("Pow", [("a", a), ("b", b)], [onnx_type])
+    want = np.array([_wrap_pow(int(x), int(y), bits) for x, y in zip(a, b)], dtype)
+    sess = mlx_ep.session(model, strict=True)
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, {"a": a, "b": b})[0], want)
+
+
+R = np.random.default_rng(0)
+AX = R.standard_normal((2, 3, 8)).astype(np.float32)
+AW = R.standard_normal((8, 24)).astype(np.float32)
+AB = np.zeros(24, np.float32)
+
+
+@pytest.mark.parametrize("mi", [[3, 4], [5, 10**9], [0, 2**31 - 1], [-1, 2], [2, -(2**31)],
+                                [3, 10**9, 0, 1], [1, 4, 2, -1], [-1, 2, 0, 0]])
+def test_attention_mask_index(mi):
+    """End positions past T show every key (ORT accepts); negative end positions are refused."""
+    mi = np.array(mi, np.int32)
+    model = node_model("Attention", [("x", AX), ("w", AW), ("b", AB), ("mi", np.zeros(len(mi), np.int32))], [F],
+                       attrs={"num_heads": 2}, domain=MS, consts={"w", "b"})
+    good = np.array([3, 2] if len(mi) == 2 else [3, 2, 0, 1], np.int32)
+    check_hostile(model, {"x": AX, "mi": mi}, {"x": AX, "mi": good}, r"mask_index value -?\d+ is negative",
+                  tol=(1e-4, 1e-4))
