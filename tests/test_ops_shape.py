@@ -466,3 +466,13 @@ def test_dropout_training_true_declined():
                          out_dtypes=[TensorProto.FLOAT, TensorProto.BOOL], opset=13)
     with pytest.raises(Exception, match="fallback to CPU EP has been explicitly disabled"):
         run_mlx(model, feeds)
+
+
+@pytest.mark.parametrize("starts,ends,steps", [([-1], [-4], [-1]), ([3], [1], [-1]), ([0], [1], [1]),
+                                               ([-4611686018427387904], [4], [-2])])
+def test_slice_of_an_empty_axis(starts, ends, steps):
+    """A slice of a zero-length axis is empty whatever the starts, ends and step (a negative step's
+    window [0, dim - 1] is empty too; found by the fuzzer, tools/fuzz seeds 486, 3316, 9998)."""
+    check("Slice", [("x", data((0, 3, 4)), "feed"), ("st", np.array(starts, np.int64), "init"),
+                    ("en", np.array(ends, np.int64), "init"), ("ax", np.array([0], np.int64), "init"),
+                    ("sp", np.array(steps, np.int64), "init")])

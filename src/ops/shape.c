@@ -133,7 +133,9 @@ static void slice_axis_window(int64_t dim, int64_t start, int64_t end, int64_t s
   if (start < 0) start += dim;
   if (end < 0) end += dim;
   int64_t count;
-  if (step > 0) {
+  if (dim == 0) {
+    count = 0; /* an empty axis: [0, dim - 1] is empty for a negative step too */
+  } else if (step > 0) {
     start = start < 0 ? 0 : start > dim ? dim : start;
     end = end < 0 ? 0 : end > dim ? dim : end;
     count = end > start ? (end - start - 1) / step + 1 : 0;
