@@ -62,7 +62,7 @@ static bool claim_bitcast(claim_ctx *c, const op_def *def) {
 /* The same bits (little endian on every host MLX runs on) read as the target dtype. */
 static int lower_bitcast(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "missing input");
+  if (!x) return op_fail(c, "missing input");
   int t = op_mlx_dtype((int32_t)ir_attr_int(op_node(c), "to", ONNX_UNDEFINED));
   if (t < 0) return op_fail(c, "target dtype has no MLX dtype");
   if (t == (int)mlxb_type(x)) return op_set_output(c, 0, x);

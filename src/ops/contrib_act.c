@@ -100,7 +100,7 @@ static int lower_bias_split_gelu(op_ctx *c, const op_def *def) {
   mlxb_array *v = op_util_add(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, bias, MLXB_F32));
   mlxb_array *halves[2] = {NULL, NULL};
   int64_t at = d / 2;
-  if (!v || mlxb_split(s, v, &at, 1, 2, halves)) return op_check(c) ? -1 : op_fail(c, "split failed");
+  if (!v || mlxb_split(s, v, &at, 1, 2, halves)) return op_fail(c, "split failed");
   return op_set_output(c, 0, op_util_cast(s, op_util_mul(s, halves[0], gelu_erf(s, halves[1])), t));
 }
 

@@ -275,7 +275,7 @@ static bool claim_conv(claim_ctx *c, const op_def *def) {
 static int lower_conv(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
-  if (!x || !w) return op_check(c) ? -1 : op_fail(c, "X and W are required");
+  if (!x || !w) return op_fail(c, "X and W are required");
   conv_geom g;
   if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
   mlxb_dtype t = mlxb_type(x), ct = conv_is_half(t) ? MLXB_F32 : t;
@@ -313,7 +313,7 @@ static mlxb_array *conv_transpose_weight(mlxb_scope *s, mlxb_array *w, const con
 static int lower_conv_transpose(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
-  if (!x || !w) return op_check(c) ? -1 : op_fail(c, "X and W are required");
+  if (!x || !w) return op_fail(c, "X and W are required");
   conv_geom g;
   if (conv_geom_read(c, x, w, true, &g) < 0 || conv_geom_transpose(c, &g) < 0) return -1;
   /* A forward convolution over the input dilated by the stride, padded by d*(k-1) minus the
@@ -381,7 +381,7 @@ static bool claim_conv_integer(claim_ctx *c, const op_def *def) {
 static int lower_conv_integer(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
-  if (!x || !w) return op_check(c) ? -1 : op_fail(c, "x and w are required");
+  if (!x || !w) return op_fail(c, "x and w are required");
   conv_geom g;
   if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
   bool old = mlxb_scope_force_cpu(s, true); /* float64 work */
@@ -411,7 +411,7 @@ static bool claim_qlinear_conv(claim_ctx *c, const op_def *def) {
 static int lower_qlinear_conv(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 3);
-  if (!x || !w) return op_check(c) ? -1 : op_fail(c, "x and w are required");
+  if (!x || !w) return op_fail(c, "x and w are required");
   conv_geom g;
   if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
   mlxb_dtype ot = mlxb_type(x);

@@ -176,7 +176,7 @@ static size_t nms_select_class(const nms_params *p, const float *boxes, const fl
 
 static int lower_nms(op_ctx *c, const op_def *def) {
   mlxb_array *bx = op_input(c, 0), *sc = op_input(c, 1);
-  if (!bx || !sc) return op_check(c) ? -1 : op_fail(c, "boxes and scores are required");
+  if (!bx || !sc) return op_fail(c, "boxes and scores are required");
   if (mlxb_ndim(bx) != 3 || mlxb_ndim(sc) != 3) return op_fail(c, "boxes and scores must be 3-D");
   nms_params p;
   p.batches = mlxb_dim(bx, 0), p.boxes = mlxb_dim(bx, 1), p.classes = mlxb_dim(sc, 1);
@@ -236,7 +236,7 @@ static int lower_roi_align(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *node = op_node(c);
   mlxb_array *x = op_input(c, 0), *r = op_input(c, 1), *bi = op_input(c, 2);
-  if (!x || !r || !bi) return op_check(c) ? -1 : op_fail(c, "X, rois and batch_indices are required");
+  if (!x || !r || !bi) return op_fail(c, "X, rois and batch_indices are required");
   if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 4 || mlxb_ndim(bi) != 1 || mlxb_dim(bi, 0) != mlxb_dim(r, 0))
     return op_fail(c, "X must be 4-D, rois [R, 4] and batch_indices [R]");
   int64_t N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3), R = mlxb_dim(r, 0);
@@ -404,7 +404,7 @@ static int roi_coord(float v) {
 static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *r = op_input(c, 1);
-  if (!x || !r) return op_check(c) ? -1 : op_fail(c, "X and rois are required");
+  if (!x || !r) return op_fail(c, "X and rois are required");
   if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 5) return op_fail(c, "X must be 4-D and rois [R, 5]");
   const int64_t *ps;
   if (ir_attr_ints(op_node(c), "pooled_shape", &ps) != 2) return op_fail(c, "pooled_shape must hold two values");

@@ -314,7 +314,7 @@ static bool claim_cast_like(claim_ctx *c, const op_def *def) {
 static int cast_input(op_ctx *c, int32_t to) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input 0 is missing");
+  if (!x) return op_fail(c, "input 0 is missing");
   int32_t from = op_input_dtype(c, 0);
   if (from == to) return op_set_output(c, 0, mlxb_ref(s, x));
   cast_opts o = {ir_attr_int(op_node(c), "saturate", 1) != 0, ROUND_UP};
@@ -344,10 +344,10 @@ static int q_params(op_ctx *c, mlxb_array *x, mlxb_array **scale, mlxb_array **z
   int64_t block = ir_attr_int(n, "block_size", 0);
   if (block < 0) return op_fail(c, "block_size must be non-negative");
   mlxb_array *sv = op_input(c, 1), *zv = op_input(c, 2);
-  if (!sv) return op_check(c) ? -1 : op_fail(c, "scale is required");
+  if (!sv) return op_fail(c, "scale is required");
   *scale = op_util_quant_param(c, to_type(s, decode_any(s, sv, op_input_dtype(c, 1)), MLXB_F32), dims, rank, axis, block);
   *zp = zv ? op_util_quant_param(c, decode_any(s, zv, op_input_dtype(c, 2)), dims, rank, axis, block) : NULL;
-  if (!*scale || (zv && !*zp)) return op_check(c) ? -1 : op_fail(c, "bad scale or zero point");
+  if (!*scale || (zv && !*zp)) return op_fail(c, "bad scale or zero point");
   return 0;
 }
 
@@ -380,7 +380,7 @@ static bool claim_quantize(claim_ctx *c, const op_def *def) {
 static int lower_quantize(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = NULL, *zp = NULL;
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  if (!x) return op_fail(c, "input is required");
   if (q_params(c, x, &scale, &zp)) return -1;
   int32_t yt = op_output_dtype(c, 0);
   mlxb_array *v = bin(s, MLXB_DIV, to_type(s, x, MLXB_F32), scale);
@@ -424,7 +424,7 @@ static bool claim_dequantize(claim_ctx *c, const op_def *def) {
 static int lower_dequantize(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = NULL, *zp = NULL;
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  if (!x) return op_fail(c, "input is required");
   if (q_params(c, x, &scale, &zp)) return -1;
   int32_t yt = op_output_dtype(c, 0);
   int mt = op_mlx_dtype(yt);

@@ -18,12 +18,12 @@ static int host_values(op_ctx *c, int i, size_t count, double **f, int64_t **q) 
   if (op_util_onnx_is_float(op_input_dtype(c, i))) {
     *f = malloc((count ? count : 1) * sizeof **f);
     if (!*f) return op_fail(c, "out of memory");
-    if (op_input_doubles(c, i, *f, (int)count) != (int)count) return free(*f), *f = NULL, op_check(c) ? -1 : op_fail(c, "cannot read input %d", i);
+    if (op_input_doubles(c, i, *f, (int)count) != (int)count) return free(*f), *f = NULL, op_fail(c, "cannot read input %d", i);
     return 0;
   }
   *q = malloc((count ? count : 1) * sizeof **q);
   if (!*q) return op_fail(c, "out of memory");
-  if (op_input_ints(c, i, *q, (int)count) != (int)count) return free(*q), *q = NULL, op_check(c) ? -1 : op_fail(c, "cannot read input %d", i);
+  if (op_input_ints(c, i, *q, (int)count) != (int)count) return free(*q), *q = NULL, op_fail(c, "cannot read input %d", i);
   return 0;
 }
 

@@ -232,10 +232,10 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
   int64_t depth;
   if (op_util_onnx_is_float(op_input_dtype(c, 1))) {
     double d;
-    if (op_input_doubles(c, 1, &d, 1) != 1) return op_check(c) ? -1 : op_fail(c, "depth must hold one value");
+    if (op_input_doubles(c, 1, &d, 1) != 1) return op_fail(c, "depth must hold one value");
     depth = (int64_t)d; /* ORT casts the depth to int64 */
   } else if (op_input_ints(c, 1, &depth, 1) != 1) {
-    return op_check(c) ? -1 : op_fail(c, "depth must hold one value");
+    return op_fail(c, "depth must hold one value");
   }
   if (depth <= 0) return op_fail(c, "depth %lld must be positive", (long long)depth);
   int axis = op_util_axis(ir_attr_int(op_node(c), "axis", -1), r + 1);
@@ -291,7 +291,7 @@ static int lower_compress(op_ctx *c, const op_def *def) {
   if (!keep) return op_fail(c, "out of memory");
   if (n && op_input_ints(c, 1, keep, (int)n) != n) {
     free(keep);
-    return op_check(c) ? -1 : op_fail(c, "cannot read the condition");
+    return op_fail(c, "cannot read the condition");
   }
   int64_t k = 0;
   for (int64_t i = 0; i < n && i < dim; i++)
@@ -330,7 +330,7 @@ static bool claim_input0_rank(claim_ctx *c, const op_def *def) { return op_util_
 static int lower_reverse_sequence(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *lens = op_input(c, 1);
-  if (!x || !lens) return op_check(c) ? -1 : op_fail(c, "input and sequence_lens are required");
+  if (!x || !lens) return op_fail(c, "input and sequence_lens are required");
   int64_t dims[OP_UTIL_MAX_RANK];
   int r = op_util_dims(c, x, dims);
   if (r < 0) return -1;
@@ -365,11 +365,11 @@ static bool claim_tensor_scatter(claim_ctx *c, const op_def *def) {
 static int lower_tensor_scatter(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *past = op_input(c, 0), *upd = op_input(c, 1), *w = op_input(c, 2);
-  if (!past || !upd) return op_check(c) ? -1 : op_fail(c, "past_cache and update are required");
+  if (!past || !upd) return op_fail(c, "past_cache and update are required");
   int64_t dims[OP_UTIL_MAX_RANK], udims[OP_UTIL_MAX_RANK];
   int r = op_util_dims(c, past, dims);
   if (r < 0 || op_util_dims(c, upd, udims) != r)
-    return op_check(c) ? -1 : op_fail(c, "past_cache and update ranks differ");
+    return op_fail(c, "past_cache and update ranks differ");
   int axis = op_util_axis(ir_attr_int(op_node(c), "axis", -2), r);
   if (r < 2 || axis <= 0) return op_fail(c, "axis must name a non-batch axis");
   for (int i = 0; i < r; i++)

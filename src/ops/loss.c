@@ -94,22 +94,22 @@ static mlxb_array *loss_nll(op_ctx *c, mlxb_array *lp, mlxb_array *target, mlxb_
 
 static int lower_nll(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *t = op_input(c, 1);
-  if (!x || !t) return op_check(c) ? -1 : op_fail(c, "input and target are required");
+  if (!x || !t) return op_fail(c, "input and target are required");
   mlxb_array *y = loss_nll(c, x, t, op_input(c, 2));
-  if (!y) return op_check(c) ? -1 : op_fail(c, "loss was not computed");
+  if (!y) return op_fail(c, "loss was not computed");
   return op_set_output(c, 0, y);
 }
 
 static int lower_softmax_ce(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *t = op_input(c, 1);
-  if (!x || !t) return op_check(c) ? -1 : op_fail(c, "scores and labels are required");
+  if (!x || !t) return op_fail(c, "scores and labels are required");
   if (mlxb_ndim(x) < 2) return op_fail(c, "scores must have rank >= 2");
   int axis = 1;
   mlxb_array *lse = mlxb_reduce(s, MLXB_RLOGSUMEXP, x, &axis, 1, true);
   mlxb_array *lp = mlxb_binary(s, MLXB_SUB, x, lse);
   mlxb_array *y = loss_nll(c, lp, t, op_input(c, 2));
-  if (!y) return op_check(c) ? -1 : op_fail(c, "loss was not computed");
+  if (!y) return op_fail(c, "loss was not computed");
   if (op_set_output(c, 0, y)) return -1;
   return op_util_set_optional(c, 1, lp);
 }

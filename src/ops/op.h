@@ -86,7 +86,8 @@ bool op_inputs_const(const op_ctx *c, const int *inputs, int n);
  * MLX), so a violated check only decides the error. 0, or -1 on a bridge error. */
 int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Records a failure (node and op are prefixed by the caller) and returns -1. */
+/* Records a failure (node and op are prefixed by the caller) and returns -1; when a bridge call
+ * of this node failed already, its message is the one recorded (the cause, not a symptom). */
 int op_fail(op_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* -1 with the bridge's message when the scope has an error, else 0. */
 int op_check(op_ctx *c);

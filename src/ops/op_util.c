@@ -73,7 +73,7 @@ int64_t op_util_numel(const int64_t *dims, int n) {
 
 int op_util_input_dims(op_ctx *c, int i, mlxb_array **x, int64_t *dims) {
   *x = op_input(c, i);
-  if (!*x) return op_check(c) ? -1 : op_fail(c, "input %d is missing", i);
+  if (!*x) return op_fail(c, "input %d is missing", i);
   int rank = mlxb_ndim(*x);
   if (rank < 0 || rank > OP_UTIL_MAX_RANK)
     return op_fail(c, "input %d has rank %d (at most %d)", i, rank, OP_UTIL_MAX_RANK);
@@ -130,7 +130,7 @@ int op_util_attr_or_input_ints(op_ctx *c, const char *attr, int input, int input
   }
   if (!op_has_input(c, input)) return 0;
   int cnt = op_input_ints(c, input, out, max);
-  if (cnt < 0) return op_check(c) ? -1 : op_fail(c, "cannot read input %d on the host (at most %d values)", input, max);
+  if (cnt < 0) return op_fail(c, "cannot read input %d on the host (at most %d values)", input, max);
   return cnt;
 }
 
@@ -293,7 +293,7 @@ static void int_dtype_range(mlxb_dtype t, int64_t *lo, int64_t *hi) {
 
 int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, const char *what) {
   mlxb_scope *s = op_scope(c);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "%s: no array", what);
+  if (!x) return op_fail(c, "%s: no array", what);
   if (mlxb_size(x) == 0) return 0;
   mlxb_dtype t = mlxb_type(x);
   int64_t tlo, thi;

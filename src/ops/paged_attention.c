@@ -359,7 +359,7 @@ static int lower_paged_attention(op_ctx *c, const op_def *def) {
   if (pa_prepare_qk(c, &d, pos, &q, &k)) return -1;
 
   mlxb_array *slots = pa_slots(c, &d, seq, pos);
-  if (!slots) return op_check(c) ? -1 : op_fail(c, "slot_mapping must be (token_count)");
+  if (!slots) return op_fail(c, "slot_mapping must be (token_count)");
   kc = pa_write_cache(s, &d, kc, k, slots);
   vc = pa_write_cache(s, &d, vc, v, slots);
 

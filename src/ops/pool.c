@@ -436,7 +436,7 @@ static bool claim_global(claim_ctx *c, const op_def *def) {
 static int lower_global(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is missing");
+  if (!x) return op_fail(c, "input is missing");
   int rank = mlxb_ndim(x);
   if (rank < 3 || rank > 64) return op_fail(c, "input rank %d (must be >= 3)", rank);
   int axes[64];
@@ -473,14 +473,14 @@ static int lower_maxunpool(op_ctx *c, const op_def *def) {
   mlxb_array *ind = op_input(c, 1);
   pool_geom g;
   if (!x) return -1;
-  if (!ind) return op_check(c) ? -1 : op_fail(c, "I is required");
+  if (!ind) return op_fail(c, "I is required");
   if (pool_geom_read(c, dims, rank, &g) < 0) return -1;
   if (mlxb_size(ind) != mlxb_size(x)) return op_fail(c, "I must have the shape of X");
   out[0] = dims[0], out[1] = dims[1];
   if (op_has_input(c, 2)) {
     int64_t want[POOL_MAX_RANK];
     int n = op_input_ints(c, 2, want, POOL_MAX_RANK);
-    if (n < 0) return op_check(c) ? -1 : op_fail(c, "cannot read output_shape");
+    if (n < 0) return op_fail(c, "cannot read output_shape");
     if (n != rank) return op_fail(c, "output_shape has %d values for rank %d", n, rank);
     for (int i = 0; i < rank; i++) out[i] = want[i];
     if (out[0] != dims[0] || out[1] != dims[1]) return op_fail(c, "output_shape must keep N and C");

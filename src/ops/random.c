@@ -33,7 +33,7 @@ static bool rand_claim_input_rank(claim_ctx *c) {
 /* The dims of the input whose shape a *Like op or Bernoulli copies; its rank, or -1 (recorded). */
 static int rand_dims_of(op_ctx *c, int64_t *dims) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  if (!x) return op_fail(c, "input is required");
   int rank = mlxb_ndim(x);
   if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
   mlxb_shape(x, dims);
@@ -136,7 +136,7 @@ static int lower_multinomial(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *logits = op_input(c, 0);
-  if (!logits) return op_check(c) ? -1 : op_fail(c, "input is required");
+  if (!logits) return op_fail(c, "input is required");
   uint64_t seed;
   bool seeded;
   if (rand_seed(c, &seed, &seeded)) return -1;

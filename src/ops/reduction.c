@@ -269,9 +269,9 @@ static int lower_cumulative(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "missing input");
+  if (!x) return op_fail(c, "missing input");
   int64_t raw;
-  if (op_input_ints(c, 1, &raw, 1) != 1) return op_check(c) ? -1 : op_fail(c, "axis must be a single integer");
+  if (op_input_ints(c, 1, &raw, 1) != 1) return op_fail(c, "axis must be a single integer");
   int axis = op_util_resolve_axis(c, raw, mlxb_ndim(x));
   if (axis < 0) return -1;
   bool exclusive = ir_attr_int(n, "exclusive", 0) != 0, reverse = ir_attr_int(n, "reverse", 0) != 0;

@@ -22,7 +22,7 @@ static int rs_input_floats(op_ctx *c, int i, float *out, int max) {
   double tmp[2 * OP_UTIL_MAX_RANK];
   if (max > 2 * OP_UTIL_MAX_RANK) max = 2 * OP_UTIL_MAX_RANK;
   int n = op_input_doubles(c, i, tmp, max);
-  if (n < 0) return op_check(c) ? -1 : op_fail(c, "cannot read input %d on the host", i);
+  if (n < 0) return op_fail(c, "cannot read input %d on the host", i);
   for (int k = 0; k < n; k++) out[k] = (float)tmp[k];
   return n;
 }
@@ -386,7 +386,7 @@ static int rs_geometry(op_ctx *c, const rs_attrs *a, const int64_t *in, int rank
   if (upsample || opset < 11 || rs_input_size(c, 3) <= 0) return op_fail(c, "neither scales nor sizes is given");
   int64_t sz[OP_UTIL_MAX_RANK];
   int nsz = op_input_ints(c, 3, sz, OP_UTIL_MAX_RANK);
-  if (nsz < 0) return op_check(c) ? -1 : op_fail(c, "cannot read sizes");
+  if (nsz < 0) return op_fail(c, "cannot read sizes");
   if (nsz != want) return op_fail(c, "sizes has %d values, %d expected", nsz, want);
   for (int k = 0; k < want; k++) out[naxes ? axes[k] : k] = sz[k];
   for (int i = 0; i < rank; i++) {
@@ -432,7 +432,7 @@ static int lower_resize(op_ctx *c, const op_def *def) {
   const char *why = rs_parse(op_node(c), &a);
   if (why) return op_fail(c, "%s", why);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is missing");
+  if (!x) return op_fail(c, "input is missing");
   int rank = mlxb_ndim(x);
   if (rank < 1 || rank > OP_UTIL_MAX_RANK) return op_fail(c, "input rank %d (1 to %d)", rank, OP_UTIL_MAX_RANK);
   int64_t in[OP_UTIL_MAX_RANK], out[OP_UTIL_MAX_RANK];

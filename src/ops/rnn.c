@@ -289,7 +289,7 @@ static int lower_direction(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x, 
   if (rc) {
     free(steps);
     free(ys);
-    return op_check(c) ? -1 : op_fail(c, "split failed");
+    return op_fail(c, "split failed");
   }
 
   mlxb_array *rt = rT(s, take_dir(s, r, d)); /* [H, G*H] */
@@ -399,7 +399,7 @@ static int lower_rnn(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   bool lstm = a.kind == RK_LSTM;
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1), *r = op_input(c, 2);
-  if (!x || !w || !r) return op_check(c) ? -1 : op_fail(c, "missing input");
+  if (!x || !w || !r) return op_fail(c, "missing input");
   if (mlxb_ndim(x) != 3 || mlxb_ndim(w) != 3 || mlxb_ndim(r) != 3) return op_fail(c, "X, W and R must be 3-D");
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   int D = a.dirs, G = gates_of(a.kind);

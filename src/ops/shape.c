@@ -46,7 +46,7 @@ static int lower_reshape(op_ctx *c, const op_def *def) {
   int in_rank = op_util_input_dims(c, 0, &x, in_dims);
   if (in_rank < 0) return -1;
   int rank = op_input_ints(c, 1, want, OP_UTIL_MAX_RANK);
-  if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
+  if (rank < 0) return op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
   bool allowzero = ir_attr_int(op_node(c), "allowzero", 0) != 0;
   int infer = -1;
   int64_t known = 1;
@@ -110,7 +110,7 @@ static int lower_concat(op_ctx *c, const op_def *def) {
     xs[i] = op_input(c, i);
     if (!xs[i]) {
       free(xs);
-      return op_check(c) ? -1 : op_fail(c, "input %d is missing", i);
+      return op_fail(c, "input %d is missing", i);
     }
     if (rank < 0) rank = mlxb_ndim(xs[i]);
   }
@@ -169,7 +169,7 @@ static int lower_slice(op_ctx *c, const op_def *def) {
   } else {
     ns = op_input_ints(c, 1, starts, OP_UTIL_MAX_RANK);
     ne = op_input_ints(c, 2, ends, OP_UTIL_MAX_RANK);
-    if (ns < 0 || ne < 0) return op_check(c) ? -1 : op_fail(c, "cannot read starts/ends on the host");
+    if (ns < 0 || ne < 0) return op_fail(c, "cannot read starts/ends on the host");
     na = op_util_attr_or_input_ints(c, "", 3, 0, axes, OP_UTIL_MAX_RANK);
     nt = op_util_attr_or_input_ints(c, "", 4, 0, steps, OP_UTIL_MAX_RANK);
   }
@@ -259,7 +259,7 @@ static int lower_expand(op_ctx *c, const op_def *def) {
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int nw = op_input_ints(c, 1, want, OP_UTIL_MAX_RANK);
-  if (nw < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
+  if (nw < 0) return op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
   int out_rank = rank > nw ? rank : nw;
   /* Bidirectional broadcast, aligned on the right. */
   for (int i = 0; i < out_rank; i++) {
@@ -279,7 +279,7 @@ static int lower_tile(op_ctx *c, const op_def *def) {
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
   int n = op_input_ints(c, 1, reps, OP_UTIL_MAX_RANK);
-  if (n < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the repeats input");
+  if (n < 0) return op_fail(c, "cannot read the repeats input");
   if (n != rank) return op_fail(c, "repeats has %d values for rank %d", n, rank);
   for (int i = 0; i < n; i++)
     if (reps[i] < 0) return op_fail(c, "negative repeat %lld", (long long)reps[i]);
@@ -311,7 +311,7 @@ static bool claim_dropout(claim_ctx *c, const op_def *def) {
 static int lower_dropout(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  if (!x) return op_fail(c, "input is required");
   if (op_set_output(c, 0, x)) return -1;
   if (!op_has_output(c, 1)) return 0;
   int mt = op_mlx_dtype(op_output_dtype(c, 1));
@@ -328,7 +328,7 @@ static int lower_dropout(op_ctx *c, const op_def *def) {
 
 static int lower_identity(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is missing");
+  if (!x) return op_fail(c, "input is missing");
   return op_set_output(c, 0, x);
 }
 
@@ -633,7 +633,7 @@ static int shape_blocks(op_ctx *c, mlxb_array *x, const int64_t *six, const int 
 static int lower_depth_to_space(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t d[OP_UTIL_MAX_RANK];
-  if (op_util_input_dims(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
+  if (op_util_input_dims(c, 0, &x, d) != 4) return op_fail(c, "input must have rank 4");
   int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
   if (bs <= 0 || d[1] % (bs * bs)) return op_fail(c, "channels %lld not divisible by blocksize^2", (long long)d[1]);
   int64_t cc = d[1] / (bs * bs);
@@ -651,7 +651,7 @@ static int lower_depth_to_space(op_ctx *c, const op_def *def) {
 static int lower_space_to_depth(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t d[OP_UTIL_MAX_RANK];
-  if (op_util_input_dims(c, 0, &x, d) != 4) return op_check(c) ? -1 : op_fail(c, "input must have rank 4");
+  if (op_util_input_dims(c, 0, &x, d) != 4) return op_fail(c, "input must have rank 4");
   int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
   if (bs <= 0 || d[2] % bs || d[3] % bs) return op_fail(c, "spatial dims not divisible by blocksize");
   int64_t six[6] = {d[0], d[1], d[2] / bs, bs, d[3] / bs, bs};
@@ -772,7 +772,7 @@ static bool claim_constant_of_shape(claim_ctx *c, const op_def *def) {
 static int lower_constant_of_shape(op_ctx *c, const op_def *def) {
   int64_t dims[OP_UTIL_MAX_RANK];
   int rank = op_input_ints(c, 0, dims, OP_UTIL_MAX_RANK);
-  if (rank < 0) return op_check(c) ? -1 : op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
+  if (rank < 0) return op_fail(c, "cannot read the shape input (at most %d values)", OP_UTIL_MAX_RANK);
   for (int i = 0; i < rank; i++)
     if (dims[i] < 0) return op_fail(c, "negative dimension %lld", (long long)dims[i]);
   const ir_attr *a = ir_node_attr(op_node(c), "value");
@@ -806,7 +806,7 @@ static int64_t shape_clamp_range(int64_t v, int64_t lo, int64_t hi) { return v <
 static int lower_eye_like(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t d[OP_UTIL_MAX_RANK];
-  if (op_util_input_dims(c, 0, &x, d) != 2) return op_check(c) ? -1 : op_fail(c, "input must have rank 2");
+  if (op_util_input_dims(c, 0, &x, d) != 2) return op_fail(c, "input must have rank 2");
   int32_t dtype = (int32_t)ir_attr_int(op_node(c), "dtype", op_input_dtype(c, 0));
   int t = op_mlx_dtype(dtype);
   if (t < 0) return op_fail(c, "dtype %s has no MLX equivalent", ir_dtype_name(dtype));
@@ -823,7 +823,7 @@ static int lower_trilu(op_ctx *c, const op_def *def) {
   if (rank < 2) return op_fail(c, "input must have rank >= 2");
   int64_t k = 0;
   if (op_has_input(c, 1) && op_input_ints(c, 1, &k, 1) != 1)
-    return op_check(c) ? -1 : op_fail(c, "k must be a scalar");
+    return op_fail(c, "k must be a scalar");
   k = shape_clamp_range(k, -d[rank - 2] - 1, d[rank - 1] + 1);
   bool upper = ir_attr_int(op_node(c), "upper", 1) != 0;
   mlxb_scope *s = op_scope(c);

@@ -54,7 +54,7 @@ static int lower_dft(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is required");
+  if (!x) return op_fail(c, "input is required");
   int r = mlxb_ndim(x);
   if (n->since_version < 20 && r < 3) return op_fail(c, "rank-2 signals are read as [batch, length] by ORT's opset-17 kernel");
   bool cplx;
@@ -100,7 +100,7 @@ static bool claim_stft(claim_ctx *c, const op_def *def) {
 static int lower_stft(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *window = op_input(c, 2);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "signal is required");
+  if (!x) return op_fail(c, "signal is required");
   if (mlxb_ndim(x) != 3) return op_fail(c, "signal must be [batch, length, 1|2]");
   bool cplx;
   mlxb_array *sig = sig_signal(c, x, &cplx);

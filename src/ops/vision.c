@@ -111,7 +111,7 @@ static int lower_grid_sample(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *node = op_node(c);
   mlxb_array *x = op_input(c, 0), *grid = op_input(c, 1);
-  if (!x || !grid) return op_check(c) ? -1 : op_fail(c, "X and grid are required");
+  if (!x || !grid) return op_fail(c, "X and grid are required");
   int rank = mlxb_ndim(x), nsp = rank - 2;
   gs_mode mode = gs_parse_mode(node);
   gs_pad pad = gs_parse_pad(node);
@@ -233,10 +233,10 @@ static float *affine_base(int64_t n, bool align) {
 static int lower_affine_grid(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *theta = op_input(c, 0);
-  if (!theta) return op_check(c) ? -1 : op_fail(c, "theta is missing");
+  if (!theta) return op_fail(c, "theta is missing");
   int64_t size[5];
   int ns = op_input_ints(c, 1, size, 5);
-  if (ns < 0) return op_check(c) ? -1 : op_fail(c, "cannot read size");
+  if (ns < 0) return op_fail(c, "cannot read size");
   if (ns != 4 && ns != 5) return op_fail(c, "size must hold 4 or 5 values");
   int nsp = ns - 2;
   bool align = ir_attr_int(op_node(c), "align_corners", 0) != 0;
@@ -291,10 +291,10 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *node = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is missing");
+  if (!x) return op_fail(c, "input is missing");
   int64_t img[OP_UTIL_MAX_RANK], blk[OP_UTIL_MAX_RANK];
   int ni = op_input_ints(c, 1, img, OP_UTIL_MAX_RANK), nb = op_input_ints(c, 2, blk, OP_UTIL_MAX_RANK);
-  if (ni < 0 || nb < 0) return op_check(c) ? -1 : op_fail(c, "cannot read image_shape/block_shape");
+  if (ni < 0 || nb < 0) return op_fail(c, "cannot read image_shape/block_shape");
   if (ni != nb || ni < 1) return op_fail(c, "image_shape and block_shape must have the same positive length");
   int nsp = ni;
   int64_t dil[OP_UTIL_MAX_RANK], str[OP_UTIL_MAX_RANK], pads[2 * OP_UTIL_MAX_RANK], nblk[OP_UTIL_MAX_RANK];
@@ -366,13 +366,13 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
 static int lower_center_crop_pad(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? -1 : op_fail(c, "input is missing");
+  if (!x) return op_fail(c, "input is missing");
   int rank = mlxb_ndim(x);
   if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d (at most %d)", rank, OP_UTIL_MAX_RANK);
   int64_t dims[OP_UTIL_MAX_RANK], shape[OP_UTIL_MAX_RANK];
   mlxb_shape(x, dims);
   int ns = op_input_ints(c, 1, shape, OP_UTIL_MAX_RANK);
-  if (ns < 0) return op_check(c) ? -1 : op_fail(c, "cannot read shape");
+  if (ns < 0) return op_fail(c, "cannot read shape");
   const int64_t *ax;
   size_t nax = ir_attr_ints(op_node(c), "axes", &ax);
   int axes[OP_UTIL_MAX_RANK];

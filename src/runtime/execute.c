@@ -105,6 +105,7 @@ bool op_inputs_const(const op_ctx *c, const int *inputs, int n) {
 }
 
 int op_fail(op_ctx *c, const char *fmt, ...) {
+  if (!mlxb_ok(c->s)) return op_check(c); /* a bridge call failed first: that is the cause */
   va_list ap;
   va_start(ap, fmt);
   diag_vfail(c->d, fmt, ap);
@@ -114,7 +115,7 @@ int op_fail(op_ctx *c, const char *fmt, ...) {
 
 int op_check(op_ctx *c) {
   if (mlxb_ok(c->s)) return 0;
-  return op_fail(c, "%s", mlxb_error(c->s));
+  return diag_fail(c->d, "%s", mlxb_error(c->s));
 }
 
 /* ---- validity checks (op_require) ----------------------------------------------------------
