@@ -161,6 +161,21 @@ def check_args(op, args, **kw):
     return assert_parity(model, feeds)
 
 
+def check_op(op, args, attrs=None, opset=21, out_dtype=None, **tol):
+    """assert_parity on one node: args are (name, array, 'feed'|'init') tuples, or None for an absent
+    optional input; tol goes to assert_parity."""
+    model, feeds = args_model(op, args, attrs, out_dtypes=[out_dtype] if out_dtype else None, opset=opset)
+    return assert_parity(model, feeds, **tol)
+
+
+def f32(*v):
+    return np.array(v, np.float32)
+
+
+def i64(*v):
+    return np.array(v, np.int64)
+
+
 # ---- test data ------------------------------------------------------------------------------------
 
 def uniform_data(shape, dtype, lo, hi, seed=0):

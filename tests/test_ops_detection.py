@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, args_model, assert_parity, make_model, normal_data as rand, run_mlx
+from parity import check_op as check, f32, i64, NP_TO_ONNX, args_model, assert_parity, make_model, normal_data as rand, run_mlx
 
 
 RNG = np.random.default_rng(0)
@@ -111,18 +111,6 @@ def test_nms_center_point_box_declined():
 
 # ---- RoiAlign -----------------------------------------------------------------------------------
 
-def check(op, args, attrs=None, opset=21, out_dtype=None, **tol):
-    """args: (name, array, 'feed'|'init') tuples, or None for an absent optional input."""
-    model, feeds = args_model(op, args, attrs, out_dtypes=[out_dtype] if out_dtype else None, opset=opset)
-    return assert_parity(model, feeds, **tol)
-
-
-def f32(*v):
-    return np.array(v, np.float32)
-
-
-def i64(*v):
-    return np.array(v, np.int64)
 
 
 ROIS = np.array([[0, 0, 7, 6], [1.2, 2.5, 5.5, 7.9], [3.3, 1.1, 3.4, 1.2], [-2, -3, 12, 14], [6, 5, 2, 1]], np.float32)

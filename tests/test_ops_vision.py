@@ -6,21 +6,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import args_model, assert_parity, make_model, normal_data as rand, run_mlx
+from parity import check_op as check, f32, i64, args_model, assert_parity, make_model, normal_data as rand, run_mlx
 
 
-def check(op, args, attrs=None, opset=21, out_dtype=None, **tol):
-    """args: (name, array, 'feed'|'init') tuples, or None for an absent optional input."""
-    model, feeds = args_model(op, args, attrs, out_dtypes=[out_dtype] if out_dtype else None, opset=opset)
-    return assert_parity(model, feeds, **tol)
-
-
-def f32(*v):
-    return np.array(v, np.float32)
-
-
-def i64(*v):
-    return np.array(v, np.int64)
 
 
 # ---- GridSample ---------------------------------------------------------------------------------
