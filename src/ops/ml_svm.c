@@ -26,6 +26,7 @@ typedef struct svm_params {
  * requires the attribute and reads three values from it). */
 static bool svm_params_read(const ir_node *n, svm_params *p, const char **why) {
   static const char *const names[] = {"LINEAR", "POLY", "RBF", "SIGMOID"};
+  _Static_assert(sizeof names / sizeof names[0] == SVM_BAD, "one name per svm_kernel value");
   const char *k = ir_attr_string(n, "kernel_type", "LINEAR");
   p->kernel = SVM_BAD;
   for (int i = 0; i < SVM_BAD; i++)

@@ -76,6 +76,7 @@ mlxb_array *ml_rows(op_ctx *c, mlxb_dtype t, int64_t *n, int64_t *f) {
 
 ml_post ml_post_parse(const char *p) {
   static const char *const names[] = {"NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"};
+  _Static_assert(sizeof names / sizeof names[0] == ML_POST_BAD, "one name per ml_post value");
   for (int i = 0; i < ML_POST_BAD; i++)
     if (strcmp(p, names[i]) == 0) return (ml_post)i;
   return ML_POST_BAD;

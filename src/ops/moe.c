@@ -86,6 +86,7 @@ static mlxb_array *sum_columns_in_order(mlxb_scope *s, mlxb_array *x, int64_t k)
 
 static moe_act act_from_name(const char *name) {
   static const char *const names[] = {"relu", "gelu", "silu", "identity", "swiglu"};
+  _Static_assert(sizeof names / sizeof names[0] == ACT_UNKNOWN, "one name per moe_act value");
   for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
     if (!strcmp(name, names[i])) return (moe_act)i;
   return ACT_UNKNOWN;

@@ -85,6 +85,7 @@ static const char *rs_parse(const ir_node *n, rs_attrs *a) {
   const char *ct = legacy ? "asymmetric" : ir_attr_string(n, "coordinate_transformation_mode", "half_pixel");
   static const char *const coords[] = {"half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn",
                                        "align_corners", "tf_crop_and_resize", "half_pixel_symmetric"};
+  _Static_assert(sizeof coords / sizeof coords[0] == RS_COORD_BAD, "one name per rs_coord value");
   a->coord = RS_COORD_BAD;
   for (int i = 0; i < RS_COORD_BAD; i++)
     if (!strcmp(ct, coords[i])) a->coord = (rs_coord)i;
@@ -93,6 +94,7 @@ static const char *rs_parse(const ir_node *n, rs_attrs *a) {
   if (!legacy && a->mode == RS_NEAREST) {
     const char *nm = ir_attr_string(n, "nearest_mode", "round_prefer_floor");
     static const char *const modes[] = {"", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    _Static_assert(sizeof modes / sizeof modes[0] == RS_NN_BAD, "one name per rs_nearest value");
     a->nearest = RS_NN_BAD;
     for (int i = 1; i < RS_NN_BAD; i++)
       if (!strcmp(nm, modes[i])) a->nearest = (rs_nearest)i;
