@@ -168,6 +168,19 @@ def check_op(op, args, attrs=None, opset=21, out_dtype=None, **tol):
     return assert_parity(model, feeds, **tol)
 
 
+def check_feeds(op, feeds, attrs=None, n_out=1, out_dtypes=None, opset=22, inits=None, names=None, **tol):
+    """assert_parity on one node whose inputs are the feeds (then the constants inits), in order or
+    as `names` lists them; outputs y0.. take the first feed's dtype unless out_dtypes says."""
+    inits = inits or {}
+    names = names or list(feeds) + list(inits)
+    first = next(iter(feeds.values()))
+    out_dtypes = out_dtypes or [NP_TO_ONNX[first.dtype]] * n_out
+    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **(attrs or {}))
+    model = make_model([node], [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()],
+                       [(f"y{i}", out_dtypes[i], None) for i in range(n_out)], inits.items(), opset=opset)
+    return assert_parity(model, feeds, **tol)
+
+
 def f32(*v):
     return np.array(v, np.float32)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import check_op as check, f32, i64, NP_TO_ONNX, args_model, assert_parity, make_model, normal_data as rand, run_mlx
+from parity import check_feeds, check_op as check, f32, i64, NP_TO_ONNX, args_model, assert_parity, make_model, normal_data as rand, run_mlx
 
 
 RNG = np.random.default_rng(0)
@@ -148,15 +148,6 @@ def pool_rand(shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
-def pool_check(op, feeds, attrs=None, n_out=1, out_dtypes=None, opset=22, inits=None, names=None, **tol):
-    inits = inits or {}
-    names = names or list(feeds) + list(inits)
-    first = next(iter(feeds.values()))
-    out_dtypes = out_dtypes or [NP_TO_ONNX[first.dtype]] * n_out
-    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **(attrs or {}))
-    model = make_model([node], [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()],
-                       [(f"y{i}", out_dtypes[i], None) for i in range(n_out)], inits.items(), opset=opset)
-    return assert_parity(model, feeds, **tol)
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
@@ -167,7 +158,7 @@ def test_max_roi_pool(scale, pooled):
                      [0, -3, -2, 20, 30]], np.float32)
     if scale != 1.0:
         rois[:, 1:] /= scale
-    pool_check("MaxRoiPool", {"x": x, "r": rois}, {"pooled_shape": pooled, "spatial_scale": scale}, opset=21)
+    check_feeds("MaxRoiPool", {"x": x, "r": rois}, {"pooled_shape": pooled, "spatial_scale": scale}, opset=21)
 
 
 def test_max_roi_pool_bad_batch_index_fails_cleanly():

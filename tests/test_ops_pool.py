@@ -6,22 +6,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, make_model, run_cpu, run_mlx
+from parity import NP_TO_ONNX, assert_parity, check_feeds as check, make_model, run_cpu, run_mlx
 
 
 def rand(shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
-def check(op, feeds, attrs=None, n_out=1, out_dtypes=None, opset=22, inits=None, names=None, **tol):
-    inits = inits or {}
-    names = names or list(feeds) + list(inits)
-    first = next(iter(feeds.values()))
-    out_dtypes = out_dtypes or [NP_TO_ONNX[first.dtype]] * n_out
-    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **(attrs or {}))
-    model = make_model([node], [(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in feeds.items()],
-                       [(f"y{i}", out_dtypes[i], None) for i in range(n_out)], inits.items(), opset=opset)
-    return assert_parity(model, feeds, **tol)
 
 
 WINDOW_CASES = [
