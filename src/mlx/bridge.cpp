@@ -1,6 +1,9 @@
 /* The C ABI over MLX's C++ API (see bridge.h): scopes own arrays in a deque so handles stay
  * stable, every op runs on the scope's device (never a global default, as several threads build
  * graphs at once), and every exception becomes the scope's sticky error. */
+#include <algorithm>
+#include <cstdio>
+#include <map>
 #include <unordered_set>
 
 #include "mlx/bridge_internal.h"
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "mlx/mlx.h"
+#include "mlx/primitives.h"
 
 namespace mx = mlx::core;
 
@@ -531,22 +535,48 @@ size_t mlxb_size(const mlxb_array *a) {
 
 /* ---- evaluation and host access ---------------------------------------------------------- */
 
+static size_t graph_walk(mlxb_array *const *arrays, size_t n, std::map<std::string, size_t> *by_name,
+                         mlxb_array *const *stop = nullptr, size_t n_stop = 0) {
+  std::vector<mx::array> stack;
+  std::unordered_set<std::uintptr_t> seen;
+  for (size_t i = 0; i < n_stop; i++)
+    if (stop[i]) seen.insert(arr(stop[i]).id());
+  for (size_t i = 0; i < n; i++)
+    if (arrays[i]) stack.push_back(arr(arrays[i]));
+  size_t ops = 0;
+  while (!stack.empty()) {
+    mx::array a = std::move(stack.back());
+    stack.pop_back();
+    if (!a.has_primitive() || !seen.insert(a.id()).second) continue;
+    ops++;
+    if (by_name) (*by_name)[a.primitive().name()]++;
+    for (const mx::array &in : a.inputs()) stack.push_back(in);
+  }
+  return ops;
+}
+
 size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n) {
   try {
-    std::vector<mx::array> stack;
-    std::unordered_set<std::uintptr_t> seen;
-    for (size_t i = 0; i < n; i++)
-      if (arrays[i]) stack.push_back(arr(arrays[i]));
-    size_t ops = 0;
-    while (!stack.empty()) {
-      mx::array a = std::move(stack.back());
-      stack.pop_back();
-      if (!a.has_primitive() || !seen.insert(a.id()).second) continue;
-      ops++;
-      for (const mx::array &in : a.inputs()) stack.push_back(in);
-    }
+    return graph_walk(arrays, n, nullptr);
+  } catch (...) {
+    return 0;
+  }
+}
+
+size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *const *stop, size_t n_stop, char *dst,
+                            size_t cap) {
+  try {
+    std::map<std::string, size_t> by_name;
+    size_t ops = graph_walk(arrays, n, &by_name, stop, n_stop);
+    std::vector<std::pair<size_t, std::string>> rows;
+    for (auto &kv : by_name) rows.emplace_back(kv.second, kv.first);
+    std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
+    std::string text;
+    for (auto &r : rows) text += (text.empty() ? "" : " ") + r.second + "=" + std::to_string(r.first);
+    if (cap) snprintf(dst, cap, "%s", text.c_str());
     return ops;
   } catch (...) {
+    if (cap) dst[0] = 0;
     return 0;
   }
 }

@@ -105,6 +105,10 @@ int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n); /* 0 ok, -1 e
 /* The number of operations (arrays still to compute) the arrays depend on: the graph an eval
  * would run. Siblings of a multi-output primitive count once each. 0 on failure. */
 size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n);
+/* The same count, not walking past the arrays in stop, with "Primitive=count" pairs, most
+ * frequent first, written into dst (cut at cap bytes): where a graph's operations go. */
+size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *const *stop, size_t n_stop, char *dst,
+                            size_t cap);
 /* Copies an array's elements, row-major, into dst (bytes must equal size*itemsize).
  * Evaluates first when needed. 0 ok, -1 error in scope. */
 int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes);

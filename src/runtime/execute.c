@@ -400,6 +400,36 @@ static bool node_touches_f64(const ir_graph *g, const ir_node *n) {
   return false;
 }
 
+/* The size of a graph about to run; with ORT_EP_MLX_OP_HISTOGRAM set, also where its operations
+ * go (primitive names and counts) on stderr: the first look when a program is slower than the
+ * same computation written in MLX. */
+static bool op_histogram_wanted(void) {
+  static int wanted = -1;
+  if (wanted < 0) wanted = getenv("ORT_EP_MLX_OP_HISTOGRAM") != NULL;
+  return wanted;
+}
+
+static size_t graph_size_sampled(const plan *p, mlxb_array *const *results, int eager) {
+  if (!op_histogram_wanted()) return mlxb_graph_size(results, (size_t)p->g->n_outputs);
+  char text[4096];
+  size_t ops = mlxb_graph_histogram(results, (size_t)p->g->n_outputs, NULL, 0, text, sizeof text);
+  fprintf(stderr, "[mlx ep] %s %s: %zu ops: %s\n", p->name, eager ? "eager" : "program", ops, text);
+  return ops;
+}
+
+/* With ORT_EP_MLX_OP_HISTOGRAM set, the operations one node's lowering added (on stderr). */
+static void node_histogram(const op_ctx *c) {
+  mlxb_array *outs[64], *ins[64];
+  size_t n_out = 0, n_in = 0;
+  for (int k = 0; k < c->node->n_outputs && n_out < 64; k++)
+    if (c->node->outputs[k] >= 0 && c->vals[c->node->outputs[k]]) outs[n_out++] = c->vals[c->node->outputs[k]];
+  for (int k = 0; k < c->node->n_inputs && n_in < 64; k++)
+    if (c->node->inputs[k] >= 0 && c->vals[c->node->inputs[k]]) ins[n_in++] = c->vals[c->node->inputs[k]];
+  char text[2048];
+  size_t ops = mlxb_graph_histogram(outs, n_out, ins, n_in, text, sizeof text);
+  fprintf(stderr, "[mlx ep] node %s (%s): %zu ops: %s\n", c->node->name, c->node->op_type, ops, text);
+}
+
 static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
   op_ctx c = {.plan = p, .g = p->g, .s = r->s, .vals = r->vals, .host = r->host, .known = known,
               .tracing = tracing, .checks = checks, .d = d};
@@ -417,6 +447,7 @@ static int lower_nodes(plan *p, run_state *r, const host_value *known, bool trac
       if (v >= 0 && !r->vals[v] && op_has_output(&c, k))
         return diag_fail(d, "node '%s' (%s): output %d was not produced", c.node->name, c.node->op_type, k);
     }
+    if (tracing && op_histogram_wanted()) node_histogram(&c);
   }
   return 0;
 }
@@ -705,7 +736,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   /* the size of the graph about to run, sampled when a signature is new or was just traced */
   if (!e || __atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED) != traces_before)
     stat_max(compiled > 0 ? &p->stats.eager_ops : &p->stats.program_ops,
-             mlxb_graph_size(f.results, (size_t)p->g->n_outputs));
+             graph_size_sampled(p, f.results, compiled > 0));
   uint64_t built = now_us();
   PLAN_STAT_ADD(p, graph_us, built - phase);
   trace_sink_event(p->cfg.trace, "graph", p->name, compiled > 0 ? "lowered (eager)" : "compiled program", phase,
