@@ -230,9 +230,26 @@ mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *
  * k, v [B, Hkv, S, D] where sequence b sees keys [max(0, len_b - window), len_b) (window <= 0: all
  * from 0), len_b = lengths[b] clamped to [0, S]; scores scale * q.k, soft-capped when softcap > 0;
  * float32 inside, the result in q's dtype. Only where mlxb_decode_attention_available says so. */
+/* A rotary embedding read from cos/sin caches [max_position, dims / 2] at positions[b] (one per
+ * sequence, clamped into the cache), over the first dims channels, pairs (i, i + dims / 2) or,
+ * interleaved, (2i, 2i + 1); float32 inside, rounded once to the rotated array's dtype. */
+typedef struct mlxb_rope {
+  const mlxb_array *cos, *sin, *positions;
+  int64_t dims;
+  bool interleaved;
+} mlxb_rope;
 bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size);
+/* rope (may be NULL) rotates q inside the kernel. */
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
-                                  const mlxb_array *lengths, float scale, float softcap, int64_t window);
+                                  const mlxb_array *lengths, float scale, float softcap, int64_t window,
+                                  const mlxb_rope *rope);
+/* A one-token step's KV cache in one kernel: present [B, Hkv, plen, D] holds past rows
+ * t < at_b (zeros past the past buffer's length), the new row k/v [B, Hkv, 1, D] at t = at_b
+ * (k rotated by rope when rope is not NULL) and zeros after; at = at_positions [B] (int). Rows
+ * outside [0, plen) are never written. Same availability as decode attention. 0 ok, -1 error. */
+int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_array *past_v, const mlxb_array *k,
+                          const mlxb_array *v, const mlxb_array *at_positions, int64_t plen, const mlxb_rope *rope,
+                          mlxb_array **present_k, mlxb_array **present_v);
 mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
                       const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks);
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,

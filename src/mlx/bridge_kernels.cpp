@@ -8,10 +8,17 @@
  * running sum, weighted value sum) in float32; the warps' partial results are merged at the end.
  * Everything is float32 inside, the result is rounded once to the query's dtype: what the composed
  * lowering computes, in one kernel that reads each cache row once. The same design maps onto
- * Metal's metal_kernel (simdgroups for warps); that port is not written. */
+ * Metal's metal_kernel (simdgroups for warps); that port is not written.
+ *
+ * KV append: the step's present cache (past rows, the new row, zeros) written by one kernel, the
+ * new key rotated on the way. With the query's rotation folded into the attention kernel, a
+ * GroupQueryAttention decode step is three kernels instead of the ~100 operations of its
+ * composed form (rotary from the caches, the present's selects, the masked softmax). */
 #include "mlx/bridge_internal.h"
 
 #include "mlx/fast.h"
+
+#include <limits>
 
 using namespace mlxb_detail;
 
@@ -26,16 +33,17 @@ const char *decode_attention_source = R"(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = params[0], cap = params[1];
   const int S = k_shape[2];
-  int len = lens[b];
-  len = len < 0 ? 0 : (len > S ? S : len);
+  const long long raw_len = lens[b];
+  const int len = raw_len < 0 ? 0 : (raw_len > S ? S : (int)raw_len);
   const int start = WINDOW > 0 && len > WINDOW ? len - WINDOW : 0;
   const T* qp = q + (size_t)bh * HEAD;
   const T* kp = k + (size_t)(b * HKV + kvh) * S * HEAD;
   const T* vp = v + (size_t)(b * HKV + kvh) * S * HEAD;
   float qv[EPL], acc[EPL];
+  const int pos = ROT > 0 ? clamp_position(rope_pos[b], cos_shape[0]) : 0;
   for (int i = 0; i < EPL; i++) {
     int d = lane + 32 * i;
-    qv[i] = d < HEAD ? static_cast<float>(qp[d]) : 0.0f;
+    qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(qp, d, cos, sin, pos))) : 0.0f;
     acc[i] = 0.0f;
   }
   const float neg_inf = -__int_as_float(0x7f800000);
@@ -76,10 +84,87 @@ const char *decode_attention_source = R"(
   }
 )";
 
+/* Channel d of row x rotated (float32): pairs (j, j + ROT/2) or, interleaved, (2j, 2j + 1), by the
+ * cos/sin cache row pos; channels past ROT (and every channel when ROT is 0) pass through. */
+const char *rope_header = R"(
+__device__ inline int clamp_position(long long p, int rows) {
+  return p < 0 ? 0 : (p >= rows ? rows - 1 : (int)p);
+}
+template <typename T, int ROT, bool INTER, typename C>
+__device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, int pos) {
+  if (ROT == 0 || d >= ROT) return static_cast<float>(x[d]);
+  constexpr int HALF = ROT / 2;
+  int j = INTER ? d / 2 : (d < HALF ? d : d - HALF);
+  float x1 = static_cast<float>(x[INTER ? 2 * j : j]);
+  float x2 = static_cast<float>(x[INTER ? 2 * j + 1 : j + HALF]);
+  float c = static_cast<float>(cos[(size_t)pos * HALF + j]);
+  float s = static_cast<float>(sin[(size_t)pos * HALF + j]);
+  bool first = INTER ? (d % 2 == 0) : (d < HALF);
+  return first ? x1 * c - x2 * s : x1 * s + x2 * c;
+}
+)";
+
 const mx::fast::CustomKernelFunction &decode_attention_kernel() {
-  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
-      "ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params"}, {"out"}, decode_attention_source, "", true, 0);
+  static const mx::fast::CustomKernelFunction kernel =
+      mx::fast::cuda_kernel("ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin"},
+                            {"out"}, decode_attention_source, rope_header, true, 0);
   return kernel;
+}
+
+const char *kv_append_source = R"(
+  const int B = k_shape[0], HKV = k_shape[1], P = past_k_shape[2], PLEN = plen[0];
+  const long long n = (long long)B * HKV * PLEN * HEAD;
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= n) return;
+  const int d = idx % HEAD;
+  const long long row = idx / HEAD;
+  const int t = row % PLEN;
+  const long long bh = row / PLEN;
+  const int b = bh / HKV;
+  const long long at = at_pos[b];
+  T kv = static_cast<T>(0.0f), vv = static_cast<T>(0.0f);
+  if (t < at) {
+    if (t < P) {
+      kv = past_k[(bh * P + t) * HEAD + d];
+      vv = past_v[(bh * P + t) * HEAD + d];
+    }
+  } else if (t == at) {
+    const int pos = ROT > 0 ? clamp_position(rope_pos[b], cos_shape[0]) : 0;
+    kv = static_cast<T>(rotated<T, ROT, INTER>(k + bh * HEAD, d, cos, sin, pos));
+    vv = v[bh * HEAD + d];
+  }
+  out_k[idx] = kv;
+  out_v[idx] = vv;
+)";
+
+const mx::fast::CustomKernelFunction &kv_append_kernel() {
+  static const mx::fast::CustomKernelFunction kernel =
+      mx::fast::cuda_kernel("ort_ep_mlx_kv_append", {"past_k", "past_v", "k", "v", "at_pos", "plen", "rope_pos", "cos", "sin"},
+                            {"out_k", "out_v"}, kv_append_source, rope_header, true, 0);
+  return kernel;
+}
+
+/* The rope's arrays for a kernel (a one-element stand-in when there is none: the kernels' inputs
+ * are fixed) and its template arguments. */
+struct rope_inputs {
+  mx::array pos, cos, sin;
+  int dims;
+  bool interleaved;
+};
+
+rope_inputs rope_for(const mlxb_rope *rope, int batch, int head, mx::Dtype t, mx::StreamOrDevice dev) {
+  if (!rope) {
+    mx::array one = mx::zeros({1, 1}, t, dev);
+    return {mx::zeros({batch}, mx::int64, dev), one, one, 0, false};
+  }
+  const mx::array &c = arr(rope->cos), &sn = arr(rope->sin), &p = arr(rope->positions);
+  if (c.ndim() != 2 || sn.shape() != c.shape() || c.shape(0) < 1 || rope->dims != 2 * c.shape(1) ||
+      rope->dims > head || p.size() != static_cast<size_t>(batch))
+    throw bridge_error("rope: caches must be [max_position, dims / 2] with dims <= head size, one position per sequence");
+  if (sn.dtype() != c.dtype()) throw bridge_error("rope: cos and sin caches of different dtypes");
+  mx::array pos = mx::issubdtype(p.dtype(), mx::integer) ? p : mx::astype(p, mx::int64, dev);
+  return {mx::reshape(pos, {batch}, dev), c, sn, static_cast<int>(rope->dims),
+          rope->interleaved};
 }
 
 bool is_cuda_gpu(const mlxb_scope *s) {
@@ -95,7 +180,8 @@ bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t 
 }
 
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
-                                  const mlxb_array *lengths, float scale, float softcap, int64_t window) {
+                                  const mlxb_array *lengths, float scale, float softcap, int64_t window,
+                                  const mlxb_rope *rope) {
   return guard(s, "mlxb_decode_attention", [&] {
     const mx::array &qa = arr(q), &ka = arr(k), &va = arr(v), &la = arr(lengths);
     if (qa.ndim() != 4 || ka.ndim() != 4 || va.ndim() != 4 || qa.shape(2) != 1)
@@ -108,15 +194,54 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
     mx::Dtype t = qa.dtype();
     auto dev = scope_dev(s);
     mx::array kk = mx::astype(ka, t, dev), vv = mx::astype(va, t, dev);
-    mx::array lens = mx::astype(mx::reshape(la, {b}, dev), mx::int32, dev);
+    /* the kernel reads lengths of any integer type (no cast in the graph) */
+    mx::array lens = mx::reshape(mx::issubdtype(la.dtype(), mx::integer) ? la : mx::astype(la, mx::int64, dev), {b}, dev);
     mx::array params = mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32);
+    rope_inputs r = rope_for(rope, b, d, t, dev);
     int threads = DECODE_WARPS * 32;
     auto outs = decode_attention_kernel()(
-        {mx::reshape(qa, {b * hq * d}, dev), kk, vv, lens, params}, {qa.shape()}, {t},
+        {mx::reshape(qa, {b * hq * d}, dev), kk, vv, lens, params, r.pos, r.cos, r.sin}, {qa.shape()}, {t},
         {b * hq * threads, 1, 1}, {threads, 1, 1},
         {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)},
-         {"WINDOW", static_cast<int>(window > 0 && window < len ? window : 0)}},
+         {"WINDOW", static_cast<int>(window > 0 && window < len ? window : 0)}, {"ROT", r.dims},
+         {"INTER", r.interleaved}},
         std::nullopt, false, dev);
     return outs.at(0);
+  });
+}
+
+int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_array *past_v, const mlxb_array *k,
+                          const mlxb_array *v, const mlxb_array *at_positions, int64_t plen, const mlxb_rope *rope,
+                          mlxb_array **present_k, mlxb_array **present_v) {
+  if (present_k) *present_k = nullptr;
+  if (present_v) *present_v = nullptr;
+  return guard_status(s, "mlxb_decode_kv_append", [&] {
+    if (!present_k || !present_v) throw null_arg{};
+    const mx::array &pk = arr(past_k), &pv = arr(past_v), &ka = arr(k), &va = arr(v), &at = arr(at_positions);
+    if (ka.ndim() != 4 || ka.shape(2) != 1 || va.shape() != ka.shape() || pk.ndim() != 4 || pv.shape() != pk.shape() ||
+        pk.shape(0) != ka.shape(0) || pk.shape(1) != ka.shape(1) || pk.shape(3) != ka.shape(3))
+      throw bridge_error("kv append takes past k, v [B, Hkv, P, D] and the new rows [B, Hkv, 1, D]");
+    int b = ka.shape(0), hkv = ka.shape(1), d = ka.shape(3);
+    if (plen < pk.shape(2) || plen > std::numeric_limits<int>::max() || d > DECODE_MAX_HEAD ||
+        at.size() != static_cast<size_t>(b))
+      throw bridge_error("kv append: shapes do not fit");
+    if (!is_cuda_gpu(s)) throw bridge_error("kv append runs on MLX's CUDA backend only");
+    mx::Dtype t = ka.dtype();
+    auto dev = scope_dev(s);
+    rope_inputs r = rope_for(rope, b, d, t, dev);
+    int threads = 256;
+    int64_t n = static_cast<int64_t>(b) * hkv * plen * d;
+    if (n > std::numeric_limits<int>::max()) throw bridge_error("kv append: cache too large for one launch");
+    mx::Shape shape = {b, hkv, static_cast<int>(plen), d};
+    auto outs = kv_append_kernel()(
+        {mx::astype(pk, t, dev), mx::astype(pv, t, dev), ka, mx::astype(va, t, dev),
+         mx::reshape(mx::issubdtype(at.dtype(), mx::integer) ? at : mx::astype(at, mx::int64, dev), {b}, dev),
+         mx::array({static_cast<int>(plen)}, {1}, mx::int32),
+         r.pos, r.cos, r.sin},
+        {shape, shape}, {t, t}, {static_cast<int>(n), 1, 1}, {threads, 1, 1},
+        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}},
+        std::nullopt, false, dev);
+    *present_k = scope_keep(s, outs.at(0));
+    *present_v = scope_keep(s, outs.at(1));
   });
 }

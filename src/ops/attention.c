@@ -41,10 +41,12 @@ static mlxb_array *attn_transpose0213(mlxb_scope *s, mlxb_array *x) {
   return mlxb_transpose(s, x, perm, 4);
 }
 
-/* [B, S, N*H] -> [B, N, S, H] */
+/* [B, S, N*H] -> [B, N, S, H]; one reshape when S is 1 (a decode step: one operation fewer per
+ * tensor in a graph whose cost is its operation count). */
 static mlxb_array *attn_to_bnsh(mlxb_scope *s, mlxb_array *x, int64_t heads) {
   if (!x) return NULL;
   int64_t b = mlxb_dim(x, 0), seq = mlxb_dim(x, 1), hidden = mlxb_dim(x, 2);
+  if (seq == 1) return attn_reshape4(s, x, b, heads, 1, hidden / heads);
   return attn_transpose0213(s, attn_reshape4(s, x, b, seq, heads, hidden / heads));
 }
 
@@ -52,6 +54,7 @@ static mlxb_array *attn_to_bnsh(mlxb_scope *s, mlxb_array *x, int64_t heads) {
 static mlxb_array *attn_from_bnsh(mlxb_scope *s, mlxb_array *x) {
   if (!x) return NULL;
   int64_t dims[3] = {mlxb_dim(x, 0), mlxb_dim(x, 2), mlxb_dim(x, 1) * mlxb_dim(x, 3)};
+  if (dims[1] == 1) return mlxb_reshape(s, x, dims, 3);
   return mlxb_reshape(s, attn_transpose0213(s, x), dims, 3);
 }
 
@@ -715,7 +718,48 @@ static bool gqa_decode_fits(op_ctx *c, const attn_args *a, int64_t seq, mlxb_arr
  * total_b), the last local_window_size of them when that is set. */
 static mlxb_array *gqa_decode(op_ctx *c, const attn_args *a, mlxb_array *total_b) {
   int64_t window = ir_attr_int(op_node(c), "local_window_size", -1);
-  return mlxb_decode_attention(op_scope(c), a->q, a->k, a->v, total_b, a->scale, a->softcap, window);
+  return mlxb_decode_attention(op_scope(c), a->q, a->k, a->v, total_b, a->scale, a->softcap, window, NULL);
+}
+
+/* A one-token step after a past as three kernels where MLX has them (its CUDA backend): the
+ * present cache with the new (rotated) key row written in, and decode attention that rotates the
+ * query itself. The same rules as the composed form: positions past_b (or position_ids) checked
+ * against the caches, present rows [0, past_b) from the past buffer, zeros after the new row. */
+static bool gqa_step_fits(op_ctx *c, mlxb_array *q, mlxb_array *v, int64_t seq, mlxb_array *past_b) {
+  const ir_node *n = op_node(c);
+  if (seq != 1 || !past_b || !op_input(c, 4) || op_has_input(c, 10) || op_has_input(c, 11)) return false;
+  if (attn_flag(n, "smooth_softmax", 0) || ir_attr_int(n, "qk_output", 0) != 0) return false;
+  int64_t h = mlxb_dim(q, 3);
+  return mlxb_dim(v, 3) == h && mlxb_decode_attention_available(op_scope(c), mlxb_type(q), h);
+}
+
+static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb_array *past_b,
+                    mlxb_array *total_b, int64_t plen) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  int64_t b = mlxb_dim(q, 0), h = mlxb_dim(q, 3);
+  mlxb_array *at = mlxb_reshape(s, past_b, &b, 1);
+  mlxb_rope rope = {0}, *rot = NULL;
+  if (attn_flag(n, "do_rotary", 0)) {
+    mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8), *pos = op_input(c, 9);
+    if (!cos || !sin || mlxb_ndim(cos) != 2 || mlxb_ndim(sin) != 2 || mlxb_dim(sin, 1) != mlxb_dim(cos, 1) ||
+        mlxb_dim(sin, 0) != mlxb_dim(cos, 0) || 2 * mlxb_dim(cos, 1) > h)
+      return op_fail(c, "cos_cache/sin_cache must be [max_position, <= head_size / 2]");
+    if (pos && (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 1) != 1)) return op_fail(c, "position_ids must be [batch, sequence]");
+    pos = pos ? mlxb_reshape(s, pos, &b, 1) : at;
+    if (op_util_require_range(c, pos, 0, mlxb_dim(cos, 0), "rotary position")) return -1;
+    rope = (mlxb_rope){.cos = cos, .sin = sin, .positions = pos, .dims = 2 * mlxb_dim(cos, 1),
+                       .interleaved = attn_flag(n, "rotary_interleaved", 0)};
+    rot = &rope;
+  }
+  mlxb_array *present_k = NULL, *present_v = NULL;
+  if (mlxb_decode_kv_append(s, op_input(c, 3), op_input(c, 4), k, v, at, plen, rot, &present_k, &present_v))
+    return op_check(c);
+  float softcap = ir_attr_float(n, "softcap", 0.0f);
+  int64_t window = ir_attr_int(n, "local_window_size", -1);
+  mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, total_b, attn_contrib_scale(n, h), softcap,
+                                        window, rot);
+  return attn_set_outputs(c, attn_from_bnsh(s, y), present_k, present_v, NULL);
 }
 
 static int lower_gqa(op_ctx *c, const op_def *def) {
@@ -750,6 +794,7 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   mlxb_array *after = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
   mlxb_array *past_b = pk && !first ? after : NULL;
   int64_t plen = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
+  if (gqa_step_fits(c, q, v, seq, past_b)) return gqa_step(c, q, k, v, past_b, total_b, plen);
   if (attn_flag(n, "do_rotary", 0)) {
     /* positions count from total_b - S even without a past buffer */
     if (gqa_rotary(c, &q, &k, first ? NULL : after, seq)) return -1;
