@@ -23,7 +23,13 @@ static int claim_all(const ir_graph *g, mlxb_device dev, const bool *skip, parti
     if (skip && skip[i]) {
       snprintf(c.reason, sizeof c.reason, "already assigned to another execution provider");
     } else if (g->is_subgraph) {
-      snprintf(c.reason, sizeof c.reason, "inside a control-flow body (left to ORT for now)");
+      /* ORT partitions bodies before their parent graph; a body runs whole with its control-flow
+       * node, which the parent graph's call claims (with every body) or leaves to ORT */
+      if (g->parent_name && *g->parent_name)
+        snprintf(c.reason, sizeof c.reason, "in a body of %s node '%s': claimed or declined with it, whole",
+                 g->parent_op, g->parent_name);
+      else
+        snprintf(c.reason, sizeof c.reason, "in a control-flow body: claimed or declined with its node, whole");
     } else if ((p->defs[i] = op_registry_claim(&c)) != NULL) {
       continue;
     }
