@@ -153,6 +153,28 @@ static void write_clusters(const partition *p, FILE *f) {
   free(members);
 }
 
+/* Nodes of a body, nested bodies included. */
+static int body_nodes(const ir_graph *body) {
+  int n = body->n_nodes;
+  for (int i = 0; i < body->n_nodes; i++)
+    for (int k = 0; body->nodes[i].subgraphs && k < body->nodes[i].n_subgraphs; k++)
+      if (body->nodes[i].subgraphs[k]) n += body_nodes(body->nodes[i].subgraphs[k]);
+  return n;
+}
+
+/* The bodies each claimed control-flow node brings into its cluster (ORT's body calls decline
+ * them; this is where they show up as claimed). */
+static void write_bodies(const ir_graph *g, const partition *p, FILE *f) {
+  for (int i = 0; i < p->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (!p->defs[i] || !n->n_subgraphs || !n->subgraphs) continue;
+    fprintf(f, "  bodies of %s '%s' (cluster %d):", n->op_type, n->name, p->cluster_of[i]);
+    for (int k = 0; k < n->n_subgraphs; k++)
+      if (n->subgraphs[k]) fprintf(f, " %s %d nodes;", n->subgraph_attrs[k], body_nodes(n->subgraphs[k]));
+    fprintf(f, " they run with it, on MLX\n");
+  }
+}
+
 void partition_write_report(const ir_graph *g, const partition *p, const char *title, FILE *f) {
   int claimed = 0;
   for (int i = 0; i < p->n_nodes; i++) claimed += p->defs[i] != NULL;
@@ -160,6 +182,7 @@ void partition_write_report(const ir_graph *g, const partition *p, const char *t
   fprintf(f, "  nodes: %d, claimed: %d, declined: %d, clusters: %d\n", p->n_nodes, claimed,
           p->n_nodes - claimed, p->n_clusters);
   write_ops(g, p, f);
+  write_bodies(g, p, f);
   write_clusters(p, f);
   fflush(f);
 }
