@@ -180,6 +180,40 @@ static mlxb_array *scan_stack(op_ctx *c, const scan_lists *l, int j, const ir_va
   return y;
 }
 
+/* Eager host loops keep only the latest iteration's state alive: each iteration builds in a scope
+ * of its own (op_swap_scope), the one before is freed once the new state exists (MLX keeps what
+ * the graph still needs, and evaluated arrays drop their inputs), and scan outputs move to the
+ * Run's scope. A trace builds everything in its own scope. */
+typedef struct carry_scopes {
+  mlxb_scope *run;  /* the scope the node's lowering was called with */
+  mlxb_scope *prev; /* the previous iteration's, holding the current state */
+} carry_scopes;
+
+static int iteration_begin(op_ctx *c, carry_scopes *cs) {
+  if (op_tracing(c)) return 0;
+  mlxb_scope *next = mlxb_scope_new(mlxb_scope_device(cs->run));
+  if (!next) return op_fail(c, "out of memory");
+  op_swap_scope(c, next);
+  return 0;
+}
+
+/* Ends an iteration (also a failed one): its scope now holds the state. */
+static int iteration_end(op_ctx *c, carry_scopes *cs, int rc) {
+  if (op_tracing(c)) return rc;
+  if (!rc) rc = op_check(c);
+  mlxb_scope *done = op_swap_scope(c, cs->run);
+  mlxb_scope_free(cs->prev);
+  cs->prev = done;
+  return rc;
+}
+
+/* Moves n arrays into the node's scope. */
+static int keep_in_run(op_ctx *c, const carry_scopes *cs, mlxb_array **a, int n) {
+  if (op_tracing(c)) return 0;
+  for (int k = 0; k < n; k++) a[k] = mlxb_ref(cs->run, a[k]);
+  return op_check(c);
+}
+
 /* Eager host loops cut their graph now and then: evaluates the state and what was collected. */
 static int cut_graph(op_ctx *c, mlxb_array **state, int n_state, const scan_lists *l) {
   if (op_eval(c, state, n_state)) return -1;
@@ -263,29 +297,37 @@ static int loop_unrolled(op_ctx *c, loop_run *r, mlxb_array *cond, bool early_ex
   return 0;
 }
 
+/* One iteration of a host loop, in the iteration's scope; *cond becomes the exit condition read. */
+static int loop_host_step(op_ctx *c, loop_run *r, const carry_scopes *cs, int64_t i, mlxb_array *cond_arr,
+                          bool early_exit, int64_t *cond) {
+  mlxb_array *out[CF_MAX_VALUES];
+  if (loop_step(c, r, i, cond_arr, out, NULL)) return -1;
+  for (int k = 0; k < r->carried; k++) r->state[1 + k] = out[1 + k];
+  if (keep_in_run(c, cs, out + 1 + r->carried, r->scans) || scan_push(c, &r->lists, out + 1 + r->carried)) return -1;
+  if (early_exit) {
+    mlxb_array *flag = cond_scalar(c, out[0]);
+    if (!flag || op_read_ints(c, flag, cond, 1) < 0) return -1;
+  }
+  return (i + 1) % LOOP_EVAL_EVERY == 0 ? cut_graph(c, r->state + 1, r->carried, &r->lists) : 0;
+}
+
 /* An eager Run: iterations until the trip count or the exit condition, read on the host. */
 static int loop_host(op_ctx *c, loop_run *r, int64_t cond, bool early_exit) {
-  mlxb_array *out[CF_MAX_VALUES];
-  mlxb_array *cond_arr = mlxb_scalar_i64(op_scope(c), 1, MLXB_BOOL);
+  carry_scopes cs = {.run = op_scope(c)};
+  mlxb_array *cond_arr = mlxb_scalar_i64(cs.run, 1, MLXB_BOOL);
+  int rc = 0;
   if (!early_exit && r->trip > LOOP_MAX_ITERS && cond)
     return op_fail(c, "trip count %lld without an exit condition is more than the EP runs (%lld iterations)",
                    (long long)r->trip, (long long)LOOP_MAX_ITERS);
-  for (int64_t i = 0; i < r->trip && cond; i++) {
+  for (int64_t i = 0; !rc && i < r->trip && cond; i++) {
     if (i >= LOOP_MAX_ITERS)
-      return op_fail(c, "more than %lld iterations (the EP's limit for one Loop)", (long long)LOOP_MAX_ITERS);
-    if (loop_step(c, r, i, cond_arr, out, NULL)) return -1;
-    for (int k = 0; k < r->carried; k++) r->state[1 + k] = out[1 + k];
-    if (scan_push(c, &r->lists, out + 1 + r->carried)) return -1;
-    if (early_exit) {
-      int64_t next = 0;
-      mlxb_array *flag = cond_scalar(c, out[0]);
-      if (!flag || op_read_ints(c, flag, &next, 1) < 0) return -1;
-      cond = next;
-    } else if ((i + 1) % LOOP_EVAL_EVERY == 0 && cut_graph(c, r->state + 1, r->carried, &r->lists)) {
-      return -1;
-    }
+      rc = op_fail(c, "more than %lld iterations (the EP's limit for one Loop)", (long long)LOOP_MAX_ITERS);
+    else if (!(rc = iteration_begin(c, &cs)))
+      rc = iteration_end(c, &cs, loop_host_step(c, r, &cs, i, cond_arr, early_exit, &cond));
   }
-  return 0;
+  if (!rc) rc = keep_in_run(c, &cs, r->state + 1, r->carried);
+  mlxb_scope_free(cs.prev);
+  return rc;
 }
 
 static int loop_outputs(op_ctx *c, loop_run *r) {
@@ -424,19 +466,24 @@ static int lower_scan(op_ctx *c, const op_def *def) {
   mlxb_array *state[CF_MAX_VALUES], *in[CF_MAX_VALUES], *out[CF_MAX_VALUES];
   for (int k = 0; k < a.states; k++) state[k] = op_input(c, k);
   scan_lists lists = {.k = a.outputs};
+  carry_scopes cs = {.run = s};
   int rc = -1;
   for (int64_t t = 0; t < steps; t++) {
+    if (iteration_begin(c, &cs)) goto done;
+    mlxb_scope *is = op_scope(c);
     for (int k = 0; k < a.states; k++) in[k] = state[k];
     for (int j = 0; j < a.inputs; j++) {
       int64_t at = a.n_in_dirs && a.in_dirs[j] ? steps - 1 - t : t;
       mlxb_array *x = op_input(c, a.states + j);
-      in[a.states + j] = mlxb_squeeze(s, op_util_slice_axis(s, x, axes[j], at, at + 1, 1), &axes[j], 1);
+      in[a.states + j] = mlxb_squeeze(is, op_util_slice_axis(is, x, axes[j], at, at + 1, 1), &axes[j], 1);
     }
-    if (op_check(c) || op_lower_body(c, "body", in, a.states + a.inputs, out, a.states + a.outputs, NULL)) goto done;
-    for (int k = 0; k < a.states; k++) state[k] = out[k];
-    if (scan_push(c, &lists, out + a.states)) goto done;
-    if (!op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0 && cut_graph(c, state, a.states, &lists)) goto done;
+    int step = op_check(c) || op_lower_body(c, "body", in, a.states + a.inputs, out, a.states + a.outputs, NULL) ||
+               keep_in_run(c, &cs, out + a.states, a.outputs) || scan_push(c, &lists, out + a.states);
+    for (int k = 0; k < a.states && !step; k++) state[k] = out[k];
+    if (!step && !op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0) step = cut_graph(c, state, a.states, &lists);
+    if (iteration_end(c, &cs, step ? -1 : 0)) goto done;
   }
+  if (keep_in_run(c, &cs, state, a.states)) goto done;
   for (int k = 0; k < a.states; k++)
     if (op_set_output(c, k, state[k])) goto done;
   for (int j = 0; j < a.outputs; j++) {
@@ -448,6 +495,7 @@ static int lower_scan(op_ctx *c, const op_def *def) {
   }
   rc = 0;
 done:
+  mlxb_scope_free(cs.prev);
   free(lists.items);
   return rc;
 }

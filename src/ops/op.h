@@ -99,6 +99,10 @@ int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rul
 const ir_graph *op_body(const op_ctx *c, const char *attr);
 int op_lower_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
                   int n_outputs, mlxb_array *when);
+/* Makes s the scope the lowering builds in (op_scope) and returns the previous one: eager host
+ * loops build each iteration in a scope of their own and free the one before, so memory stays
+ * bounded by one iteration's state. Validity checks always live in the Run's scope. */
+mlxb_scope *op_swap_scope(op_ctx *c, mlxb_scope *s);
 /* Whether the Run is being traced into a compiled program (nothing may be evaluated). */
 bool op_tracing(const op_ctx *c);
 /* Evaluates arrays now (a host loop cutting its graph). Fails inside a trace. */

@@ -23,7 +23,8 @@ struct op_ctx {
   const graph_frame *f; /* the graph being lowered (f->g == g): the cluster, or a body */
   op_ctx *outer;      /* while lowering a body: the enclosing graph's context, else NULL */
   const ir_node *node;
-  mlxb_scope *s;
+  mlxb_scope *s;       /* where the lowering builds (a body's or a loop iteration's own scope) */
+  mlxb_scope *run_s;  /* the Run's scope, where validity checks are kept */
   mlxb_array **vals;  /* per value: its array in this Run */
   host_value *host;   /* per value: host integers found in this Run (owned by the Run) */
   const host_value *known; /* per value: shape-derived integers of the signature, or NULL */
@@ -458,8 +459,8 @@ static int lower_frame(op_ctx *c, run_state *r) {
 }
 
 static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
-  op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .vals = r->vals, .host = r->host, .known = known,
-              .tracing = tracing, .checks = checks, .d = d};
+  op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .run_s = r->s, .vals = r->vals, .host = r->host,
+              .known = known, .tracing = tracing, .checks = checks, .d = d};
   return lower_frame(&c, r);
 }
 
@@ -504,12 +505,29 @@ static int bind_outer(const op_ctx *c, const graph_frame *f, run_state *r) {
   return 0;
 }
 
-/* Checks recorded from index `from` on count only where `when` holds. */
-static int mask_checks(op_ctx *c, int from, mlxb_array *when) {
-  mlxb_array *zero = mlxb_scalar_i64(c->s, 0, MLXB_I64);
-  mlxb_array *w = mlxb_reshape(c->s, when, NULL, 0);
-  for (int i = from; i < c->checks->n; i++) c->checks->flags[i] = mlxb_where(c->s, w, c->checks->flags[i], zero);
-  return op_check(c);
+/* Checks recorded from index `from` on move to the Run's scope (a body's own scope is freed when
+ * it ends) and, given `when`, count only where it holds. */
+static int keep_checks(op_ctx *c, int from, mlxb_array *when) {
+  mlxb_scope *rs = c->run_s;
+  mlxb_array *zero = when ? mlxb_scalar_i64(rs, 0, MLXB_I64) : NULL;
+  mlxb_array *w = when ? mlxb_reshape(rs, when, NULL, 0) : NULL;
+  for (int i = from; i < c->checks->n; i++) {
+    mlxb_array *flag = c->checks->flags[i];
+    c->checks->flags[i] = when ? mlxb_where(rs, w, flag, zero) : mlxb_ref(rs, flag);
+  }
+  return mlxb_ok(rs) ? 0 : diag_fail(c->d, "%s", mlxb_error(rs));
+}
+
+/* The body's outputs into the caller's scope. */
+static int take_outputs(op_ctx *c, const graph_frame *f, const char *attr, run_state *r, mlxb_array **outputs,
+                        int n_outputs) {
+  const ir_graph *g = f->g;
+  for (int i = 0; i < n_outputs; i++) {
+    mlxb_array *a = r->vals[g->outputs[i]];
+    if (!a) return op_fail(c, "body '%s' output '%s' was not computed", attr, g->values[g->outputs[i]].name);
+    if (!(outputs[i] = r->s == c->s ? a : mlxb_ref(c->s, a))) return op_check(c);
+  }
+  return 0;
 }
 
 int op_lower_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
@@ -521,28 +539,35 @@ int op_lower_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_
   if (n_inputs != g->n_inputs || n_outputs != g->n_outputs)
     return op_fail(c, "body '%s' takes %d inputs and gives %d outputs, not %d and %d", attr, g->n_inputs,
                    g->n_outputs, n_inputs, n_outputs);
+  /* eager: the body builds in a scope of its own, freed when it ends, so a host loop keeps no
+   * intermediate of past iterations alive (MLX keeps what the outputs' graph still needs) */
+  mlxb_scope *bs = c->tracing ? c->s : mlxb_scope_new(mlxb_scope_device(c->s));
+  if (!bs) return op_fail(c, "out of memory");
   run_state r;
   int rc = -1, first_check = c->checks->n;
-  if (run_state_init_frame(&r, f, c->s) || bind_outer(c, f, &r)) {
+  if (run_state_init_frame(&r, f, bs) || bind_outer(c, f, &r)) {
     op_fail(c, "out of memory");
     goto done;
   }
   for (int i = 0; i < n_inputs; i++) r.vals[g->inputs[i]] = inputs[i];
-  op_ctx inner = {.plan = c->plan, .g = g, .f = f, .outer = c, .s = c->s, .vals = r.vals, .host = r.host,
-                  .tracing = c->tracing, .checks = c->checks, .d = c->d};
+  op_ctx inner = {.plan = c->plan, .g = g, .f = f, .outer = c, .s = bs, .run_s = c->run_s, .vals = r.vals,
+                  .host = r.host, .tracing = c->tracing, .checks = c->checks, .d = c->d};
   if (lower_frame(&inner, &r)) {
     diag_prefix(c->d, "body '%s': ", attr);
     goto done;
   }
-  for (int i = 0; i < n_outputs; i++)
-    if (!(outputs[i] = r.vals[g->outputs[i]])) {
-      op_fail(c, "body '%s' output '%s' was not computed", attr, g->values[g->outputs[i]].name);
-      goto done;
-    }
-  rc = when ? mask_checks(c, first_check, when) : 0;
+  if (take_outputs(c, f, attr, &r, outputs, n_outputs)) goto done;
+  rc = keep_checks(c, first_check, when);
 done:
   run_state_free(&r);
+  if (bs != c->s) mlxb_scope_free(bs);
   return rc;
+}
+
+mlxb_scope *op_swap_scope(op_ctx *c, mlxb_scope *s) {
+  mlxb_scope *old = c->s;
+  c->s = s;
+  return old;
 }
 
 int op_eval(op_ctx *c, mlxb_array *const *arrays, int n) {
