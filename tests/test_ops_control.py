@@ -321,3 +321,9 @@ def test_scan_steps_mismatch_fails_like_ort():
         run_cpu(scan_model(), feeds)
     with pytest.raises(Exception, match=r"\(Scan\): scan input 1 has 3 steps"):
         mlx_ep.session(scan_model(), strict=True).run(None, feeds)
+
+
+def test_long_host_loop_and_scan():
+    # past 256 iterations an eager loop evaluates its state and frees the iterations before
+    assert_parity(loop_model("input"), {"x0": XL, "s": S5, "M": np.array(300, np.int64)})
+    assert_parity(scan_model(), scan_feeds(np.random.default_rng(6), steps=300))
