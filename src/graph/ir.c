@@ -8,6 +8,9 @@
 
 void ir_graph_free(ir_graph *g) {
   if (!g) return;
+  for (int i = 0; i < g->n_nodes; i++) /* bodies of control-flow nodes (their own arenas) */
+    for (int k = 0; g->nodes && g->nodes[i].subgraphs && k < g->nodes[i].n_subgraphs; k++)
+      ir_graph_free(g->nodes[i].subgraphs[k]);
   strmap_free(g->name_index);
   free(g->values); /* grown with realloc while reading */
   arena_free(g->mem);
@@ -17,6 +20,12 @@ void ir_graph_free(ir_graph *g) {
 int ir_graph_find_value(const ir_graph *g, const char *name) {
   if (!g->name_index || !name) return -1;
   return strmap_get(g->name_index, name);
+}
+
+const ir_graph *ir_node_subgraph(const ir_node *n, const char *attr) {
+  for (int k = 0; n->subgraphs && k < n->n_subgraphs; k++)
+    if (n->subgraph_attrs[k] && !strcmp(n->subgraph_attrs[k], attr)) return n->subgraphs[k];
+  return NULL;
 }
 
 const ir_attr *ir_node_attr(const ir_node *n, const char *name) {

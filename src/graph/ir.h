@@ -57,6 +57,7 @@ typedef struct ir_value {
   int n_consumers;     /* nodes reading this value (implicit inputs included) */
   bool is_graph_input;
   bool is_graph_output;
+  bool is_outer_scope; /* a control-flow body's reference to a value of an enclosing graph */
   bool is_const;       /* initializer or Constant-free constant known at partition time */
   bool is_optional_absent;
   const void *const_data; /* constant elements, or NULL when not kept */
@@ -78,6 +79,9 @@ typedef struct ir_node {
   int n_implicit_inputs;
   int *implicit_inputs;
   int n_subgraphs;     /* > 0 for If/Loop/Scan and friends */
+  struct ir_graph **subgraphs;   /* n_subgraphs bodies, owned by the node's graph (NULL entries
+                                    only while reading) */
+  const char **subgraph_attrs;   /* per body: its attribute name ("then_branch", "body") */
 } ir_node;
 
 typedef struct ir_graph {
@@ -92,11 +96,15 @@ typedef struct ir_graph {
   int *outputs;
   int opset_onnx;       /* ai.onnx opset imported by the model (0 when unknown) */
   bool is_subgraph;     /* body of a control-flow node (If/Loop/Scan) */
+  const char *parent_name; /* for a body: the control-flow node's name and op ("" when unknown) */
+  const char *parent_op;
   void *name_index;     /* private: name -> value index */
 } ir_graph;
 
 void ir_graph_free(ir_graph *g); /* accepts NULL */
 int ir_graph_find_value(const ir_graph *g, const char *name); /* -1 when absent */
+/* The body of node n held in attribute `attr` ("then_branch", "body"); NULL when absent. */
+const ir_graph *ir_node_subgraph(const ir_node *n, const char *attr);
 
 /* Attribute lookup; the default is returned when the attribute is absent or of another type. */
 const ir_attr *ir_node_attr(const ir_node *n, const char *name);

@@ -115,6 +115,7 @@ static int intern_value(builder *b, const OrtValueInfo *vi, int *out) {
   ORT_CHECK(b, b->api->ValueInfo_IsFromOuterScope(vi, &outer));
   v->is_graph_output = is_out;
   v->is_graph_input = req || opt || outer;
+  v->is_outer_scope = outer;
   if (read_type(b, vi, v) || read_const(b, vi, v)) return -1;
   if (strmap_put(b->g->name_index, v->name, idx)) return diag_fail(b->d, "out of memory");
   *out = idx;
@@ -264,6 +265,45 @@ static int read_attr(builder *b, const OrtOpAttr *attr, ir_attr *a) {
   }
 }
 
+static int snapshot(const OrtApi *api, const OrtGraph *graph, const ir_node *parent, ir_graph **out, diag *d);
+
+/* The bodies of a control-flow node, each snapshotted into its own ir_graph (recursively). */
+static int read_subgraphs(builder *b, const OrtNode *on, ir_node *n) {
+  size_t count = (size_t)n->n_subgraphs;
+  if (!count) return 0;
+  const OrtGraph **graphs = calloc(count, sizeof *graphs);
+  const char **names = calloc(count, sizeof *names);
+  n->subgraphs = arena_alloc(b->g->mem, count * sizeof *n->subgraphs);
+  n->subgraph_attrs = arena_alloc(b->g->mem, count * sizeof *n->subgraph_attrs);
+  int rc = -1;
+  if (!graphs || !names || !n->subgraphs || !n->subgraph_attrs) {
+    diag_fail(b->d, "out of memory");
+    goto done;
+  }
+  memset(n->subgraphs, 0, count * sizeof *n->subgraphs);
+  OrtStatus *st = b->api->Node_GetSubgraphs(on, graphs, count, names);
+  if (st) {
+    ir_ort_status_to_diag(b->api, st, b->d, "Node_GetSubgraphs");
+    goto done;
+  }
+  for (size_t k = 0; k < count; k++) {
+    n->subgraph_attrs[k] = arena_strdup(b->g->mem, names[k] ? names[k] : "");
+    if (!n->subgraph_attrs[k]) {
+      diag_fail(b->d, "out of memory");
+      goto done;
+    }
+    if (snapshot(b->api, graphs[k], n, &n->subgraphs[k], b->d)) {
+      diag_prefix(b->d, "body '%s': ", n->subgraph_attrs[k]);
+      goto done;
+    }
+  }
+  rc = 0;
+done:
+  free(graphs);
+  free(names);
+  return rc;
+}
+
 static int read_node(builder *b, const OrtNode *on, int index) {
   ir_node *n = &b->g->nodes[index];
   const char *name = NULL, *op = NULL, *domain = NULL;
@@ -310,6 +350,7 @@ static int read_node(builder *b, const OrtNode *on, int index) {
   if (n_attr && (st = b->api->Node_GetAttributes(on, (const OrtOpAttr **)scratch, n_attr))) goto status;
   for (size_t i = 0; i < n_attr; i++)
     if (read_attr(b, (const OrtOpAttr *)scratch[i], &n->attrs[i])) goto fail;
+  if (read_subgraphs(b, on, n)) goto fail;
   for (int i = 0; i < n->n_outputs; i++)
     if (n->outputs[i] >= 0) b->g->values[n->outputs[i]].producer = index;
   free(scratch);
@@ -342,6 +383,7 @@ static int read_graph_io(builder *b, const OrtGraph *graph, bool inputs) {
   for (size_t i = 0; i < n; i++) {
     if (idx[i] < 0) continue;
     if (inputs && b->g->values[idx[i]].is_const) continue; /* initializer listed as an input */
+    if (inputs && b->g->values[idx[i]].is_outer_scope) continue; /* a body's formal inputs only */
     idx[kept++] = idx[i];
   }
   if (inputs) {
@@ -384,7 +426,28 @@ static void count_consumers(ir_graph *g) {
   }
 }
 
+/* The name and op of a body's control-flow node: from the snapshot being read when known, else
+ * from ORT (which may not know it yet while it partitions the innermost bodies). */
+static int read_parent(builder *b, const OrtGraph *graph, const ir_node *known) {
+  const OrtNode *parent = NULL;
+  const char *name = known ? known->name : NULL, *op = known ? known->op_type : NULL;
+  if (!known) {
+    OrtStatus *st = b->api->Graph_GetParentNode(graph, &parent);
+    if (st) return ir_ort_status_to_diag(b->api, st, b->d, "Graph_GetParentNode");
+    if (parent && ((st = b->api->Node_GetName(parent, &name)) || (st = b->api->Node_GetOperatorType(parent, &op))))
+      return ir_ort_status_to_diag(b->api, st, b->d, "parent node");
+  }
+  b->g->is_subgraph = known || parent;
+  b->g->parent_name = arena_strdup(b->g->mem, name ? name : "");
+  b->g->parent_op = arena_strdup(b->g->mem, op ? op : "");
+  return b->g->parent_name && b->g->parent_op ? 0 : diag_fail(b->d, "out of memory");
+}
+
 int ir_graph_from_ort(const OrtApi *api, const OrtGraph *graph, ir_graph **out, diag *d) {
+  return snapshot(api, graph, NULL, out, d);
+}
+
+static int snapshot(const OrtApi *api, const OrtGraph *graph, const ir_node *parent_node, ir_graph **out, diag *d) {
   *out = NULL;
   builder b = {api, calloc(1, sizeof(ir_graph)), 0, d};
   size_t n_nodes = 0;
@@ -401,6 +464,7 @@ int ir_graph_from_ort(const OrtApi *api, const OrtGraph *graph, ir_graph **out, 
   nodes = calloc(n_nodes ? n_nodes : 1, sizeof *nodes);
   b.g->nodes = arena_alloc(b.g->mem, (n_nodes + 1) * sizeof(ir_node));
   if (!nodes || !b.g->nodes) goto oom;
+  memset(b.g->nodes, 0, (n_nodes + 1) * sizeof(ir_node)); /* ir_graph_free reads bodies of every node */
   if (n_nodes && (st = api->Graph_GetNodes(graph, nodes, n_nodes))) {
     ir_ort_status_to_diag(api, st, d, "Graph_GetNodes");
     goto fail;
@@ -410,12 +474,7 @@ int ir_graph_from_ort(const OrtApi *api, const OrtGraph *graph, ir_graph **out, 
   for (size_t i = 0; i < n_nodes; i++)
     if (read_node(&b, nodes[i], (int)i)) goto fail;
   if (read_graph_io(&b, graph, false) || read_opsets(&b, graph)) goto fail;
-  const OrtNode *parent = NULL;
-  if ((st = api->Graph_GetParentNode(graph, &parent))) {
-    ir_ort_status_to_diag(api, st, d, "Graph_GetParentNode");
-    goto fail;
-  }
-  b.g->is_subgraph = parent != NULL;
+  if (read_parent(&b, graph, parent_node)) goto fail;
   count_consumers(b.g);
   free(nodes);
   *out = b.g;

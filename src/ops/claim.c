@@ -55,7 +55,8 @@ static bool dtype_in_mlx(int32_t t) { return t != ONNX_UNDEFINED && op_mlx_dtype
 
 bool op_claim_node(claim_ctx *c, const op_def *def) {
   const ir_node *n = c->node;
-  if (n->n_subgraphs > 0) return claim_decline(c, "has a subgraph (control flow is left to ORT)");
+  if (n->n_subgraphs > 0 && !(def->flags & OP_FLAG_BODIES))
+    return claim_decline(c, "has a subgraph (control flow is left to ORT)");
   if (!(def->flags & OP_FLAG_ANY_DTYPE)) {
     for (int i = 0; i < n->n_inputs; i++) {
       const ir_value *v = claim_input(c, i);
@@ -74,4 +75,32 @@ bool op_claim_node(claim_ctx *c, const op_def *def) {
       return claim_decline(c, "input 0 dtype %s is not supported by this op", ir_dtype_name(t));
   }
   return def->claim ? def->claim(c, def) : true;
+}
+
+static bool body_values_in_mlx(claim_ctx *c, const ir_graph *body, const char *attr) {
+  for (int k = 0; k < body->n_inputs; k++) {
+    const ir_value *v = &body->values[body->inputs[k]];
+    if (!v->is_outer_scope && !dtype_in_mlx(v->dtype))
+      return claim_decline(c, "body '%s' input '%s' has dtype %s, which MLX lacks", attr, v->name,
+                           ir_dtype_name(v->dtype));
+  }
+  for (int k = 0; k < body->n_outputs; k++) {
+    const ir_value *v = &body->values[body->outputs[k]];
+    if (!dtype_in_mlx(v->dtype))
+      return claim_decline(c, "body '%s' output '%s' has dtype %s, which MLX lacks", attr, v->name,
+                           ir_dtype_name(v->dtype));
+  }
+  return true;
+}
+
+bool claim_body(claim_ctx *c, const ir_graph *body, const char *attr) {
+  if (!body) return claim_decline(c, "no body '%s'", attr);
+  if (!body_values_in_mlx(c, body, attr)) return false;
+  for (int i = 0; i < body->n_nodes; i++) {
+    const ir_node *n = &body->nodes[i];
+    claim_ctx inner = {.graph = body, .node = n, .device = c->device};
+    if (!op_registry_claim(&inner))
+      return claim_decline(c, "body '%s' node '%s' (%s): %s", attr, n->name, n->op_type, inner.reason);
+  }
+  return true;
 }

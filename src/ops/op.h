@@ -46,6 +46,9 @@ int32_t claim_input_dtype(const claim_ctx *c, int i);     /* ONNX_UNDEFINED when
 bool claim_input_is_const(const claim_ctx *c, int i);     /* initializer with data available */
 /* Reads an integer constant input (any int dtype) into out[max]; returns count or -1. */
 int claim_const_ints(const claim_ctx *c, int i, int64_t *out, int max);
+/* Control flow: whether every node of `body` (nested bodies included) is claimed and every body
+ * input and output has an MLX dtype; when not, declines naming the body node that blocks it. */
+bool claim_body(claim_ctx *c, const ir_graph *body, const char *attr);
 
 /* ---- lowering (runs while a cluster's MLX graph is built) ---------------------------------- */
 mlxb_scope *op_scope(op_ctx *c);
@@ -86,6 +89,31 @@ bool op_inputs_const(const op_ctx *c, const int *inputs, int n);
  * MLX), so a violated check only decides the error. 0, or -1 on a bridge error. */
 int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* ---- control-flow bodies (If, Loop, Scan rows flagged OP_FLAG_BODIES) ----------------------
+ * op_lower_body lowers the node's body `attr` into the same MLX graph: `inputs` bind the body's
+ * formal inputs in order (n_inputs of them), values of enclosing graphs the body refers to are
+ * the arrays they have in this Run (with their host values), and outputs[] receives the body's
+ * n_outputs results. When `when` (a bool scalar) is given, every validity check the body records
+ * (op_require) counts only where `when` is true: a branch computed but not taken (a traced If
+ * with a runtime condition) never fails the Run. 0, or -1 with the failure recorded. */
+const ir_graph *op_body(const op_ctx *c, const char *attr);
+int op_lower_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
+                  int n_outputs, mlxb_array *when);
+/* Makes s the scope the lowering builds in (op_scope) and returns the previous one: eager host
+ * loops build each iteration in a scope of their own and free the one before, so memory stays
+ * bounded by one iteration's state. Validity checks always live in the Run's scope. */
+mlxb_scope *op_swap_scope(op_ctx *c, mlxb_scope *s);
+/* Whether the Run is being traced into a compiled program (nothing may be evaluated). */
+bool op_tracing(const op_ctx *c);
+/* Evaluates arrays now (a host loop cutting its graph). Fails inside a trace. */
+int op_eval(op_ctx *c, mlxb_array *const *arrays, int n);
+/* Host integers of an array the lowering built (a Loop's condition): evaluates it, counted as a host
+ * read. Fails inside a trace. Returns the count or -1. */
+int op_read_ints(op_ctx *c, mlxb_array *a, int64_t *out, int max);
+/* Whether input i's host integers are known without evaluating anything (a constant, or a value
+ * of the signature computed from shapes and constants). */
+bool op_input_known(const op_ctx *c, int i);
+
 /* Records a failure (node and op are prefixed by the caller) and returns -1; when a bridge call
  * of this node failed already, its message is the one recorded (the cause, not a symptom). */
 int op_fail(op_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -138,6 +166,8 @@ enum {
   OP_FLAG_HOST_VALUES = 1 << 1, /* reads input values on the host (Reshape shape, Slice starts) */
   OP_FLAG_SHAPE_ONLY = 1 << 2,  /* outputs depend on input shapes only (Shape, Size) */
   OP_FLAG_RANDOM = 1 << 3,      /* outputs are not a function of the inputs (random draws) */
+  OP_FLAG_BODIES = 1 << 4,      /* control flow (If, Loop, Scan): the row claims and lowers the
+                                   node's bodies itself (claim_body, op_lower_body) */
 };
 
 struct op_def {

@@ -23,7 +23,13 @@ static int claim_all(const ir_graph *g, mlxb_device dev, const bool *skip, parti
     if (skip && skip[i]) {
       snprintf(c.reason, sizeof c.reason, "already assigned to another execution provider");
     } else if (g->is_subgraph) {
-      snprintf(c.reason, sizeof c.reason, "inside a control-flow body (left to ORT for now)");
+      /* ORT partitions bodies before their parent graph; a body runs whole with its control-flow
+       * node, which the parent graph's call claims (with every body) or leaves to ORT */
+      if (g->parent_name && *g->parent_name)
+        snprintf(c.reason, sizeof c.reason, "in a body of %s node '%s': claimed or declined with it, whole",
+                 g->parent_op, g->parent_name);
+      else
+        snprintf(c.reason, sizeof c.reason, "in a control-flow body: claimed or declined with its node, whole");
     } else if ((p->defs[i] = op_registry_claim(&c)) != NULL) {
       continue;
     }
@@ -147,6 +153,28 @@ static void write_clusters(const partition *p, FILE *f) {
   free(members);
 }
 
+/* Nodes of a body, nested bodies included. */
+static int body_nodes(const ir_graph *body) {
+  int n = body->n_nodes;
+  for (int i = 0; i < body->n_nodes; i++)
+    for (int k = 0; body->nodes[i].subgraphs && k < body->nodes[i].n_subgraphs; k++)
+      if (body->nodes[i].subgraphs[k]) n += body_nodes(body->nodes[i].subgraphs[k]);
+  return n;
+}
+
+/* The bodies each claimed control-flow node brings into its cluster (ORT's body calls decline
+ * them; this is where they show up as claimed). */
+static void write_bodies(const ir_graph *g, const partition *p, FILE *f) {
+  for (int i = 0; i < p->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (!p->defs[i] || !n->n_subgraphs || !n->subgraphs) continue;
+    fprintf(f, "  bodies of %s '%s' (cluster %d):", n->op_type, n->name, p->cluster_of[i]);
+    for (int k = 0; k < n->n_subgraphs; k++)
+      if (n->subgraphs[k]) fprintf(f, " %s %d nodes;", n->subgraph_attrs[k], body_nodes(n->subgraphs[k]));
+    fprintf(f, " they run with it, on MLX\n");
+  }
+}
+
 void partition_write_report(const ir_graph *g, const partition *p, const char *title, FILE *f) {
   int claimed = 0;
   for (int i = 0; i < p->n_nodes; i++) claimed += p->defs[i] != NULL;
@@ -154,6 +182,7 @@ void partition_write_report(const ir_graph *g, const partition *p, const char *t
   fprintf(f, "  nodes: %d, claimed: %d, declined: %d, clusters: %d\n", p->n_nodes, claimed,
           p->n_nodes - claimed, p->n_clusters);
   write_ops(g, p, f);
+  write_bodies(g, p, f);
   write_clusters(p, f);
   fflush(f);
 }

@@ -20,8 +20,11 @@ static uint64_t now_us(void) { return trace_now_us(); }
 struct op_ctx {
   plan *plan;
   const ir_graph *g;
+  const graph_frame *f; /* the graph being lowered (f->g == g): the cluster, or a body */
+  op_ctx *outer;      /* while lowering a body: the enclosing graph's context, else NULL */
   const ir_node *node;
-  mlxb_scope *s;
+  mlxb_scope *s;       /* where the lowering builds (a body's or a loop iteration's own scope) */
+  mlxb_scope *run_s;  /* the Run's scope, where validity checks are kept */
   mlxb_array **vals;  /* per value: its array in this Run */
   host_value *host;   /* per value: host integers found in this Run (owned by the Run) */
   const host_value *known; /* per value: shape-derived integers of the signature, or NULL */
@@ -71,7 +74,7 @@ int32_t op_output_dtype(const op_ctx *c, int i) {
 static mlxb_array **memo_slot(op_ctx *c, int slot) {
   if (slot < 0 || slot >= OP_CONST_MEMO_SLOTS) return NULL;
   ptrdiff_t node = c->node - c->g->nodes;
-  return &c->plan->memo[node * OP_CONST_MEMO_SLOTS + slot];
+  return &c->f->memo[node * OP_CONST_MEMO_SLOTS + slot];
 }
 
 mlxb_array *op_const_memo_get(op_ctx *c, int slot) {
@@ -99,7 +102,7 @@ bool op_inputs_const(const op_ctx *c, const int *inputs, int n) {
   for (int k = 0; k < n; k++) {
     int i = inputs[k];
     if (!op_has_input(c, i)) continue;
-    if (!c->plan->const_arrays[c->node->inputs[i]]) return false;
+    if (!c->f->const_arrays[c->node->inputs[i]]) return false;
   }
   return true;
 }
@@ -321,16 +324,18 @@ typedef struct run_state {
   int n_values;
 } run_state;
 
-static int run_state_init(run_state *r, const plan *p, mlxb_scope *s) {
-  r->n_values = p->g->n_values;
+static int run_state_init_frame(run_state *r, const graph_frame *f, mlxb_scope *s) {
+  r->n_values = f->g->n_values;
   r->s = s;
   r->vals = calloc((size_t)r->n_values + 1, sizeof *r->vals);
   r->host = calloc((size_t)r->n_values + 1, sizeof *r->host);
   if (!r->vals || !r->host) return -1;
   for (int v = 0; v < r->n_values; v++)
-    if (p->const_arrays[v]) r->vals[v] = p->const_arrays[v];
+    if (f->const_arrays[v]) r->vals[v] = f->const_arrays[v];
   return 0;
 }
+
+static int run_state_init(run_state *r, const plan *p, mlxb_scope *s) { return run_state_init_frame(r, &p->top, s); }
 
 static void run_state_free(run_state *r) {
   host_values_free(r->host, r->n_values);
@@ -430,26 +435,163 @@ static void node_histogram(const op_ctx *c) {
   fprintf(stderr, "[mlx ep] node %s (%s): %zu ops: %s\n", c->node->name, c->node->op_type, ops, text);
 }
 
-static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
-  op_ctx c = {.plan = p, .g = p->g, .s = r->s, .vals = r->vals, .host = r->host, .known = known,
-              .tracing = tracing, .checks = checks, .d = d};
+/* Lowers every node of c's graph in order (c->node is set per node). */
+static int lower_frame(op_ctx *c, run_state *r) {
+  const graph_frame *f = c->f;
+  diag *d = c->d;
   bool on_gpu = mlxb_scope_device(r->s) == MLXB_DEVICE_GPU;
-  for (int i = 0; i < p->g->n_nodes; i++) {
-    c.node = &p->g->nodes[i];
-    if (on_gpu) mlxb_scope_force_cpu(r->s, node_touches_f64(p->g, c.node));
-    if (p->defs[i]->lower(&c, p->defs[i]) || !mlxb_ok(r->s)) {
+  for (int i = 0; i < f->g->n_nodes; i++) {
+    c->node = &f->g->nodes[i];
+    if (on_gpu) mlxb_scope_force_cpu(r->s, node_touches_f64(f->g, c->node));
+    if (f->defs[i]->lower(c, f->defs[i]) || !mlxb_ok(r->s)) {
       if (!d->failed) diag_fail(d, "%s", mlxb_error(r->s));
-      diag_prefix(d, "node '%s' (%s): ", c.node->name, c.node->op_type);
+      diag_prefix(d, "node '%s' (%s): ", c->node->name, c->node->op_type);
       return -1;
     }
-    for (int k = 0; k < c.node->n_outputs; k++) {
-      int v = c.node->outputs[k];
-      if (v >= 0 && !r->vals[v] && op_has_output(&c, k))
-        return diag_fail(d, "node '%s' (%s): output %d was not produced", c.node->name, c.node->op_type, k);
+    for (int k = 0; k < c->node->n_outputs; k++) {
+      int v = c->node->outputs[k];
+      if (v >= 0 && !r->vals[v] && op_has_output(c, k))
+        return diag_fail(d, "node '%s' (%s): output %d was not produced", c->node->name, c->node->op_type, k);
     }
-    if (tracing && op_histogram_wanted()) node_histogram(&c);
+    if (c->tracing && op_histogram_wanted()) node_histogram(c);
   }
   return 0;
+}
+
+static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
+  op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .run_s = r->s, .vals = r->vals, .host = r->host,
+              .known = known, .tracing = tracing, .checks = checks, .d = d};
+  return lower_frame(&c, r);
+}
+
+/* ---- control-flow bodies (op_lower_body) ---------------------------------------------------- */
+
+static int node_index(const op_ctx *c) { return (int)(c->node - c->g->nodes); }
+
+static const graph_frame *body_frame(const op_ctx *c, const char *attr) {
+  const ir_node *n = c->node;
+  int i = node_index(c);
+  for (int k = 0; c->f->bodies && c->f->bodies[i] && k < n->n_subgraphs; k++)
+    if (n->subgraph_attrs[k] && !strcmp(n->subgraph_attrs[k], attr)) return c->f->bodies[i][k];
+  return NULL;
+}
+
+const ir_graph *op_body(const op_ctx *c, const char *attr) {
+  const graph_frame *f = body_frame(c, attr);
+  return f ? f->g : NULL;
+}
+
+bool op_tracing(const op_ctx *c) { return c->tracing; }
+
+static int copy_host_value(host_value *dst, const host_value *src) {
+  if (!src || !src->ints || dst->ints) return 0;
+  dst->ints = malloc(sizeof(int64_t) * (size_t)(src->n ? src->n : 1));
+  if (!dst->ints) return -1;
+  if (src->n) memcpy(dst->ints, src->ints, sizeof(int64_t) * (size_t)src->n);
+  dst->n = src->n;
+  return 0;
+}
+
+/* A body's references to the enclosing graph: the arrays of this Run and any host integers
+ * already known there (a Shape's result), so the body needs no evaluation for them. */
+static int bind_outer(const op_ctx *c, const graph_frame *f, run_state *r) {
+  for (int v = 0; v < f->g->n_values; v++) {
+    int pv = f->outer[v];
+    if (pv < 0) continue;
+    r->vals[v] = c->vals[pv];
+    if (copy_host_value(&r->host[v], &c->host[pv])) return -1;
+    if (c->known && copy_host_value(&r->host[v], &c->known[pv])) return -1;
+  }
+  return 0;
+}
+
+/* Checks recorded from index `from` on move to the Run's scope (a body's own scope is freed when
+ * it ends) and, given `when`, count only where it holds. */
+static int keep_checks(op_ctx *c, int from, mlxb_array *when) {
+  mlxb_scope *rs = c->run_s;
+  mlxb_array *zero = when ? mlxb_scalar_i64(rs, 0, MLXB_I64) : NULL;
+  mlxb_array *w = when ? mlxb_reshape(rs, when, NULL, 0) : NULL;
+  for (int i = from; i < c->checks->n; i++) {
+    mlxb_array *flag = c->checks->flags[i];
+    c->checks->flags[i] = when ? mlxb_where(rs, w, flag, zero) : mlxb_ref(rs, flag);
+  }
+  return mlxb_ok(rs) ? 0 : diag_fail(c->d, "%s", mlxb_error(rs));
+}
+
+/* The body's outputs into the caller's scope. */
+static int take_outputs(op_ctx *c, const graph_frame *f, const char *attr, run_state *r, mlxb_array **outputs,
+                        int n_outputs) {
+  const ir_graph *g = f->g;
+  for (int i = 0; i < n_outputs; i++) {
+    mlxb_array *a = r->vals[g->outputs[i]];
+    if (!a) return op_fail(c, "body '%s' output '%s' was not computed", attr, g->values[g->outputs[i]].name);
+    if (!(outputs[i] = r->s == c->s ? a : mlxb_ref(c->s, a))) return op_check(c);
+  }
+  return 0;
+}
+
+int op_lower_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
+                  int n_outputs, mlxb_array *when) {
+  const graph_frame *f = body_frame(c, attr);
+  if (!f) return op_fail(c, "no body '%s'", attr);
+  if (!f->defs) return op_fail(c, "body '%s' cannot be lowered: %s", attr, f->why_not ? f->why_not : "");
+  const ir_graph *g = f->g;
+  if (n_inputs != g->n_inputs || n_outputs != g->n_outputs)
+    return op_fail(c, "body '%s' takes %d inputs and gives %d outputs, not %d and %d", attr, g->n_inputs,
+                   g->n_outputs, n_inputs, n_outputs);
+  /* eager: the body builds in a scope of its own, freed when it ends, so a host loop keeps no
+   * intermediate of past iterations alive (MLX keeps what the outputs' graph still needs) */
+  mlxb_scope *bs = c->tracing ? c->s : mlxb_scope_new(mlxb_scope_device(c->s));
+  if (!bs) return op_fail(c, "out of memory");
+  run_state r;
+  int rc = -1, first_check = c->checks->n;
+  if (run_state_init_frame(&r, f, bs) || bind_outer(c, f, &r)) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < n_inputs; i++) r.vals[g->inputs[i]] = inputs[i];
+  op_ctx inner = {.plan = c->plan, .g = g, .f = f, .outer = c, .s = bs, .run_s = c->run_s, .vals = r.vals,
+                  .host = r.host, .tracing = c->tracing, .checks = c->checks, .d = c->d};
+  if (lower_frame(&inner, &r)) {
+    diag_prefix(c->d, "body '%s': ", attr);
+    goto done;
+  }
+  if (take_outputs(c, f, attr, &r, outputs, n_outputs)) goto done;
+  rc = keep_checks(c, first_check, when);
+done:
+  run_state_free(&r);
+  if (bs != c->s) mlxb_scope_free(bs);
+  return rc;
+}
+
+mlxb_scope *op_swap_scope(op_ctx *c, mlxb_scope *s) {
+  mlxb_scope *old = c->s;
+  c->s = s;
+  return old;
+}
+
+int op_eval(op_ctx *c, mlxb_array *const *arrays, int n) {
+  if (c->tracing) return op_fail(c, "evaluation inside a trace");
+  if (n > 0 && mlxb_eval(c->s, arrays, (size_t)n)) return op_check(c);
+  return 0;
+}
+
+int op_read_ints(op_ctx *c, mlxb_array *a, int64_t *out, int max) {
+  if (c->tracing) return op_fail(c, "a value is read on the host but depends on data");
+  if (!a) return op_check(c) ? -1 : op_fail(c, "no value to read");
+  size_t n = mlxb_size(a);
+  if (n > (size_t)max) return op_fail(c, "%zu values to read (at most %d)", n, max);
+  PLAN_STAT_ADD(c->plan, host_reads, 1);
+  if (mlxb_read_i64(c->s, a, out, n)) return op_check(c);
+  return (int)n;
+}
+
+bool op_input_known(const op_ctx *c, int i) {
+  if (!op_has_input(c, i)) return false;
+  int v = c->node->inputs[i];
+  const ir_value *val = &c->g->values[v];
+  if (val->is_const && val->const_data && is_int_dtype(val->dtype)) return true;
+  return (c->known && c->known[v].ints) || c->host[v].ints;
 }
 
 /* The axis of output i that carries a padded Run's extra rows, or -1. */

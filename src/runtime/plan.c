@@ -7,8 +7,8 @@
 #include "runtime/emulated.h"
 #include "runtime/plan_internal.h"
 
-static int upload_constant(plan *p, int v, diag *d) {
-  ir_value *val = &p->g->values[v];
+static int upload_constant(plan *p, ir_graph *g, mlxb_array **const_arrays, int v, diag *d) {
+  ir_value *val = &g->values[v];
   int t = op_mlx_dtype(val->dtype);
   bool emulated = ir_dtype_emulated_bits(val->dtype) != 0;
   int64_t count = ir_value_static_size(val);
@@ -22,12 +22,12 @@ static int upload_constant(plan *p, int v, diag *d) {
   mlxb_array *a = emulated ? emulated_upload(p->consts, val->dtype, val->const_data, val->dims, val->rank)
                            : mlxb_from_data(p->consts, val->const_data, val->dims, val->rank, (mlxb_dtype)t);
   if (!a) return diag_fail(d, "constant '%s': %s", val->name, mlxb_error(p->consts));
-  p->const_arrays[v] = a;
+  const_arrays[v] = a;
   bool keep_host = (val->dtype != ONNX_FLOAT && val->dtype != ONNX_FLOAT16 && val->dtype != ONNX_BFLOAT16)
                    ? count <= PLAN_HOST_CONST_MAX : count <= 64;
   if (keep_host) {
-    val->const_data = val->const_bytes ? arena_memdup(p->g->mem, val->const_data, val->const_bytes)
-                                       : arena_alloc(p->g->mem, 1); /* empty: data may be NULL */
+    val->const_data = val->const_bytes ? arena_memdup(g->mem, val->const_data, val->const_bytes)
+                                       : arena_alloc(g->mem, 1); /* empty: data may be NULL */
     if (!val->const_data) return diag_fail(d, "out of memory");
   } else {
     val->const_data = NULL;
@@ -36,12 +36,11 @@ static int upload_constant(plan *p, int v, diag *d) {
   return 0;
 }
 
-static int upload_constants(plan *p, diag *d) {
-  ir_graph *g = p->g;
+static int upload_constants(plan *p, ir_graph *g, mlxb_array **const_arrays, diag *d) {
   int n_consts = 0;
   for (int v = 0; v < g->n_values; v++) {
-    if (!g->values[v].is_const || !g->values[v].const_borrowed) continue;
-    if (upload_constant(p, v, d)) return -1;
+    if (!g->values[v].is_const || !g->values[v].const_borrowed || g->values[v].is_outer_scope) continue;
+    if (upload_constant(p, g, const_arrays, v, d)) return -1;
     n_consts++;
   }
   if (!n_consts) return 0;
@@ -49,10 +48,112 @@ static int upload_constants(plan *p, diag *d) {
   if (!all) return diag_fail(d, "out of memory");
   int k = 0;
   for (int v = 0; v < g->n_values; v++)
-    if (p->const_arrays[v]) all[k++] = p->const_arrays[v];
+    if (const_arrays[v] && !g->values[v].is_outer_scope) all[k++] = const_arrays[v];
   int rc = mlxb_eval(p->consts, all, (size_t)k);
   free(all);
   if (rc) return diag_fail(d, "evaluating constants: %s", mlxb_error(p->consts));
+  return 0;
+}
+
+/* ---- control-flow bodies ---------------------------------------------------------------------
+ * Every body of a claimed control-flow node gets a frame like the cluster's: its rows, constants
+ * and memo slots. A body refers to values of the enclosing graph by name (ORT's outer scope); the
+ * frame maps them to the enclosing graph's indices, and a constant there is a constant here. */
+
+static void frame_free(graph_frame *f);
+
+static void frame_free_bodies(graph_frame *f) {
+  for (int i = 0; f->bodies && i < f->g->n_nodes; i++) {
+    for (int k = 0; f->bodies[i] && k < f->g->nodes[i].n_subgraphs; k++) {
+      frame_free(f->bodies[i][k]);
+      free(f->bodies[i][k]);
+    }
+    free(f->bodies[i]);
+  }
+  free(f->bodies);
+  f->bodies = NULL;
+}
+
+static void frame_free(graph_frame *f) {
+  if (!f) return;
+  frame_free_bodies(f);
+  free(f->defs);
+  free(f->const_arrays);
+  free(f->memo);
+  free(f->outer);
+  free(f->why_not);
+}
+
+/* Links the body's outer-scope values to the enclosing graph's, sharing its constants. */
+static int link_outer(graph_frame *f, const graph_frame *enclosing, diag *d) {
+  ir_graph *g = f->g;
+  for (int v = 0; v < g->n_values; v++) {
+    ir_value *val = &g->values[v];
+    f->outer[v] = -1;
+    if (!val->is_outer_scope) continue;
+    int pv = ir_graph_find_value(enclosing->g, val->name);
+    if (pv < 0) return diag_fail(d, "body value '%s' refers to no value of the enclosing graph", val->name);
+    const ir_value *src = &enclosing->g->values[pv];
+    f->outer[v] = pv;
+    val->dtype = src->dtype;
+    val->is_const = src->is_const;
+    val->const_data = src->const_data; /* the enclosing graph's host copy (or NULL), never borrowed */
+    val->const_bytes = src->const_bytes;
+    val->const_borrowed = false;
+    f->const_arrays[v] = enclosing->const_arrays[pv];
+  }
+  return 0;
+}
+
+/* The row of every body node; a body some node of which is not claimed (the untaken branch of a
+ * constant If) keeps defs NULL and the reason. */
+static int claim_frame(graph_frame *f, mlxb_device dev) {
+  const ir_graph *g = f->g;
+  f->defs = calloc((size_t)g->n_nodes + 1, sizeof *f->defs);
+  if (!f->defs) return -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    claim_ctx c = {.graph = g, .node = &g->nodes[i], .device = dev};
+    if ((f->defs[i] = op_registry_claim(&c))) continue;
+    char why[512];
+    snprintf(why, sizeof why, "node '%s' (%s): %s", g->nodes[i].name, g->nodes[i].op_type, c.reason);
+    free(f->defs);
+    f->defs = NULL;
+    f->why_not = strdup(why);
+    return f->why_not ? 0 : -1;
+  }
+  return 0;
+}
+
+static int frame_build_bodies(plan *p, graph_frame *f, diag *d);
+
+static int frame_build_body(plan *p, graph_frame *f, ir_graph *g, const graph_frame *enclosing, diag *d) {
+  f->g = g;
+  f->const_arrays = calloc((size_t)g->n_values + 1, sizeof *f->const_arrays);
+  f->outer = calloc((size_t)g->n_values + 1, sizeof *f->outer);
+  f->memo = calloc((size_t)g->n_nodes * OP_CONST_MEMO_SLOTS + 1, sizeof *f->memo);
+  if (!f->const_arrays || !f->outer || !f->memo || claim_frame(f, p->cfg.device)) return diag_fail(d, "out of memory");
+  if (link_outer(f, enclosing, d) || upload_constants(p, g, f->const_arrays, d)) return -1;
+  return f->defs ? frame_build_bodies(p, f, d) : 0;
+}
+
+/* Frames for the bodies of f's control-flow nodes (recursively). */
+static int frame_build_bodies(plan *p, graph_frame *f, diag *d) {
+  const ir_graph *g = f->g;
+  f->bodies = calloc((size_t)g->n_nodes + 1, sizeof *f->bodies);
+  if (!f->bodies) return diag_fail(d, "out of memory");
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (!n->n_subgraphs) continue;
+    f->bodies[i] = calloc((size_t)n->n_subgraphs, sizeof *f->bodies[i]);
+    if (!f->bodies[i]) return diag_fail(d, "out of memory");
+    for (int k = 0; k < n->n_subgraphs; k++) {
+      if (!(f->bodies[i][k] = calloc(1, sizeof *f->bodies[i][k]))) return diag_fail(d, "out of memory");
+      if (frame_build_body(p, f->bodies[i][k], n->subgraphs[k], f, d)) {
+        diag_prefix(d, "node '%s' (%s) body '%s': ", n->name, n->op_type, n->subgraph_attrs[k]);
+        return -1;
+      }
+    }
+  }
   return 0;
 }
 
@@ -78,7 +179,7 @@ static void mark_shape_derived(plan *p) {
     const ir_node *n = &g->nodes[i];
     unsigned flags = p->defs[i]->flags;
     bool derived = (flags & OP_FLAG_SHAPE_ONLY) != 0;
-    if (!derived) {
+    if (!derived && !n->n_subgraphs) { /* bodies are not followed: control flow is never derived */
       derived = n->n_implicit_inputs == 0 && !(flags & OP_FLAG_RANDOM);
       for (int k = 0; k < n->n_inputs && derived; k++)
         derived = n->inputs[k] < 0 || p->shape_derived[n->inputs[k]];
@@ -113,7 +214,8 @@ int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **ou
   }
   strcpy(p->name, name ? name : "");
   mlxb_exclusive_begin(dev);
-  int rc = check_claims(p, d) || upload_constants(p, d) ? -1 : 0;
+  p->top = (graph_frame){.g = g, .defs = p->defs, .const_arrays = p->const_arrays, .memo = p->memo};
+  int rc = check_claims(p, d) || upload_constants(p, g, p->const_arrays, d) || frame_build_bodies(p, &p->top, d) ? -1 : 0;
   mlxb_exclusive_end(dev);
   if (rc) {
     plan_free(p);
@@ -136,6 +238,7 @@ void plan_free(plan *p) {
   mlxb_exclusive_end(p->cfg.device);
   pthread_mutex_destroy(&p->lock);
   buckets_free(&p->buckets);
+  frame_free_bodies(&p->top); /* the rest of top is the plan's own fields, freed below */
   free(p->shape_derived);
   free(p->memo);
   free(p->const_arrays);

@@ -73,6 +73,19 @@ typedef struct bucket_plan {
   int64_t *last_lengths; /* per cluster input: its padded-axis length in the latest Run, -1 before (atomic) */
 } bucket_plan;
 
+/* What Compile keeps of one graph a Run lowers: the cluster itself, or a control-flow body of
+ * one of its nodes (nested bodies included). A body's ir_graph belongs to its node's graph. */
+typedef struct graph_frame {
+  ir_graph *g;
+  const op_def **defs;       /* per node: the row that lowers it; NULL for a body not lowered
+                                (the untaken branch of an If with a constant condition) */
+  mlxb_array **const_arrays; /* per value: evaluated constant (in the plan's consts), or NULL */
+  mlxb_array **memo;         /* n_nodes * OP_CONST_MEMO_SLOTS arrays kept in consts (op_const_memo) */
+  int *outer;                /* bodies: per value, its index in the enclosing graph, or -1 */
+  struct graph_frame ***bodies; /* per node: its n_subgraphs body frames, or NULL */
+  char *why_not;             /* defs == NULL: why the body cannot be lowered */
+} graph_frame;
+
 struct plan {
   char *name;              /* fused node name, for messages */
   ir_graph *g;             /* owned snapshot of the cluster; constants no longer borrowed */
@@ -85,6 +98,8 @@ struct plan {
   pthread_mutex_t lock;    /* guards the signature cache and memo */
   mlxb_array **memo;       /* n_nodes * OP_CONST_MEMO_SLOTS arrays kept in consts (op_const_memo) */
   bucket_plan buckets;
+  graph_frame top;         /* the cluster as a frame: g, defs, const_arrays, memo above, and the
+                              bodies of its control-flow nodes */
   sig_entry *lru;
   int n_entries;
   plan_stats stats;        /* updated with atomics */
