@@ -23,6 +23,17 @@ static int lower_unary(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, y);
 }
 
+/* Erf and Sin are odd with f(0) = 0, so f(+0) = +0 and f(-0) = -0 (C99 Annex F, ORT's kernels);
+ * MLX's erf gives -0 for +0 and its sin +0 for -0, which a later Reciprocal or Div turns into an
+ * infinity of the other sign. Zeros pass through unchanged. */
+static int lower_odd_unary(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0);
+  mlxb_array *y = mlxb_unary(s, (mlxb_unary_op)def->arg, x);
+  mlxb_array *zero = mlxb_binary(s, MLXB_EQUAL, x, mlxb_scalar_f64(s, 0.0, mlxb_type(x)));
+  return op_set_output(c, 0, mlxb_where(s, zero, x, y));
+}
+
 /* float64 through op_util_exp: MLX's own float64 exp is float32-accurate. */
 static int lower_exp(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
@@ -264,15 +275,15 @@ static const op_def defs[] = {
     {"", "Reciprocal", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_RECIPROCAL, 0, "float dtypes"},
     {"", "Exp", 6, 13, DT_FLOATS, NULL, lower_exp, 0, 0, "float dtypes (float64 rebuilt from expm1 for full precision)"},
     {"", "Log", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_LOG, 0, "float dtypes"},
-    {"", "Erf", 9, 13, DT_FLOATS_NO_F64, NULL, lower_unary, MLXB_ERF, 0,
-     "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
+    {"", "Erf", 9, 13, DT_FLOATS_NO_F64, NULL, lower_odd_unary, MLXB_ERF, 0,
+     "float16/bfloat16/float; erf(-0) = -0, erf(+0) = +0; declined: float64 (MLX computes it at float32 precision)"},
     {"", "Tanh", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_TANH, 0, "float dtypes"},
     {"", "Ceil", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_CEIL, 0, "float dtypes"},
     {"", "Floor", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_FLOOR, 0, "float dtypes"},
     {"", "Round", 11, 22, DT_FLOATS, NULL, lower_unary, MLXB_ROUND, 0, "float dtypes; halves to even"},
     {"", "Sign", 9, 13, DT_NUMERIC, NULL, lower_sign, 0, 0, "all numeric dtypes; NaN stays NaN"},
-    {"", "Sin", 7, 22, DT_FLOATS_NO_F64, NULL, lower_unary, MLXB_SIN, 0,
-     "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
+    {"", "Sin", 7, 22, DT_FLOATS_NO_F64, NULL, lower_odd_unary, MLXB_SIN, 0,
+     "float16/bfloat16/float; sin(-0) = -0; declined: float64 (MLX computes it at float32 precision)"},
     {"", "Cos", 7, 22, DT_FLOATS_NO_F64, NULL, lower_unary, MLXB_COS, 0,
      "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
     {"", "Tan", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_TAN, 0, "float dtypes"},

@@ -1,7 +1,8 @@
 """Differential fuzzing (tools/fuzz/): a fixed seeded slice of random graphs run with ORT's CPU EP
 and with the EP in strict mode (eager, trace, replay), each in a worker process so that a crash
 fails the test instead of killing pytest; and the saved regression cases (tests/fuzz/cases/*.json,
-minimised failures written by `tools/fuzz/run.py --save`). A crash, a hang, an error on one side
+minimised failures written by `tools/fuzz/run.py --save`; a case with an "explained" field pins an
+explained difference, which must keep that explanation). A crash, a hang, an error on one side
 only or a mismatch without a known cause (run.explain) fails. docs/RELIABILITY.md has the counts
 of the long runs."""
 from __future__ import annotations
@@ -51,5 +52,10 @@ def worker():
 def test_fuzz_case(case, worker):
     res = worker.call({"spec": case["spec"]})
     why = fuzz.explain(case["spec"], res)
-    assert res["class"] in ("ok", "both-error", "declined", "no-ref") or why, \
-        f"{res['class']}: {res.get('detail', '')} (found as {case['found']}: {case['detail'][:200]})"
+    if res["class"] in ("ok", "both-error", "declined", "no-ref"):
+        return
+    assert why, f"{res['class']}: {res.get('detail', '')} (found as {case['found']}: {case['detail'][:200]})"
+    # a case saved with its explanation (an explained difference pinned) must keep that explanation:
+    # another cause, even a known one, is a change to look at
+    if case.get("explained"):
+        assert why[:40] == case["explained"][:40], f"explained as {why!r}, saved as {case['explained']!r}"

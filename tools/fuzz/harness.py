@@ -14,6 +14,14 @@ Tolerances (float outputs; ints and bools must be equal; NaN must match NaN):
   float32 rtol 1e-4 atol 1e-4, float16 rtol 1e-2 atol 1e-2, float64 rtol 1e-9 atol 1e-9.
 The atol term scales with the output's largest magnitude because chains (sums, matmuls,
 softmax) cancel: a difference relative to the output's scale is what a rounding order changes.
+A float output that differs is compared again at the tolerance of the least precise float dtype
+computed on its way (working_dtype: a float64 Cast of float32 arithmetic carries float32's
+accuracy). A mismatch is also compared with ORT's kernels run node by node (stepwise_values);
+when the EP matches that, the result says so ("stepwise") and run.explain names the cause;
+otherwise `amplified` looks for the first node whose output differs while its inputs agree within
+tolerance and that, alone on ORT's input values, the EP computes as ORT does ("amplified"). When
+ORT errors and the EP answers, ORT is run again with symbolic input dims ("symbolic" when it then
+answers as the EP).
 
 As a program (the worker): reads JSON lines {"id", "seed"|"spec", "mode"} on stdin and answers
 each with one line "RESULT <json>", flushing before and after; the driver treats the worker's
@@ -66,15 +74,16 @@ def _short(e):
     return s[:300]
 
 
-def compare(got, want, name):
-    """None when equal within tolerance, else a description."""
+def compare(got, want, name, tol=None):
+    """None when equal within tolerance (`tol`: (rtol, atol), default by want's dtype), else a
+    description."""
     g, w = np.asarray(got), np.asarray(want)
     if g.dtype != w.dtype or g.shape != w.shape:
         return f"{name}: {g.dtype}{list(g.shape)} != ORT's {w.dtype}{list(w.shape)}"
     if g.size == 0:
         return None
     if w.dtype.kind == "f":
-        rtol, atol = TOL.get(str(w.dtype), (1e-4, 1e-4))
+        rtol, atol = tol or TOL.get(str(w.dtype), (1e-4, 1e-4))
         g64, w64 = g.astype(np.float64), w.astype(np.float64)
         nan_g, nan_w = np.isnan(g64), np.isnan(w64)
         if (nan_g != nan_w).any():
@@ -105,11 +114,179 @@ def _quiet():
     return so
 
 
+TOL_ORDER = ("float64", "float32", "float16")   # from the tightest tolerance to the loosest
+
+
+def value_dtypes(spec) -> dict:
+    """{value name: numpy dtype name} for every input, initializer and node output (node outputs from
+    ONNX shape inference); a value inference cannot type is left out."""
+    inv = {v: k for k, v in ONNX_DT.items()}
+    out = {t["name"]: t["dtype"] for t in spec["inputs"] + spec["inits"]}
+    model, _ = build_model(spec)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(onnx.load_from_string(model))
+    except Exception:  # noqa: BLE001
+        return out
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        t = vi.type.tensor_type.elem_type
+        if t in inv:
+            out[vi.name] = inv[t]
+    return out
+
+
+def working_dtype(spec, name, dtypes) -> str | None:
+    """The least precise float dtype among the values COMPUTED on the way to `name` (node outputs,
+    `name` included; graph inputs are exact on both sides). A float64 output cast from float32
+    arithmetic carries float32's accuracy, so it is compared with float32's tolerance."""
+    producer = {o: n for n in spec["nodes"] for o in n["outputs"]}
+    seen, todo, worst = set(), [name], None
+    while todo:
+        v = todo.pop()
+        if v in seen or v not in producer:
+            continue
+        seen.add(v)
+        dt = dtypes.get(v)
+        if dt in TOL_ORDER and (worst is None or TOL_ORDER.index(dt) > TOL_ORDER.index(worst)):
+            worst = dt
+        todo.extend(i for i in producer[v]["inputs"] if i)
+    return worst
+
+
+def stepwise_values(spec) -> dict | None:
+    """Every value computed node by node, each node in its own ORT CPU session with its inputs fed
+    and its outputs materialised in their ONNX dtype: the graph's per-node semantics, without ORT's
+    whole-graph rewrites (a float16 node that lacks a float16 kernel runs in float32, and between
+    two such nodes ORT's cast elimination keeps the value in float32, never rounding it to the
+    float16 the graph declares). None when a node cannot be run this way."""
+    vals = {t["name"]: arr_of(t) for t in spec["inputs"] + spec["inits"]}
+    dtypes = value_dtypes(spec)
+    for n in spec["nodes"]:
+        ins = [i for i in n["inputs"] if i]
+        if any(i not in vals for i in ins) or any(o not in dtypes for o in n["outputs"]):
+            return None
+        graph = helper.make_graph(
+            [helper.make_node(n["op"], n["inputs"], n["outputs"], **n["attrs"])], "step",
+            [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(vals[i].dtype), vals[i].shape)
+             for i in dict.fromkeys(ins)],
+            [helper.make_tensor_value_info(o, ONNX_DT[dtypes[o]], None) for o in n["outputs"]])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.get("opset", gen.OPSET))])
+        model.ir_version = 10
+        try:
+            got = ort.InferenceSession(model.SerializeToString(), _quiet(), providers=["CPUExecutionProvider"]).run(
+                None, {i: vals[i] for i in ins})
+        except Exception:  # noqa: BLE001
+            return None
+        vals.update(zip(n["outputs"], got))
+    return vals
+
+
+def compare_working(spec, got, want, name, dtypes) -> str | None:
+    """compare(), then, for a float output that differs, again at the tolerance of the precision the
+    value was computed in (working_dtype). dtypes: a dict value_dtypes fills on first use."""
+    d = compare(got, want, name)
+    if d and np.asarray(want).dtype.kind == "f":
+        if not dtypes:
+            dtypes.update(value_dtypes(spec))
+        wd = working_dtype(spec, name, dtypes)
+        if wd and TOL_ORDER.index(wd) > TOL_ORDER.index(str(np.asarray(want).dtype)):
+            d = compare(got, want, name, TOL[wd])
+    return d
+
+
+def _stepwise_match(spec, results, names, dtypes) -> bool:
+    """True when every EP Run matches ORT's node-by-node values (stepwise_values) on every output."""
+    step = stepwise_values(spec)
+    if step is None or any(nm not in step for nm in names):
+        return False
+    return all(compare_working(spec, g, step[nm], nm, dtypes) is None for got in results for nm, g in zip(names, got))
+
+
+def _differs(spec, got, want, name, dtypes) -> str | None:
+    """compare_working, and for float values equal within tolerance, zeros of another sign (a later
+    Reciprocal or Div turns them into infinities of another sign)."""
+    d = compare_working(spec, got, want, name, dtypes)
+    g, w = np.asarray(got), np.asarray(want)
+    if d is None and w.dtype.kind == "f" and g.shape == w.shape and g.size:
+        z = (g == 0) & (w == 0) & (np.signbit(g) != np.signbit(w))
+        if z.any():
+            return f"{name}: the sign of zero differs at flat {int(np.argmax(z))}"
+    return d
+
+
+def _session(model, ep: bool):
+    if ep:
+        import onnxruntime_ep_mlx as mlx_ep
+        return mlx_ep.session(model, strict=True, sess_options=_quiet())
+    return ort.InferenceSession(model, _quiet(), providers=["CPUExecutionProvider"])
+
+
+def _all_values(spec, dtypes, ep: bool) -> dict | None:
+    """{name: array} of every input, initializer and node output: ORT's CPU EP, or the EP (strict, one
+    eager Run) with every intermediate exposed. None when that fails."""
+    outs = [{"name": o, "dtype": dtypes[o]} for n in spec["nodes"] for o in n["outputs"] if o in dtypes]
+    model, feeds = build_model(spec, outs)
+    try:
+        vals = _session(model, ep).run(None, feeds)
+    except Exception:  # noqa: BLE001
+        return None
+    out = {t["name"]: arr_of(t) for t in spec["inputs"] + spec["inits"]}
+    out.update(zip([o["name"] for o in outs], vals))
+    return out
+
+
+def amplified(spec) -> str | None:
+    """For a mismatch: finds the first node (in graph order) whose output differs between the EP and
+    ORT (_differs) while its inputs agree within tolerance, and runs that node alone on the EP with
+    ORT's values of its inputs. When the EP then gives ORT's output, the node is exact and the
+    mismatch is its sensitivity to differences within tolerance upstream (Floor/Ceil/a Cast to int or
+    a comparison of a value at a step, Log of a tiny value): returns a description, else None."""
+    dtypes = value_dtypes(spec)
+    ref, got = _all_values(spec, dtypes, False), _all_values(spec, dtypes, True)
+    if ref is None or got is None:
+        return None
+    inits = {t["name"]: t for t in spec["inits"]}
+    for n in spec["nodes"]:
+        bad = [o for o in n["outputs"] if o in ref and o in got and _differs(spec, got[o], ref[o], o, dtypes)]
+        if not bad:
+            continue
+        ins = [i for i in dict.fromkeys(n["inputs"]) if i]
+        if any(i not in ref or i not in got or _differs(spec, got[i], ref[i], i, dtypes) for i in ins):
+            return None
+        single = {"seed": spec.get("seed"), "opset": spec.get("opset", gen.OPSET), "nodes": [n],
+                  "inits": [inits[i] for i in ins if i in inits],
+                  "inputs": [{"name": i, "dtype": str(ref[i].dtype), "shape": list(ref[i].shape),
+                              "data": ref[i].ravel().tolist()} for i in ins if i not in inits],
+                  "outputs": [{"name": o, "dtype": dtypes[o]} for o in n["outputs"]]}
+        model, feeds = build_model(single)
+        try:
+            alone = _session(model, True).run(None, feeds)
+        except Exception:  # noqa: BLE001
+            return None
+        if any(_differs(single, a, ref[o], o, dtypes) for a, o in zip(alone, n["outputs"])):
+            return None
+        return (f"{n['op']} -> '{bad[0]}': its inputs agree within tolerance and, fed ORT's values of them, "
+                f"the EP gives ORT's output ({_differs(spec, got[bad[0]], ref[bad[0]], bad[0], dtypes)})")
+    return None
+
+
+def ort_symbolic(spec):
+    """ORT's CPU outputs with every graph input's dims symbolic (dim_param), or None when it fails."""
+    model, feeds = build_model(spec)
+    m = onnx.load_from_string(model)
+    for vi in m.graph.input:
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            d.dim_param = f"{vi.name}_d{k}"
+    try:
+        return _session(m.SerializeToString(), False).run(None, feeds)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def run_spec(spec) -> dict:
     import onnxruntime_ep_mlx as mlx_ep
     model, feeds = build_model(spec)
     names = [o["name"] for o in spec["outputs"]]
-    cpu_err = want = None
+    cpu_err = cpu_full = want = None
     try:
         sess = ort.InferenceSession(model, _quiet(), providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001
@@ -121,7 +298,7 @@ def run_spec(spec) -> dict:
         try:
             want = sess.run(None, feeds)
         except Exception as e:  # noqa: BLE001
-            cpu_err = _short(e)
+            cpu_err, cpu_full = _short(e), str(e)
             if "data type is not supported" in str(e):  # a kernel without this dtype's form
                 return {"class": "no-ref", "detail": cpu_err}
     try:
@@ -145,14 +322,30 @@ def run_spec(spec) -> dict:
     if cpu_err and errs:
         return {"class": "both-error", "detail": f"ep: {errs[0]} | ort: {cpu_err}"}
     if cpu_err:
-        return {"class": "one-sided", "detail": f"ORT errors, EP answers: {cpu_err}"}
+        res = {"class": "one-sided", "detail": f"ORT errors, EP answers: {cpu_err}"}
+        # a Run error only (a session ORT refuses is a model matter): does ORT answer when the
+        # input shapes are not static?
+        sym = None if cpu_err.startswith("session: ") else ort_symbolic(spec)
+        if sym is not None and all(compare(g, w, nm) is None for got in results for nm, g, w in zip(names, got, sym)):
+            res["symbolic"] = "ORT with symbolic input dims answers, as the EP does"
+            if "re-use buffer" in (cpu_full or ""):
+                res["symbolic"] += " (ORT's error: 'Shape mismatch attempting to re-use buffer')"
+        return res
     if errs:
         return {"class": "one-sided", "detail": f"EP errors, ORT answers: {errs[0]}"}
+    dtypes = {}
     for run, got in enumerate(results):
         for nm, g, w in zip(names, got, want):
-            d = compare(g, w, nm)
+            d = compare_working(spec, g, w, nm, dtypes)
             if d:
-                return {"class": "mismatch", "detail": f"run {run + 1}: {d}", "output": nm}
+                res = {"class": "mismatch", "detail": f"run {run + 1}: {d}", "output": nm}
+                if _stepwise_match(spec, results, names, dtypes):
+                    res["stepwise"] = "the EP matches ORT's kernels run node by node"
+                else:
+                    amp = amplified(spec)
+                    if amp:
+                        res["amplified"] = amp
+                return res
     return {"class": "ok"}
 
 

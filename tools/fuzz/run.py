@@ -166,8 +166,66 @@ def _tensor(spec, name):
     return None
 
 
+def _shapes(spec) -> dict:
+    """{value name: shape list} for every value whose shape ONNX shape inference (or the spec) knows
+    (the fuzz graphs' inputs have static shapes and their shape-giving inputs are initializers)."""
+    import onnx
+    import harness
+    out = {t["name"]: list(t["shape"]) for t in spec["inputs"] + spec["inits"]}
+    try:
+        model, _ = harness.build_model(spec)
+        inferred = onnx.shape_inference.infer_shapes(onnx.load_from_string(model), data_prop=True)
+    except Exception:  # noqa: BLE001
+        return out
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            out.setdefault(vi.name, [d.dim_value for d in t.shape.dim])
+    return out
+
+
 I64_MAX = 2**63 - 1
 REDUCES = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")
+INT_RANGE = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 255), "int32": (-2**31, 2**31 - 1), "int64": (-2**63, I64_MAX)}
+
+
+def _matmul_zero_broadcast(a, b) -> bool:
+    """True when NumPy's matmul accepts shapes a and b and ORT's matmul_helper (whose batch
+    broadcast takes max(dim) and so refuses a 0 against a 1) does not: a 1-D right operand moves
+    the left's M into the batch position, as ORT pads it."""
+    import numpy as np
+    try:
+        np.matmul(np.empty(a), np.empty(b))
+    except ValueError:
+        return False
+    if len(a) < 1 or len(b) < 1:
+        return False
+    if len(b) == 1:
+        lp, rp = list(a[:-1]) if len(a) >= 2 else [], [1] * max(len(a) - 1, 0)
+    else:
+        la, lb = ([1] + list(a)) if len(a) == 1 else list(a), list(b)
+        r = max(len(la), len(lb))
+        lp, rp = [1] * (r - len(la)) + la[:-2], [1] * (r - len(lb)) + lb[:-2]
+        lp, rp = lp[:r - 2], rp[:r - 2]
+    return any({x, y} == {0, 1} for x, y in zip(lp, rp))
+
+
+def _layernorm_constant_row(spec, n) -> bool:
+    """True when a LayerNormalization's input (a fed tensor) has a normalized row that is constant up
+    to its dtype's rounding: that row's output is rounding error divided by sqrt(epsilon)."""
+    import numpy as np
+    x = _tensor(spec, n["inputs"][0])
+    if not x or not x["shape"]:
+        return False
+    a = np.array(x["data"], dtype=np.float64).reshape(x["shape"])
+    axis = n["attrs"].get("axis", -1) % a.ndim
+    rows = a.reshape(int(np.prod(a.shape[:axis], dtype=np.int64)), -1)
+    if rows.size == 0:
+        return False
+    ulp = float(np.finfo(x["dtype"]).eps)
+    with np.errstate(invalid="ignore"):
+        flat = rows.std(axis=1) <= 8 * ulp * np.abs(rows).max(axis=1)
+    return bool(flat.any())
 
 
 def explain(spec, res):
@@ -176,29 +234,69 @@ def explain(spec, res):
     difference (docs/OPERATORS.md); docs/RELIABILITY.md lists them."""
     if res["class"] not in ("mismatch", "one-sided"):
         return None
-    f16_in = any(t["dtype"] == "float16" for t in spec["inputs"] + spec["inits"])
+    mismatch, detail = res["class"] == "mismatch", res.get("detail", "")
+    shapes = None
     for n in spec["nodes"]:
         op, ins = n["op"], n["inputs"]
-        if op == "Sign" and res["class"] == "mismatch" and "NaN differs" in res.get("detail", ""):
+        if op == "Sign" and mismatch and "NaN differs" in detail:
             return "Sign(NaN): the EP keeps NaN (docs/OPERATORS.md), ORT's CPU EP gives 0"
-        if (op == "Cast" and n["attrs"].get("to") in (1, 11) and f16_in and res["class"] == "mismatch"
-                and "max |diff|" in res.get("detail", "")):
-            return ("float16 rounding: ORT runs a float16 node that lacks a float16 kernel in float32 and its "
-                    "optimizer drops the float32->float16->float32/64 cast pair; the EP rounds to float16 as "
-                    "the graph says")
-        if op in ("ArgMax", "ArgMin", "ReduceMax", "ReduceMin") and _has_nan(spec, ins[:1]) and res["class"] == "mismatch":
+        if op in ("ArgMax", "ArgMin", "ReduceMax", "ReduceMin") and _has_nan(spec, ins[:1]) and mismatch:
             return f"{op} of NaN inputs: docs/OPERATORS.md says NaN handling may differ from ORT"
-        if op in REDUCES and len(ins) > 1 and ins[1]:
-            x, axes = _tensor(spec, ins[0]), _tensor(spec, ins[1])
-            if x and axes and 0 in x["shape"] and any(a < 0 for a in axes["data"]):
+        if op in REDUCES + ("ArgMax", "ArgMin"):
+            shapes = _shapes(spec) if shapes is None else shapes
+            xs = shapes.get(ins[0])
+            if op in REDUCES:
+                axes = _tensor(spec, ins[1]) if len(ins) > 1 and ins[1] else None
+                neg = bool(axes) and any(a < 0 for a in axes["data"])
+            else:
+                neg = n["attrs"].get("axis", 0) < 0
+            if xs is not None and 0 in xs and neg:
                 return (f"ORT bug: {op} of an empty input ignores negative axes (keeps them in the output "
                         "shape; ONNX shape inference and NumPy reduce them)")
+        if op == "MatMul":
+            shapes = _shapes(spec) if shapes is None else shapes
+            a, b = shapes.get(ins[0]), shapes.get(ins[1])
+            if (a is not None and b is not None and res["class"] == "one-sided" and "MatMul node" in detail
+                    and "cannot broadcast" in detail and _matmul_zero_broadcast(a, b)):
+                return ("ORT bug: MatMul batch broadcasting refuses a 0 against a 1 (NumPy, which ONNX MatMul "
+                        "follows, gives an empty result; microsoft/onnxruntime PR #25663)")
+            if a is not None and b is not None and mismatch and len(a) >= 1 and a[-1] == 0:
+                return ("ORT bug: MatMul with an empty inner dimension (K = 0) leaves ORT's output "
+                        "uninitialised (the sum of nothing is 0, as the EP gives)")
+        if op == "Pow" and mismatch:
+            base, ex = _tensor(spec, ins[0]), _tensor(spec, ins[1])
+            if base and ex and base["dtype"] in INT_RANGE and ex["dtype"] in INT_RANGE:
+                import numpy as np
+                lo, hi = INT_RANGE[base["dtype"]]
+                bb, ee = np.broadcast_arrays(np.array(base["data"], dtype=object).reshape(base["shape"]),
+                                             np.array(ex["data"], dtype=object).reshape(ex["shape"]))
+                if any(e >= 0 and not lo <= b ** e <= hi for b, e in zip(bb.ravel(), ee.ravel())):
+                    return ("integer Pow overflow: undefined in ONNX; the EP wraps (docs/OPERATORS.md), ORT casts "
+                            "a double pow (INT_MIN on x86)")
+        if op == "LayerNormalization" and mismatch and _layernorm_constant_row(spec, n):
+            return ("LayerNormalization of a row constant up to rounding: its output is rounding error over "
+                    "sqrt(epsilon) (ORT accumulates float32 in double, the EP in float32)")
         if op == "Slice" and len(ins) > 2:
             ends = _tensor(spec, ins[2])
             steps = _tensor(spec, ins[4]) if len(ins) > 4 and ins[4] else None
             if ends and steps and any(e == I64_MAX and st < 0 for e, st in zip(ends["data"], steps["data"])):
                 return ("ORT convention: Slice end INT64_MAX with a negative step runs to the start of the axis "
                         "(the ONNX spec clamps it to dim-1: an empty slice, which the EP gives)")
+    if res["class"] == "one-sided" and res.get("symbolic"):   # harness.ort_symbolic
+        if "re-use buffer" in res["symbolic"]:
+            return ("ORT bug: with static input shapes holding a 0, ORT's allocation planner reuses a buffer of "
+                    "another shape ('Shape mismatch attempting to re-use buffer'); with symbolic input dims ORT "
+                    "answers, as the EP does")
+        return "ORT fails only with these static input shapes; with symbolic input dims it answers, as the EP does"
+    if mismatch and res.get("stepwise"):   # harness.stepwise_values: ORT's kernels run node by node
+        import harness
+        if "float16" in harness.value_dtypes(spec).values():
+            return ("float16 rounding: ORT runs float16 nodes that lack a float16 kernel in float32 and keeps "
+                    "float32 between them (and drops float32->float16->float32 cast pairs); its kernels run "
+                    "node by node, each output in its declared dtype, give the EP's answer")
+        return "ORT's whole-graph rewrites: ORT's own kernels run node by node give the EP's answer"
+    if mismatch and res.get("amplified"):   # harness.amplified
+        return "sensitivity: a difference within tolerance upstream crosses a step or is amplified: " + res["amplified"]
     return None
 
 
