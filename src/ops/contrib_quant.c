@@ -186,6 +186,20 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
  * per plan (op_const_memo), not at every Run. */
 enum { MNB_MEMO_W, MNB_MEMO_SCALES, MNB_MEMO_BIASES };
 
+/* For many rows MLX's float32 quantized matmul is slower on the GPU than dequantizing the weights
+ * and one GEMM (H200, 128 rows: K 4864 N 896 0.41 vs 0.10 ms, K 896 N 151936 1.70 vs 0.68 ms,
+ * docs/PERFORMANCE_GPU.md); one row stays on the quantized kernel (1.5-3x faster there). Both
+ * compute with the same float32 weights, scale * q + bias; the dequantized copy is transient and
+ * capped so that a huge weight keeps the kernel that reads it packed. */
+enum { MNB_DEQUANT_MIN_ROWS = 32 };
+#define MNB_DEQUANT_MAX_BYTES ((int64_t)1 << 30)
+
+static bool mnb_prefers_dequantized(mlxb_scope *s, const mnb_attrs *a, mlxb_array *x) {
+  if (mlxb_scope_device(s) != MLXB_DEVICE_GPU) return false;
+  int64_t rows = (int64_t)mlxb_size(x) / mlxb_dim(x, -1);
+  return rows >= MNB_DEQUANT_MIN_ROWS && a->n * a->k_blocks * a->block * 4 <= MNB_DEQUANT_MAX_BYTES;
+}
+
 static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales,
                                         mlxb_array *zp) {
   mlxb_scope *s = op_scope(c);
@@ -210,6 +224,10 @@ static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_arra
       sc = op_const_memo_put(c, MNB_MEMO_SCALES, sc);
       biases = op_const_memo_put(c, MNB_MEMO_BIASES, biases);
     }
+  }
+  if (mnb_prefers_dequantized(s, a, x)) {
+    mlxb_array *dense = mlxb_dequantize(s, w, sc, biases, group, (int)a->bits, MLXB_F32);
+    return mlxb_matmul(s, x, mlxb_transpose(s, dense, (int[]){1, 0}, 2));
   }
   return mlxb_quantized_matmul(s, x, w, sc, biases, true, group, (int)a->bits);
 }
