@@ -45,6 +45,12 @@ $(VENV)/.stamp-$(MLX_BACKEND): requirements.txt
 	.venv-ort123/bin/pip install -q --disable-pip-version-check onnxruntime==1.23.2 numpy==2.4.6 onnx==1.23.2
 	touch $@
 
+# A middle runtime for the same library: the smoke test and the hostile-data catalogue.
+.venv-ort127/.stamp:
+	$(PYTHON) -m venv .venv-ort127
+	.venv-ort127/bin/pip install -q --disable-pip-version-check onnxruntime==1.27.0 numpy==2.4.6 onnx==1.23.2 pytest==9.2.0
+	touch $@
+
 # Fetched once, when absent (the files themselves are the targets).
 $(FETCHED_HEADERS):
 	scripts/fetch_debs.sh headers
@@ -71,12 +77,14 @@ FORCE:
 demo: $(LIB)
 	$(PY) examples/demo.py
 
-test: $(LIB) .venv-ort123/.stamp $(TESTDATA)
+test: $(LIB) .venv-ort123/.stamp .venv-ort127/.stamp $(TESTDATA)
 	$(PY) -m pytest -q -x tests
 	$(PY) tools/gen_operators.py --check
 	$(BUILD)/test_bridge
 	$(BUILD)/test_c_api $(LIB) tests/data/add_relu.onnx
 	.venv-ort123/bin/python tests/smoke_ort123.py $(LIB)
+	.venv-ort127/bin/python tests/smoke_ort123.py $(LIB)
+	ORT_EP_MLX_LIBRARY=$(CURDIR)/$(LIB) .venv-ort127/bin/python -m pytest -q -p no:cacheprovider tests/hostile
 	$(PY) tests/conformance/run.py --check
 
 conformance: $(LIB) $(TESTDATA)

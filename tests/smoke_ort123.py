@@ -1,4 +1,5 @@
-"""Smoke test of the EP on the oldest ONNX Runtime we support (1.23.x), run with its own virtualenv:
+"""Smoke test of the EP on the oldest ONNX Runtime we support (1.23.x) and a middle one (1.27.x), each
+run with its own virtualenv:
 
     .venv-ort123/bin/python tests/smoke_ort123.py build/libonnxruntime_ep_mlx.so
 
@@ -54,8 +55,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(f"usage: {argv[0]} <libonnxruntime_ep_mlx.so>", file=sys.stderr)
         return 1
-    if not ort.__version__.startswith("1.23"):
-        print(f"smoke_ort123: expected onnxruntime 1.23.x, got {ort.__version__}", file=sys.stderr)
+    if not ort.__version__.startswith(("1.23", "1.27")):
+        print(f"smoke_ort123: expected onnxruntime 1.23.x or 1.27.x, got {ort.__version__}", file=sys.stderr)
         return 1
     # Absolute: ORT resolves a relative library path against its own folder.
     ort.register_execution_provider_library(EP_NAME, os.path.abspath(argv[1]))
