@@ -113,7 +113,7 @@ static const char *rs_parse(const ir_node *n, rs_attrs *a) {
     const int64_t *ax;
     size_t nax = ir_attr_ints(n, "axes", &ax);
     if (nax > OP_UTIL_MAX_RANK) return "too many axes";
-    memcpy(a->axes, ax, nax * sizeof *ax);
+    if (nax) memcpy(a->axes, ax, nax * sizeof *ax); /* ax is NULL without the attribute */
     a->naxes = (int)nax;
   }
   if (a->antialias && a->mode == RS_NEAREST) return "antialias needs linear or cubic mode";
