@@ -81,6 +81,7 @@ test: $(LIB) .venv-ort123/.stamp .venv-ort127/.stamp $(TESTDATA)
 	$(PY) -m pytest -q -x tests
 	$(PY) tools/gen_operators.py --check
 	$(BUILD)/test_bridge
+	$(BUILD)/test_registry
 	$(BUILD)/test_c_api $(LIB) tests/data/add_relu.onnx
 	.venv-ort123/bin/python tests/smoke_ort123.py $(LIB)
 	.venv-ort127/bin/python tests/smoke_ort123.py $(LIB)

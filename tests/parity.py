@@ -101,17 +101,21 @@ def _assert_outputs_match(got, want, rtol, atol, run):
             np.testing.assert_array_equal(g, w, err_msg=where)
 
 
+def run_mlx_each(model: bytes, feeds: dict, strict=True, options=None):
+    """The outputs of PARITY_RUNS Runs of one MLX session on the same feeds (eager, trace, replay):
+    assert_parity's triple, for tests that compare with tolerances of their own."""
+    sess = mlx_ep.session(model, options=options, strict=strict)
+    return [sess.run(None, feeds) for _ in range(PARITY_RUNS)]
+
+
 def assert_parity(model: bytes, feeds: dict, rtol=None, atol=None, strict=True, options=None):
     """Runs model on MLX (strict; PARITY_RUNS times: eager, trace, replay) and on the CPU EP;
     compares every output of every Run. Returns the first Run's MLX outputs."""
     want = run_cpu(model, feeds)
-    sess = mlx_ep.session(model, options=options, strict=strict)
-    first = None
-    for run in range(PARITY_RUNS):
-        got = sess.run(None, feeds)
+    runs = run_mlx_each(model, feeds, strict=strict, options=options)
+    for run, got in enumerate(runs):
         _assert_outputs_match(got, want, rtol, atol, run)
-        first = got if first is None else first
-    return first
+    return runs[0]
 
 
 # ---- model builders shared by the op tests -------------------------------------------------------

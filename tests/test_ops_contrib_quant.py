@@ -10,21 +10,24 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import claim_report, make_model, onnx_type, run_cpu, run_mlx
+from parity import claim_report, make_model, onnx_type, run_cpu, run_mlx_each
 
 MS = "com.microsoft"
 
 
 def compare(model, feeds):
+    """Every Run of the eager/trace/replay triple against ORT's CPU EP; returns the first Run's output."""
     (want,) = run_cpu(model, feeds)
-    (got,) = run_mlx(model, feeds)
-    assert got.dtype == want.dtype and got.shape == want.shape
     scale = float(np.abs(want.astype(np.float64)).max()) if want.size else 1.0
-    if want.dtype == np.float16:
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-3 * scale)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6 * scale)
-    return got
+    runs = [got for (got,) in run_mlx_each(model, feeds)]
+    for run, got in enumerate(runs):
+        assert got.dtype == want.dtype and got.shape == want.shape, f"run {run + 1}"
+        if want.dtype == np.float16:
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2,
+                                       atol=1e-3 * scale, err_msg=f"run {run + 1}")
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6 * scale, err_msg=f"run {run + 1}")
+    return runs[0]
 
 
 declined_reason = functools.partial(claim_report, session_may_fail=True)
@@ -238,6 +241,6 @@ def test_quantized_decoder_chain(acc):
                        opset=17, domains=[(MS, 1)])
     feeds = {"ids": rng.integers(0, vocab, size=(2, 5)).astype(np.int64)}
     want = run_cpu(model, feeds)
-    got = run_mlx(model, feeds)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()))
+    for got in run_mlx_each(model, feeds):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()))

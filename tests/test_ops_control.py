@@ -317,7 +317,7 @@ def test_scan_traces_once(tmp_path):
 def test_scan_steps_mismatch_fails_like_ort():
     feeds = scan_feeds(np.random.default_rng(5))
     feeds["B"] = feeds["B"][:3]
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match=r"Scan inputs have inconsistent sequence lengths"):
         run_cpu(scan_model(), feeds)
     with pytest.raises(Exception, match=r"\(Scan\): scan input 1 has 3 steps"):
         mlx_ep.session(scan_model(), strict=True).run(None, feeds)

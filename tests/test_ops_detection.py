@@ -105,7 +105,7 @@ def test_nms_center_point_box_declined():
     boxes, scores = nms_boxes(1, 5, 0), nms_scores(1, 1, 5, False)
     model, feeds = args_model("NonMaxSuppression", nms_args(boxes, scores, 3), attrs={"center_point_box": 2},
                               out_dtypes=[TensorProto.INT64], opset=11)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match=r"fallback to CPU EP has been explicitly disabled"):
         run_mlx(model, feeds)
 
 

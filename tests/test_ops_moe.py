@@ -11,17 +11,24 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from parity import make_model, onnx_type, run_cpu, run_mlx
+from parity import make_model, onnx_type, run_cpu, run_mlx_each
 
 MS = "com.microsoft"
 
 
 def compare(model, feeds, int8=False):
-    """int8: ORT quantized FC2's input to int8; an FC1 output within an ulp of a rounding tie may
+    """Every Run of the eager/trace/replay triple against ORT's CPU EP; returns the first Run's output.
+    int8: ORT quantized FC2's input to int8; an FC1 output within an ulp of a rounding tie may
     round the other way there, moving one token's row by about one quantization step. Such rows
     are allowed when rare (at most 5%) and within 2e-3 of the output's magnitude."""
     (want,) = run_cpu(model, feeds)
-    (got,) = run_mlx(model, feeds)
+    runs = [got for (got,) in run_mlx_each(model, feeds)]
+    for got in runs:
+        compare_one(got, want, int8)
+    return runs[0]
+
+
+def compare_one(got, want, int8):
     assert got.dtype == want.dtype and got.shape == want.shape
     scale = float(np.abs(want.astype(np.float64)).max()) if want.size else 1.0
     g, w = got.astype(np.float64), want.astype(np.float64)
@@ -33,7 +40,6 @@ def compare(model, feeds, int8=False):
         keep = ~rows
         g, w = g.reshape(-1, w.shape[-1])[keep], w.reshape(-1, w.shape[-1])[keep]
     np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-    return got
 
 
 def declined_reason(model, tmp_path) -> str:

@@ -114,7 +114,7 @@ def test_like_moments():
 
 def test_unsupported_dtype_declined():
     m, feeds = model("RandomNormal", {"shape": [2], "dtype": TensorProto.INT32}, out_dtype=TensorProto.INT32)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match=r"fallback to CPU EP has been explicitly disabled"):
         session(m)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from parity import assert_parity, feeds_model, run_cpu, run_mlx
+from parity import assert_parity, feeds_model, run_cpu, run_mlx_each
 
 RNG = np.random.default_rng(0)
 
@@ -21,6 +21,20 @@ def fft_tol(got, want):
     ORT's naive DFT (non-power-of-2 lengths) accumulates angle errors of ~1e-4 relative."""
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(got, want, rtol=0, atol=3e-4 * scale)
+
+
+def mlx_outputs(model, feeds):
+    """Output 0 of each Run of the eager/trace/replay triple (parity.run_mlx_each)."""
+    return [out[0] for out in run_mlx_each(model, feeds)]
+
+
+def check_fft(model, feeds, reference=None, atol=None):
+    """Every Run against ORT's CPU EP (fft_tol) and, when given, against a NumPy reference."""
+    want = run_cpu(model, feeds)[0]
+    for got in mlx_outputs(model, feeds):
+        fft_tol(got, want)
+        if reference is not None:
+            np.testing.assert_allclose(got, reference, atol=atol)
 
 
 def dft_model(x, opset, attrs, axis=None, dft_length=None):
@@ -54,9 +68,7 @@ def numpy_dft(x, axis, inverse=False, onesided=False, n=None):
 def test_dft(n, complex_in, inverse, opset):
     x = RNG.standard_normal((3, n, 2 if complex_in else 1)).astype(np.float32)
     model, feeds = dft_model(x, opset, {"inverse": int(inverse)}, axis=1)
-    got = run_mlx(model, feeds)[0]
-    fft_tol(got, run_cpu(model, feeds)[0])
-    np.testing.assert_allclose(got, numpy_dft(x, 1, inverse), atol=1e-5 * max(1, n))
+    check_fft(model, feeds, numpy_dft(x, 1, inverse), atol=1e-5 * max(1, n))
 
 
 @pytest.mark.parametrize("n", [8, 9])
@@ -64,9 +76,7 @@ def test_dft(n, complex_in, inverse, opset):
 def test_dft_onesided(n, dft_length):
     x = RNG.standard_normal((2, n, 1)).astype(np.float32)
     model, feeds = dft_model(x, 20, {"onesided": 1}, axis=1, dft_length=dft_length)
-    got = run_mlx(model, feeds)[0]
-    fft_tol(got, run_cpu(model, feeds)[0])
-    np.testing.assert_allclose(got, numpy_dft(x, 1, onesided=True, n=dft_length), atol=1e-4)
+    check_fft(model, feeds, numpy_dft(x, 1, onesided=True, n=dft_length), atol=1e-4)
 
 
 @pytest.mark.parametrize("bins", [5, 4])
@@ -76,10 +86,12 @@ def test_dft_irfft(bins, dft_length):
     n // 2 + 1); ORT's kernel deviates when the bin count is not dft_length // 2 + 1."""
     x = RNG.standard_normal((2, bins, 2)).astype(np.float32)
     model, feeds = dft_model(x, 20, {"onesided": 1, "inverse": 1}, axis=1, dft_length=dft_length)
-    got = run_mlx(model, feeds)[0]
+    want = numpy_dft(x, 1, inverse=True, onesided=True, n=dft_length)
     if dft_length is None or dft_length // 2 + 1 == bins:
-        fft_tol(got, run_cpu(model, feeds)[0])
-    np.testing.assert_allclose(got, numpy_dft(x, 1, inverse=True, onesided=True, n=dft_length), atol=1e-5)
+        check_fft(model, feeds, want, atol=1e-5)
+    else:
+        for got in mlx_outputs(model, feeds):
+            np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -2, -3])
@@ -87,39 +99,34 @@ def test_dft_irfft(bins, dft_length):
 def test_dft_axes(axis, opset):
     x = RNG.standard_normal((4, 6, 8, 2)).astype(np.float32)
     model, feeds = dft_model(x, opset, {}, axis=axis)
-    got = run_mlx(model, feeds)[0]
-    fft_tol(got, run_cpu(model, feeds)[0])
-    np.testing.assert_allclose(got, numpy_dft(x, axis), atol=1e-4)
+    check_fft(model, feeds, numpy_dft(x, axis), atol=1e-4)
 
 
 @pytest.mark.parametrize("onesided", [0, 1])
 def test_dft_rank2_opset20(onesided):
     x = RNG.standard_normal((12, 1)).astype(np.float32)
     model, feeds = dft_model(x, 20, {"onesided": onesided}, axis=0)
-    got = run_mlx(model, feeds)[0]
-    fft_tol(got, run_cpu(model, feeds)[0])
-    np.testing.assert_allclose(got, numpy_dft(x, 0, onesided=bool(onesided)), atol=1e-5)
+    check_fft(model, feeds, numpy_dft(x, 0, onesided=bool(onesided)), atol=1e-5)
 
 
 @pytest.mark.parametrize("dft_length", [4, 10, 32])
 def test_dft_length_complex(dft_length):
     x = RNG.standard_normal((2, 10, 2)).astype(np.float32)
     model, feeds = dft_model(x, 20, {}, axis=1, dft_length=dft_length)
-    got = run_mlx(model, feeds)[0]
-    fft_tol(got, run_cpu(model, feeds)[0])
+    check_fft(model, feeds)
 
 
 def test_dft_length_fed():
     x = RNG.standard_normal((2, 16, 1)).astype(np.float32)
     model, feeds = build("DFT", {"x": x, "dl": np.array(8, np.int64)}, attrs={"onesided": 1}, opset=20,
                          names=["x", "dl"])
-    fft_tol(run_mlx(model, feeds)[0], run_cpu(model, feeds)[0])
+    check_fft(model, feeds)
 
 
 def test_dft_large_power_of_two():
     x = RNG.standard_normal((1, 4096, 1)).astype(np.float32)
     model, feeds = dft_model(x, 20, {}, axis=1)
-    fft_tol(run_mlx(model, feeds)[0], run_cpu(model, feeds)[0])
+    check_fft(model, feeds)
 
 
 # ---- STFT ----------------------------------------------------------------------------------------
@@ -142,13 +149,13 @@ def test_stft_real(frame, step, windowed, onesided):
     x = RNG.standard_normal((2, 64, 1)).astype(np.float32)
     w = np.hanning(frame).astype(np.float32) if windowed else None
     model, feeds = stft_model(x, step, w, None if windowed else frame, onesided)
-    fft_tol(run_mlx(model, feeds)[0], run_cpu(model, feeds)[0])
+    check_fft(model, feeds)
 
 
 def test_stft_complex():
     x = RNG.standard_normal((1, 40, 2)).astype(np.float32)
     model, feeds = stft_model(x, 5, np.hamming(10).astype(np.float32), 10, onesided=0)
-    fft_tol(run_mlx(model, feeds)[0], run_cpu(model, feeds)[0])
+    check_fft(model, feeds)
 
 
 # ---- windows and mel ----------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import check_op as check, f32, i64, args_model, assert_parity, make_model, normal_data as rand, run_mlx
+from parity import check_op as check, f32, i64, args_model, assert_parity, make_model, normal_data as rand, run_cpu, \
+    run_mlx_each
 
 
 
@@ -100,9 +101,20 @@ def test_grid_sample_empty_batch():
           {}, opset=20)
 
 
-def test_grid_sample_nan_grid_does_not_crash():
-    node = helper.make_node("GridSample", ["x", "g"], ["y"], padding_mode="border")
-    model = make_model([node], [("x", TensorProto.FLOAT, [1, 1, 3, 3]), ("g", TensorProto.FLOAT, [1, 1, 3, 2])],
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_extreme_grid(mode, padding):
+    """Grid row 0 holds NaN, infinities and 1e30, row 1 finite far-away points. Row 1 is compared
+    with ORT's CPU EP in every Run. Row 0 has no reference: ORT converts such coordinates to an
+    integer index (undefined in C++; x86 gives INT64_MIN, which ORT then clamps), so there the
+    EP must only stay inside the input (its indices are clamped before the conversion)."""
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding)
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 1, 3, 3]), ("g", TensorProto.FLOAT, [1, 2, 3, 2])],
                        [("y", TensorProto.FLOAT, None)], opset=20)
-    g = np.array([[[[np.nan, 0], [np.inf, -np.inf], [1e30, -1e30]]]], np.float32)
-    run_mlx(model, {"x": rand((1, 1, 3, 3)), "g": g})
+    g = np.array([[[[np.nan, 0], [np.inf, -np.inf], [1e30, -1e30]],
+                   [[0.3, -0.2], [1e6, -1e6], [-3e5, 40.0]]]], np.float32)
+    feeds = {"x": rand((1, 1, 3, 3)), "g": g}
+    (want,) = run_cpu(model, feeds)
+    for run, (got,) in enumerate(run_mlx_each(model, feeds)):
+        assert got.shape == want.shape == (1, 1, 2, 3), f"run {run + 1}"
+        np.testing.assert_allclose(got[:, :, 1], want[:, :, 1], rtol=1e-5, atol=1e-6, err_msg=f"run {run + 1}")

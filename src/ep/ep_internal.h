@@ -66,7 +66,11 @@ typedef struct ep_compute {
   plan *plan;              /* owned; immutable, shared by concurrent Runs */
 } ep_compute;
 
-/* An OrtStatus from a failed diag (message prefixed with the EP name). */
+/* The factory the exports hand ORT (src/ep/factory.c); ep_factory_destroy accepts NULL. */
+OrtStatus *ep_factory_create(const ep_runtime *rt, const OrtLogger *logger, OrtEpFactory **out);
+void ep_factory_destroy(OrtEpFactory *f);
+
+/* An OrtStatus from a failed diag (message prefixed with the EP name); src/ep/status.c. */
 OrtStatus *ep_status_from_diag(const ep_runtime *rt, const diag *d);
 OrtStatus *ep_status_msg(const ep_runtime *rt, OrtErrorCode code, const char *msg);
 

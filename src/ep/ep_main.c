@@ -1,13 +1,9 @@
 /* The library's two exports. CreateEpFactories negotiates the ORT API version (the version our
  * headers know, falling back to 23) so one binary serves ORT 1.23 through the newest release. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ep/ep_internal.h"
-
-OrtStatus *ep_factory_create(const ep_runtime *rt, const OrtLogger *logger, OrtEpFactory **out);
-void ep_factory_destroy(OrtEpFactory *f);
 
 /* The API version to ask for first: the runtime's minor version ("1.23.2" -> 23) when our
  * headers know it, so older runtimes are not asked (and do not complain) for newer ones. */
@@ -53,14 +49,4 @@ __attribute__((visibility("default"))) OrtStatus *CreateEpFactories(const char *
 __attribute__((visibility("default"))) OrtStatus *ReleaseEpFactory(OrtEpFactory *factory) {
   ep_factory_destroy(factory);
   return NULL;
-}
-
-OrtStatus *ep_status_msg(const ep_runtime *rt, OrtErrorCode code, const char *msg) {
-  return rt->api->CreateStatus(code, msg);
-}
-
-OrtStatus *ep_status_from_diag(const ep_runtime *rt, const diag *d) {
-  char msg[sizeof d->msg + 32];
-  snprintf(msg, sizeof msg, EP_NAME ": %s", d->failed ? d->msg : "unknown error");
-  return rt->api->CreateStatus(ORT_FAIL, msg);
 }

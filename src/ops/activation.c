@@ -156,7 +156,6 @@ static const act_fn act_fns[ACT_COUNT] = {
 static int lower_formula(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   if (def->arg < 0 || def->arg >= ACT_COUNT) return op_fail(c, "bad activation index %d", def->arg);
   mlxb_dtype t = mlxb_type(x), ct = compute_type(t);
   mlxb_array *y = act_fns[def->arg](s, op_node(c), op_util_cast(s, x, ct), ct);
@@ -166,13 +165,11 @@ static int lower_formula(op_ctx *c, const op_def *def) {
 static int lower_relu(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   return op_set_output(c, 0, mlxb_binary(s, MLXB_MAXIMUM, x, op_util_scalar(s, 0.0, mlxb_type(x))));
 }
 
 static int lower_sigmoid(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   return op_set_output(c, 0, sigmoid_of(op_scope(c), x, mlxb_type(x)));
 }
 
@@ -188,7 +185,6 @@ static bool claim_gelu(claim_ctx *c, const op_def *def) {
 static int lower_prelu(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *slope = op_input(c, 1);
-  if (!x || !slope) return op_fail(c, "X and slope are required");
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   mlxb_array *xc = op_util_cast(s, x, ct);
   mlxb_array *zero = op_util_scalar(s, 0.0, ct);
@@ -238,7 +234,6 @@ static mlxb_array *clip_bound(op_ctx *c, int i, const char *name, bool lower, ml
 static int lower_clip(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   mlxb_dtype t = mlxb_type(x);
   mlxb_array *lo = clip_bound(c, 1, "min", true, t);
   mlxb_array *hi = clip_bound(c, 2, "max", false, t);
@@ -255,32 +250,48 @@ static int lower_clip(op_ctx *c, const op_def *def) {
 #define DT_FLOATS DT_FLOAT
 
 static const op_def defs[] = {
-    {"", "Relu", 6, 13, DT_FLOATS, NULL, lower_relu, 0, 0, "float dtypes; NaN stays NaN"},
-    {"", "Relu", 14, 14, DT_FLOATS | DT_SINT, NULL, lower_relu, 0, 0, "float and signed integer dtypes"},
-    {"", "LeakyRelu", 6, 16, DT_FLOATS, NULL, lower_formula, ACT_LEAKY_RELU, 0, "float dtypes, alpha"},
-    {"", "Sigmoid", 6, 13, DT_FLOATS, NULL, lower_sigmoid, 0, 0, "float dtypes"},
-    {"", "Gelu", 20, 20, DT_FLOATS, claim_gelu, lower_formula, ACT_GELU, 0,
-     "float dtypes, approximate none (erf) or tanh"},
-    {"", "Elu", 6, 22, DT_FLOATS, NULL, lower_formula, ACT_ELU, 0, "float dtypes, alpha"},
-    {"", "Selu", 6, 22, DT_FLOATS, NULL, lower_formula, ACT_SELU, 0, "float dtypes, alpha and gamma"},
-    {"", "Celu", 12, 28, DT_FLOATS, NULL, lower_formula, ACT_CELU, 0, "float dtypes, alpha"},
-    {"", "HardSigmoid", 6, 22, DT_FLOATS, NULL, lower_formula, ACT_HARD_SIGMOID, 0, "float dtypes, alpha and beta"},
-    {"", "HardSwish", 14, 22, DT_FLOATS, NULL, lower_formula, ACT_HARD_SWISH, 0, "float dtypes"},
-    {"", "Softplus", 1, 22, DT_FLOATS, NULL, lower_formula, ACT_SOFTPLUS, 0,
-     "float dtypes; stable log1p form, as ORT (no overflow for large x)"},
-    {"", "Softsign", 1, 22, DT_FLOATS, NULL, lower_formula, ACT_SOFTSIGN, 0, "float dtypes"},
-    {"", "Mish", 18, 22, DT_FLOATS, NULL, lower_formula, ACT_MISH, 0, "float dtypes"},
-    {"", "PRelu", 7, 16, DT_FLOATS | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64), NULL,
-     lower_prelu, 0, 0, "float and (opset 16) 32/64-bit integer dtypes; slope broadcast to X"},
-    {"", "ThresholdedRelu", 10, 22, DT_FLOATS, NULL, lower_formula, ACT_THRESHOLDED_RELU, 0, "float dtypes, alpha"},
-    {"", "Shrink", 9, 9, DT_NUMERIC, NULL, lower_formula, ACT_SHRINK, 0,
-     "all numeric dtypes, lambd and bias; integers computed in float32 and truncated, as ORT"},
-    {"", "Swish", 24, 24, DT_FLOATS, NULL, lower_formula, ACT_SWISH, 0, "float dtypes, alpha"},
-    {"", "Clip", 6, 10, DT_FLOATS, NULL, lower_clip, 0, 0,
-     "float dtypes, min/max attributes (defaults: the type's limits)"},
-    {"", "Clip", 11, 13, DT_NUMERIC, claim_clip, lower_clip, 0, 0,
-     "numeric dtypes, optional scalar min/max inputs (absent: the type's limits; ints unbounded); "
-     "min > max gives max"},
+    OP_ROW("", "Relu", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_relu,
+           .doc = "float dtypes; NaN stays NaN"),
+    OP_ROW("", "Relu", 14, 14, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS | DT_SINT, .lower = lower_relu,
+           .doc = "float and signed integer dtypes"),
+    OP_ROW("", "LeakyRelu", 6, 16, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_LEAKY_RELU, .doc = "float dtypes, alpha"),
+    OP_ROW("", "Sigmoid", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_sigmoid,
+           .doc = "float dtypes"),
+    OP_ROW("", "Gelu", 20, 20, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .claim = claim_gelu,
+           .lower = lower_formula, .arg = ACT_GELU, .doc = "float dtypes, approximate none (erf) or tanh"),
+    OP_ROW("", "Elu", 6, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_ELU, .doc = "float dtypes, alpha"),
+    OP_ROW("", "Selu", 6, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_SELU, .doc = "float dtypes, alpha and gamma"),
+    OP_ROW("", "Celu", 12, 28, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_CELU, .doc = "float dtypes, alpha"),
+    OP_ROW("", "HardSigmoid", 6, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_HARD_SIGMOID, .doc = "float dtypes, alpha and beta"),
+    OP_ROW("", "HardSwish", 14, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_HARD_SWISH, .doc = "float dtypes"),
+    OP_ROW("", "Softplus", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_SOFTPLUS, .doc = "float dtypes; stable log1p form, as ORT (no overflow for large x)"),
+    OP_ROW("", "Softsign", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_SOFTSIGN, .doc = "float dtypes"),
+    OP_ROW("", "Mish", 18, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_MISH, .doc = "float dtypes"),
+    OP_ROW("", "PRelu", 7, 16, .inputs = {2, 2}, .outputs = {1, 1},
+           .dtypes = DT_FLOATS | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64),
+           .lower = lower_prelu, .doc = "float and (opset 16) 32/64-bit integer dtypes; slope broadcast to X"),
+    OP_ROW("", "ThresholdedRelu", 10, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS,
+           .lower = lower_formula, .arg = ACT_THRESHOLDED_RELU, .doc = "float dtypes, alpha"),
+    OP_ROW("", "Shrink", 9, 9, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_formula,
+           .arg = ACT_SHRINK,
+           .doc = "all numeric dtypes, lambd and bias; integers computed in float32 and truncated, as ORT"),
+    OP_ROW("", "Swish", 24, 24, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_formula,
+           .arg = ACT_SWISH, .doc = "float dtypes, alpha"),
+    OP_ROW("", "Clip", 6, 10, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_clip,
+           .doc = "float dtypes, min/max attributes (defaults: the type's limits)"),
+    OP_ROW("", "Clip", 11, 13, .inputs = {1, 3}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .claim = claim_clip,
+           .lower = lower_clip,
+           .doc = "numeric dtypes, optional scalar min/max inputs (absent: the type's limits; ints unbounded); min > "
+                  "max gives max"),
 };
 
 OPS_FAMILY(activation, defs);

@@ -244,7 +244,6 @@ static bool claim_onnx_attention(claim_ctx *c, const op_def *def) {
   static const int same[] = {1, 2, 4, 5};
   if (!attn_claim_dtypes(c, same, 4)) return false;
   const ir_value *q = claim_input(c, 0), *m = claim_input(c, 3);
-  if (!claim_input(c, 1) || !claim_input(c, 2)) return claim_decline(c, "K and V are required");
   if (!attn_claim_rank(c, 0, 3, 4, "Q") || !attn_claim_rank(c, 3, 2, 4, "attn_mask")) return false;
   if (m && m->dtype != ONNX_BOOL && m->dtype != q->dtype) return claim_decline(c, "attn_mask dtype differs from Q's");
   if ((claim_input(c, 4) == NULL) != (claim_input(c, 5) == NULL))
@@ -281,7 +280,6 @@ static int lower_onnx_attention(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   mlxb_array *q = op_input(c, 0), *k = op_input(c, 1), *v = op_input(c, 2);
   mlxb_array *pk = op_input(c, 4), *pv = op_input(c, 5), *mask = op_input(c, 3), *nonpad = op_input(c, 6);
-  if (!q || !k || !v) return op_fail(c, "Q, K and V are required");
   int rank = mlxb_ndim(q);
   if (rank != mlxb_ndim(k) || rank != mlxb_ndim(v) || (rank != 3 && rank != 4))
     return op_fail(c, "Q, K and V must all be 3-D or all 4-D");
@@ -430,7 +428,7 @@ static int lower_mha(op_ctx *c, const op_def *def) {
   int64_t heads = ir_attr_int(n, "num_heads", 0);
   mlxb_array *q = op_input(c, 0), *k = op_input(c, 1), *v = op_input(c, 2), *bias = op_input(c, 3);
   mlxb_array *pk = op_input(c, 6), *pv = op_input(c, 7);
-  if (!q || !k || !v) return op_fail(c, "query, key and value are required");
+  if (!k || !v) return op_fail(c, "key and value are required");
   if (mlxb_ndim(q) != 3) return op_fail(c, "query must be 3-D");
   int64_t b = mlxb_dim(q, 0), sq = mlxb_dim(q, 1), d = mlxb_dim(q, 2);
   if (d % heads) return op_fail(c, "hidden size %lld is not a multiple of num_heads", (long long)d);
@@ -503,7 +501,7 @@ static int lower_ms_attention(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   int64_t heads = ir_attr_int(n, "num_heads", 0);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1), *bias = op_input(c, 2), *past = op_input(c, 4);
-  if (!x || !w || !bias) return op_fail(c, "input, weights and bias are required");
+  if (!bias) return op_fail(c, "bias is required");
   mlxb_dtype t = mlxb_type(x);
   int64_t b = mlxb_dim(x, 0), sq = mlxb_dim(x, 1), cols = mlxb_dim(w, 1);
   int64_t qh = cols / 3, vh = cols / 3;
@@ -767,8 +765,7 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   int64_t heads = ir_attr_int(n, "num_heads", 0), kv_heads = ir_attr_int(n, "kv_num_heads", 0);
   mlxb_array *query = op_input(c, 0), *pk = op_input(c, 3), *pv = op_input(c, 4), *seqlens = op_input(c, 5);
-  if (!query || !seqlens || !op_has_input(c, 6))
-    return op_fail(c, "query, seqlens_k and total_sequence_length are required");
+  if (!seqlens || !op_has_input(c, 6)) return op_fail(c, "seqlens_k and total_sequence_length are required");
   if (mlxb_ndim(query) != 3) return op_fail(c, "query must be 3-D");
   int64_t tsl;
   if (op_input_ints(c, 6, &tsl, 1) != 1) return op_fail(c, "total_sequence_length must be one value");
@@ -859,36 +856,41 @@ static bool pad_gqa(const ir_graph *g, const ir_node *n, const pad_fact *in, pad
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {"", "Attention", 23, 24, DT_F32 | DT_F16, claim_onnx_attention, lower_onnx_attention, 0, 0,
-     "float32/float16 (bfloat16 declined: no ORT CPU kernel); 3-D with q_num_heads/kv_num_heads or 4-D; "
-     "GQA; attn_mask bool or additive, broadcast over batch/heads; is_causal aligned as ORT (offset = past "
-     "length, per batch nonpad_kv_seqlen - S with opset 24's nonpad_kv_seqlen, none for one query after a past); "
-     "past_key/past_value -> present; scale; softcap (before the mask, as ORT and the current spec); "
-     "qk_matmul_output_mode 0-3; fully masked rows give zeros as on ORT; float16 rounds scores and "
-     "probabilities where ORT stores them in float16; softmax_precision accepted (softmax is float32 anyway)"},
-    {"com.microsoft", "MultiHeadAttention", 1, 1, DT_F32 | DT_F16, claim_mha, lower_mha, 0, 0,
-     "float32/float16; query [B, S, D] with key/value [B, L, D] (+ bias [3D]) or BNSH [B, N, L, H] "
-     "(cross attention; bias then applies to the query only, as on ORT); key_padding_mask int32 as lengths "
-     "[B], [B, T] or [B, S, T] (mask_filter_value); attention_bias [B|1, N|1, S, T]; past_key/past_value "
-     "-> present; unidirectional as ORT (future keys hidden for every query but the last); scale; qk "
-     "output (scores after mask and bias). Declined: packed QKV/KV (ORT CPU rejects them), "
-     "past_sequence_length/cache_indirection, bfloat16"},
-    {"com.microsoft", "GroupQueryAttention", 1, 1, DT_F32 | DT_F16, claim_gqa, lower_gqa, 0, OP_FLAG_HOST_VALUES,
-     "float32/float16; query/key/value [B, S, hidden] or packed QKV; past_key/past_value BNSH with ORT's "
-     "buffer semantics (present length max(past buffer, total_sequence_length); rows past seqlens_k zeroed); "
-     "first prompt (S == total_sequence_length, right padding via seqlens_k), chunked prefill and decode; "
-     "do_rotary (interleaved or not, partial) with position_ids or ORT's default positions; local_window_size; "
-     "softcap; smooth_softmax; head_sink; attention_bias; scale; causal=0; qk_output 1/2. total_sequence_length "
-     "is read on the host. Declined: quantized KV cache (k/v_quant_type, kv_cache_bit_width, k/v_scale), "
-     "sliding_window_cache, q/k_norm_weight (ORT CPU rejects them), non-causal with a window, bfloat16",
-     pad_gqa},
-    {"com.microsoft", "Attention", 1, 1, DT_F32 | DT_F16, claim_ms_attention, lower_ms_attention, 0, 0,
-     "float32/float16; input [B, S, D] projected by weights [D, q + k + v] plus bias (projection in float32); "
-     "qkv_hidden_sizes (q == k); mask_index int32 as end positions [B], end and start positions [2B], raw "
-     "[B, T] or [B, S, T] mask (mask_filter_value); attention_bias [B|1, N|1, S, T]; past [2, B, N, P, H] -> "
-     "present; unidirectional as ORT; scale. Declined: no bias (ORT's CPU kernel crashes), 4-D masks "
-     "(not implemented on ORT CPU), past with attention_bias (ORT rejects it), past_sequence_length/"
-     "past_present_share_buffer, do_rotary, bfloat16"},
+    OP_ROW("", "Attention", 23, 24, .inputs = {3, 7}, .outputs = {1, 4}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_onnx_attention, .lower = lower_onnx_attention,
+           .doc = "float32/float16 (bfloat16 declined: no ORT CPU kernel); 3-D with q_num_heads/kv_num_heads or 4-D; "
+                  "GQA; attn_mask bool or additive, broadcast over batch/heads; is_causal aligned as ORT (offset = "
+                  "past length, per batch nonpad_kv_seqlen - S with opset 24's nonpad_kv_seqlen, none for one query "
+                  "after a past); past_key/past_value -> present; scale; softcap (before the mask, as ORT and the "
+                  "current spec); qk_matmul_output_mode 0-3; fully masked rows give zeros as on ORT; float16 rounds "
+                  "scores and probabilities where ORT stores them in float16; softmax_precision accepted (softmax is "
+                  "float32 anyway)"),
+    OP_ROW("com.microsoft", "MultiHeadAttention", 1, 1, .inputs = {1, 10}, .outputs = {1, 4}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_mha, .lower = lower_mha,
+           .doc = "float32/float16; query [B, S, D] with key/value [B, L, D] (+ bias [3D]) or BNSH [B, N, L, H] "
+                  "(cross attention; bias then applies to the query only, as on ORT); key_padding_mask int32 as "
+                  "lengths [B], [B, T] or [B, S, T] (mask_filter_value); attention_bias [B|1, N|1, S, T]; "
+                  "past_key/past_value -> present; unidirectional as ORT (future keys hidden for every query but the "
+                  "last); scale; qk output (scores after mask and bias). Declined: packed QKV/KV (ORT CPU rejects "
+                  "them), past_sequence_length/cache_indirection, bfloat16"),
+    OP_ROW("com.microsoft", "GroupQueryAttention", 1, 1, .inputs = {1, 16}, .outputs = {1, 4},
+           .dtypes = DT_F32 | DT_F16, .claim = claim_gqa, .lower = lower_gqa, .pad = pad_gqa,
+           .doc = "float32/float16; query/key/value [B, S, hidden] or packed QKV; past_key/past_value BNSH with "
+                  "ORT's buffer semantics (present length max(past buffer, total_sequence_length); rows past "
+                  "seqlens_k zeroed); first prompt (S == total_sequence_length, right padding via seqlens_k), "
+                  "chunked prefill and decode; do_rotary (interleaved or not, partial) with position_ids or ORT's "
+                  "default positions; local_window_size; softcap; smooth_softmax; head_sink; attention_bias; scale; "
+                  "causal=0; qk_output 1/2. total_sequence_length is read on the host. Declined: quantized KV cache "
+                  "(k/v_quant_type, kv_cache_bit_width, k/v_scale), sliding_window_cache, q/k_norm_weight (ORT CPU "
+                  "rejects them), non-causal with a window, bfloat16"),
+    OP_ROW("com.microsoft", "Attention", 1, 1, .inputs = {2, 7}, .outputs = {1, 2}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_ms_attention, .lower = lower_ms_attention,
+           .doc = "float32/float16; input [B, S, D] projected by weights [D, q + k + v] plus bias (projection in "
+                  "float32); qkv_hidden_sizes (q == k); mask_index int32 as end positions [B], end and start "
+                  "positions [2B], raw [B, T] or [B, S, T] mask (mask_filter_value); attention_bias [B|1, N|1, S, "
+                  "T]; past [2, B, N, P, H] -> present; unidirectional as ORT; scale. Declined: no bias (ORT's CPU "
+                  "kernel crashes), 4-D masks (not implemented on ORT CPU), past with attention_bias (ORT rejects "
+                  "it), past_sequence_length/past_present_share_buffer, do_rotary, bfloat16"),
 };
 
 OPS_FAMILY(attention, defs);

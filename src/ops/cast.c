@@ -15,7 +15,6 @@ static bool claim_cast(claim_ctx *c, const op_def *def) {
 /* Converts input 0 to the ONNX dtype `to`. */
 static int cast_input(op_ctx *c, int32_t to) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   int t = op_mlx_dtype(to);
   if (t < 0) return op_fail(c, "target dtype %s is not an MLX dtype", ir_dtype_name(to));
   if (mlxb_type(x) == (mlxb_dtype)t) return op_set_output(c, 0, mlxb_ref(op_scope(c), x));
@@ -62,7 +61,6 @@ static bool claim_bitcast(claim_ctx *c, const op_def *def) {
 /* The same bits (little endian on every host MLX runs on) read as the target dtype. */
 static int lower_bitcast(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "missing input");
   int t = op_mlx_dtype((int32_t)ir_attr_int(op_node(c), "to", ONNX_UNDEFINED));
   if (t < 0) return op_fail(c, "target dtype has no MLX dtype");
   if (t == (int)mlxb_type(x)) return op_set_output(c, 0, x);
@@ -70,15 +68,18 @@ static int lower_bitcast(op_ctx *c, const op_def *def) {
 }
 
 static const op_def defs[] = {
-    {"", "Cast", 6, 28, DT_ALL, claim_cast, lower_cast, 0, 0,
-     "every pair of MLX dtypes (bool, ints, float16/bfloat16/float/double); float-to-int truncates; "
-     "declined: string, float8, int4 and other dtypes MLX lacks (saturate only concerns float8)", pad_cast},
-    {"", "CastLike", 15, 25, DT_ALL, NULL, lower_cast_like, 0, 0,
-     "every pair of MLX dtypes, as Cast; declined: dtypes MLX lacks"},
-    {"", "BitCast", 26, 28, DT_ALL, claim_bitcast, lower_bitcast, 0, 0,
-     "between any two MLX dtypes of one width (8/16/32/64-bit integers, float16, bfloat16, float32, float64), "
-     "bits kept exactly; bool to bool and 8-bit integers as the spec's byte view (ORT 1.31 has no bool kernel). "
-     "Declined: dtypes MLX lacks (sub-byte, float8, complex, string), widths that differ, non-bool bits as bool"},
+    OP_ROW("", "Cast", 6, 28, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_cast,
+           .lower = lower_cast, .pad = pad_cast,
+           .doc = "every pair of MLX dtypes (bool, ints, float16/bfloat16/float/double); float-to-int truncates; "
+                  "declined: string, float8, int4 and other dtypes MLX lacks (saturate only concerns float8)"),
+    OP_ROW("", "CastLike", 15, 25, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .lower = lower_cast_like,
+           .doc = "every pair of MLX dtypes, as Cast; declined: dtypes MLX lacks"),
+    OP_ROW("", "BitCast", 26, 28, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_bitcast,
+           .lower = lower_bitcast,
+           .doc = "between any two MLX dtypes of one width (8/16/32/64-bit integers, float16, bfloat16, float32, "
+                  "float64), bits kept exactly; bool to bool and 8-bit integers as the spec's byte view (ORT 1.31 "
+                  "has no bool kernel). Declined: dtypes MLX lacks (sub-byte, float8, complex, string), widths that "
+                  "differ, non-bool bits as bool"),
 };
 
 OPS_FAMILY(cast, defs);

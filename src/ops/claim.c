@@ -53,10 +53,22 @@ int claim_const_ints(const claim_ctx *c, int i, int64_t *out, int max) {
 
 static bool dtype_in_mlx(int32_t t) { return t != ONNX_UNDEFINED && op_mlx_dtype(t) >= 0; }
 
+/* The row's arity, once for every lowering: the required leading values are present and no more
+ * are listed than the op defines. `what` is "input" or "output". */
+static bool arity_ok(claim_ctx *c, op_arity a, int n, const int *values, const char *what) {
+  if (n > a.max) return claim_decline(c, "%d %ss listed, the op takes at most %d", n, what, a.max);
+  for (int i = 0; i < a.min; i++)
+    if (i >= n || values[i] < 0) return claim_decline(c, "%s %d is required and missing", what, i);
+  return true;
+}
+
 bool op_claim_node(claim_ctx *c, const op_def *def) {
   const ir_node *n = c->node;
   if (n->n_subgraphs > 0 && !(def->flags & OP_FLAG_BODIES))
     return claim_decline(c, "has a subgraph (control flow is left to ORT)");
+  if (!arity_ok(c, def->inputs, n->n_inputs, n->inputs, "input") ||
+      !arity_ok(c, def->outputs, n->n_outputs, n->outputs, "output"))
+    return false;
   if (!(def->flags & OP_FLAG_ANY_DTYPE)) {
     for (int i = 0; i < n->n_inputs; i++) {
       const ir_value *v = claim_input(c, i);

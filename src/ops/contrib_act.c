@@ -49,7 +49,6 @@ static bool claim_gelu_family(claim_ctx *c, const op_def *def) {
 static int lower_gelu_family(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   mlxb_dtype t = mlxb_type(x);
   mlxb_array *v = op_util_cast(s, x, MLXB_F32);
   if (op_num_inputs(c) > 1 && op_has_input(c, 1)) v = op_util_add(s, v, op_util_cast(s, op_input(c, 1), MLXB_F32));
@@ -81,7 +80,6 @@ static bool claim_bias_ops(claim_ctx *c, const op_def *def) {
 static int lower_bias_add(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *bias = op_input(c, 1), *skip = op_input(c, 2);
-  if (!x || !bias || !skip) return op_fail(c, "X, bias and skip are required");
   mlxb_dtype t = mlxb_type(x);
   mlxb_array *y = op_util_add(s, op_util_cast(s, x, MLXB_F32), op_util_cast(s, bias, MLXB_F32));
   y = op_util_add(s, y, op_util_cast(s, skip, MLXB_F32));
@@ -92,7 +90,6 @@ static int lower_bias_add(op_ctx *c, const op_def *def) {
 static int lower_bias_split_gelu(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *bias = op_input(c, 1);
-  if (!x || !bias) return op_fail(c, "X and bias are required");
   if (mlxb_ndim(x) != 3) return op_fail(c, "X must be 3-D");
   int64_t d = mlxb_dim(x, 2);
   if (d % 2) return op_fail(c, "last dimension %lld is odd", (long long)d);
@@ -110,20 +107,26 @@ static int lower_bias_split_gelu(op_ctx *c, const op_def *def) {
 #define DOC_DECLINED " Declined: float64 and bfloat16 (no ORT CPU kernel)."
 
 static const op_def defs[] = {
-    {"com.microsoft", "Gelu", 1, 1, DT_F32 | DT_F16, claim_gelu_family, lower_gelu_family, GELU_ERF, 0,
-     "0.5 * x * (1 + erf(x / sqrt(2)))," DOC_HALF DOC_DECLINED},
-    {"com.microsoft", "BiasGelu", 1, 1, DT_F32 | DT_F16, claim_gelu_family, lower_gelu_family, GELU_BIAS_ERF, 0,
-     "erf GELU of A + B (B broadcast over the last axis)," DOC_HALF DOC_DECLINED},
-    {"com.microsoft", "FastGelu", 1, 1, DT_F32 | DT_F16, claim_gelu_family, lower_gelu_family, GELU_FAST, 0,
-     "tanh GELU with ORT's constants and evaluation order, optional bias," DOC_HALF DOC_DECLINED},
-    {"com.microsoft", "QuickGelu", 1, 1, DT_F32 | DT_F16, claim_gelu_family, lower_gelu_family, GELU_QUICK, 0,
-     "x * sigmoid(alpha * x), alpha default 1.702," DOC_HALF DOC_DECLINED},
-    {"com.microsoft", "BiasAdd", 1, 1, DT_F32 | DT_F16, claim_bias_ops, lower_bias_add, 0, 0,
-     "X + bias + skip for 3-D X and skip, bias over the last axis; float32 math rounded once (ORT has a CUDA "
-     "kernel only)."},
-    {"com.microsoft", "BiasSplitGelu", 1, 1, DT_F32 | DT_F16, claim_bias_ops, lower_bias_split_gelu, 0, 0,
-     "(X + bias) split in halves on the last axis: left * erf-GELU(right); float32 math rounded once (ORT has a "
-     "CUDA kernel only)."},
+    OP_ROW("com.microsoft", "Gelu", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_gelu_family, .lower = lower_gelu_family, .arg = GELU_ERF,
+           .doc = "0.5 * x * (1 + erf(x / sqrt(2)))," DOC_HALF DOC_DECLINED),
+    OP_ROW("com.microsoft", "BiasGelu", 1, 1, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_gelu_family, .lower = lower_gelu_family, .arg = GELU_BIAS_ERF,
+           .doc = "erf GELU of A + B (B broadcast over the last axis)," DOC_HALF DOC_DECLINED),
+    OP_ROW("com.microsoft", "FastGelu", 1, 1, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_gelu_family, .lower = lower_gelu_family, .arg = GELU_FAST,
+           .doc = "tanh GELU with ORT's constants and evaluation order, optional bias," DOC_HALF DOC_DECLINED),
+    OP_ROW("com.microsoft", "QuickGelu", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_gelu_family, .lower = lower_gelu_family, .arg = GELU_QUICK,
+           .doc = "x * sigmoid(alpha * x), alpha default 1.702," DOC_HALF DOC_DECLINED),
+    OP_ROW("com.microsoft", "BiasAdd", 1, 1, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_bias_ops, .lower = lower_bias_add,
+           .doc = "X + bias + skip for 3-D X and skip, bias over the last axis; float32 math rounded once (ORT has a "
+                  "CUDA kernel only)."),
+    OP_ROW("com.microsoft", "BiasSplitGelu", 1, 1, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_bias_ops, .lower = lower_bias_split_gelu,
+           .doc = "(X + bias) split in halves on the last axis: left * erf-GELU(right); float32 math rounded once "
+                  "(ORT has a CUDA kernel only)."),
 };
 
 OPS_FAMILY(contrib_act, defs);

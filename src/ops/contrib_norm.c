@@ -49,7 +49,6 @@ static bool claim_simplified_ln(claim_ctx *c, const op_def *def) {
 static int lower_simplified_ln(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1);
-  if (!x || !scale) return op_fail(c, "X and scale are required");
   int rank = mlxb_ndim(x);
   int64_t dims[OP_UTIL_MAX_RANK];
   if (rank < 1 || rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d outside [1, %d]", rank, OP_UTIL_MAX_RANK);
@@ -107,7 +106,6 @@ static int lower_skip_ln(op_ctx *c, const op_def *def) {
   bool simplified = def->arg == SKIP_SIMPLIFIED;
   mlxb_array *x = op_input(c, SLN_INPUT), *skip = op_input(c, SLN_SKIP), *gamma = op_input(c, SLN_GAMMA);
   mlxb_array *beta = simplified ? NULL : op_input(c, SLN_BETA), *bias = op_input(c, skip_bias_index(def));
-  if (!x || !skip || !gamma) return op_fail(c, "input, skip and gamma are required");
   int rank = mlxb_ndim(x), srank = mlxb_ndim(skip);
   if (rank < 2 || rank > 3 || srank < 2 || srank > rank)
     return op_fail(c, "input rank %d / skip rank %d unsupported", rank, srank);
@@ -160,7 +158,7 @@ static int lower_embed_ln(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *ids = op_input(c, ELN_IDS), *word = op_input(c, ELN_WORD), *pos = op_input(c, ELN_POS);
   mlxb_array *gamma = op_input(c, ELN_GAMMA), *beta = op_input(c, ELN_BETA);
-  if (!ids || !word || !pos || !gamma || !beta) return op_fail(c, "missing a required input");
+  if (!word || !pos || !gamma || !beta) return op_fail(c, "missing a required input");
   if (mlxb_ndim(ids) != 2) return op_fail(c, "input_ids must be 2-D");
   int64_t b = mlxb_dim(ids, 0), seq = mlxb_dim(ids, 1);
   mlxb_dtype t = mlxb_type(word);
@@ -223,7 +221,6 @@ static int lower_group_norm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *node = op_node(c);
   mlxb_array *x = op_input(c, GN_X), *gamma = op_input(c, GN_GAMMA), *beta = op_input(c, GN_BETA);
-  if (!x || !gamma || !beta) return op_fail(c, "X, gamma and beta are required");
   if (mlxb_ndim(x) != 4) return op_fail(c, "X must be 4-D NHWC");
   int64_t dims[4];
   mlxb_shape(x, dims);
@@ -235,7 +232,6 @@ static int lower_group_norm(op_ctx *c, const op_def *def) {
   mlxb_array *xf = op_util_cast(s, x, MLXB_F32);
   if (def->arg == GN_SKIP_ADD) {
     mlxb_array *skip = op_input(c, GN_SKIP);
-    if (!skip) return op_fail(c, "skip is required");
     if (mlxb_ndim(skip) == 2) skip = mlxb_reshape(s, skip, (int64_t[]){mlxb_dim(skip, 0), 1, 1, mlxb_dim(skip, 1)}, 4);
     xf = op_util_add(s, xf, op_util_cast(s, skip, MLXB_F32));
     if (op_has_input(c, GN_BIAS)) xf = op_util_add(s, xf, op_util_cast(s, op_input(c, GN_BIAS), MLXB_F32));
@@ -257,29 +253,35 @@ static int lower_group_norm(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {"", "SimplifiedLayerNormalization", 1, 1, DT_F32 | DT_F16 | DT_F64, claim_simplified_ln, lower_simplified_ln, 0, 0,
-     "ORT's RMS norm (ai.onnx domain, opset 1): any axis, epsilon, scale with the normalized size, optional "
-     "inv_std_var; float16 in float32, stash_type ignored as ORT does. "
-     "Declined: scale dtype != X dtype, bfloat16 (no ORT CPU kernel)."},
-    {"com.microsoft", "SkipLayerNormalization", 1, 1, DT_F32 | DT_F16, claim_skip_ln, lower_skip_ln, SKIP_LN, 0,
-     "2-D/3-D input, skip of the input's shape or broadcast over batch, optional beta and bias, output "
-     "input_skip_bias_sum; ORT's formula sqrt(E[s^2] - mean^2 + eps), float16 in float32. Declined: mean and "
-     "inv_std_var outputs (ORT's CPU kernel leaves them unset), constant float16 skip with several rows (ORT "
-     "reuses its first row), bfloat16."},
-    {"com.microsoft", "SkipSimplifiedLayerNormalization", 1, 1, DT_F32 | DT_F16, claim_skip_ln, lower_skip_ln,
-     SKIP_SIMPLIFIED, 0,
-     "As SkipLayerNormalization with the RMS form s / sqrt(E[s^2] + eps) * gamma and optional bias; same "
-     "declined forms."},
-    {"com.microsoft", "EmbedLayerNormalization", 1, 1, DT(ONNX_INT32), claim_embed_ln, lower_embed_ln, 0, 0,
-     "int32 input_ids [B, S], optional segment ids/embedding, optional position_ids ([B, S] or [1, S]), mask_index "
-     "(count of ones per row; zeros without mask) and embedding_sum outputs; two-pass layer norm in float32, "
-     "float16 embeddings rounded once. Out-of-range ids are not reported (ORT fails the run)."},
-    {"com.microsoft", "GroupNorm", 1, 1, DT_F32 | DT_F16, claim_group_norm, lower_group_norm, GN_PLAIN, 0,
-     "NHWC (channels_last=1), groups, epsilon, activation 0 or 1 (SiLU); float32 statistics E[x^2] - mean^2 as "
-     "ORT's CUDA kernel (ORT has no CPU kernel). Declined: channels_last=0."},
-    {"com.microsoft", "SkipGroupNorm", 1, 1, DT_F32 | DT_F16, claim_group_norm, lower_group_norm, GN_SKIP_ADD, 0,
-     "GroupNorm of X + skip ([N,H,W,C], [N,1,1,C] or [N,C]) + optional bias [C], with the sum as optional output "
-     "S; as GroupNorm otherwise (ORT has no CPU kernel)."},
+    OP_ROW("", "SimplifiedLayerNormalization", 1, 1, .inputs = {2, 2}, .outputs = {1, 2},
+           .dtypes = DT_F32 | DT_F16 | DT_F64, .claim = claim_simplified_ln, .lower = lower_simplified_ln,
+           .doc = "ORT's RMS norm (ai.onnx domain, opset 1): any axis, epsilon, scale with the normalized size, "
+                  "optional inv_std_var; float16 in float32, stash_type ignored as ORT does. Declined: scale dtype "
+                  "!= X dtype, bfloat16 (no ORT CPU kernel)."),
+    OP_ROW("com.microsoft", "SkipLayerNormalization", 1, 1, .inputs = {3, 5}, .outputs = {1, 4},
+           .dtypes = DT_F32 | DT_F16, .claim = claim_skip_ln, .lower = lower_skip_ln, .arg = SKIP_LN,
+           .doc = "2-D/3-D input, skip of the input's shape or broadcast over batch, optional beta and bias, output "
+                  "input_skip_bias_sum; ORT's formula sqrt(E[s^2] - mean^2 + eps), float16 in float32. Declined: "
+                  "mean and inv_std_var outputs (ORT's CPU kernel leaves them unset), constant float16 skip with "
+                  "several rows (ORT reuses its first row), bfloat16."),
+    OP_ROW("com.microsoft", "SkipSimplifiedLayerNormalization", 1, 1, .inputs = {3, 4}, .outputs = {1, 4},
+           .dtypes = DT_F32 | DT_F16, .claim = claim_skip_ln, .lower = lower_skip_ln, .arg = SKIP_SIMPLIFIED,
+           .doc = "As SkipLayerNormalization with the RMS form s / sqrt(E[s^2] + eps) * gamma and optional bias; "
+                  "same declined forms."),
+    OP_ROW("com.microsoft", "EmbedLayerNormalization", 1, 1, .inputs = {1, 9}, .outputs = {1, 3},
+           .dtypes = DT(ONNX_INT32), .claim = claim_embed_ln, .lower = lower_embed_ln,
+           .doc = "int32 input_ids [B, S], optional segment ids/embedding, optional position_ids ([B, S] or [1, S]), "
+                  "mask_index (count of ones per row; zeros without mask) and embedding_sum outputs; two-pass layer "
+                  "norm in float32, float16 embeddings rounded once. Out-of-range ids are not reported (ORT fails "
+                  "the run)."),
+    OP_ROW("com.microsoft", "GroupNorm", 1, 1, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_group_norm, .lower = lower_group_norm, .arg = GN_PLAIN,
+           .doc = "NHWC (channels_last=1), groups, epsilon, activation 0 or 1 (SiLU); float32 statistics E[x^2] - "
+                  "mean^2 as ORT's CUDA kernel (ORT has no CPU kernel). Declined: channels_last=0."),
+    OP_ROW("com.microsoft", "SkipGroupNorm", 1, 1, .inputs = {4, 5}, .outputs = {1, 2}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_group_norm, .lower = lower_group_norm, .arg = GN_SKIP_ADD,
+           .doc = "GroupNorm of X + skip ([N,H,W,C], [N,1,1,C] or [N,C]) + optional bias [C], with the sum as "
+                  "optional output S; as GroupNorm otherwise (ORT has no CPU kernel)."),
 };
 
 OPS_FAMILY(contrib_norm, defs);

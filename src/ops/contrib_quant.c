@@ -357,25 +357,28 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {"com.microsoft", "MatMulNBits", 1, 1, DT_F32 | DT_F16, claim_matmul_nbits, lower_matmul_nbits, 0, 0,
-     "float32/float16 A of any rank >= 1, bits 2/4/8, block_size a power of two in [16, 256] (K need not be a multiple "
-     "of it), scales [N*k_blocks] or [N, k_blocks], zero points packed uint8 (any bits) or float (2/4-bit), "
-     "g_idx (4-bit), bias. Computed in float32 as ORT's CPU kernel (float16 widened, rounded once): blocks >= 32 "
-     "through MLX's quantized matmul on a view of B (bias -scale*zp), block 16 and g_idx by dequantizing B. "
-     "accuracy_level 4 with a constant B reproduces MLAS's per-block int8 quantization of A (x86 and NEON MLAS "
-     "kernels; ORT builds with KleidiAI quantize A per row instead). The quantized-matmul path never repacks B (a "
-     "view), but scales and zero points are re-derived on every Run, and the block-16/g_idx path dequantizes B on "
-     "every Run (an op-level constant cache would remove both). Declined: other "
-     "bits/block sizes, weight_prepacked, 8-bit with float zero points (ORT rejects them), g_idx with 2/8-bit "
-     "weights or uint8 zero points (ORT reads 4-bit values only and ignores those zero points), "
-     "accuracy_level 4 with 2-bit weights (CPU-dependent in ORT) or with non-constant scales/zero points, "
-     "bfloat16 (no ORT CPU kernel)."},
-    {"com.microsoft", "GatherBlockQuantized", 1, 1, DT(ONNX_UINT8), claim_gather_block_quantized,
-     lower_gather_block_quantized, 0, 0,
-     "uint8 data with bits 2/4/8, gather_axis 0, quantize_axis last, block_size a power of two >= 16, "
-     "int32/int64 indices (negative wrap, out of range gives zeros), optional packed uint8 zero_points "
-     "(default 2^(bits-1)), float32/float16 scales. Rows are gathered before dequantizing. Declined: int4/uint4 "
-     "and float8/float4 data (MLX has no such dtypes), other axes (ORT rejects them for uint8 data)."},
+    OP_ROW("com.microsoft", "MatMulNBits", 1, 1, .inputs = {3, 6}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_matmul_nbits, .lower = lower_matmul_nbits,
+           .doc = "float32/float16 A of any rank >= 1, bits 2/4/8, block_size a power of two in [16, 256] (K need "
+                  "not be a multiple of it), scales [N*k_blocks] or [N, k_blocks], zero points packed uint8 (any "
+                  "bits) or float (2/4-bit), g_idx (4-bit), bias. Computed in float32 as ORT's CPU kernel (float16 "
+                  "widened, rounded once): blocks >= 32 through MLX's quantized matmul on a view of B (bias "
+                  "-scale*zp), block 16 and g_idx by dequantizing B. accuracy_level 4 with a constant B reproduces "
+                  "MLAS's per-block int8 quantization of A (x86 and NEON MLAS kernels; ORT builds with KleidiAI "
+                  "quantize A per row instead). The quantized-matmul path never repacks B (a view), but scales and "
+                  "zero points are re-derived on every Run, and the block-16/g_idx path dequantizes B on every Run "
+                  "(an op-level constant cache would remove both). Declined: other bits/block sizes, "
+                  "weight_prepacked, 8-bit with float zero points (ORT rejects them), g_idx with 2/8-bit weights or "
+                  "uint8 zero points (ORT reads 4-bit values only and ignores those zero points), accuracy_level 4 "
+                  "with 2-bit weights (CPU-dependent in ORT) or with non-constant scales/zero points, bfloat16 (no "
+                  "ORT CPU kernel)."),
+    OP_ROW("com.microsoft", "GatherBlockQuantized", 1, 1, .inputs = {3, 4}, .outputs = {1, 1}, .dtypes = DT(ONNX_UINT8),
+           .claim = claim_gather_block_quantized, .lower = lower_gather_block_quantized,
+           .doc = "uint8 data with bits 2/4/8, gather_axis 0, quantize_axis last, block_size a power of two >= 16, "
+                  "int32/int64 indices (negative wrap, out of range gives zeros), optional packed uint8 zero_points "
+                  "(default 2^(bits-1)), float32/float16 scales. Rows are gathered before dequantizing. Declined: "
+                  "int4/uint4 and float8/float4 data (MLX has no such dtypes), other axes (ORT rejects them for "
+                  "uint8 data)."),
 };
 
 OPS_FAMILY(contrib_quant, defs);

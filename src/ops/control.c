@@ -503,21 +503,23 @@ done:
 #define CF_DOC_BODIES "bodies claimed with the node (every body node must be claimed) and lowered into its cluster"
 
 static const op_def defs[] = {
-    {"", "If", 1, 25, DT_BOOL, claim_if, lower_if, 0, OP_FLAG_BODIES,
-     "Tensor outputs; " CF_DOC_BODIES ". A constant condition claims and lowers the taken branch alone; otherwise "
-     "an eager Run reads the condition and lowers the taken branch, and a compiled program lowers both and selects "
-     "with where (untaken branch's checks masked); branch outputs of different shapes run eagerly",
-     NULL},
-    {"", "Loop", 1, 25, 0, claim_loop, lower_loop, 0, OP_FLAG_BODIES,
-     "Tensor values; " CF_DOC_BODIES ". Constant, shape-derived and runtime trip counts, exit condition, "
-     "loop-carried values, scan outputs, outer-scope values. Unrolled in a compiled program when the trip count is "
-     "known there (<= 1024; an exit condition from data is masked, without scan outputs); otherwise a host loop in "
-     "an eager Run (exit condition read per iteration); at most 2^22 iterations",
-     NULL},
-    {"", "Scan", 9, 25, 0, claim_scan, lower_scan, 0, OP_FLAG_BODIES,
-     "Tensor values; " CF_DOC_BODIES ". Any scan_input/output axes and directions; unrolled over the sequence "
-     "length (compiled up to 1024 steps, eager beyond, at most 2^22)",
-     NULL},
+    OP_ROW("", "If", 1, 25, .inputs = {1, 1}, .outputs = {1, OP_VARIADIC}, .dtypes = DT_BOOL, .claim = claim_if,
+           .lower = lower_if, .flags = OP_FLAG_BODIES,
+           .doc = "Tensor outputs; " CF_DOC_BODIES ". A constant condition claims and lowers the taken branch alone; "
+                  "otherwise an eager Run reads the condition and lowers the taken branch, and a compiled program "
+                  "lowers both and selects with where (untaken branch's checks masked); branch outputs of different "
+                  "shapes run eagerly"),
+    OP_ROW("", "Loop", 1, 25, .inputs = {0, OP_VARIADIC}, .outputs = {1, OP_VARIADIC}, .claim = claim_loop,
+           .lower = lower_loop, .flags = OP_FLAG_BODIES,
+           .doc = "Tensor values; " CF_DOC_BODIES ". Constant, shape-derived and runtime trip counts, exit "
+                  "condition, loop-carried values, scan outputs, outer-scope values. Unrolled in a compiled program "
+                  "when the trip count is known there (<= 1024; an exit condition from data is masked, without scan "
+                  "outputs); otherwise a host loop in an eager Run (exit condition read per iteration); at most 2^22 "
+                  "iterations"),
+    OP_ROW("", "Scan", 9, 25, .inputs = {1, OP_VARIADIC}, .outputs = {1, OP_VARIADIC}, .claim = claim_scan,
+           .lower = lower_scan, .flags = OP_FLAG_BODIES,
+           .doc = "Tensor values; " CF_DOC_BODIES ". Any scan_input/output axes and directions; unrolled over the "
+                  "sequence length (compiled up to 1024 steps, eager beyond, at most 2^22)"),
 };
 
 OPS_FAMILY(control, defs);

@@ -275,7 +275,6 @@ static bool claim_conv(claim_ctx *c, const op_def *def) {
 static int lower_conv(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
-  if (!x || !w) return op_fail(c, "X and W are required");
   conv_geom g;
   if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
   mlxb_dtype t = mlxb_type(x), ct = conv_is_half(t) ? MLXB_F32 : t;
@@ -313,7 +312,6 @@ static mlxb_array *conv_transpose_weight(mlxb_scope *s, mlxb_array *w, const con
 static int lower_conv_transpose(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
-  if (!x || !w) return op_fail(c, "X and W are required");
   conv_geom g;
   if (conv_geom_read(c, x, w, true, &g) < 0 || conv_geom_transpose(c, &g) < 0) return -1;
   /* A forward convolution over the input dilated by the stride, padded by d*(k-1) minus the
@@ -381,7 +379,6 @@ static bool claim_conv_integer(claim_ctx *c, const op_def *def) {
 static int lower_conv_integer(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
-  if (!x || !w) return op_fail(c, "x and w are required");
   conv_geom g;
   if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
   bool old = mlxb_scope_force_cpu(s, true); /* float64 work */
@@ -411,7 +408,6 @@ static bool claim_qlinear_conv(claim_ctx *c, const op_def *def) {
 static int lower_qlinear_conv(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 3);
-  if (!x || !w) return op_fail(c, "x and w are required");
   conv_geom g;
   if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
   mlxb_dtype ot = mlxb_type(x);
@@ -448,19 +444,24 @@ static int lower_qlinear_conv(op_ctx *c, const op_def *def) {
 #define DT_CONV (DT_F32 | DT_F16 | DT_BF16 | DT_F64)
 
 static const op_def defs[] = {
-    {"", "Conv", 1, 22, DT_CONV, claim_conv, lower_conv, 0, 0,
-     "1-D to 3-D; group, dilations, strides, pads, auto_pad NOTSET/VALID/SAME_UPPER/SAME_LOWER, optional "
-     "bias, weight constant or runtime; float16/bfloat16 computed in float32; 4-D+ spatial declined (MLX)"},
-    {"", "ConvTranspose", 1, 22, DT_CONV, claim_conv, lower_conv_transpose, 0, 0,
-     "1-D to 3-D; group, dilations, strides, pads, output_padding, output_shape, auto_pad (ORT's pad split); "
-     "float16/bfloat16 computed in float32; 4-D+ spatial declined (MLX)"},
-    {"", "ConvInteger", 10, 10, DT_Q8, claim_conv_integer, lower_conv_integer, 0, 0,
-     "int8/uint8 x and w, scalar x_zero_point, scalar or per-channel w_zero_point; exact (float64 on the "
-     "CPU), int32 result wraps like ORT"},
-    {"", "QLinearConv", 10, 10, DT_Q8, claim_qlinear_conv, lower_qlinear_conv, 0, 0,
-     "int8/uint8; scalar or per-channel w scale/zero point, int32 bias; exact accumulator, requantized in "
-     "float32 like ORT (round half to even, saturate); exact where ORT's AVX2 u8s8 kernel saturates int16 "
-     "pair sums (weights beyond 7 bits)"},
+    OP_ROW("", "Conv", 1, 22, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_CONV, .claim = claim_conv,
+           .lower = lower_conv,
+           .doc = "1-D to 3-D; group, dilations, strides, pads, auto_pad NOTSET/VALID/SAME_UPPER/SAME_LOWER, "
+                  "optional bias, weight constant or runtime; float16/bfloat16 computed in float32; 4-D+ spatial "
+                  "declined (MLX)"),
+    OP_ROW("", "ConvTranspose", 1, 22, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_CONV, .claim = claim_conv,
+           .lower = lower_conv_transpose,
+           .doc = "1-D to 3-D; group, dilations, strides, pads, output_padding, output_shape, auto_pad (ORT's pad "
+                  "split); float16/bfloat16 computed in float32; 4-D+ spatial declined (MLX)"),
+    OP_ROW("", "ConvInteger", 10, 10, .inputs = {2, 4}, .outputs = {1, 1}, .dtypes = DT_Q8, .claim = claim_conv_integer,
+           .lower = lower_conv_integer,
+           .doc = "int8/uint8 x and w, scalar x_zero_point, scalar or per-channel w_zero_point; exact (float64 on "
+                  "the CPU), int32 result wraps like ORT"),
+    OP_ROW("", "QLinearConv", 10, 10, .inputs = {8, 9}, .outputs = {1, 1}, .dtypes = DT_Q8, .claim = claim_qlinear_conv,
+           .lower = lower_qlinear_conv,
+           .doc = "int8/uint8; scalar or per-channel w scale/zero point, int32 bias; exact accumulator, requantized "
+                  "in float32 like ORT (round half to even, saturate); exact where ORT's AVX2 u8s8 kernel saturates "
+                  "int16 pair sums (weights beyond 7 bits)"),
 };
 
 OPS_FAMILY(conv, defs);

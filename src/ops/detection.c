@@ -176,7 +176,6 @@ static size_t nms_select_class(const nms_params *p, const float *boxes, const fl
 
 static int lower_nms(op_ctx *c, const op_def *def) {
   mlxb_array *bx = op_input(c, 0), *sc = op_input(c, 1);
-  if (!bx || !sc) return op_fail(c, "boxes and scores are required");
   if (mlxb_ndim(bx) != 3 || mlxb_ndim(sc) != 3) return op_fail(c, "boxes and scores must be 3-D");
   nms_params p;
   p.batches = mlxb_dim(bx, 0), p.boxes = mlxb_dim(bx, 1), p.classes = mlxb_dim(sc, 1);
@@ -236,7 +235,6 @@ static int lower_roi_align(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *node = op_node(c);
   mlxb_array *x = op_input(c, 0), *r = op_input(c, 1), *bi = op_input(c, 2);
-  if (!x || !r || !bi) return op_fail(c, "X, rois and batch_indices are required");
   if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 4 || mlxb_ndim(bi) != 1 || mlxb_dim(bi, 0) != mlxb_dim(r, 0))
     return op_fail(c, "X must be 4-D, rois [R, 4] and batch_indices [R]");
   int64_t N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3), R = mlxb_dim(r, 0);
@@ -404,7 +402,6 @@ static int roi_coord(float v) {
 static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *r = op_input(c, 1);
-  if (!x || !r) return op_fail(c, "X and rois are required");
   if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 5) return op_fail(c, "X must be 4-D and rois [R, 5]");
   const int64_t *ps;
   if (ir_attr_ints(op_node(c), "pooled_shape", &ps) != 2) return op_fail(c, "pooled_shape must hold two values");
@@ -491,17 +488,20 @@ done:
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-  {"", "NonMaxSuppression", 10, 28, DT_F32, claim_nms, lower_nms, 0, OP_FLAG_HOST_VALUES,
-   "float32 boxes and scores, center_point_box 0 or 1 (corners in either order), all optional inputs; boxes and "
-   "scores are read on the host and run through ORT's greedy algorithm with its float32 IoU and its order of "
-   "equal scores (lower box index first). The position of NaN scores is unspecified (ORT's is order-dependent). "
-   "Declined: center_point_box other than 0/1"},
-  {"", "RoiAlign", 10, 25, DT_F32 | DT_F16 | DT_BF16, claim_roi_align, lower_roi_align, 0, OP_FLAG_HOST_VALUES,
-   "rois and batch_indices read on the host (each Run); avg and max (ORT's maximum of weighted corners), "
-   "half_pixel/output_half_pixel, adaptive or fixed sampling_ratio; float64 declined"},
-  {"", "MaxRoiPool", 1, 22, DT_FLOAT, claim_max_roi_pool, lower_max_roi_pool, 0, OP_FLAG_HOST_VALUES,
-   "rois read on the host (each Run) and turned into gather windows with ORT's float arithmetic; "
-   "the true maximum of each bin (ORT starts its maximum at FLT_MIN, so all-negative bins differ)"},
+  OP_ROW("", "NonMaxSuppression", 10, 28, .inputs = {2, 5}, .outputs = {1, 1}, .dtypes = DT_F32, .claim = claim_nms,
+         .lower = lower_nms,
+         .doc = "float32 boxes and scores, center_point_box 0 or 1 (corners in either order), all optional inputs; "
+                "boxes and scores are read on the host and run through ORT's greedy algorithm with its float32 IoU "
+                "and its order of equal scores (lower box index first). The position of NaN scores is unspecified "
+                "(ORT's is order-dependent). Declined: center_point_box other than 0/1"),
+  OP_ROW("", "RoiAlign", 10, 25, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16 | DT_BF16,
+         .claim = claim_roi_align, .lower = lower_roi_align,
+         .doc = "rois and batch_indices read on the host (each Run); avg and max (ORT's maximum of weighted "
+                "corners), half_pixel/output_half_pixel, adaptive or fixed sampling_ratio; float64 declined"),
+  OP_ROW("", "MaxRoiPool", 1, 22, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_max_roi_pool,
+         .lower = lower_max_roi_pool,
+         .doc = "rois read on the host (each Run) and turned into gather windows with ORT's float arithmetic; the "
+                "true maximum of each bin (ORT starts its maximum at FLT_MIN, so all-negative bins differ)"),
 };
 
 OPS_FAMILY(detection, defs);

@@ -37,7 +37,6 @@ static int lower_odd_unary(op_ctx *c, const op_def *def) {
 /* float64 through op_util_exp: MLX's own float64 exp is float32-accurate. */
 static int lower_exp(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
-  if (inputs_present(c, 1)) return -1;
   return op_set_output(c, 0, op_util_exp(op_scope(c), x));
 }
 
@@ -45,7 +44,6 @@ static int lower_exp(op_ctx *c, const op_def *def) {
 static int lower_sign(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (inputs_present(c, 1)) return -1;
   mlxb_array *y = mlxb_unary(s, MLXB_SIGN, x);
   if (op_util_is_float(mlxb_type(x))) y = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, x), x, y);
   return op_set_output(c, 0, y);
@@ -98,7 +96,6 @@ static int require_nonzero_divisor(op_ctx *c, mlxb_array *b, const char *what) {
 static int lower_div(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
-  if (inputs_present(c, 2)) return -1;
   mlxb_dtype t = mlxb_type(a);
   if (op_util_is_float(t)) return op_set_output(c, 0, mlxb_binary(s, MLXB_DIV, a, b));
   if (require_nonzero_divisor(c, b, "division")) return -1;
@@ -134,7 +131,6 @@ static bool claim_mod(claim_ctx *c, const op_def *def) {
 static int lower_mod(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
-  if (inputs_present(c, 2)) return -1;
   mlxb_dtype t = mlxb_type(a);
   bool fmod = ir_attr_int(op_node(c), "fmod", 0) != 0;
   if (op_util_is_float(t)) {
@@ -164,7 +160,6 @@ static mlxb_array *int_pow(mlxb_scope *s, mlxb_array *a, mlxb_array *e, mlxb_dty
 static int lower_pow(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *a = op_input(c, 0), *e = op_input(c, 1);
-  if (inputs_present(c, 2)) return -1;
   mlxb_dtype ta = mlxb_type(a), te = mlxb_type(e);
   mlxb_array *y;
   if (ta != te) {
@@ -191,7 +186,6 @@ static bool claim_bitshift(claim_ctx *c, const op_def *def) {
 static int lower_bitshift(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *y = op_input(c, 1);
-  if (inputs_present(c, 2)) return -1;
   bool left = strcmp(ir_attr_string(op_node(c), "direction", ""), "LEFT") == 0;
   mlxb_dtype t = mlxb_type(x), ty = mlxb_type(y);
   int64_t bits = (int64_t)mlxb_dtype_size(t) * 8;
@@ -228,7 +222,6 @@ static mlxb_array *fold_inputs(op_ctx *c, mlxb_binary_op op, mlxb_dtype t) {
 }
 
 static bool claim_variadic(claim_ctx *c, const op_def *def) {
-  if (c->node->n_inputs < 1) return claim_decline(c, "no inputs");
   for (int i = 0; i < c->node->n_inputs; i++)
     if (!claim_input(c, i)) return claim_decline(c, "input %d is absent", i);
   return true;
@@ -237,7 +230,6 @@ static bool claim_variadic(claim_ctx *c, const op_def *def) {
 /* The input count of a variadic node, or -1 (recorded) when an input is missing. */
 static int variadic_count(op_ctx *c) {
   int n = op_num_inputs(c);
-  if (n < 1) return op_fail(c, "needs at least one input");
   return inputs_present(c, n) ? -1 : n;
 }
 
@@ -269,75 +261,123 @@ static int lower_mean(op_ctx *c, const op_def *def) {
 
 static const op_def defs[] = {
     /* unary math */
-    {"", "Abs", 6, 13, DT_NUMERIC, NULL, lower_unary, MLXB_ABS, 0, "all numeric dtypes; unsigned pass through"},
-    {"", "Neg", 6, 13, DT_SIGNED_NUM, NULL, lower_unary, MLXB_NEG, 0, "floats and signed ints (wraps on INT_MIN)"},
-    {"", "Sqrt", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_SQRT, 0, "float dtypes"},
-    {"", "Reciprocal", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_RECIPROCAL, 0, "float dtypes"},
-    {"", "Exp", 6, 13, DT_FLOATS, NULL, lower_exp, 0, 0, "float dtypes (float64 rebuilt from expm1 for full precision)"},
-    {"", "Log", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_LOG, 0, "float dtypes"},
-    {"", "Erf", 9, 13, DT_FLOATS_NO_F64, NULL, lower_odd_unary, MLXB_ERF, 0,
-     "float16/bfloat16/float; erf(-0) = -0, erf(+0) = +0; declined: float64 (MLX computes it at float32 precision)"},
-    {"", "Tanh", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_TANH, 0, "float dtypes"},
-    {"", "Ceil", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_CEIL, 0, "float dtypes"},
-    {"", "Floor", 6, 13, DT_FLOATS, NULL, lower_unary, MLXB_FLOOR, 0, "float dtypes"},
-    {"", "Round", 11, 22, DT_FLOATS, NULL, lower_unary, MLXB_ROUND, 0, "float dtypes; halves to even"},
-    {"", "Sign", 9, 13, DT_NUMERIC, NULL, lower_sign, 0, 0, "all numeric dtypes; NaN stays NaN"},
-    {"", "Sin", 7, 22, DT_FLOATS_NO_F64, NULL, lower_odd_unary, MLXB_SIN, 0,
-     "float16/bfloat16/float; sin(-0) = -0; declined: float64 (MLX computes it at float32 precision)"},
-    {"", "Cos", 7, 22, DT_FLOATS_NO_F64, NULL, lower_unary, MLXB_COS, 0,
-     "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"},
-    {"", "Tan", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_TAN, 0, "float dtypes"},
-    {"", "Asin", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_ASIN, 0, "float dtypes"},
-    {"", "Acos", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_ACOS, 0, "float dtypes"},
-    {"", "Atan", 7, 22, DT_FLOATS, NULL, lower_unary, MLXB_ATAN, 0, "float dtypes"},
-    {"", "Sinh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_SINH, 0, "float dtypes"},
-    {"", "Cosh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_COSH, 0, "float dtypes"},
-    {"", "Asinh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_ASINH, 0, "float dtypes"},
-    {"", "Acosh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_ACOSH, 0, "float dtypes"},
-    {"", "Atanh", 9, 22, DT_FLOATS, NULL, lower_unary, MLXB_ATANH, 0, "float dtypes"},
-    {"", "IsNaN", 9, 20, DT_FLOATS, NULL, lower_unary, MLXB_ISNAN, 0, "float dtypes"},
-    {"", "IsInf", 10, 20, DT_FLOATS, NULL, lower_isinf, 0, 0,
-     "float dtypes; detect_positive/detect_negative in every combination"},
-    {"", "Not", 1, 1, DT_BOOL, NULL, lower_unary, MLXB_LOGICAL_NOT, 0, "bool"},
-    {"", "BitwiseNot", 18, 18, DT_INT, NULL, lower_unary, MLXB_BITWISE_INVERT, 0, "integer dtypes"},
+    OP_ROW("", "Abs", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_unary,
+           .arg = MLXB_ABS, .doc = "all numeric dtypes; unsigned pass through"),
+    OP_ROW("", "Neg", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_SIGNED_NUM, .lower = lower_unary,
+           .arg = MLXB_NEG, .doc = "floats and signed ints (wraps on INT_MIN)"),
+    OP_ROW("", "Sqrt", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_SQRT, .doc = "float dtypes"),
+    OP_ROW("", "Reciprocal", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_RECIPROCAL, .doc = "float dtypes"),
+    OP_ROW("", "Exp", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_exp,
+           .doc = "float dtypes (float64 rebuilt from expm1 for full precision)"),
+    OP_ROW("", "Log", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_LOG, .doc = "float dtypes"),
+    OP_ROW("", "Erf", 9, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS_NO_F64, .lower = lower_odd_unary,
+           .arg = MLXB_ERF,
+           .doc = "float16/bfloat16/float; erf(-0) = -0, erf(+0) = +0; declined: float64 (MLX computes it at float32 "
+                  "precision)"),
+    OP_ROW("", "Tanh", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_TANH, .doc = "float dtypes"),
+    OP_ROW("", "Ceil", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_CEIL, .doc = "float dtypes"),
+    OP_ROW("", "Floor", 6, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_FLOOR, .doc = "float dtypes"),
+    OP_ROW("", "Round", 11, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_ROUND, .doc = "float dtypes; halves to even"),
+    OP_ROW("", "Sign", 9, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_sign,
+           .doc = "all numeric dtypes; NaN stays NaN"),
+    OP_ROW("", "Sin", 7, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS_NO_F64, .lower = lower_odd_unary,
+           .arg = MLXB_SIN,
+           .doc = "float16/bfloat16/float; sin(-0) = -0; declined: float64 (MLX computes it at float32 precision)"),
+    OP_ROW("", "Cos", 7, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS_NO_F64, .lower = lower_unary,
+           .arg = MLXB_COS, .doc = "float16/bfloat16/float; declined: float64 (MLX computes it at float32 precision)"),
+    OP_ROW("", "Tan", 7, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_TAN, .doc = "float dtypes"),
+    OP_ROW("", "Asin", 7, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_ASIN, .doc = "float dtypes"),
+    OP_ROW("", "Acos", 7, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_ACOS, .doc = "float dtypes"),
+    OP_ROW("", "Atan", 7, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_ATAN, .doc = "float dtypes"),
+    OP_ROW("", "Sinh", 9, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_SINH, .doc = "float dtypes"),
+    OP_ROW("", "Cosh", 9, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_COSH, .doc = "float dtypes"),
+    OP_ROW("", "Asinh", 9, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_ASINH, .doc = "float dtypes"),
+    OP_ROW("", "Acosh", 9, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_ACOSH, .doc = "float dtypes"),
+    OP_ROW("", "Atanh", 9, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_ATANH, .doc = "float dtypes"),
+    OP_ROW("", "IsNaN", 9, 20, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_unary,
+           .arg = MLXB_ISNAN, .doc = "float dtypes"),
+    OP_ROW("", "IsInf", 10, 20, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOATS, .lower = lower_isinf,
+           .doc = "float dtypes; detect_positive/detect_negative in every combination"),
+    OP_ROW("", "Not", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_BOOL, .lower = lower_unary,
+           .arg = MLXB_LOGICAL_NOT, .doc = "bool"),
+    OP_ROW("", "BitwiseNot", 18, 18, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_INT, .lower = lower_unary,
+           .arg = MLXB_BITWISE_INVERT, .doc = "integer dtypes"),
     /* binary arithmetic; opset 6 and older used the legacy broadcast/axis attributes */
-    {"", "Add", 7, 14, DT_NUMERIC, NULL, lower_binary, MLXB_ADD, 0, "all numeric dtypes, broadcasting; ints wrap"},
-    {"", "Sub", 7, 14, DT_NUMERIC, NULL, lower_binary, MLXB_SUB, 0, "all numeric dtypes, broadcasting; ints wrap"},
-    {"", "Mul", 7, 14, DT_NUMERIC, NULL, lower_binary, MLXB_MUL, 0, "all numeric dtypes, broadcasting; ints wrap"},
-    {"", "Div", 7, 14, DT_NUMERIC, NULL, lower_div, 0, 0,
-     "all numeric dtypes, broadcasting; integer division truncates toward zero (x/0 gives 0)"},
-    {"", "Pow", 7, 15, DT(ONNX_INT32) | DT(ONNX_INT64) | DT_FLOATS, NULL, lower_pow, 0, 0,
-     "base int32/int64/float, any numeric exponent; mixed dtypes are computed in float64 like ORT "
-     "(declined on GPU); integer bases with negative exponents give ORT's truncated results (1 and -1 "
-     "keep their power, 0^-n and every other base give 0); integer overflow wraps: the value repeated "
-     "multiplication gives in the type (ORT casts a double pow, platform-dependent past the range)"},
-    {"", "Mod", 10, 28, DT_NUMERIC, claim_mod, lower_mod, 0, 0,
-     "integers with fmod=0 (sign of divisor) or fmod=1 (sign of dividend); floats with fmod=1; "
-     "declined: floats with fmod=0 (invalid per spec)"},
-    {"", "BitShift", 11, 28, DT_INT, claim_bitshift, lower_bitshift, 0, 0,
-     "integer dtypes; amounts >= the bit width (or negative) give 0, or -1 for right shifts of negatives"},
-    {"", "BitwiseAnd", 18, 18, DT_INT, NULL, lower_binary, MLXB_BITWISE_AND, 0, "integer dtypes, broadcasting"},
-    {"", "BitwiseOr", 18, 18, DT_INT, NULL, lower_binary, MLXB_BITWISE_OR, 0, "integer dtypes, broadcasting"},
-    {"", "BitwiseXor", 18, 18, DT_INT, NULL, lower_binary, MLXB_BITWISE_XOR, 0, "integer dtypes, broadcasting"},
-    {"", "And", 7, 7, DT_BOOL, NULL, lower_binary, MLXB_LOGICAL_AND, 0, "bool, broadcasting"},
-    {"", "Or", 7, 7, DT_BOOL, NULL, lower_binary, MLXB_LOGICAL_OR, 0, "bool, broadcasting"},
-    {"", "Xor", 7, 7, DT_BOOL, NULL, lower_binary, MLXB_NOT_EQUAL, 0, "bool, broadcasting"},
+    OP_ROW("", "Add", 7, 14, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_binary,
+           .arg = MLXB_ADD, .doc = "all numeric dtypes, broadcasting; ints wrap"),
+    OP_ROW("", "Sub", 7, 14, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_binary,
+           .arg = MLXB_SUB, .doc = "all numeric dtypes, broadcasting; ints wrap"),
+    OP_ROW("", "Mul", 7, 14, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_binary,
+           .arg = MLXB_MUL, .doc = "all numeric dtypes, broadcasting; ints wrap"),
+    OP_ROW("", "Div", 7, 14, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_div,
+           .doc = "all numeric dtypes, broadcasting; integer division truncates toward zero (x/0 gives 0)"),
+    OP_ROW("", "Pow", 7, 15, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT(ONNX_INT32) | DT(ONNX_INT64) | DT_FLOATS,
+           .lower = lower_pow,
+           .doc = "base int32/int64/float, any numeric exponent; mixed dtypes are computed in float64 like ORT "
+                  "(declined on GPU); integer bases with negative exponents give ORT's truncated results (1 and -1 "
+                  "keep their power, 0^-n and every other base give 0); integer overflow wraps: the value repeated "
+                  "multiplication gives in the type (ORT casts a double pow, platform-dependent past the range)"),
+    OP_ROW("", "Mod", 10, 28, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .claim = claim_mod,
+           .lower = lower_mod,
+           .doc = "integers with fmod=0 (sign of divisor) or fmod=1 (sign of dividend); floats with fmod=1; "
+                  "declined: floats with fmod=0 (invalid per spec)"),
+    OP_ROW("", "BitShift", 11, 28, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_INT, .claim = claim_bitshift,
+           .lower = lower_bitshift,
+           .doc = "integer dtypes; amounts >= the bit width (or negative) give 0, or -1 for right shifts of negatives"),
+    OP_ROW("", "BitwiseAnd", 18, 18, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_INT, .lower = lower_binary,
+           .arg = MLXB_BITWISE_AND, .doc = "integer dtypes, broadcasting"),
+    OP_ROW("", "BitwiseOr", 18, 18, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_INT, .lower = lower_binary,
+           .arg = MLXB_BITWISE_OR, .doc = "integer dtypes, broadcasting"),
+    OP_ROW("", "BitwiseXor", 18, 18, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_INT, .lower = lower_binary,
+           .arg = MLXB_BITWISE_XOR, .doc = "integer dtypes, broadcasting"),
+    OP_ROW("", "And", 7, 7, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_BOOL, .lower = lower_binary,
+           .arg = MLXB_LOGICAL_AND, .doc = "bool, broadcasting"),
+    OP_ROW("", "Or", 7, 7, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_BOOL, .lower = lower_binary,
+           .arg = MLXB_LOGICAL_OR, .doc = "bool, broadcasting"),
+    OP_ROW("", "Xor", 7, 7, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_BOOL, .lower = lower_binary,
+           .arg = MLXB_NOT_EQUAL, .doc = "bool, broadcasting"),
     /* comparisons: bool outputs */
-    {"", "Equal", 7, 19, DT_ALL, NULL, lower_binary, MLXB_EQUAL, 0, "numeric and bool dtypes; strings are declined"},
-    {"", "Less", 7, 13, DT_NUMERIC, NULL, lower_binary, MLXB_LESS, 0, "all numeric dtypes"},
-    {"", "Greater", 7, 13, DT_NUMERIC, NULL, lower_binary, MLXB_GREATER, 0, "all numeric dtypes"},
-    {"", "LessOrEqual", 12, 16, DT_NUMERIC, NULL, lower_binary, MLXB_LESS_EQUAL, 0, "all numeric dtypes"},
-    {"", "GreaterOrEqual", 12, 16, DT_NUMERIC, NULL, lower_binary, MLXB_GREATER_EQUAL, 0, "all numeric dtypes"},
-    {"", "Where", 9, 16, DT_BOOL, NULL, lower_where, 0, 0, "every MLX dtype for X/Y, broadcasting"},
+    OP_ROW("", "Equal", 7, 19, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .lower = lower_binary,
+           .arg = MLXB_EQUAL, .doc = "numeric and bool dtypes; strings are declined"),
+    OP_ROW("", "Less", 7, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_binary,
+           .arg = MLXB_LESS, .doc = "all numeric dtypes"),
+    OP_ROW("", "Greater", 7, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_binary,
+           .arg = MLXB_GREATER, .doc = "all numeric dtypes"),
+    OP_ROW("", "LessOrEqual", 12, 16, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .lower = lower_binary,
+           .arg = MLXB_LESS_EQUAL, .doc = "all numeric dtypes"),
+    OP_ROW("", "GreaterOrEqual", 12, 16, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC,
+           .lower = lower_binary, .arg = MLXB_GREATER_EQUAL, .doc = "all numeric dtypes"),
+    OP_ROW("", "Where", 9, 16, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_BOOL, .lower = lower_where,
+           .doc = "every MLX dtype for X/Y, broadcasting"),
     /* variadic; opset 6 required equal shapes, which NumPy broadcasting also handles */
-    {"", "Min", 6, 13, DT_NUMERIC, claim_variadic, lower_variadic, MLXB_MINIMUM, 0,
-     "1..N inputs, all numeric dtypes, broadcasting; NaN propagates"},
-    {"", "Max", 6, 13, DT_NUMERIC, claim_variadic, lower_variadic, MLXB_MAXIMUM, 0,
-     "1..N inputs, all numeric dtypes, broadcasting; NaN propagates"},
-    {"", "Sum", 6, 13, DT_FLOATS, claim_variadic, lower_variadic, MLXB_ADD, 0,
-     "1..N inputs, float dtypes, broadcasting; halves accumulate in float32"},
-    {"", "Mean", 6, 13, DT_FLOATS, claim_variadic, lower_mean, 0, 0,
-     "1..N inputs, float dtypes, broadcasting; halves accumulate in float32"},
+    OP_ROW("", "Min", 6, 13, .inputs = {1, OP_VARIADIC}, .outputs = {1, 1}, .dtypes = DT_NUMERIC,
+           .claim = claim_variadic, .lower = lower_variadic, .arg = MLXB_MINIMUM,
+           .doc = "1..N inputs, all numeric dtypes, broadcasting; NaN propagates"),
+    OP_ROW("", "Max", 6, 13, .inputs = {1, OP_VARIADIC}, .outputs = {1, 1}, .dtypes = DT_NUMERIC,
+           .claim = claim_variadic, .lower = lower_variadic, .arg = MLXB_MAXIMUM,
+           .doc = "1..N inputs, all numeric dtypes, broadcasting; NaN propagates"),
+    OP_ROW("", "Sum", 6, 13, .inputs = {1, OP_VARIADIC}, .outputs = {1, 1}, .dtypes = DT_FLOATS,
+           .claim = claim_variadic, .lower = lower_variadic, .arg = MLXB_ADD,
+           .doc = "1..N inputs, float dtypes, broadcasting; halves accumulate in float32"),
+    OP_ROW("", "Mean", 6, 13, .inputs = {1, OP_VARIADIC}, .outputs = {1, 1}, .dtypes = DT_FLOATS,
+           .claim = claim_variadic, .lower = lower_mean,
+           .doc = "1..N inputs, float dtypes, broadcasting; halves accumulate in float32"),
 };
 
 OPS_FAMILY(elementwise, defs);

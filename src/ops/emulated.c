@@ -314,7 +314,6 @@ static bool claim_cast_like(claim_ctx *c, const op_def *def) {
 static int cast_input(op_ctx *c, int32_t to) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   int32_t from = op_input_dtype(c, 0);
   if (from == to) return op_set_output(c, 0, mlxb_ref(s, x));
   cast_opts o = {ir_attr_int(op_node(c), "saturate", 1) != 0, ROUND_UP};
@@ -344,7 +343,6 @@ static int q_params(op_ctx *c, mlxb_array *x, mlxb_array **scale, mlxb_array **z
   int64_t block = ir_attr_int(n, "block_size", 0);
   if (block < 0) return op_fail(c, "block_size must be non-negative");
   mlxb_array *sv = op_input(c, 1), *zv = op_input(c, 2);
-  if (!sv) return op_fail(c, "scale is required");
   *scale = op_util_quant_param(c, to_type(s, decode_any(s, sv, op_input_dtype(c, 1)), MLXB_F32), dims, rank, axis, block);
   *zp = zv ? op_util_quant_param(c, decode_any(s, zv, op_input_dtype(c, 2)), dims, rank, axis, block) : NULL;
   if (!*scale || (zv && !*zp)) return op_fail(c, "bad scale or zero point");
@@ -380,7 +378,6 @@ static bool claim_quantize(claim_ctx *c, const op_def *def) {
 static int lower_quantize(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = NULL, *zp = NULL;
-  if (!x) return op_fail(c, "input is required");
   if (q_params(c, x, &scale, &zp)) return -1;
   int32_t yt = op_output_dtype(c, 0);
   mlxb_array *v = bin(s, MLXB_DIV, to_type(s, x, MLXB_F32), scale);
@@ -424,7 +421,6 @@ static bool claim_dequantize(claim_ctx *c, const op_def *def) {
 static int lower_dequantize(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = NULL, *zp = NULL;
-  if (!x) return op_fail(c, "input is required");
   if (q_params(c, x, &scale, &zp)) return -1;
   int32_t yt = op_output_dtype(c, 0);
   int mt = op_mlx_dtype(yt);
@@ -439,32 +435,37 @@ static int lower_dequantize(op_ctx *c, const op_def *def) {
 #define EMU_TYPES "float8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz), float8e8m0, float4e2m1, int4/uint4, int2/uint2"
 
 static const op_def defs[] = {
-    {"", "Cast", 19, 28, 0, claim_cast, lower_cast, 0, OP_FLAG_ANY_DTYPE,
-     "casts from or to " EMU_TYPES " (codes in uint8), from/to every MLX dtype and between emulated dtypes. "
-     "float8: round to nearest even, saturate as the ONNX tables say (e4m3fn/fnuz overflow gives NaN, e5m2 inf when "
-     "saturate=0; ORT's CPU kernel differs on e4m3fn 480 <= |x| < 496 and e5m2 61440 <= |x| < 65536, where it gives "
-     "448 and NaN), float64 rounded to float32 first as ORT does; e8m0: round_mode up/down/nearest and saturate with "
-     "ORT's rules (negative, zero and tiny inputs give 0x00, or NaN without saturation); float4e2m1: round to nearest "
-     "even in the input's precision, saturating at ±6, NaN as the ONNX reference (ml_dtypes) gives; int4/uint4/int2/"
-     "uint2: integers keep their low bits, floats round half away from zero to int32 (ORT), NaN and |x| >= 2^31 give "
-     "0. Emulated floats to integers truncate through float32; NaN, inf and out-of-range values are undefined in the "
-     "spec (ORT's results there vary by code path); to bool ±0 is false (ORT tests the code's bits: float8 -0 and "
-     "e8m0 0x00 differ). Declined: string, unknown round_mode"},
-    {"", "CastLike", 19, 25, 0, claim_cast_like, lower_cast_like, 0, OP_FLAG_ANY_DTYPE,
-     "as Cast, with the target dtype of input 1 (saturate and round_mode honoured)"},
-    {"", "QuantizeLinear", 19, 28, 0, claim_quantize, lower_quantize, 0, OP_FLAG_ANY_DTYPE,
-     "float/float16 input with a scale of the same dtype to int4/uint4/int2/uint2 (float32 division, round half to "
-     "even, add the zero point, saturate, NaN gives the minimum, as ORT; ORT's int2/uint2 and float16 int4 kernels "
-     "overflow an int32 for inf and |x / scale| >= 2^31, this row saturates as the spec says), float8 (x / scale "
-     "encoded with saturate; the zero point ignored, as ORT and the ONNX reference do) or float4e2m1 (x / scale + "
-     "zero point, ONNX reference); "
-     "per-tensor, per-axis and blocked. Declined: bfloat16/int32 input, a scale dtype or precision other than the "
-     "input's, float8e8m0 scales"},
-    {"", "DequantizeLinear", 19, 28, 0, claim_dequantize, lower_dequantize, 0, OP_FLAG_ANY_DTYPE,
-     "int4/uint4/int2/uint2, float8 and float4e2m1 inputs with float/float16/bfloat16/float8e8m0 scales and a float/"
-     "float16/bfloat16 output (output_dtype): (x - zero point) * scale in float32, exact, rounded once; per-tensor, "
-     "per-axis and blocked (blocked int4 is how exporters store LLM weights). A nonzero float8 zero point is "
-     "subtracted (ORT rejects it at run time)"},
+    OP_ROW("", "Cast", 19, 28, .inputs = {1, 1}, .outputs = {1, 1}, .claim = claim_cast, .lower = lower_cast,
+           .flags = OP_FLAG_ANY_DTYPE,
+           .doc = "casts from or to " EMU_TYPES " (codes in uint8), from/to every MLX dtype and between emulated "
+                  "dtypes. float8: round to nearest even, saturate as the ONNX tables say (e4m3fn/fnuz overflow "
+                  "gives NaN, e5m2 inf when saturate=0; ORT's CPU kernel differs on e4m3fn 480 <= |x| < 496 and e5m2 "
+                  "61440 <= |x| < 65536, where it gives 448 and NaN), float64 rounded to float32 first as ORT does; "
+                  "e8m0: round_mode up/down/nearest and saturate with ORT's rules (negative, zero and tiny inputs "
+                  "give 0x00, or NaN without saturation); float4e2m1: round to nearest even in the input's "
+                  "precision, saturating at ±6, NaN as the ONNX reference (ml_dtypes) gives; int4/uint4/int2/uint2: "
+                  "integers keep their low bits, floats round half away from zero to int32 (ORT), NaN and |x| >= "
+                  "2^31 give 0. Emulated floats to integers truncate through float32; NaN, inf and out-of-range "
+                  "values are undefined in the spec (ORT's results there vary by code path); to bool ±0 is false "
+                  "(ORT tests the code's bits: float8 -0 and e8m0 0x00 differ). Declined: string, unknown round_mode"),
+    OP_ROW("", "CastLike", 19, 25, .inputs = {2, 2}, .outputs = {1, 1}, .claim = claim_cast_like,
+           .lower = lower_cast_like, .flags = OP_FLAG_ANY_DTYPE,
+           .doc = "as Cast, with the target dtype of input 1 (saturate and round_mode honoured)"),
+    OP_ROW("", "QuantizeLinear", 19, 28, .inputs = {2, 3}, .outputs = {1, 1}, .claim = claim_quantize,
+           .lower = lower_quantize, .flags = OP_FLAG_ANY_DTYPE,
+           .doc = "float/float16 input with a scale of the same dtype to int4/uint4/int2/uint2 (float32 division, "
+                  "round half to even, add the zero point, saturate, NaN gives the minimum, as ORT; ORT's int2/uint2 "
+                  "and float16 int4 kernels overflow an int32 for inf and |x / scale| >= 2^31, this row saturates as "
+                  "the spec says), float8 (x / scale encoded with saturate; the zero point ignored, as ORT and the "
+                  "ONNX reference do) or float4e2m1 (x / scale + zero point, ONNX reference); per-tensor, per-axis "
+                  "and blocked. Declined: bfloat16/int32 input, a scale dtype or precision other than the input's, "
+                  "float8e8m0 scales"),
+    OP_ROW("", "DequantizeLinear", 19, 28, .inputs = {2, 3}, .outputs = {1, 1}, .claim = claim_dequantize,
+           .lower = lower_dequantize, .flags = OP_FLAG_ANY_DTYPE,
+           .doc = "int4/uint4/int2/uint2, float8 and float4e2m1 inputs with float/float16/bfloat16/float8e8m0 scales "
+                  "and a float/float16/bfloat16 output (output_dtype): (x - zero point) * scale in float32, exact, "
+                  "rounded once; per-tensor, per-axis and blocked (blocked int4 is how exporters store LLM weights). "
+                  "A nonzero float8 zero point is subtracted (ORT rejects it at run time)"),
 };
 
 OPS_FAMILY(emulated, defs);

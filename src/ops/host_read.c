@@ -221,13 +221,15 @@ done:
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-  {"", "NonZero", 9, 13, DT_ALL, claim_nonzero, lower_nonzero, 0, OP_FLAG_HOST_VALUES,
-   "any dtype; the input is read on the host (the output shape depends on it); NaN counts as nonzero. "
-   "Declined: scalar inputs (ONNX and ORT disagree on the shape)"},
-  {"", "Unique", 11, 28, DT_ALL, claim_input0_rank, lower_unique, 0, OP_FLAG_HOST_VALUES,
-   "sorted and unsorted, with or without axis, all four outputs; the input is read on the host; -0.0 and 0.0 "
-   "are one value (the first seen is kept); NaN follows numpy.unique and the ONNX reference, not ORT: all "
-   "NaNs are one value, sorted after every number (ORT's CPU EP loses or splits NaN groups)"},
+  OP_ROW("", "NonZero", 9, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_nonzero,
+         .lower = lower_nonzero,
+         .doc = "any dtype; the input is read on the host (the output shape depends on it); NaN counts as nonzero. "
+                "Declined: scalar inputs (ONNX and ORT disagree on the shape)"),
+  OP_ROW("", "Unique", 11, 28, .inputs = {1, 1}, .outputs = {1, 4}, .dtypes = DT_ALL, .claim = claim_input0_rank,
+         .lower = lower_unique,
+         .doc = "sorted and unsorted, with or without axis, all four outputs; the input is read on the host; -0.0 "
+                "and 0.0 are one value (the first seen is kept); NaN follows numpy.unique and the ONNX reference, "
+                "not ORT: all NaNs are one value, sorted after every number (ORT's CPU EP loses or splits NaN groups)"),
 };
 
 OPS_FAMILY(host_read, defs);

@@ -330,7 +330,6 @@ static bool claim_input0_rank(claim_ctx *c, const op_def *def) { return op_util_
 static int lower_reverse_sequence(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *lens = op_input(c, 1);
-  if (!x || !lens) return op_fail(c, "input and sequence_lens are required");
   int64_t dims[OP_UTIL_MAX_RANK];
   int r = op_util_dims(c, x, dims);
   if (r < 0) return -1;
@@ -365,7 +364,6 @@ static bool claim_tensor_scatter(claim_ctx *c, const op_def *def) {
 static int lower_tensor_scatter(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *past = op_input(c, 0), *upd = op_input(c, 1), *w = op_input(c, 2);
-  if (!past || !upd) return op_fail(c, "past_cache and update are required");
   int64_t dims[OP_UTIL_MAX_RANK], udims[OP_UTIL_MAX_RANK];
   int r = op_util_dims(c, past, dims);
   if (r < 0 || op_util_dims(c, upd, udims) != r)
@@ -408,33 +406,42 @@ static bool pad_gather(const ir_graph *g, const ir_node *n, const pad_fact *in, 
 }
 
 static const op_def defs[] = {
-  {"", "Gather", 1, 13, DT_ALL, claim_indices, lower_gather, 0, 0,
-   "int32/int64 indices, negative indices wrap, negative axis; an index outside [-n, n) fails the Run",
-   pad_gather},
-  {"", "GatherElements", 11, 13, DT_ALL, claim_indices, lower_gather_elements, 0, 0,
-   "int32/int64 indices, negative indices wrap; indices may be shorter than data on other axes; an index "
-   "outside [-n, n) fails the Run"},
-  {"", "GatherND", 11, 13, DT_ALL, claim_indices, lower_gather_nd, 0, 0,
-   "int64 indices, batch_dims (12+), negative indices wrap; an empty last index axis is declined at run time; "
-   "an index outside [-n, n) fails the Run"},
-  {"", "ScatterElements", 11, 18, DT_ALL, claim_scatter_indices, lower_scatter_elements, 0, 0,
-   "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one update; "
-   "an index outside [-n, n) fails the Run"},
-  {"", "ScatterND", 11, 18, DT_ALL, claim_scatter_indices, lower_scatter_nd, 0, 0,
-   "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one update; "
-   "an index outside [-n, n) fails the Run"},
-  {"", "OneHot", 9, 11, DT_NUMERIC, claim_one_hot, lower_one_hot, 0, OP_FLAG_HOST_VALUES,
-   "depth read on the host; negative indices count from depth, out-of-range or non-integral indices give "
-   "off_value"},
-  {"", "Compress", 9, 11, DT_ALL, claim_rank, lower_compress, 0, OP_FLAG_HOST_VALUES,
-   "the condition is read on the host (its values decide the output shape); with or without axis"},
-  {"", "ReverseSequence", 10, 28, DT_ALL, claim_input0_rank, lower_reverse_sequence, 0, 0,
-   "time_axis/batch_axis 0/1 and 1/0, any rank >= 2; lengths clipped into [0, T] (ORT rejects others)"},
-  {"", "TensorScatter", 24, 24, DT_ALL, claim_tensor_scatter, lower_tensor_scatter, 0, 0,
-   "linear and circular modes, optional write_indices, any sequence axis but 0; linear writes past the cache "
-   "end are clipped (ORT rejects them)"},
-  {"", "Scatter", 9, 10, DT_ALL, claim_scatter_indices, lower_scatter_elements, 0, 0,
-   "the deprecated name of ScatterElements (same lowering, reduction none)"},
+  OP_ROW("", "Gather", 1, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_indices,
+         .lower = lower_gather, .pad = pad_gather,
+         .doc = "int32/int64 indices, negative indices wrap, negative axis; an index outside [-n, n) fails the Run"),
+  OP_ROW("", "GatherElements", 11, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_indices,
+         .lower = lower_gather_elements,
+         .doc = "int32/int64 indices, negative indices wrap; indices may be shorter than data on other axes; an "
+                "index outside [-n, n) fails the Run"),
+  OP_ROW("", "GatherND", 11, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_indices,
+         .lower = lower_gather_nd,
+         .doc = "int64 indices, batch_dims (12+), negative indices wrap; an empty last index axis is declined at run "
+                "time; an index outside [-n, n) fails the Run"),
+  OP_ROW("", "ScatterElements", 11, 18, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_ALL,
+         .claim = claim_scatter_indices, .lower = lower_scatter_elements,
+         .doc = "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one "
+                "update; an index outside [-n, n) fails the Run"),
+  OP_ROW("", "ScatterND", 11, 18, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_scatter_indices,
+         .lower = lower_scatter_nd,
+         .doc = "reduction none/add/mul/max/min (reductions on bool declined); duplicate indices with none keep one "
+                "update; an index outside [-n, n) fails the Run"),
+  OP_ROW("", "OneHot", 9, 11, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .claim = claim_one_hot,
+         .lower = lower_one_hot,
+         .doc = "depth read on the host; negative indices count from depth, out-of-range or non-integral indices "
+                "give off_value"),
+  OP_ROW("", "Compress", 9, 11, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_rank,
+         .lower = lower_compress,
+         .doc = "the condition is read on the host (its values decide the output shape); with or without axis"),
+  OP_ROW("", "ReverseSequence", 10, 28, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL,
+         .claim = claim_input0_rank, .lower = lower_reverse_sequence,
+         .doc = "time_axis/batch_axis 0/1 and 1/0, any rank >= 2; lengths clipped into [0, T] (ORT rejects others)"),
+  OP_ROW("", "TensorScatter", 24, 24, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_ALL,
+         .claim = claim_tensor_scatter, .lower = lower_tensor_scatter,
+         .doc = "linear and circular modes, optional write_indices, any sequence axis but 0; linear writes past the "
+                "cache end are clipped (ORT rejects them)"),
+  OP_ROW("", "Scatter", 9, 10, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_scatter_indices,
+         .lower = lower_scatter_elements,
+         .doc = "the deprecated name of ScatterElements (same lowering, reduction none)"),
 };
 
 OPS_FAMILY(indexing, defs);

@@ -40,8 +40,10 @@ static int lower_det(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-  {"", "Det", 11, 22, DT_F32 | DT_F16 | DT_F64, claim_input0_rank, lower_det, 0, 0,
-   "float32/float16/float64 [..., M, M] via MLX's partially pivoted LU on the CPU (float16 factored in float32)"},
+  OP_ROW("", "Det", 11, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16 | DT_F64,
+         .claim = claim_input0_rank, .lower = lower_det,
+         .doc = "float32/float16/float64 [..., M, M] via MLX's partially pivoted LU on the CPU (float16 factored in "
+                "float32)"),
 };
 
 OPS_FAMILY(linalg, defs);

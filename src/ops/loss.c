@@ -94,7 +94,6 @@ static mlxb_array *loss_nll(op_ctx *c, mlxb_array *lp, mlxb_array *target, mlxb_
 
 static int lower_nll(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *t = op_input(c, 1);
-  if (!x || !t) return op_fail(c, "input and target are required");
   mlxb_array *y = loss_nll(c, x, t, op_input(c, 2));
   if (!y) return op_fail(c, "loss was not computed");
   return op_set_output(c, 0, y);
@@ -103,7 +102,6 @@ static int lower_nll(op_ctx *c, const op_def *def) {
 static int lower_softmax_ce(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *t = op_input(c, 1);
-  if (!x || !t) return op_fail(c, "scores and labels are required");
   if (mlxb_ndim(x) < 2) return op_fail(c, "scores must have rank >= 2");
   int axis = 1;
   mlxb_array *lse = mlxb_reduce(s, MLXB_RLOGSUMEXP, x, &axis, 1, true);
@@ -117,12 +115,15 @@ static int lower_softmax_ce(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-  {"", "NegativeLogLikelihoodLoss", 12, 22, DT_FLOAT, claim_loss, lower_nll, LOSS_ARG_NLL, 0,
-   "reduction none/sum/mean, optional weight, ignore_index, [N, C] and [N, C, d1..dk]; int32/int64 targets "
-   "(a target outside [0, C) other than ignore_index, -1 when absent as in ORT's kernels, fails the Run)"},
-  {"", "SoftmaxCrossEntropyLoss", 12, 13, DT_FLOAT, claim_loss, lower_softmax_ce, LOSS_ARG_SOFTMAX, 0,
-   "float/float16/bfloat16; reduction none/sum/mean, optional weights, ignore_index, optional log_prob output, "
-   "N-D; int32/int64 labels. float64 declined (MLX's float64 exp has float32 accuracy)"},
+  OP_ROW("", "NegativeLogLikelihoodLoss", 12, 22, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
+         .claim = claim_loss, .lower = lower_nll, .arg = LOSS_ARG_NLL,
+         .doc = "reduction none/sum/mean, optional weight, ignore_index, [N, C] and [N, C, d1..dk]; int32/int64 "
+                "targets (a target outside [0, C) other than ignore_index, -1 when absent as in ORT's kernels, fails "
+                "the Run)"),
+  OP_ROW("", "SoftmaxCrossEntropyLoss", 12, 13, .inputs = {2, 3}, .outputs = {1, 2}, .dtypes = DT_FLOAT,
+         .claim = claim_loss, .lower = lower_softmax_ce, .arg = LOSS_ARG_SOFTMAX,
+         .doc = "float/float16/bfloat16; reduction none/sum/mean, optional weights, ignore_index, optional log_prob "
+                "output, N-D; int32/int64 labels. float64 declined (MLX's float64 exp has float32 accuracy)"),
 };
 
 OPS_FAMILY(loss, defs);

@@ -69,7 +69,6 @@ static mlxb_array *matmul_int(mlxb_scope *s, mlxb_array *a, mlxb_array *b) {
 
 static int lower_matmul(op_ctx *c, const op_def *def) {
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
-  if (!a || !b) return op_fail(c, "missing input");
   if (mlxb_ndim(a) == 0 || mlxb_ndim(b) == 0) return op_fail(c, "MatMul operands must have rank >= 1");
   if (mlxb_type(a) != mlxb_type(b)) return op_fail(c, "operand dtypes differ");
   mlxb_scope *s = op_scope(c);
@@ -88,7 +87,6 @@ static int lower_gemm(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   mlxb_scope *s = op_scope(c);
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1), *bias = op_input(c, 2);
-  if (!a || !b) return op_fail(c, "missing input");
   if (mlxb_ndim(a) != 2 || mlxb_ndim(b) != 2) return op_fail(c, "Gemm operands must be 2-D");
   float alpha = ir_attr_float(n, "alpha", 1.0f), beta = ir_attr_float(n, "beta", 1.0f);
   if (ir_attr_int(n, "transA", 0)) a = transpose_2d(s, a);
@@ -163,15 +161,16 @@ static int lower_einsum(op_ctx *c, const op_def *def) {
 #define DT_MATMUL (DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64))
 
 static const op_def defs[] = {
-  {"", "MatMul", 1, 13, DT_MATMUL, NULL, lower_matmul, 0, 0,
-   "N-D with batch broadcasting; 1-D operands promoted as numpy. Float types use MLX matmul; int32/int64/"
-   "uint32/uint64 use a chunked broadcast multiply-sum that wraps like ORT."},
-  {"", "Gemm", 7, 13, DT_FLOAT, NULL, lower_gemm, 0, 0,
-   "transA, transB, alpha, beta, optional C broadcast to [M, N]; C is ignored when beta is 0 (as ORT). "
-   "Declined: integer Gemm (MLX matmul has float kernels only)."},
-  {"", "Einsum", 12, 12, DT_FLOAT, claim_einsum, lower_einsum, 0, 0,
-   "Explicit and implicit equations (implicit output made explicit in ONNX's ASCII order), ellipsis, "
-   "repeated labels (traces/diagonals), spaces. Declined: integer operands (MLX einsum uses matmul)."},
+  OP_ROW("", "MatMul", 1, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_MATMUL, .lower = lower_matmul,
+         .doc = "N-D with batch broadcasting; 1-D operands promoted as numpy. Float types use MLX matmul; "
+                "int32/int64/uint32/uint64 use a chunked broadcast multiply-sum that wraps like ORT."),
+  OP_ROW("", "Gemm", 7, 13, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .lower = lower_gemm,
+         .doc = "transA, transB, alpha, beta, optional C broadcast to [M, N]; C is ignored when beta is 0 (as ORT). "
+                "Declined: integer Gemm (MLX matmul has float kernels only)."),
+  OP_ROW("", "Einsum", 12, 12, .inputs = {1, OP_VARIADIC}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_einsum,
+         .lower = lower_einsum,
+         .doc = "Explicit and implicit equations (implicit output made explicit in ONNX's ASCII order), ellipsis, "
+                "repeated labels (traces/diagonals), spaces. Declined: integer operands (MLX einsum uses matmul)."),
 };
 
 OPS_FAMILY(matmul, defs);

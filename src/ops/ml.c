@@ -54,7 +54,6 @@ static int lower_scaler(op_ctx *c, const op_def *def) {
   int64_t k = (int64_t)ir_attr_floats(n, "scale", &scale);
   ir_attr_floats(n, "offset", &offset);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   int64_t stride = ml_stride(c, x);
   if (stride < 0) return -1;
   if (k != 1 && k != stride) return op_fail(c, "scale/offset of %lld values for %lld features", (long long)k, (long long)stride);
@@ -78,7 +77,6 @@ static int lower_normalizer(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const char *norm = ir_attr_string(op_node(c), "norm", "MAX");
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   int r = mlxb_ndim(x), ax = -1;
   if (r < 1 || r > 2) return op_fail(c, "input rank %d (expected 1 or 2)", r);
   mlxb_array *xf = op_util_cast(s, x, MLXB_F32), *den, *y;
@@ -104,7 +102,6 @@ static int lower_normalizer(op_ctx *c, const op_def *def) {
 static int lower_binarizer(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   mlxb_dtype t = mlxb_type(x);
   float th = ir_attr_float(op_node(c), "threshold", 0.0f);
   mlxb_array *gt = mlxb_binary(s, MLXB_GREATER, x, mlxb_scalar_f64(s, th, t));
@@ -129,7 +126,6 @@ static int lower_imputer(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   int64_t stride = ml_stride(c, x);
   if (stride < 0) return -1;
   mlxb_array *table, *hit;
@@ -166,7 +162,6 @@ static bool claim_array_feature_extractor(claim_ctx *c, const op_def *def) {
 static int lower_array_feature_extractor(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *y = op_input(c, 1);
-  if (!x || !y) return op_fail(c, "X and Y are required");
   int r = mlxb_ndim(x);
   if (r < 1 || r > OP_UTIL_MAX_RANK) return op_fail(c, "X rank %d", r);
   int64_t dims[OP_UTIL_MAX_RANK], last = mlxb_dim(x, r - 1), k = (int64_t)mlxb_size(y);
@@ -245,7 +240,6 @@ static int lower_one_hot_encoder(op_ctx *c, const op_def *def) {
   const int64_t *cats;
   int64_t k = (int64_t)ir_attr_ints(op_node(c), "cats_int64s", &cats);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   int r = mlxb_ndim(x);
   if (r > 2) return op_fail(c, "input rank %d (at most 2)", r);
   uint8_t *keep = calloc((size_t)(k + 1), 1);
@@ -371,7 +365,6 @@ static int lower_label_encoder(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   int32_t kt = op_input_dtype(c, 0), vt = op_output_dtype(c, 0);
   bool nan_matches = n->since_version >= 4;
   ml_list keys, vals;
@@ -428,27 +421,34 @@ done:
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {ML, "Scaler", 1, 1, DT_ML_IN, claim_scaler, lower_scaler, 0, 0,
-     "float/double/int32/int64 X; scale/offset of one value or one per feature (dim 1); float output"},
-    {ML, "Normalizer", 1, 1, DT_ML_IN, claim_normalizer, lower_normalizer, 0, 0,
-     "float/double/int32/int64 X of rank 1 or 2; MAX, L1, L2 per row in float32; rows of norm 0 copied"},
-    {ML, "Binarizer", 1, 1, DT_F32 | DT_F64, NULL, lower_binarizer, 0, 0,
-     "float/double X; x > threshold. NaN gives 0 where ORT fails"},
-    {ML, "Imputer", 1, 1, DT_F32 | DT(ONNX_INT64), claim_imputer, lower_imputer, 0, 0,
-     "float X with imputed_value_floats / replaced_value_float (NaN matches NaN), int64 X with "
-     "imputed_value_int64s / replaced_value_int64; one value or one per feature"},
-    {ML, "ArrayFeatureExtractor", 1, 1, DT_ML_IN, claim_array_feature_extractor, lower_array_feature_extractor, 0, 0,
-     "float/double/int32/int64 X, int64 indices along the last axis (rank-1 X gives [1, k]); out-of-range "
-     "indices are clipped (ORT fails). Declined: string X"},
-    {ML, "FeatureVectorizer", 1, 1, DT_ML_IN, claim_feature_vectorizer, lower_feature_vectorizer, 0, 0,
-     "float/double/int32/int64 inputs with equal row counts; each cut or zero-padded to inputdimensions"},
-    {ML, "OneHotEncoder", 1, 1, DT_F32 | DT_F64 | DT(ONNX_INT64), claim_one_hot_encoder, lower_one_hot_encoder, 0, 0,
-     "float/double/int64 X of rank <= 2 (truncated to int64), cats_int64s; unknown categories give zeros "
-     "(ORT fails when zeros=0). Declined: cats_strings"},
-    {ML, "LabelEncoder", 2, 4, DT_F32 | DT_F64 | DT(ONNX_INT64), claim_label_encoder, lower_label_encoder, 0, 0,
-     "int64/float/double keys to int64/float/double values from *_int64s/*_floats lists or (opset 4) "
-     "keys_tensor/values_tensor/default_tensor; duplicate keys keep the first value; NaN keys match NaN "
-     "from opset 4. Declined: string keys or values, opset 1"},
+    OP_ROW(ML, "Scaler", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ML_IN, .claim = claim_scaler,
+           .lower = lower_scaler,
+           .doc = "float/double/int32/int64 X; scale/offset of one value or one per feature (dim 1); float output"),
+    OP_ROW(ML, "Normalizer", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ML_IN, .claim = claim_normalizer,
+           .lower = lower_normalizer,
+           .doc = "float/double/int32/int64 X of rank 1 or 2; MAX, L1, L2 per row in float32; rows of norm 0 copied"),
+    OP_ROW(ML, "Binarizer", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64,
+           .lower = lower_binarizer, .doc = "float/double X; x > threshold. NaN gives 0 where ORT fails"),
+    OP_ROW(ML, "Imputer", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT(ONNX_INT64),
+           .claim = claim_imputer, .lower = lower_imputer,
+           .doc = "float X with imputed_value_floats / replaced_value_float (NaN matches NaN), int64 X with "
+                  "imputed_value_int64s / replaced_value_int64; one value or one per feature"),
+    OP_ROW(ML, "ArrayFeatureExtractor", 1, 1, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ML_IN,
+           .claim = claim_array_feature_extractor, .lower = lower_array_feature_extractor,
+           .doc = "float/double/int32/int64 X, int64 indices along the last axis (rank-1 X gives [1, k]); "
+                  "out-of-range indices are clipped (ORT fails). Declined: string X"),
+    OP_ROW(ML, "FeatureVectorizer", 1, 1, .inputs = {1, OP_VARIADIC}, .outputs = {1, 1}, .dtypes = DT_ML_IN,
+           .claim = claim_feature_vectorizer, .lower = lower_feature_vectorizer,
+           .doc = "float/double/int32/int64 inputs with equal row counts; each cut or zero-padded to inputdimensions"),
+    OP_ROW(ML, "OneHotEncoder", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64 | DT(ONNX_INT64),
+           .claim = claim_one_hot_encoder, .lower = lower_one_hot_encoder,
+           .doc = "float/double/int64 X of rank <= 2 (truncated to int64), cats_int64s; unknown categories give "
+                  "zeros (ORT fails when zeros=0). Declined: cats_strings"),
+    OP_ROW(ML, "LabelEncoder", 2, 4, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64 | DT(ONNX_INT64),
+           .claim = claim_label_encoder, .lower = lower_label_encoder,
+           .doc = "int64/float/double keys to int64/float/double values from *_int64s/*_floats lists or (opset 4) "
+                  "keys_tensor/values_tensor/default_tensor; duplicate keys keep the first value; NaN keys match NaN "
+                  "from opset 4. Declined: string keys or values, opset 1"),
 };
 
 OPS_FAMILY(ml, defs);

@@ -79,7 +79,6 @@ static int lower_linear_regressor(op_ctx *c, const op_def *def) {
   int64_t nicpt = (int64_t)ir_attr_floats(n, "intercepts", &icpt);
   int64_t targets = ir_attr_int(n, "targets", 1);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input 0 is missing");
   int r = mlxb_ndim(x);
   if (r > 2) return op_fail(c, "input rank %d (at most 2)", r);
   /* Rank 0 and 1 are one row of every element. */
@@ -97,14 +96,17 @@ static int lower_linear_regressor(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {ML, "LinearClassifier", 1, 1, DT_ML_IN, claim_linear_classifier, lower_linear_classifier, 0, 0,
-     "float/double/int32/int64 X of rank 1 or 2 (cast to float, as ORT); int64 classlabels_ints; every "
-     "post_transform; one class with two labels gives [1 - p, p] (p the score, or its logistic under LOGISTIC; "
-     "other transforms ignored, as ORT), one class without labels a raw score (PROBIT only). "
-     "Declined: classlabels_strings (string output), no intercepts, binary PROBIT (ORT leaves a column unwritten)"},
-    {ML, "LinearRegressor", 1, 1, DT_F32, claim_linear_regressor, lower_linear_regressor, 0, 0,
-     "float X of rank <= 2 (ORT's only type); intercepts used when one per target; every post_transform "
-     "(one target: PROBIT only, as ORT)"},
+    OP_ROW(ML, "LinearClassifier", 1, 1, .inputs = {1, 1}, .outputs = {2, 2}, .dtypes = DT_ML_IN,
+           .claim = claim_linear_classifier, .lower = lower_linear_classifier,
+           .doc = "float/double/int32/int64 X of rank 1 or 2 (cast to float, as ORT); int64 classlabels_ints; every "
+                  "post_transform; one class with two labels gives [1 - p, p] (p the score, or its logistic under "
+                  "LOGISTIC; other transforms ignored, as ORT), one class without labels a raw score (PROBIT only). "
+                  "Declined: classlabels_strings (string output), no intercepts, binary PROBIT (ORT leaves a column "
+                  "unwritten)"),
+    OP_ROW(ML, "LinearRegressor", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32,
+           .claim = claim_linear_regressor, .lower = lower_linear_regressor,
+           .doc = "float X of rank <= 2 (ORT's only type); intercepts used when one per target; every post_transform "
+                  "(one target: PROBIT only, as ORT)"),
 };
 
 OPS_FAMILY(ml_linear, defs);

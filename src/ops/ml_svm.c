@@ -345,14 +345,16 @@ static int lower_svm_classifier(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {ML, "SVMRegressor", 1, 1, DT_F32, claim_svm_regressor, lower_svm_regressor, 0, 0,
-     "float X; LINEAR/POLY/RBF/SIGMOID kernels with support vectors, or liblinear coefficients; one_class. "
-     "Declined: post_transform other than NONE (ORT ignores it), missing kernel_params"},
-    {ML, "SVMClassifier", 1, 1, DT_ML_IN, claim_svm_classifier, lower_svm_classifier, 0, 0,
-     "float/double/int32/int64 X (cast to float); int64 labels; LINEAR/POLY/RBF/SIGMOID kernels with one-vs-one "
-     "voting, prob_a/prob_b probabilities by ORT's pairwise coupling (<= 32 classes), or liblinear "
-     "coefficients; every post_transform. Declined: string labels, binary PROBIT without probabilities "
-     "(ORT leaves a column unwritten)"},
+    OP_ROW(ML, "SVMRegressor", 1, 1, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32,
+           .claim = claim_svm_regressor, .lower = lower_svm_regressor,
+           .doc = "float X; LINEAR/POLY/RBF/SIGMOID kernels with support vectors, or liblinear coefficients; "
+                  "one_class. Declined: post_transform other than NONE (ORT ignores it), missing kernel_params"),
+    OP_ROW(ML, "SVMClassifier", 1, 1, .inputs = {1, 1}, .outputs = {2, 2}, .dtypes = DT_ML_IN,
+           .claim = claim_svm_classifier, .lower = lower_svm_classifier,
+           .doc = "float/double/int32/int64 X (cast to float); int64 labels; LINEAR/POLY/RBF/SIGMOID kernels with "
+                  "one-vs-one voting, prob_a/prob_b probabilities by ORT's pairwise coupling (<= 32 classes), or "
+                  "liblinear coefficients; every post_transform. Declined: string labels, binary PROBIT without "
+                  "probabilities (ORT leaves a column unwritten)"),
 };
 
 OPS_FAMILY(ml_svm, defs);

@@ -736,21 +736,24 @@ done:
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {ML, "TreeEnsembleRegressor", 1, 3, DT_F32 | DT_F64, claim_tree_regressor, lower_tree_regressor, 0, 0,
-     "float/double X (double thresholds and sums for double, as ORT); BRANCH_LEQ/LT/GTE/GT/EQ/NEQ, missing "
-     "values tracking true; SUM/AVERAGE/MIN/MAX; base_values (a target no reached leaf names gives 0, as ORT); "
-     "every post_transform (one target: PROBIT only, leaves without weights give their node value, as ORT); "
-     "*_as_tensor attributes of the threshold type. Declined: trees split into non-contiguous runs, "
-     "cycles, depth > 4096"},
-    {ML, "TreeEnsembleClassifier", 1, 3, DT_ML_IN, claim_tree_classifier, lower_tree_classifier, 0, 0,
-     "float/double/int32/int64 X; int64 labels; node modes and missing tracking as the regressor; scores summed "
-     "with base_values and ORT's binary-class rules (one class id, all-positive weights, widened single "
-     "scores). Declined: classlabels_strings, one class, binary PROBIT or one base value with two class ids "
-     "(ORT leaves a column unwritten)"},
-    {ML, "TreeEnsemble", 5, 5, DT_F32 | DT_F64, claim_tree_ensemble, lower_tree_regressor, 0, 0,
-     "float/double X and output; all node modes including BRANCH_MEMBER sets; AVERAGE/SUM/MIN/MAX; "
-     "post_transform NONE, SOFTMAX_ZERO, PROBIT. Declined: post_transform 1 and 2 (ORT swaps SOFTMAX and "
-     "LOGISTIC against the spec), single-leaf trees whose leaf index differs from the root index"},
+    OP_ROW(ML, "TreeEnsembleRegressor", 1, 3, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64,
+           .claim = claim_tree_regressor, .lower = lower_tree_regressor,
+           .doc = "float/double X (double thresholds and sums for double, as ORT); BRANCH_LEQ/LT/GTE/GT/EQ/NEQ, "
+                  "missing values tracking true; SUM/AVERAGE/MIN/MAX; base_values (a target no reached leaf names "
+                  "gives 0, as ORT); every post_transform (one target: PROBIT only, leaves without weights give "
+                  "their node value, as ORT); *_as_tensor attributes of the threshold type. Declined: trees split "
+                  "into non-contiguous runs, cycles, depth > 4096"),
+    OP_ROW(ML, "TreeEnsembleClassifier", 1, 3, .inputs = {1, 1}, .outputs = {2, 2}, .dtypes = DT_ML_IN,
+           .claim = claim_tree_classifier, .lower = lower_tree_classifier,
+           .doc = "float/double/int32/int64 X; int64 labels; node modes and missing tracking as the regressor; "
+                  "scores summed with base_values and ORT's binary-class rules (one class id, all-positive weights, "
+                  "widened single scores). Declined: classlabels_strings, one class, binary PROBIT or one base value "
+                  "with two class ids (ORT leaves a column unwritten)"),
+    OP_ROW(ML, "TreeEnsemble", 5, 5, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64,
+           .claim = claim_tree_ensemble, .lower = lower_tree_regressor,
+           .doc = "float/double X and output; all node modes including BRANCH_MEMBER sets; AVERAGE/SUM/MIN/MAX; "
+                  "post_transform NONE, SOFTMAX_ZERO, PROBIT. Declined: post_transform 1 and 2 (ORT swaps SOFTMAX "
+                  "and LOGISTIC against the spec), single-leaf trees whose leaf index differs from the root index"),
 };
 
 OPS_FAMILY(ml_trees, defs);

@@ -64,7 +64,6 @@ int ml_claim_rank(const claim_ctx *c, int i) {
  * Returns X as [n, f] of dtype t, or NULL with the failure recorded. */
 mlxb_array *ml_rows(op_ctx *c, mlxb_dtype t, int64_t *n, int64_t *f) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_check(c) ? NULL : (op_fail(c, "input 0 is missing"), NULL);
   int r = mlxb_ndim(x);
   if (r < 1 || r > 2) return op_fail(c, "input rank %d (expected 1 or 2)", r), NULL;
   *n = r == 1 ? 1 : mlxb_dim(x, 0);

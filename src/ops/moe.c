@@ -516,7 +516,7 @@ static int lower_moe_common(op_ctx *c, bool quantized) {
   mlxb_array *x = op_input(c, IN_X), *router = op_input(c, IN_ROUTER);
   int fc2_w = quantized ? Q_FC2_W : MOE_FC2_W;
   mlxb_array *w2 = op_input(c, fc2_w);
-  if (!x || !router || !w2) return op_fail(c, "input, router_probs and expert weights are required");
+  if (!w2) return op_fail(c, "fc2 expert weights are required");
   int rank = mlxb_ndim(x);
   if (rank != 2 && rank != 3) return op_fail(c, "input rank %d (2 or 3 expected)", rank);
   int64_t xdims[3], pack = quantized ? 8 / a.bits : 1;
@@ -558,30 +558,36 @@ static int lower_qmoe(op_ctx *c, const op_def *def) { return lower_moe_common(c,
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {"com.microsoft", "MoE", 1, 1, DT_F32 | DT_F16, claim_moe, lower_moe, 0, 0,
-     "float32/float16 input [T, H] or [B, S, H], router_probs [T, E], fc1 [E, I, H] (SwiGLU: [E, 2I, H]), fc2 [E, H, I], "
-     "optional biases; k >= 1, activation relu/gelu (tanh form)/silu/identity/swiglu (interleaved, swiglu_fusion=1, "
-     "activation_alpha/beta, swiglu_limit), normalize_routing_weights, use_sparse_mixer (k=2; ORT's CPU kernel "
-     "routes as without it). As ORT's CPU kernel: softmax over all experts, top-k with ties to the higher expert "
-     "index, experts in float32 (float16 widened, output rounded once), zero-weight routes skipped. Experts run "
-     "densely, or gathered per route when T*k < E. Declined: fc3 inputs (ORT: not implemented), other swiglu_fusion "
-     "values (ORT rejects them), float16 with normalize_routing_weights=0 (ORT's CPU kernel returns inconsistent "
-     "values), legacy [E, H, I] weight layouts, non-static weight shapes, k > E, bfloat16 (no ORT CPU kernel)."},
-    {"com.microsoft", "QMoE", 1, 1, DT_F32 | DT_F16, claim_qmoe, lower_qmoe, 0, 0,
-     "quant_type int: float32/float16 input, uint8 packed experts with expert_weight_bits 4/8 (row-wise or block_size "
-     "a power of two >= 16 dividing H and I) or 2 (row-wise), scales of the input dtype ([E, N] or [E, N, K/block]), "
-     "optional packed uint8 zero points (default 2^(bits-1)), biases, router_weights (selection by router_probs, "
-     "mixing by router_weights), same activations as MoE. As ORT's CPU kernel: top-k of the raw logits (ties to the "
-     "higher index), softmax over the k chosen (so always normalized without router_weights), routes with weight "
-     "<= 1e-8 skipped, dequantized scale * (q - zp) in float32; block-wise 8-bit experts (and 4-bit with "
-     "accuracy_level 4) whose weights/scales/zero points are constant initializers take ORT's MLAS int8 path, "
-     "reproduced by quantizing FC1's and FC2's activations to int8 per block (x86/NEON MLAS; an FC1 output within an "
-     "ulp of a rounding tie can round the other way, a rare one-step difference in that activation). Weights go "
-     "through MLX's quantized matmul (group 32-128) or are dequantized (block 16) on every run. Declined: quant_type "
-     "fp4/nvfp4/fp8/wfp4afp8, block-wise 2-bit (ORT's LUT GEMM is CPU-dependent), mixed fc*_expert_weight_bits "
-     "and fc3 inputs (ORT: not implemented), weights_prepacked=1, zero points with one block per row (ORT reads them "
-     "row-wise), other swiglu_fusion values, legacy layouts, sizes not multiples of block_size, bfloat16. Assumes "
-     "ORT_QMOE_CPU_QNBIT_GEMM and ORT_USE_MLAS_Q4_GEMM_MOE are unset."},
+    OP_ROW("com.microsoft", "MoE", 1, 1, .inputs = {3, 8}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_moe, .lower = lower_moe,
+           .doc = "float32/float16 input [T, H] or [B, S, H], router_probs [T, E], fc1 [E, I, H] (SwiGLU: [E, 2I, "
+                  "H]), fc2 [E, H, I], optional biases; k >= 1, activation relu/gelu (tanh "
+                  "form)/silu/identity/swiglu (interleaved, swiglu_fusion=1, activation_alpha/beta, swiglu_limit), "
+                  "normalize_routing_weights, use_sparse_mixer (k=2; ORT's CPU kernel routes as without it). As "
+                  "ORT's CPU kernel: softmax over all experts, top-k with ties to the higher expert index, experts "
+                  "in float32 (float16 widened, output rounded once), zero-weight routes skipped. Experts run "
+                  "densely, or gathered per route when T*k < E. Declined: fc3 inputs (ORT: not implemented), other "
+                  "swiglu_fusion values (ORT rejects them), float16 with normalize_routing_weights=0 (ORT's CPU "
+                  "kernel returns inconsistent values), legacy [E, H, I] weight layouts, non-static weight shapes, k "
+                  "> E, bfloat16 (no ORT CPU kernel)."),
+    OP_ROW("com.microsoft", "QMoE", 1, 1, .inputs = {3, 21}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_qmoe, .lower = lower_qmoe,
+           .doc = "quant_type int: float32/float16 input, uint8 packed experts with expert_weight_bits 4/8 (row-wise "
+                  "or block_size a power of two >= 16 dividing H and I) or 2 (row-wise), scales of the input dtype "
+                  "([E, N] or [E, N, K/block]), optional packed uint8 zero points (default 2^(bits-1)), biases, "
+                  "router_weights (selection by router_probs, mixing by router_weights), same activations as MoE. As "
+                  "ORT's CPU kernel: top-k of the raw logits (ties to the higher index), softmax over the k chosen "
+                  "(so always normalized without router_weights), routes with weight <= 1e-8 skipped, dequantized "
+                  "scale * (q - zp) in float32; block-wise 8-bit experts (and 4-bit with accuracy_level 4) whose "
+                  "weights/scales/zero points are constant initializers take ORT's MLAS int8 path, reproduced by "
+                  "quantizing FC1's and FC2's activations to int8 per block (x86/NEON MLAS; an FC1 output within an "
+                  "ulp of a rounding tie can round the other way, a rare one-step difference in that activation). "
+                  "Weights go through MLX's quantized matmul (group 32-128) or are dequantized (block 16) on every "
+                  "run. Declined: quant_type fp4/nvfp4/fp8/wfp4afp8, block-wise 2-bit (ORT's LUT GEMM is "
+                  "CPU-dependent), mixed fc*_expert_weight_bits and fc3 inputs (ORT: not implemented), "
+                  "weights_prepacked=1, zero points with one block per row (ORT reads them row-wise), other "
+                  "swiglu_fusion values, legacy layouts, sizes not multiples of block_size, bfloat16. Assumes "
+                  "ORT_QMOE_CPU_QNBIT_GEMM and ORT_USE_MLAS_Q4_GEMM_MOE are unset."),
 };
 
 OPS_FAMILY(moe, defs);

@@ -103,7 +103,6 @@ static int lower_softmax(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
   int64_t dims[OP_UTIL_MAX_RANK];
-  if (!x) return op_fail(c, "missing input");
   int rank = op_util_dims(c, x, dims);
   if (rank < 0) return -1;
   bool legacy = def->since_max < 13;
@@ -142,7 +141,6 @@ static int lower_layernorm(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
   int64_t dims[OP_UTIL_MAX_RANK];
   int rank;
-  if (!x || !scale) return op_fail(c, "missing input");
   int axis = norm_dims_axis(c, x, dims, &rank);
   if (axis < 0) return -1;
   int64_t norm_size = 1;
@@ -172,7 +170,6 @@ static int lower_rmsnorm(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1);
   int64_t dims[OP_UTIL_MAX_RANK];
   int rank;
-  if (!x || !scale) return op_fail(c, "missing input");
   int axis = norm_dims_axis(c, x, dims, &rank);
   if (axis < 0) return -1;
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
@@ -204,11 +201,8 @@ static bool claim_batchnorm(claim_ctx *c, const op_def *def) {
 static int lower_batchnorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "missing input");
   int rank = mlxb_ndim(x);
   if (rank < 2 || rank > OP_UTIL_MAX_RANK) return op_fail(c, "input rank %d is outside [2, %d]", rank, OP_UTIL_MAX_RANK);
-  for (int i = 1; i < 5; i++)
-    if (!op_input(c, i)) return op_fail(c, "missing input %d", i);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   mlxb_array *scale = channel_param(s, op_input(c, 1), rank, ct), *b = channel_param(s, op_input(c, 2), rank, ct);
@@ -228,7 +222,6 @@ static int lower_instancenorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
   int64_t dims[OP_UTIL_MAX_RANK];
-  if (!x || !scale || !bias) return op_fail(c, "missing input");
   int rank = norm_dims(c, x, dims, 3);
   if (rank < 0) return -1;
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
@@ -251,7 +244,6 @@ static int lower_groupnorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
   int64_t dims[OP_UTIL_MAX_RANK];
-  if (!x || !scale || !bias) return op_fail(c, "missing input");
   int rank = norm_dims(c, x, dims, 2);
   if (rank < 0) return -1;
   int64_t groups = ir_attr_int(op_node(c), "num_groups", 0);
@@ -281,7 +273,6 @@ static bool claim_lpnorm(claim_ctx *c, const op_def *def) {
 static int lower_lpnorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "missing input");
   int axis = op_util_resolve_axis(c, ir_attr_int(op_node(c), "axis", -1), mlxb_ndim(x));
   if (axis < 0) return -1;
   bool l1 = ir_attr_int(op_node(c), "p", 2) == 1;
@@ -300,7 +291,6 @@ static int lower_lpnorm(op_ctx *c, const op_def *def) {
 static int lower_mvn(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "missing input");
   int rank = mlxb_ndim(x);
   if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d exceeds %d", rank, OP_UTIL_MAX_RANK);
   static const int64_t dflt[3] = {0, 2, 3};
@@ -343,7 +333,6 @@ static int lower_lrn(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
   int64_t dims[OP_UTIL_MAX_RANK];
-  if (!x) return op_fail(c, "missing input");
   int rank = norm_dims(c, x, dims, 2);
   if (rank < 0) return -1;
   int64_t size = ir_attr_int(n, "size", 1);
@@ -375,42 +364,54 @@ static int lower_lrn(op_ctx *c, const op_def *def) {
 #define DOC_SM_F64 " Declined: float64 (MLX's float64 exp is float32-accurate)."
 
 static const op_def defs[] = {
-  {"", "Softmax", 1, 12, DT_FLOAT, claim_softmax, lower_softmax, SM_SOFTMAX, 0,
-   DOC_SM_LEGACY " float16/bfloat16 in float32." DOC_SM_F64},
-  {"", "Softmax", 13, 13, DT_FLOAT, claim_softmax, lower_softmax, SM_SOFTMAX, 0,
-   DOC_SM " float16/bfloat16 in float32." DOC_SM_F64},
-  {"", "LogSoftmax", 1, 12, DT_FLOAT, claim_softmax, lower_softmax, SM_LOGSOFTMAX, 0,
-   DOC_SM_LEGACY " x - max - log(sum(exp(x - max))), float16/bfloat16 in float32." DOC_SM_F64},
-  {"", "LogSoftmax", 13, 13, DT_FLOAT, claim_softmax, lower_softmax, SM_LOGSOFTMAX, 0,
-   DOC_SM " x - max - log(sum(exp(x - max))), float16/bfloat16 in float32." DOC_SM_F64},
-  {"", "Hardmax", 1, 12, DT_FLOAT, claim_softmax, lower_softmax, SM_HARDMAX, 0,
-   DOC_SM_LEGACY " First index wins ties."},
-  {"", "Hardmax", 13, 13, DT_FLOAT, claim_softmax, lower_softmax, SM_HARDMAX, 0, DOC_SM " First index wins ties."},
-  {"", "LayerNormalization", 1, 17, DT_FLOAT, claim_stash_f32, lower_layernorm, 0, 0,
-   "Opset 17, and the opset-1 schema ORT registers in the ai.onnx domain for older models (same semantics). "
-   "Any axis (normalized over axis..end), epsilon, optional B, Scale broadcast over the normalized dims; Mean "
-   "and InvStdDev outputs. Statistics in float32 (float64 for float64). Declined: stash_type != 1."},
-  {"", "RMSNormalization", 23, 23, DT_FLOAT, claim_stash_f32, lower_rmsnorm, 0, 0,
-   "Any axis (normalized over axis..end), epsilon; float32 statistics, then scale in T (the ONNX function). "
-   "Declined: stash_type != 1."},
-  {"", "BatchNormalization", 7, 15, DT_FLOAT, claim_batchnorm, lower_batchnorm, 0, 0,
-   "Inference form, rank >= 2, channel axis 1; scale/B/mean/var may have other float types (opset 15). "
-   "Declined: training_mode=1, training outputs, spatial=0."},
-  {"", "InstanceNormalization", 6, 22, DT_FLOAT, NULL, lower_instancenorm, 0, 0,
-   "Rank >= 3, epsilon; statistics over the spatial dims in float32 (float64 for float64)."},
-  {"", "GroupNormalization", 18, 18, DT_FLOAT, claim_groupnorm, lower_groupnorm, GN_PER_GROUP, 0,
-   "Opset 18: scale and bias per group ([num_groups]); statistics as mean((x - mean)^2)."},
-  {"", "GroupNormalization", 21, 21, DT_FLOAT, claim_groupnorm, lower_groupnorm, GN_PER_CHANNEL, 0,
-   "Opset 21: scale and bias per channel; float32 statistics (also for float64, as stash_type=1 says), "
-   "scale/bias applied in T. Declined: stash_type != 1."},
-  {"", "LpNormalization", 1, 22, DT_FLOAT, claim_lpnorm, lower_lpnorm, 0, 0,
-   "p = 1 or 2, any axis; zero norms give 0 (as ORT). Declined: other p."},
-  {"", "MeanVarianceNormalization", 9, 13, DT_F32, NULL, lower_mvn, 0, 0,
-   "float32 (ORT's only kernel), axes attribute (default [0, 2, 3]); ORT's formula (x - mean) / sqrt(var) "
-   "without the function's 1e-9, so constant slices give NaN as in ORT."},
-  {"", "LRN", 1, 13, DT_FLOAT, claim_lrn, lower_lrn, 0, 0,
-   "Channel window over axis 1, alpha/size, beta, bias; any size (ORT's CPU EP takes odd sizes only); "
-   "float16/bfloat16 in float32. Declined: size > 128."},
+  OP_ROW("", "Softmax", 1, 12, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_softmax,
+         .lower = lower_softmax, .arg = SM_SOFTMAX, .doc = DOC_SM_LEGACY " float16/bfloat16 in float32." DOC_SM_F64),
+  OP_ROW("", "Softmax", 13, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_softmax,
+         .lower = lower_softmax, .arg = SM_SOFTMAX, .doc = DOC_SM " float16/bfloat16 in float32." DOC_SM_F64),
+  OP_ROW("", "LogSoftmax", 1, 12, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_softmax,
+         .lower = lower_softmax, .arg = SM_LOGSOFTMAX,
+         .doc = DOC_SM_LEGACY " x - max - log(sum(exp(x - max))), float16/bfloat16 in float32." DOC_SM_F64),
+  OP_ROW("", "LogSoftmax", 13, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_softmax,
+         .lower = lower_softmax, .arg = SM_LOGSOFTMAX,
+         .doc = DOC_SM " x - max - log(sum(exp(x - max))), float16/bfloat16 in float32." DOC_SM_F64),
+  OP_ROW("", "Hardmax", 1, 12, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_softmax,
+         .lower = lower_softmax, .arg = SM_HARDMAX, .doc = DOC_SM_LEGACY " First index wins ties."),
+  OP_ROW("", "Hardmax", 13, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_softmax,
+         .lower = lower_softmax, .arg = SM_HARDMAX, .doc = DOC_SM " First index wins ties."),
+  OP_ROW("", "LayerNormalization", 1, 17, .inputs = {2, 3}, .outputs = {1, 3}, .dtypes = DT_FLOAT,
+         .claim = claim_stash_f32, .lower = lower_layernorm,
+         .doc = "Opset 17, and the opset-1 schema ORT registers in the ai.onnx domain for older models (same "
+                "semantics). Any axis (normalized over axis..end), epsilon, optional B, Scale broadcast over the "
+                "normalized dims; Mean and InvStdDev outputs. Statistics in float32 (float64 for float64). Declined: "
+                "stash_type != 1."),
+  OP_ROW("", "RMSNormalization", 23, 23, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
+         .claim = claim_stash_f32, .lower = lower_rmsnorm,
+         .doc = "Any axis (normalized over axis..end), epsilon; float32 statistics, then scale in T (the ONNX "
+                "function). Declined: stash_type != 1."),
+  OP_ROW("", "BatchNormalization", 7, 15, .inputs = {5, 5}, .outputs = {1, 5}, .dtypes = DT_FLOAT,
+         .claim = claim_batchnorm, .lower = lower_batchnorm,
+         .doc = "Inference form, rank >= 2, channel axis 1; scale/B/mean/var may have other float types (opset 15). "
+                "Declined: training_mode=1, training outputs, spatial=0."),
+  OP_ROW("", "InstanceNormalization", 6, 22, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
+         .lower = lower_instancenorm,
+         .doc = "Rank >= 3, epsilon; statistics over the spatial dims in float32 (float64 for float64)."),
+  OP_ROW("", "GroupNormalization", 18, 18, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
+         .claim = claim_groupnorm, .lower = lower_groupnorm, .arg = GN_PER_GROUP,
+         .doc = "Opset 18: scale and bias per group ([num_groups]); statistics as mean((x - mean)^2)."),
+  OP_ROW("", "GroupNormalization", 21, 21, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
+         .claim = claim_groupnorm, .lower = lower_groupnorm, .arg = GN_PER_CHANNEL,
+         .doc = "Opset 21: scale and bias per channel; float32 statistics (also for float64, as stash_type=1 says), "
+                "scale/bias applied in T. Declined: stash_type != 1."),
+  OP_ROW("", "LpNormalization", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_lpnorm,
+         .lower = lower_lpnorm, .doc = "p = 1 or 2, any axis; zero norms give 0 (as ORT). Declined: other p."),
+  OP_ROW("", "MeanVarianceNormalization", 9, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32,
+         .lower = lower_mvn,
+         .doc = "float32 (ORT's only kernel), axes attribute (default [0, 2, 3]); ORT's formula (x - mean) / "
+                "sqrt(var) without the function's 1e-9, so constant slices give NaN as in ORT."),
+  OP_ROW("", "LRN", 1, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_lrn,
+         .lower = lower_lrn,
+         .doc = "Channel window over axis 1, alpha/size, beta, bias; any size (ORT's CPU EP takes odd sizes only); "
+                "float16/bfloat16 in float32. Declined: size > 128."),
 };
 
 OPS_FAMILY(normalization, defs);

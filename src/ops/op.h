@@ -5,6 +5,7 @@
 #ifndef EP_MLX_OP_H
 #define EP_MLX_OP_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -163,26 +164,45 @@ typedef int (*op_lower_fn)(op_ctx *c, const op_def *def);
 enum {
   OP_FLAG_NONE = 0,
   OP_FLAG_ANY_DTYPE = 1 << 0,   /* op handles dtypes MLX lacks itself (Cast to int4, ...) */
-  OP_FLAG_HOST_VALUES = 1 << 1, /* reads input values on the host (Reshape shape, Slice starts) */
   OP_FLAG_SHAPE_ONLY = 1 << 2,  /* outputs depend on input shapes only (Shape, Size) */
   OP_FLAG_RANDOM = 1 << 3,      /* outputs are not a function of the inputs (random draws) */
   OP_FLAG_BODIES = 1 << 4,      /* control flow (If, Loop, Scan): the row claims and lowers the
                                    node's bodies itself (claim_body, op_lower_body) */
 };
 
+/* How many inputs (or outputs) a node of the row lists. The first `min` must be present (neither
+ * missing nor an empty name); at most `max` may be listed, absent ones included. The generic claim
+ * checks both, so a lowering takes inputs [0, min) as given and tests only the optional ones
+ * (op_has_input). The bounds follow the op's schema over the row's opsets (the loosest of them).
+ * A row that forgets them gets {0, 0} and declines every node with inputs, which its tests see. */
+typedef struct op_arity {
+  int min;
+  int max; /* OP_VARIADIC: no limit */
+} op_arity;
+
+enum { OP_VARIADIC = INT_MAX };
+
 struct op_def {
   const char *domain;  /* "" (ai.onnx), "com.microsoft", "ai.onnx.ml" */
   const char *op_type;
   int since_min;       /* opset range this row covers, inclusive */
   int since_max;
+  op_arity inputs;     /* checked at claim, before dtypes and def->claim */
+  op_arity outputs;
   uint64_t dtypes;     /* allowed dtypes of input 0 (DT_* set); 0 = no check */
-  op_claim_fn claim;   /* extra checks; NULL = dtype check only */
+  op_claim_fn claim;   /* extra checks; NULL = dtype and arity checks only */
   op_lower_fn lower;
   int arg;             /* per-row data for shared workers (e.g. an mlxb_unary_op) */
   unsigned flags;      /* OP_FLAG_* */
   const char *doc;     /* forms and constraints, for docs/OPERATORS.md */
   op_pad_fn pad;       /* optional: which padded inputs the lowering tolerates (above) */
 };
+
+/* One row: the key positionally, everything else by name (fields left out are 0/NULL), e.g.
+ *   OP_ROW("", "Relu", 14, 14, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
+ *          .lower = lower_relu, .doc = "float dtypes") */
+#define OP_ROW(dom_, type_, from_, to_, ...) \
+  { .domain = (dom_), .op_type = (type_), .since_min = (from_), .since_max = (to_), __VA_ARGS__ }
 
 typedef struct op_family {
   const char *name;    /* file stem, e.g. "elementwise" */

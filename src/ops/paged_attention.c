@@ -120,7 +120,7 @@ static int pa_inputs(op_ctx *c, pa_dims *d, mlxb_array **q, mlxb_array **k, mlxb
   *q = *k = *v = NULL;
   mlxb_array *query = op_input(c, PA_QUERY), *kc = op_input(c, PA_KEY_CACHE), *vc = op_input(c, PA_VALUE_CACHE);
   mlxb_array *cu = op_input(c, PA_CU_SEQLENS), *past = op_input(c, PA_PAST_SEQLENS), *bt = op_input(c, PA_BLOCK_TABLE);
-  if (!query || !kc || !vc || !cu || !past || !bt) return op_fail(c, "a required input is absent");
+  if (!kc || !vc || !cu || !past || !bt) return op_fail(c, "a required input is absent");
   d->heads = ir_attr_int(n, "num_heads", 0);
   d->kv_heads = ir_attr_int(n, "kv_num_heads", 0);
   if (mlxb_ndim(query) != 2) return op_fail(c, "query must be 2-D (token_count, hidden)");
@@ -414,12 +414,14 @@ static int lower_paged_attention(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {"com.microsoft", "PagedAttention", 1, 1, DT_F16 | DT_BF16, claim_paged_attention, lower_paged_attention, 0, 0,
-     "float16/bfloat16 with caches of the same dtype (SEPARATE layout); separate Q/K/V or packed QKV; derived "
-     "slots or slot_mapping (-1 skips the write); causal (bottom-right) or is_causal=0; do_rotary (interleaved or "
-     "half-split, partial rotary); scale, softcap, head_sink, q/k RMS norm. Declined: LATENT layout, quantized "
-     "caches (int8/fp8/int4, k/v_scale), local_window_size, rotary_offset. attention_metadata is ignored (a hint). "
-     "Shapes depend on input shapes only; the caches are returned as updated copies"},
+    OP_ROW("com.microsoft", "PagedAttention", 1, 1, .inputs = {1, 17}, .outputs = {1, 3}, .dtypes = DT_F16 | DT_BF16,
+           .claim = claim_paged_attention, .lower = lower_paged_attention,
+           .doc = "float16/bfloat16 with caches of the same dtype (SEPARATE layout); separate Q/K/V or packed QKV; "
+                  "derived slots or slot_mapping (-1 skips the write); causal (bottom-right) or is_causal=0; "
+                  "do_rotary (interleaved or half-split, partial rotary); scale, softcap, head_sink, q/k RMS norm. "
+                  "Declined: LATENT layout, quantized caches (int8/fp8/int4, k/v_scale), local_window_size, "
+                  "rotary_offset. attention_metadata is ignored (a hint). Shapes depend on input shapes only; the "
+                  "caches are returned as updated copies"),
 };
 
 OPS_FAMILY(paged_attention, defs);

@@ -49,10 +49,6 @@ static int pool_failed(op_ctx *c) {
 /* The input tensor, checked to be [N, C, spatial...] with 1..POOL_MAX_SP spatial axes. */
 static mlxb_array *pool_input(op_ctx *c, int64_t *dims, int *rank) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) {
-    if (!op_check(c)) op_fail(c, "input is missing");
-    return NULL;
-  }
   *rank = mlxb_ndim(x);
   if (*rank < 3 || *rank > POOL_MAX_RANK) {
     op_fail(c, "input rank %d (must be 3 to %d)", *rank, POOL_MAX_RANK);
@@ -436,7 +432,6 @@ static bool claim_global(claim_ctx *c, const op_def *def) {
 static int lower_global(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is missing");
   int rank = mlxb_ndim(x);
   if (rank < 3 || rank > 64) return op_fail(c, "input rank %d (must be >= 3)", rank);
   int axes[64];
@@ -473,7 +468,6 @@ static int lower_maxunpool(op_ctx *c, const op_def *def) {
   mlxb_array *ind = op_input(c, 1);
   pool_geom g;
   if (!x) return -1;
-  if (!ind) return op_fail(c, "I is required");
   if (pool_geom_read(c, dims, rank, &g) < 0) return -1;
   if (mlxb_size(ind) != mlxb_size(x)) return op_fail(c, "I must have the shape of X");
   out[0] = dims[0], out[1] = dims[1];
@@ -518,24 +512,31 @@ static int lower_maxunpool(op_ctx *c, const op_def *def) {
 #define DT_MAXPOOL (DT_POOLF | DT(ONNX_INT8) | DT(ONNX_UINT8))
 
 static const op_def defs[] = {
-    {"", "MaxPool", 1, 22, DT_MAXPOOL, claim_maxpool, lower_maxpool, 0, 0,
-     "1-D to 8-D; pads, strides, dilations, ceil_mode, auto_pad, storage_order and the Indices output "
-     "(flattened NCHW index, first maximum wins); int8/uint8 too; windows of padding only give the lowest "
-     "finite value like ORT; NaN propagates (MLX max)"},
-    {"", "AveragePool", 1, 22, DT_POOLF, claim_avgpool, lower_avgpool, 0, 0,
-     "1-D to 8-D; pads, strides, dilations (19), ceil_mode, auto_pad, count_include_pad (counts the "
-     "positions inside the padded input, as ORT); halves accumulate in float32"},
-    {"", "LpPool", 2, 22, DT_POOLF, claim_lppool, lower_lppool, 0, 0,
-     "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad; opset 1 (float p) "
-     "declined"},
-    {"", "GlobalMaxPool", 1, 22, DT_POOLF, claim_global, lower_global, POOL_MAX, 0, "any spatial rank"},
-    {"", "GlobalAveragePool", 1, 22, DT_POOLF, claim_global, lower_global, POOL_AVG, 0,
-     "any spatial rank; halves accumulate in float32"},
-    {"", "GlobalLpPool", 2, 22, DT_POOLF, claim_global, lower_global, POOL_LP, 0,
-     "any spatial rank, integer p >= 1; opset 1 (float p) declined"},
-    {"", "MaxUnpool", 9, 22, DT_NUMERIC, claim_maxunpool, lower_maxunpool, 0, OP_FLAG_HOST_VALUES,
-     "int64 indices; default output extents or the output_shape input (read on the host); a position "
-     "written twice keeps the later element like ORT; out-of-range indices are dropped (ORT fails)"},
+    OP_ROW("", "MaxPool", 1, 22, .inputs = {1, 1}, .outputs = {1, 2}, .dtypes = DT_MAXPOOL, .claim = claim_maxpool,
+           .lower = lower_maxpool,
+           .doc = "1-D to 8-D; pads, strides, dilations, ceil_mode, auto_pad, storage_order and the Indices output "
+                  "(flattened NCHW index, first maximum wins); int8/uint8 too; windows of padding only give the "
+                  "lowest finite value like ORT; NaN propagates (MLX max)"),
+    OP_ROW("", "AveragePool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_avgpool,
+           .lower = lower_avgpool,
+           .doc = "1-D to 8-D; pads, strides, dilations (19), ceil_mode, auto_pad, count_include_pad (counts the "
+                  "positions inside the padded input, as ORT); halves accumulate in float32"),
+    OP_ROW("", "LpPool", 2, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_lppool,
+           .lower = lower_lppool,
+           .doc = "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad; opset 1 (float "
+                  "p) declined"),
+    OP_ROW("", "GlobalMaxPool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_global,
+           .lower = lower_global, .arg = POOL_MAX, .doc = "any spatial rank"),
+    OP_ROW("", "GlobalAveragePool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF,
+           .claim = claim_global, .lower = lower_global, .arg = POOL_AVG,
+           .doc = "any spatial rank; halves accumulate in float32"),
+    OP_ROW("", "GlobalLpPool", 2, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_global,
+           .lower = lower_global, .arg = POOL_LP,
+           .doc = "any spatial rank, integer p >= 1; opset 1 (float p) declined"),
+    OP_ROW("", "MaxUnpool", 9, 22, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .claim = claim_maxunpool,
+           .lower = lower_maxunpool,
+           .doc = "int64 indices; default output extents or the output_shape input (read on the host); a position "
+                  "written twice keeps the later element like ORT; out-of-range indices are dropped (ORT fails)"),
 };
 
 OPS_FAMILY(pool, defs);

@@ -45,7 +45,6 @@ static mlxb_array *q_quantize(mlxb_scope *s, mlxb_array *x, mlxb_array *scale, m
 static int q_inputs(op_ctx *c, mlxb_array **x, mlxb_array **sp, mlxb_array **zpp) {
   mlxb_array *scale = op_input(c, 1), *zp = op_input(c, 2);
   *x = op_input(c, 0), *sp = *zpp = NULL;
-  if (!*x || !scale) return op_fail(c, "input and scale are required");
   int rank = mlxb_ndim(*x);
   if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "input rank %d is too large", rank);
   int64_t dims[OP_UTIL_MAX_RANK];
@@ -111,7 +110,6 @@ static int lower_dequantize(op_ctx *c, const op_def *def) {
 static int lower_dynamic_quantize(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is required");
   mlxb_array *zero = mlxb_scalar_f64(s, 0.0, MLXB_F32);
   mlxb_array *lo = zero, *hi = zero;
   if (mlxb_size(x) > 0) {
@@ -173,7 +171,6 @@ static bool claim_matmul_integer(claim_ctx *c, const op_def *def) {
 
 static int lower_matmul_integer(op_ctx *c, const op_def *def) {
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
-  if (!a || !b) return op_fail(c, "A and B are required");
   mlxb_array *y = q_int_matmul(c, a, op_input(c, 2), b, op_input(c, 3));
   if (!y) return -1; /* the failure is recorded */
   return op_set_output(c, 0, y);
@@ -202,8 +199,7 @@ static bool claim_qlinear_matmul(claim_ctx *c, const op_def *def) {
 static int lower_qlinear_matmul(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *in[8];
-  for (int i = 0; i < 8; i++)
-    if (!(in[i] = op_input(c, i))) return op_fail(c, "input %d is required", i);
+  for (int i = 0; i < 8; i++) in[i] = op_input(c, i);
   if (mlxb_size(in[1]) != 1 || mlxb_size(in[2]) != 1 || mlxb_size(in[6]) != 1 || mlxb_size(in[7]) != 1)
     return op_fail(c, "a and y scales and zero points must be scalars");
   mlxb_array *acc = q_int_matmul(c, in[0], in[2], in[3], in[5]);
@@ -226,22 +222,29 @@ static int lower_qlinear_matmul(op_ctx *c, const op_def *def) {
 static bool claim_dynamic_quantize(claim_ctx *c, const op_def *def) { return true; }
 
 static const op_def defs[] = {
-  {"", "QuantizeLinear", 10, 28, DT_F32 | DT_F16, claim_quantize, lower_quantize, 0, 0,
-   "float/float16 input with a scale of the same dtype; int8/uint8/int16/uint16 outputs; per-tensor, per-axis "
-   "and blocked (block_size); float32 division, round half to even, saturate (NaN gives the minimum, as in ORT). "
-   "Declined: 4-bit/2-bit/float8 outputs (MLX lacks them), bfloat16 or int32 input, a precision other than the scale's dtype"},
-  {"", "DequantizeLinear", 10, 28, DT_Q8 | DT_Q16 | DT(ONNX_INT32), claim_dequantize, lower_dequantize, 0, 0,
-   "int8/uint8/int16/uint16/int32 input, float/float16 scale and output; per-tensor, per-axis and blocked; "
-   "computed as ORT does ((int32)x - zp in int32, times the scale in float32). Declined: 4-bit/float8 inputs, "
-   "bfloat16 scales, an output dtype other than the scale's"},
-  {"", "DynamicQuantizeLinear", 11, 11, DT_F32, claim_dynamic_quantize, lower_dynamic_quantize, 0, 0,
-   "float32 to uint8 with ORT's scale and zero-point formulas"},
-  {"", "MatMulInteger", 10, 10, DT_Q8, claim_matmul_integer, lower_matmul_integer, 0, 0,
-   "int8/uint8 A and B, optional zero points (A: scalar or per row, B: scalar or per column); exact int32 "
-   "result accumulated in float64 on the CPU"},
-  {"", "QLinearMatMul", 10, 21, DT_Q8, claim_qlinear_matmul, lower_qlinear_matmul, 0, 0,
-   "int8/uint8 tensors with float32/float16 scales (B's per column allowed); exact integer accumulation, "
-   "then ORT's float32 requantization (saturating). Declined: bfloat16 scales, float8 tensors"},
+  OP_ROW("", "QuantizeLinear", 10, 28, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+         .claim = claim_quantize, .lower = lower_quantize,
+         .doc = "float/float16 input with a scale of the same dtype; int8/uint8/int16/uint16 outputs; per-tensor, "
+                "per-axis and blocked (block_size); float32 division, round half to even, saturate (NaN gives the "
+                "minimum, as in ORT). Declined: 4-bit/2-bit/float8 outputs (MLX lacks them), bfloat16 or int32 "
+                "input, a precision other than the scale's dtype"),
+  OP_ROW("", "DequantizeLinear", 10, 28, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_Q8 | DT_Q16 | DT(ONNX_INT32),
+         .claim = claim_dequantize, .lower = lower_dequantize,
+         .doc = "int8/uint8/int16/uint16/int32 input, float/float16 scale and output; per-tensor, per-axis and "
+                "blocked; computed as ORT does ((int32)x - zp in int32, times the scale in float32). Declined: "
+                "4-bit/float8 inputs, bfloat16 scales, an output dtype other than the scale's"),
+  OP_ROW("", "DynamicQuantizeLinear", 11, 11, .inputs = {1, 1}, .outputs = {3, 3}, .dtypes = DT_F32,
+         .claim = claim_dynamic_quantize, .lower = lower_dynamic_quantize,
+         .doc = "float32 to uint8 with ORT's scale and zero-point formulas"),
+  OP_ROW("", "MatMulInteger", 10, 10, .inputs = {2, 4}, .outputs = {1, 1}, .dtypes = DT_Q8,
+         .claim = claim_matmul_integer, .lower = lower_matmul_integer,
+         .doc = "int8/uint8 A and B, optional zero points (A: scalar or per row, B: scalar or per column); exact "
+                "int32 result accumulated in float64 on the CPU"),
+  OP_ROW("", "QLinearMatMul", 10, 21, .inputs = {8, 8}, .outputs = {1, 1}, .dtypes = DT_Q8,
+         .claim = claim_qlinear_matmul, .lower = lower_qlinear_matmul,
+         .doc = "int8/uint8 tensors with float32/float16 scales (B's per column allowed); exact integer "
+                "accumulation, then ORT's float32 requantization (saturating). Declined: bfloat16 scales, float8 "
+                "tensors"),
 };
 
 OPS_FAMILY(quantize, defs);

@@ -33,7 +33,6 @@ static bool rand_claim_input_rank(claim_ctx *c) {
 /* The dims of the input whose shape a *Like op or Bernoulli copies; its rank, or -1 (recorded). */
 static int rand_dims_of(op_ctx *c, int64_t *dims) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is required");
   int rank = mlxb_ndim(x);
   if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d is too large", rank);
   mlxb_shape(x, dims);
@@ -136,7 +135,6 @@ static int lower_multinomial(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *logits = op_input(c, 0);
-  if (!logits) return op_fail(c, "input is required");
   uint64_t seed;
   bool seeded;
   if (rand_seed(c, &seed, &seeded)) return -1;
@@ -154,18 +152,24 @@ static int lower_multinomial(op_ctx *c, const op_def *def) {
   "generator; float64 values are drawn in float32 (MLX's generator has no float64)"
 
 static const op_def defs[] = {
-  {"", "RandomNormal", 1, 22, 0, claim_random, lower_random, RAND_NORMAL, OP_FLAG_RANDOM,
-   "float/float16/float64/bfloat16, mean/scale/shape attributes" RAND_DOC_SEED},
-  {"", "RandomUniform", 1, 22, 0, claim_random, lower_random, RAND_UNIFORM, OP_FLAG_RANDOM,
-   "float/float16/float64/bfloat16, low/high/shape attributes" RAND_DOC_SEED},
-  {"", "RandomNormalLike", 1, 22, DT_ALL, claim_random, lower_random, RAND_NORMAL_LIKE, OP_FLAG_RANDOM,
-   "shape of any input, float dtype from the attribute or the input" RAND_DOC_SEED},
-  {"", "RandomUniformLike", 1, 22, DT_ALL, claim_random, lower_random, RAND_UNIFORM_LIKE, OP_FLAG_RANDOM,
-   "shape of any input, float dtype from the attribute or the input" RAND_DOC_SEED},
-  {"", "Bernoulli", 15, 22, DT_FLOAT, claim_bernoulli, lower_bernoulli, 0, OP_FLAG_RANDOM,
-   "float probabilities, any MLX output dtype; 1 where a uniform draw falls below p" RAND_DOC_SEED},
-  {"", "Multinomial", 7, 22, DT_FLOAT, claim_multinomial, lower_multinomial, 0, OP_FLAG_RANDOM,
-   "[batch, classes] unnormalized log-probabilities, sample_size draws, int32/int64 output" RAND_DOC_SEED},
+  OP_ROW("", "RandomNormal", 1, 22, .inputs = {0, 0}, .outputs = {1, 1}, .claim = claim_random, .lower = lower_random,
+         .arg = RAND_NORMAL, .flags = OP_FLAG_RANDOM,
+         .doc = "float/float16/float64/bfloat16, mean/scale/shape attributes" RAND_DOC_SEED),
+  OP_ROW("", "RandomUniform", 1, 22, .inputs = {0, 0}, .outputs = {1, 1}, .claim = claim_random, .lower = lower_random,
+         .arg = RAND_UNIFORM, .flags = OP_FLAG_RANDOM,
+         .doc = "float/float16/float64/bfloat16, low/high/shape attributes" RAND_DOC_SEED),
+  OP_ROW("", "RandomNormalLike", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_random,
+         .lower = lower_random, .arg = RAND_NORMAL_LIKE, .flags = OP_FLAG_RANDOM,
+         .doc = "shape of any input, float dtype from the attribute or the input" RAND_DOC_SEED),
+  OP_ROW("", "RandomUniformLike", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_random,
+         .lower = lower_random, .arg = RAND_UNIFORM_LIKE, .flags = OP_FLAG_RANDOM,
+         .doc = "shape of any input, float dtype from the attribute or the input" RAND_DOC_SEED),
+  OP_ROW("", "Bernoulli", 15, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_bernoulli,
+         .lower = lower_bernoulli, .flags = OP_FLAG_RANDOM,
+         .doc = "float probabilities, any MLX output dtype; 1 where a uniform draw falls below p" RAND_DOC_SEED),
+  OP_ROW("", "Multinomial", 7, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_multinomial,
+         .lower = lower_multinomial, .flags = OP_FLAG_RANDOM,
+         .doc = "[batch, classes] unnormalized log-probabilities, sample_size draws, int32/int64 output" RAND_DOC_SEED),
 };
 
 OPS_FAMILY(random, defs);

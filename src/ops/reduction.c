@@ -219,7 +219,6 @@ static mlxb_array *reduce_typed(mlxb_scope *s, reduce_kind k, mlxb_array *x, con
 static int lower_reduce(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
   reduce_plan p;
-  if (!x) return op_fail(c, "missing input");
   if (reduce_plan_build(c, def, x, &p)) return -1;
   return op_set_output(c, 0, reduce_typed(op_scope(c), (reduce_kind)def->arg, x, &p));
 }
@@ -237,7 +236,6 @@ static int lower_arg(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "missing input");
   int rank = mlxb_ndim(x);
   int axis = op_util_resolve_axis(c, ir_attr_int(n, "axis", 0), rank);
   if (axis < 0) return -1;
@@ -269,7 +267,6 @@ static int lower_cumulative(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "missing input");
   int64_t raw;
   if (op_input_ints(c, 1, &raw, 1) != 1) return op_fail(c, "axis must be a single integer");
   int axis = op_util_resolve_axis(c, raw, mlxb_ndim(x));
@@ -322,7 +319,6 @@ static int lower_topk(op_ctx *c, const op_def *def) {
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
   int64_t k, dims[OP_UTIL_MAX_RANK];
-  if (!x) return op_fail(c, "missing input");
   if (topk_read_k(c, def, &k)) return -1;
   int rank = op_util_dims(c, x, dims);
   if (rank < 0) return -1;
@@ -372,9 +368,12 @@ static bool pad_reduce_sum(const ir_graph *g, const ir_node *n, const pad_fact *
 #define DOC_ATTR "axes attribute (empty = all), keepdims, negative axes;" DOC_EMPTY
 #define DOC_INPUT "axes input (constant or runtime), keepdims, noop_with_empty_axes, negative axes;" DOC_EMPTY
 
-#define REDUCE_ROWS_FULL(name, kind, attr_max, in_min, in_max, dtypes, claim, pad, extra)                         \
-  {"", name, 1, attr_max, dtypes, claim, lower_reduce, kind, 0, DOC_ATTR extra, pad},                              \
-  {"", name, in_min, in_max, dtypes, claim, lower_reduce, kind, OP_FLAG_HOST_VALUES, DOC_INPUT extra, pad}
+/* Two rows per reduction: axes as an attribute (opsets up to attr_max), then as an optional input. */
+#define REDUCE_ROWS_FULL(name, kind, attr_max, in_min, in_max, dtypes_, claim_, pad_, extra)                       \
+  OP_ROW("", name, 1, attr_max, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = dtypes_, .claim = claim_,            \
+         .lower = lower_reduce, .arg = kind, .pad = pad_, .doc = DOC_ATTR extra),                                   \
+  OP_ROW("", name, in_min, in_max, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = dtypes_, .claim = claim_,         \
+         .lower = lower_reduce, .arg = kind, .pad = pad_, .doc = DOC_INPUT extra)
 #define REDUCE_ROWS_CLAIM(name, kind, attr_max, in_min, in_max, dtypes, claim, extra) \
   REDUCE_ROWS_FULL(name, kind, attr_max, in_min, in_max, dtypes, claim, NULL, extra)
 #define REDUCE_ROWS(name, kind, attr_max, in_min, in_max, dtypes, extra) \
@@ -395,25 +394,32 @@ static const op_def defs[] = {
               " every float and integer type, bool (opset 20); exact. NaN handling may differ from ORT."),
   REDUCE_ROWS("ReduceMin", RK_MIN, 17, 18, 20, DT_FLOAT | DT_INT | DT_BOOL,
               " every float and integer type, bool (opset 20); exact. NaN handling may differ from ORT."),
-  {"", "ArgMax", 1, 13, DT_FLOAT | DT_INT, NULL, lower_arg, ARG_MAX, 0,
-   "axis, keepdims, select_last_index; int64 output; first index on ties. An empty reduced axis fails "
-   "as in ORT. NaN inputs may pick a different index than ORT."},
-  {"", "ArgMin", 1, 13, DT_FLOAT | DT_INT, NULL, lower_arg, ARG_MIN, 0,
-   "axis, keepdims, select_last_index; int64 output; first index on ties. An empty reduced axis fails "
-   "as in ORT. NaN inputs may pick a different index than ORT."},
-  {"", "CumSum", 11, 14, DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64), NULL,
-   lower_cumulative, MLXB_RSUM, OP_FLAG_HOST_VALUES,
-   "axis input (constant or runtime), exclusive, reverse; integers wrap; float16/bfloat16 accumulate in float32."},
-  {"", "CumProd", 26, 28, DT_F32 | DT_F16 | DT_F64 | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64),
-   NULL, lower_cumulative, MLXB_RPROD, 0,
-   "float32/float16/float64/int32/int64/uint32/uint64, axis from a constant or runtime input, exclusive and "
-   "reverse; float16 multiplies in float32 (ORT's result); integers wrap. Declined: bfloat16 (untested)"},
-  {"", "TopK", 1, 1, DT_FLOAT | DT_INT, NULL, lower_topk, 0, 0,
-   "k attribute; largest first, sorted; ties give the lower index first (stable sort)."},
-  {"", "TopK", 10, 24, DT_FLOAT | DT_INT, claim_topk, lower_topk, 0, OP_FLAG_HOST_VALUES,
-   "K input (constant or runtime), axis, largest, sorted=1; ties give the lower index first as in ORT (stable "
-   "sort). Declined: sorted=0 with K > 1 (ORT's unsorted order is implementation-defined). NaN ordering may "
-   "differ from ORT."},
+  OP_ROW("", "ArgMax", 1, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT | DT_INT, .lower = lower_arg,
+         .arg = ARG_MAX,
+         .doc = "axis, keepdims, select_last_index; int64 output; first index on ties. An empty reduced axis fails "
+                "as in ORT. NaN inputs may pick a different index than ORT."),
+  OP_ROW("", "ArgMin", 1, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_FLOAT | DT_INT, .lower = lower_arg,
+         .arg = ARG_MIN,
+         .doc = "axis, keepdims, select_last_index; int64 output; first index on ties. An empty reduced axis fails "
+                "as in ORT. NaN inputs may pick a different index than ORT."),
+  OP_ROW("", "CumSum", 11, 14, .inputs = {2, 2}, .outputs = {1, 1},
+         .dtypes = DT_FLOAT | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64),
+         .lower = lower_cumulative, .arg = MLXB_RSUM,
+         .doc = "axis input (constant or runtime), exclusive, reverse; integers wrap; float16/bfloat16 accumulate in "
+                "float32."),
+  OP_ROW("", "CumProd", 26, 28, .inputs = {2, 2}, .outputs = {1, 1},
+         .dtypes = DT_F32 | DT_F16 | DT_F64 | DT(ONNX_INT32) | DT(ONNX_INT64) | DT(ONNX_UINT32) | DT(ONNX_UINT64),
+         .lower = lower_cumulative, .arg = MLXB_RPROD,
+         .doc = "float32/float16/float64/int32/int64/uint32/uint64, axis from a constant or runtime input, exclusive "
+                "and reverse; float16 multiplies in float32 (ORT's result); integers wrap. Declined: bfloat16 "
+                "(untested)"),
+  OP_ROW("", "TopK", 1, 1, .inputs = {1, 1}, .outputs = {2, 2}, .dtypes = DT_FLOAT | DT_INT, .lower = lower_topk,
+         .doc = "k attribute; largest first, sorted; ties give the lower index first (stable sort)."),
+  OP_ROW("", "TopK", 10, 24, .inputs = {2, 2}, .outputs = {2, 2}, .dtypes = DT_FLOAT | DT_INT, .claim = claim_topk,
+         .lower = lower_topk,
+         .doc = "K input (constant or runtime), axis, largest, sorted=1; ties give the lower index first as in ORT "
+                "(stable sort). Declined: sorted=0 with K > 1 (ORT's unsorted order is implementation-defined). NaN "
+                "ordering may differ from ORT."),
 };
 
 OPS_FAMILY(reduction, defs);

@@ -434,7 +434,6 @@ static int lower_resize(op_ctx *c, const op_def *def) {
   const char *why = rs_parse(op_node(c), &a);
   if (why) return op_fail(c, "%s", why);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is missing");
   int rank = mlxb_ndim(x);
   if (rank < 1 || rank > OP_UTIL_MAX_RANK) return op_fail(c, "input rank %d (1 to %d)", rank, OP_UTIL_MAX_RANK);
   int64_t in[OP_UTIL_MAX_RANK], out[OP_UTIL_MAX_RANK];
@@ -486,14 +485,16 @@ static int lower_resize(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {"", "Resize", 10, 25, DT_NUMERIC, claim_resize, lower_resize, 0, OP_FLAG_HOST_VALUES,
-     "scales/sizes/roi read on the host; nearest (all nearest_mode values), n-linear and cubic "
-     "(cubic_coeff_a, exclude_outside) on any rank via per-axis gather tables with ORT's float arithmetic; "
-     "every coordinate_transformation_mode, tf_crop_and_resize extrapolation, axes, "
-     "keep_aspect_ratio_policy, antialias (ORT's filters); integer inputs only in nearest mode; "
-     "declined: antialias with tf_crop_and_resize"},
-    {"", "Upsample", 7, 9, DT_NUMERIC, claim_resize, lower_resize, 0, OP_FLAG_HOST_VALUES,
-     "nearest and linear, scales attribute (7) or input (9, read on the host); asymmetric coordinates"},
+    OP_ROW("", "Resize", 10, 25, .inputs = {1, 4}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .claim = claim_resize,
+           .lower = lower_resize,
+           .doc = "scales/sizes/roi read on the host; nearest (all nearest_mode values), n-linear and cubic "
+                  "(cubic_coeff_a, exclude_outside) on any rank via per-axis gather tables with ORT's float "
+                  "arithmetic; every coordinate_transformation_mode, tf_crop_and_resize extrapolation, axes, "
+                  "keep_aspect_ratio_policy, antialias (ORT's filters); integer inputs only in nearest mode; "
+                  "declined: antialias with tf_crop_and_resize"),
+    OP_ROW("", "Upsample", 7, 9, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .claim = claim_resize,
+           .lower = lower_resize,
+           .doc = "nearest and linear, scales attribute (7) or input (9, read on the host); asymmetric coordinates"),
 };
 
 OPS_FAMILY(resize, defs);

@@ -399,7 +399,6 @@ static int lower_rnn(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   bool lstm = a.kind == RK_LSTM;
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1), *r = op_input(c, 2);
-  if (!x || !w || !r) return op_fail(c, "missing input");
   if (mlxb_ndim(x) != 3 || mlxb_ndim(w) != 3 || mlxb_ndim(r) != 3) return op_fail(c, "X, W and R must be 3-D");
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   int D = a.dirs, G = gates_of(a.kind);
@@ -477,16 +476,18 @@ static int lower_rnn(op_ctx *c, const op_def *def) {
   "activation_alpha/beta forms where ORT's CPU EP and the ONNX spec disagree"
 
 static const op_def defs[] = {
-    {"", "RNN", 7, 22, DT_F32 | DT_F16, claim_rnn, lower_rnn, RK_RNN, 0,
-     RNN_DOC_COMMON " (defaults ORT takes as 0, per-direction alpha/beta lists); activation names are case-sensitive, "
-                    "as in ORT's RNN kernel",
-     NULL},
-    {"", "GRU", 7, 22, DT_F32 | DT_F16, claim_rnn, lower_rnn, RK_GRU, 0,
-     RNN_DOC_COMMON " (Affine, ThresholdedRelu, ScaledTanh without explicit values); linear_before_reset 0 and 1",
-     NULL},
-    {"", "LSTM", 7, 22, DT_F32 | DT_F16, claim_rnn, lower_rnn, RK_LSTM, 0,
-     RNN_DOC_COMMON " (Affine, ThresholdedRelu, ScaledTanh without explicit values); peepholes, input_forget",
-     NULL},
+    OP_ROW("", "RNN", 7, 22, .inputs = {3, 6}, .outputs = {0, 2}, .dtypes = DT_F32 | DT_F16, .claim = claim_rnn,
+           .lower = lower_rnn, .arg = RK_RNN,
+           .doc = RNN_DOC_COMMON " (defaults ORT takes as 0, per-direction alpha/beta lists); activation names are "
+                  "case-sensitive, as in ORT's RNN kernel"),
+    OP_ROW("", "GRU", 7, 22, .inputs = {3, 6}, .outputs = {0, 2}, .dtypes = DT_F32 | DT_F16, .claim = claim_rnn,
+           .lower = lower_rnn, .arg = RK_GRU,
+           .doc = RNN_DOC_COMMON " (Affine, ThresholdedRelu, ScaledTanh without explicit values); "
+                  "linear_before_reset 0 and 1"),
+    OP_ROW("", "LSTM", 7, 22, .inputs = {3, 8}, .outputs = {0, 3}, .dtypes = DT_F32 | DT_F16, .claim = claim_rnn,
+           .lower = lower_rnn, .arg = RK_LSTM,
+           .doc = RNN_DOC_COMMON " (Affine, ThresholdedRelu, ScaledTanh without explicit values); peepholes, "
+                  "input_forget"),
 };
 
 OPS_FAMILY(rnn, defs);

@@ -58,7 +58,6 @@ mlxb_array *rotary_embed(mlxb_scope *s, mlxb_array *x, mlxb_array *cos, mlxb_arr
 
 static bool rotary_claim_common(claim_ctx *c, int cos_input, int pos_input) {
   const ir_value *x = claim_input(c, 0);
-  if (!x) return claim_decline(c, "input is absent");
   if (x->rank >= 0 && x->rank != 3 && x->rank != 4) return claim_decline(c, "input rank %d is not 3 or 4", x->rank);
   for (int i = cos_input; i <= cos_input + 1; i++)
     if (claim_input_dtype(c, i) != x->dtype) return claim_decline(c, "cos/sin cache dtype differs from the input's");
@@ -143,7 +142,6 @@ static int lower_onnx_rotary(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0), *cos = op_input(c, 1), *sin = op_input(c, 2);
-  if (!x || !cos || !sin) return op_fail(c, "input, cos_cache and sin_cache are required");
   rotary_layout l;
   if (rotary_layout_of(c, x, ir_attr_int(n, "num_heads", 0), 0, &l)) return -1;
   int64_t rot_dim = ir_attr_int(n, "rotary_embedding_dim", 0);
@@ -167,7 +165,6 @@ static int lower_onnx_rotary(op_ctx *c, const op_def *def) {
 
 static bool claim_ms_rotary(claim_ctx *c, const op_def *def) {
   if (!rotary_claim_common(c, 2, 1)) return false;
-  if (!claim_input(c, 1)) return claim_decline(c, "position_ids is required");
   if (ir_attr_int(c->node, "rotary_embedding_dim", 0) > 0 && ir_attr_int(c->node, "num_heads", 0) <= 0)
     return claim_decline(c, "rotary_embedding_dim without num_heads (ORT rejects it)");
   const ir_value *cos = claim_input(c, 2);
@@ -182,7 +179,6 @@ static int lower_ms_rotary(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0), *pos = op_input(c, 1), *cos = op_input(c, 2), *sin = op_input(c, 3);
-  if (!x || !pos || !cos || !sin) return op_fail(c, "all four inputs are required");
   int64_t rot_attr = ir_attr_int(n, "rotary_embedding_dim", 0), num_heads = ir_attr_int(n, "num_heads", 0);
   int64_t half = mlxb_dim(cos, 1);
   if (mlxb_ndim(cos) != 2 || mlxb_ndim(sin) != 2 || mlxb_dim(sin, 1) != half || mlxb_dim(sin, 0) != mlxb_dim(cos, 0))
@@ -218,14 +214,18 @@ static int lower_ms_rotary(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-    {"", "RotaryEmbedding", 23, 23, DT_F32 | DT_F16, claim_onnx_rotary, lower_onnx_rotary, 0, 0,
-     "float32/float16 (bfloat16 declined: ORT's CPU EP has no kernel); 4-D [B, N, S, H] or 3-D [B, S, N*H] "
-     "with num_heads; interleaved or half-split; partial rotation (rotary_embedding_dim); caches gathered "
-     "by int64 position_ids or, without them, used as [B, S, rot/2]. Half precision is computed in float32"},
-    {"com.microsoft", "RotaryEmbedding", 1, 1, DT_F32 | DT_F16, claim_ms_rotary, lower_ms_rotary, 0, 0,
-     "float32/float16 (bfloat16 declined: no ORT CPU kernel); 3-D [B, S, hidden] or 4-D [B, N, S, H]; "
-     "position_ids [B, S] or a single start offset; interleaved; rotary_embedding_dim with num_heads; "
-     "is_packed_batching accepted (ORT's CPU kernel only skips a cache-length check); scale ignored as on ORT CPU"},
+    OP_ROW("", "RotaryEmbedding", 23, 23, .inputs = {3, 4}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_onnx_rotary, .lower = lower_onnx_rotary,
+           .doc = "float32/float16 (bfloat16 declined: ORT's CPU EP has no kernel); 4-D [B, N, S, H] or 3-D [B, S, "
+                  "N*H] with num_heads; interleaved or half-split; partial rotation (rotary_embedding_dim); caches "
+                  "gathered by int64 position_ids or, without them, used as [B, S, rot/2]. Half precision is "
+                  "computed in float32"),
+    OP_ROW("com.microsoft", "RotaryEmbedding", 1, 1, .inputs = {4, 4}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_ms_rotary, .lower = lower_ms_rotary,
+           .doc = "float32/float16 (bfloat16 declined: no ORT CPU kernel); 3-D [B, S, hidden] or 4-D [B, N, S, H]; "
+                  "position_ids [B, S] or a single start offset; interleaved; rotary_embedding_dim with num_heads; "
+                  "is_packed_batching accepted (ORT's CPU kernel only skips a cache-length check); scale ignored as "
+                  "on ORT CPU"),
 };
 
 OPS_FAMILY(rotary, defs);

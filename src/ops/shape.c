@@ -311,7 +311,6 @@ static bool claim_dropout(claim_ctx *c, const op_def *def) {
 static int lower_dropout(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is required");
   if (op_set_output(c, 0, x)) return -1;
   if (!op_has_output(c, 1)) return 0;
   int mt = op_mlx_dtype(op_output_dtype(c, 1));
@@ -328,7 +327,6 @@ static int lower_dropout(op_ctx *c, const op_def *def) {
 
 static int lower_identity(op_ctx *c, const op_def *def) {
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is missing");
   return op_set_output(c, 0, x);
 }
 
@@ -835,47 +833,63 @@ static int lower_trilu(op_ctx *c, const op_def *def) {
 #define DT_RANGE (DT_F32 | DT_F64 | DT(ONNX_INT16) | DT(ONNX_INT32) | DT(ONNX_INT64))
 
 static const op_def defs[] = {
-  {"", "Reshape", 5, 25, DT_ALL, shape_claim_host, lower_reshape, 0, OP_FLAG_HOST_VALUES,
-   "shape input read on the host; 0 copies the input dim (allowzero honoured), one -1 inferred"},
-  {"", "Transpose", 1, 25, DT_ALL, shape_claim_rank, lower_transpose, 0, 0, "perm attribute or reversed axes"},
-  {"", "Concat", 4, 13, DT_ALL, shape_claim_rank, lower_concat, 0, 0, "any number of inputs, negative axis"},
-  {"", "Slice", 1, 13, DT_ALL, shape_claim_host, lower_slice, 0, OP_FLAG_HOST_VALUES,
-   "opset 1 attributes or opset 10+ inputs (starts/ends/axes/steps read on the host); negative steps, "
-   "clamping as the spec says"},
-  {"", "Squeeze", 1, 25, DT_ALL, shape_claim_host, lower_squeeze, 0, OP_FLAG_HOST_VALUES,
-   "axes attribute (<13) or input (13+), or every size-1 axis"},
-  {"", "Unsqueeze", 1, 25, DT_ALL, shape_claim_host, lower_unsqueeze, 0, OP_FLAG_HOST_VALUES,
-   "axes attribute (<13) or input (13+), negative axes"},
-  {"", "Flatten", 1, 25, DT_ALL, shape_claim_rank, lower_flatten, 0, 0, "axis in [-r, r]"},
-  {"", "Expand", 8, 13, DT_ALL, shape_claim_host, lower_expand, 0, OP_FLAG_HOST_VALUES,
-   "shape read on the host; bidirectional broadcast"},
-  {"", "Dropout", 7, 22, DT_FLOAT, claim_dropout, lower_dropout, 0, 0,
-   "inference (or training with a constant ratio of 0): identity, with ORT's mask (all false before opset 12, "
-   "all true after). Declined: training_mode that is not a constant, or true with a ratio other than a constant 0"},
-  {"", "Identity", 1, 25, DT_ALL, NULL, lower_identity, 0, 0,
-   "tensors only; sequence and optional inputs are declined (no MLX dtype)", pad_identity},
-  {"", "Shape", 1, 25, DT_ALL, shape_claim_rank, lower_shape, 0, OP_FLAG_SHAPE_ONLY,
-   "start/end attributes (15+); the result is host-known", pad_shape},
-  {"", "Size", 1, 25, DT_ALL, shape_claim_rank, lower_size, 0, OP_FLAG_SHAPE_ONLY, "the result is host-known"},
-  {"", "Constant", 1, 25, 0, claim_constant, lower_constant, 0, 0,
-   "value, value_float(s), value_int(s); value_string(s) and sparse_value declined"},
-  {"", "Tile", 6, 13, DT_ALL, shape_claim_host, lower_tile, 0, OP_FLAG_HOST_VALUES, "repeats read on the host"},
-  {"", "Split", 2, 18, DT_ALL, shape_claim_rank, lower_split, 0, OP_FLAG_HOST_VALUES,
-   "split attribute (<13) or input (13+), num_outputs with a smaller last chunk (18), or equal parts"},
-  {"", "Pad", 2, 25, DT_ALL, claim_pad, lower_pad, 2 * OP_UTIL_MAX_RANK, OP_FLAG_HOST_VALUES,
-   "modes constant/reflect/edge and wrap (19+); pads attribute (<11) or input, axes input (18+); negative "
-   "pads crop first; reflect pads beyond size-1 fail like ORT"},
-  {"", "DepthToSpace", 1, 13, DT_ALL, claim_blocks, lower_depth_to_space, 0, 0, "DCR and CRD modes, rank 4"},
-  {"", "SpaceToDepth", 1, 13, DT_ALL, claim_blocks, lower_space_to_depth, 0, 0, "rank 4"},
-  {"", "Range", 11, 11, DT_RANGE, NULL, lower_range, 0, OP_FLAG_HOST_VALUES,
-   "float/double/int16/int32/int64 scalars read on the host; float values accumulated like ORT "
-   "(start += delta); a count that is not finite or passes int64 fails like ORT, one past the memory "
-   "limit before allocating; long integer ranges built in the graph; float16/bfloat16 declined"},
-  {"", "ConstantOfShape", 9, 25, DT(ONNX_INT64), claim_constant_of_shape, lower_constant_of_shape, 0,
-   OP_FLAG_HOST_VALUES, "shape read on the host; value of any MLX dtype (float8 declined)"},
-  {"", "EyeLike", 9, 22, DT_ALL, claim_eye_like, lower_eye_like, 0, 0, "dtype and k attributes, rank 2"},
-  {"", "Trilu", 14, 14, DT_ALL, shape_claim_host, lower_trilu, 0, OP_FLAG_HOST_VALUES,
-   "upper/lower, k input read on the host"},
+  OP_ROW("", "Reshape", 5, 25, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
+         .lower = lower_reshape,
+         .doc = "shape input read on the host; 0 copies the input dim (allowzero honoured), one -1 inferred"),
+  OP_ROW("", "Transpose", 1, 25, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_rank,
+         .lower = lower_transpose, .doc = "perm attribute or reversed axes"),
+  OP_ROW("", "Concat", 4, 13, .inputs = {1, OP_VARIADIC}, .outputs = {1, 1}, .dtypes = DT_ALL,
+         .claim = shape_claim_rank, .lower = lower_concat, .doc = "any number of inputs, negative axis"),
+  OP_ROW("", "Slice", 1, 13, .inputs = {1, 5}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
+         .lower = lower_slice,
+         .doc = "opset 1 attributes or opset 10+ inputs (starts/ends/axes/steps read on the host); negative steps, "
+                "clamping as the spec says"),
+  OP_ROW("", "Squeeze", 1, 25, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
+         .lower = lower_squeeze, .doc = "axes attribute (<13) or input (13+), or every size-1 axis"),
+  OP_ROW("", "Unsqueeze", 1, 25, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
+         .lower = lower_unsqueeze, .doc = "axes attribute (<13) or input (13+), negative axes"),
+  OP_ROW("", "Flatten", 1, 25, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_rank,
+         .lower = lower_flatten, .doc = "axis in [-r, r]"),
+  OP_ROW("", "Expand", 8, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
+         .lower = lower_expand, .doc = "shape read on the host; bidirectional broadcast"),
+  OP_ROW("", "Dropout", 7, 22, .inputs = {1, 3}, .outputs = {1, 2}, .dtypes = DT_FLOAT, .claim = claim_dropout,
+         .lower = lower_dropout,
+         .doc = "inference (or training with a constant ratio of 0): identity, with ORT's mask (all false before "
+                "opset 12, all true after). Declined: training_mode that is not a constant, or true with a ratio "
+                "other than a constant 0"),
+  OP_ROW("", "Identity", 1, 25, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .lower = lower_identity,
+         .pad = pad_identity, .doc = "tensors only; sequence and optional inputs are declined (no MLX dtype)"),
+  OP_ROW("", "Shape", 1, 25, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_rank,
+         .lower = lower_shape, .flags = OP_FLAG_SHAPE_ONLY, .pad = pad_shape,
+         .doc = "start/end attributes (15+); the result is host-known"),
+  OP_ROW("", "Size", 1, 25, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_rank,
+         .lower = lower_size, .flags = OP_FLAG_SHAPE_ONLY, .doc = "the result is host-known"),
+  OP_ROW("", "Constant", 1, 25, .inputs = {0, 0}, .outputs = {1, 1}, .claim = claim_constant, .lower = lower_constant,
+         .doc = "value, value_float(s), value_int(s); value_string(s) and sparse_value declined"),
+  OP_ROW("", "Tile", 6, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
+         .lower = lower_tile, .doc = "repeats read on the host"),
+  OP_ROW("", "Split", 2, 18, .inputs = {1, 2}, .outputs = {1, OP_VARIADIC}, .dtypes = DT_ALL, .claim = shape_claim_rank,
+         .lower = lower_split,
+         .doc = "split attribute (<13) or input (13+), num_outputs with a smaller last chunk (18), or equal parts"),
+  OP_ROW("", "Pad", 2, 25, .inputs = {1, 4}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_pad,
+         .lower = lower_pad, .arg = 2 * OP_UTIL_MAX_RANK,
+         .doc = "modes constant/reflect/edge and wrap (19+); pads attribute (<11) or input, axes input (18+); "
+                "negative pads crop first; reflect pads beyond size-1 fail like ORT"),
+  OP_ROW("", "DepthToSpace", 1, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_blocks,
+         .lower = lower_depth_to_space, .doc = "DCR and CRD modes, rank 4"),
+  OP_ROW("", "SpaceToDepth", 1, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_blocks,
+         .lower = lower_space_to_depth, .doc = "rank 4"),
+  OP_ROW("", "Range", 11, 11, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_RANGE, .lower = lower_range,
+         .doc = "float/double/int16/int32/int64 scalars read on the host; float values accumulated like ORT (start "
+                "+= delta); a count that is not finite or passes int64 fails like ORT, one past the memory limit "
+                "before allocating; long integer ranges built in the graph; float16/bfloat16 declined"),
+  OP_ROW("", "ConstantOfShape", 9, 25, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT(ONNX_INT64),
+         .claim = claim_constant_of_shape, .lower = lower_constant_of_shape,
+         .doc = "shape read on the host; value of any MLX dtype (float8 declined)"),
+  OP_ROW("", "EyeLike", 9, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_eye_like,
+         .lower = lower_eye_like, .doc = "dtype and k attributes, rank 2"),
+  OP_ROW("", "Trilu", 14, 14, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
+         .lower = lower_trilu, .doc = "upper/lower, k input read on the host"),
 };
 
 OPS_FAMILY(shape, defs);

@@ -54,7 +54,6 @@ static int lower_dft(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is required");
   int r = mlxb_ndim(x);
   if (n->since_version < 20 && r < 3) return op_fail(c, "rank-2 signals are read as [batch, length] by ORT's opset-17 kernel");
   bool cplx;
@@ -100,7 +99,6 @@ static bool claim_stft(claim_ctx *c, const op_def *def) {
 static int lower_stft(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *window = op_input(c, 2);
-  if (!x) return op_fail(c, "signal is required");
   if (mlxb_ndim(x) != 3) return op_fail(c, "signal must be [batch, length, 1|2]");
   bool cplx;
   mlxb_array *sig = sig_signal(c, x, &cplx);
@@ -255,23 +253,29 @@ static int lower_mel(op_ctx *c, const op_def *def) {
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
-  {"", "DFT", 17, 20, 0, claim_dft, lower_dft, 0, OP_FLAG_HOST_VALUES,
-   "float32 real ([..., 1]) or complex ([..., 2]) signals on any axis (rank >= 3 for opset 17, whose rank-2 "
-   "form ORT reads as [batch, length]); forward, inverse, onesided (RFFT) and "
-   "inverse onesided (IRFFT); dft_length pads or truncates; dft_length/axis inputs read on the host. Computed "
-   "with MLX's FFT in complex64 (ORT's naive DFT for non-power-of-2 lengths is less accurate). Declined: "
-   "float64 (MLX's FFT is complex64 only), float16/bfloat16 (no ORT kernel)"},
-  {"", "STFT", 17, 17, 0, claim_stft, lower_stft, 0, OP_FLAG_HOST_VALUES,
-   "float32 [batch, length, 1|2] signals, optional window and frame_length, onesided for real signals; "
-   "frame_step/frame_length read on the host. Declined: float64, onesided complex signals"},
-  {"", "HannWindow", 17, 17, 0, claim_table, lower_window, 0, OP_FLAG_HOST_VALUES,
-   "periodic/symmetric; float, double and integer output_datatype; computed on the host with ORT's formula"},
-  {"", "HammingWindow", 17, 17, 0, claim_table, lower_window, 1, OP_FLAG_HOST_VALUES,
-   "periodic/symmetric; float, double and integer output_datatype; computed on the host with ORT's formula"},
-  {"", "BlackmanWindow", 17, 17, 0, claim_table, lower_window, 2, OP_FLAG_HOST_VALUES,
-   "periodic/symmetric; float, double and integer output_datatype; computed on the host with ORT's formula"},
-  {"", "MelWeightMatrix", 17, 17, 0, claim_table, lower_mel, 3, OP_FLAG_HOST_VALUES,
-   "float/double output_datatype, computed on the host with ORT's formula. Declined: integer outputs"},
+  OP_ROW("", "DFT", 17, 20, .inputs = {1, 3}, .outputs = {1, 1}, .claim = claim_dft, .lower = lower_dft,
+         .doc = "float32 real ([..., 1]) or complex ([..., 2]) signals on any axis (rank >= 3 for opset 17, whose "
+                "rank-2 form ORT reads as [batch, length]); forward, inverse, onesided (RFFT) and inverse onesided "
+                "(IRFFT); dft_length pads or truncates; dft_length/axis inputs read on the host. Computed with MLX's "
+                "FFT in complex64 (ORT's naive DFT for non-power-of-2 lengths is less accurate). Declined: float64 "
+                "(MLX's FFT is complex64 only), float16/bfloat16 (no ORT kernel)"),
+  OP_ROW("", "STFT", 17, 17, .inputs = {2, 4}, .outputs = {1, 1}, .claim = claim_stft, .lower = lower_stft,
+         .doc = "float32 [batch, length, 1|2] signals, optional window and frame_length, onesided for real signals; "
+                "frame_step/frame_length read on the host. Declined: float64, onesided complex signals"),
+  OP_ROW("", "HannWindow", 17, 17, .inputs = {1, 1}, .outputs = {1, 1}, .claim = claim_table, .lower = lower_window,
+         .doc = "periodic/symmetric; float, double and integer output_datatype; computed on the host with ORT's "
+                "formula"),
+  OP_ROW("", "HammingWindow", 17, 17, .inputs = {1, 1}, .outputs = {1, 1}, .claim = claim_table, .lower = lower_window,
+         .arg = 1,
+         .doc = "periodic/symmetric; float, double and integer output_datatype; computed on the host with ORT's "
+                "formula"),
+  OP_ROW("", "BlackmanWindow", 17, 17, .inputs = {1, 1}, .outputs = {1, 1}, .claim = claim_table, .lower = lower_window,
+         .arg = 2,
+         .doc = "periodic/symmetric; float, double and integer output_datatype; computed on the host with ORT's "
+                "formula"),
+  OP_ROW("", "MelWeightMatrix", 17, 17, .inputs = {5, 5}, .outputs = {1, 1}, .claim = claim_table, .lower = lower_mel,
+         .arg = 3,
+         .doc = "float/double output_datatype, computed on the host with ORT's formula. Declined: integer outputs"),
 };
 
 OPS_FAMILY(signal, defs);

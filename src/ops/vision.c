@@ -111,7 +111,6 @@ static int lower_grid_sample(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *node = op_node(c);
   mlxb_array *x = op_input(c, 0), *grid = op_input(c, 1);
-  if (!x || !grid) return op_fail(c, "X and grid are required");
   int rank = mlxb_ndim(x), nsp = rank - 2;
   gs_mode mode = gs_parse_mode(node);
   gs_pad pad = gs_parse_pad(node);
@@ -233,7 +232,6 @@ static float *affine_base(int64_t n, bool align) {
 static int lower_affine_grid(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *theta = op_input(c, 0);
-  if (!theta) return op_fail(c, "theta is missing");
   int64_t size[5];
   int ns = op_input_ints(c, 1, size, 5);
   if (ns < 0) return op_fail(c, "cannot read size");
@@ -291,7 +289,6 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *node = op_node(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is missing");
   int64_t img[OP_UTIL_MAX_RANK], blk[OP_UTIL_MAX_RANK];
   int ni = op_input_ints(c, 1, img, OP_UTIL_MAX_RANK), nb = op_input_ints(c, 2, blk, OP_UTIL_MAX_RANK);
   if (ni < 0 || nb < 0) return op_fail(c, "cannot read image_shape/block_shape");
@@ -366,7 +363,6 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
 static int lower_center_crop_pad(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
-  if (!x) return op_fail(c, "input is missing");
   int rank = mlxb_ndim(x);
   if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d (at most %d)", rank, OP_UTIL_MAX_RANK);
   int64_t dims[OP_UTIL_MAX_RANK], shape[OP_UTIL_MAX_RANK];
@@ -410,16 +406,21 @@ static int lower_center_crop_pad(op_ctx *c, const op_def *def) {
 #define DT_VFLOAT (DT_F32 | DT_F16 | DT_BF16 | DT_F64)
 
 static const op_def defs[] = {
-    {"", "GridSample", 16, 25, DT_VFLOAT, claim_grid_sample, lower_grid_sample, 0, 0,
-     "4-D and 5-D (like ORT); linear/bilinear, nearest (round half to even), cubic/bicubic (2-D); padding "
-     "zeros/border/reflection, align_corners; taps are clamped into the image before every gather"},
-    {"", "AffineGrid", 20, 25, DT_VFLOAT, claim_affine_grid, lower_affine_grid, 0, OP_FLAG_HOST_VALUES,
-     "2-D and 3-D, size read on the host, align_corners; base grid as ORT builds it (Eigen LinSpaced)"},
-    {"", "Col2Im", 18, 25, DT_VFLOAT, claim_col2im, lower_col2im, 0, OP_FLAG_HOST_VALUES,
-     "any spatial rank; image_shape/block_shape read on the host; dilations, pads, strides; a gather of the "
-     "columns landing on each pixel, summed"},
-    {"", "CenterCropPad", 18, 25, DT_ALL, NULL, lower_center_crop_pad, 0, OP_FLAG_HOST_VALUES,
-     "shape read on the host, optional axes; crops centred (floor) and zero-pads (extra at the end)"},
+    OP_ROW("", "GridSample", 16, 25, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_VFLOAT,
+           .claim = claim_grid_sample, .lower = lower_grid_sample,
+           .doc = "4-D and 5-D (like ORT); linear/bilinear, nearest (round half to even), cubic/bicubic (2-D); "
+                  "padding zeros/border/reflection, align_corners; taps are clamped into the image before every "
+                  "gather"),
+    OP_ROW("", "AffineGrid", 20, 25, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_VFLOAT,
+           .claim = claim_affine_grid, .lower = lower_affine_grid,
+           .doc = "2-D and 3-D, size read on the host, align_corners; base grid as ORT builds it (Eigen LinSpaced)"),
+    OP_ROW("", "Col2Im", 18, 25, .inputs = {3, 3}, .outputs = {1, 1}, .dtypes = DT_VFLOAT, .claim = claim_col2im,
+           .lower = lower_col2im,
+           .doc = "any spatial rank; image_shape/block_shape read on the host; dilations, pads, strides; a gather of "
+                  "the columns landing on each pixel, summed"),
+    OP_ROW("", "CenterCropPad", 18, 25, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL,
+           .lower = lower_center_crop_pad,
+           .doc = "shape read on the host, optional axes; crops centred (floor) and zero-pads (extra at the end)"),
 };
 
 OPS_FAMILY(vision, defs);
