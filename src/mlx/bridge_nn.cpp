@@ -1,0 +1,96 @@
+/* Matrix products, convolution and the fused neural-network ops of the bridge (see bridge.h). */
+#include "mlx/bridge_internal.h"
+
+#include "mlx/fast.h"
+
+using namespace mlxb_detail;
+
+extern "C" {
+
+/* Products with an empty operand are zeros of the product's shape (an empty sum is 0): MLX's
+ * CUDA kernels crashed the process on such shapes, so they never reach a kernel. */
+static mx::array zeros_if_empty(const mx::array &y, std::initializer_list<const mx::array *> operands,
+                                mx::StreamOrDevice d) {
+  bool empty = y.size() == 0;
+  for (const mx::array *o : operands) empty = empty || o->size() == 0;
+  return empty ? mx::zeros(y.shape(), y.dtype(), d) : y;
+}
+
+mlxb_array *mlxb_matmul(mlxb_scope *s, const mlxb_array *a, const mlxb_array *b) {
+  return guard(s, "mlxb_matmul", [&] {
+    const mx::array &x = arr(a), &y = arr(b);
+    return zeros_if_empty(mx::matmul(x, y, scope_dev(s)), {&x, &y}, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_addmm(mlxb_scope *s, const mlxb_array *c, const mlxb_array *a, const mlxb_array *b, float alpha, float beta) {
+  return guard(s, "mlxb_addmm", [&] {
+    const mx::array &x = arr(a), &y = arr(b), &z = arr(c);
+    if (x.size() && y.size()) return mx::addmm(z, x, y, alpha, beta, scope_dev(s));
+    mx::array prod = zeros_if_empty(mx::matmul(x, y, scope_dev(s)), {&x, &y}, scope_dev(s));
+    return mx::add(prod, mx::multiply(z, mx::array(beta, z.dtype()), scope_dev(s)), scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, int nspatial,
+                              const int *strides, const int *pad_lo, const int *pad_hi,
+                              const int *kernel_dilation, const int *input_dilation, int groups, bool flip) {
+  return guard(s, "mlxb_conv_general", [&] {
+    const mx::array &in = arr(x), &wt = arr(w);
+    /* A NULL list means the default (stride 1, no padding, no dilation) on every axis. */
+    auto list = [&](const int *v, int dflt) {
+      if (nspatial < 0) throw bridge_error("negative nspatial");
+      return v ? std::vector<int>(v, v + nspatial) : std::vector<int>(nspatial, dflt);
+    };
+    mx::array y = mx::conv_general(in, wt, list(strides, 1), list(pad_lo, 0), list(pad_hi, 0),
+                                   list(kernel_dilation, 1), list(input_dilation, 1), groups, flip, scope_dev(s));
+    return zeros_if_empty(y, {&in, &wt}, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps) {
+  return guard(s, "mlxb_layer_norm", [&] {
+    return mx::fast::layer_norm(arr(x), opt(weight), opt(bias), eps, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, float eps) {
+  return guard(s, "mlxb_rms_norm", [&] { return mx::fast::rms_norm(arr(x), opt(weight), eps, scope_dev(s)); });
+}
+
+mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
+                      const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks) {
+  return guard(s, "mlxb_sdpa", [&] {
+    const mx::array &qa = arr(q), &ka = arr(k), &va = arr(v);
+    std::string mode = mask_mode ? mask_mode : "";
+    if (mask && mode.empty()) mode = "array";
+    return mx::fast::scaled_dot_product_attention(qa, ka, va, scale, mode, opt(mask), opt(sinks), false, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
+                                  const mlxb_array *biases, bool transpose, int group_size, int bits) {
+  return guard(s, "mlxb_quantized_matmul", [&] {
+    const mx::array &in = arr(x);
+    mx::array y = mx::quantized_matmul(in, arr(w), arr(scales), opt(biases), transpose, group_size, bits, "affine",
+                                       scope_dev(s));
+    return zeros_if_empty(y, {&in}, scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_dequantize(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
+                            int group_size, int bits, mlxb_dtype out) {
+  return guard(s, "mlxb_dequantize", [&] {
+    return mx::dequantize(arr(w), arr(scales), opt(biases), group_size, bits, "affine", std::nullopt, to_mx(out),
+                          scope_dev(s));
+  });
+}
+
+mlxb_array *mlxb_einsum(mlxb_scope *s, const char *subscripts, const mlxb_array *const *xs, int n) {
+  return guard(s, "mlxb_einsum", [&] {
+    if (!subscripts) throw bridge_error("null subscripts");
+    return mx::einsum(subscripts, to_arrays(xs, n), scope_dev(s));
+  });
+}
+
+} /* extern "C" */
