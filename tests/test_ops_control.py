@@ -327,3 +327,58 @@ def test_long_host_loop_and_scan():
     # past 256 iterations an eager loop evaluates its state and frees the iterations before
     assert_parity(loop_model("input"), {"x0": XL, "s": S5, "M": np.array(300, np.int64)})
     assert_parity(scan_model(), scan_feeds(np.random.default_rng(6), steps=300))
+
+
+# ---- Scan opset 8 ----------------------------------------------------------------------------
+
+def scan8_model(directions=None, with_lens=True):
+    """Opset 8: batch axis 0, optional sequence_lens; a running sum and a running max as states,
+    the sum after each step and the product of the two scan inputs as scan outputs."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "a"], ["s_add"]), helper.make_node("Add", ["s_add", "b"], ["s_out"]),
+         helper.make_node("Max", ["m_in", "a"], ["m_out"]), helper.make_node("Mul", ["a", "b"], ["p"]),
+         helper.make_node("Identity", ["s_out"], ["s_scan"])],
+        "body", [vi(n, F, [3]) for n in ("s_in", "m_in", "a", "b")],
+        [vi(n, F, [3]) for n in ("s_out", "m_out", "s_scan", "p")])
+    attrs = {"num_scan_inputs": 2}
+    if directions is not None:
+        attrs["directions"] = directions
+    ins = [("s0", F, None), ("m0", F, None), ("A", F, None), ("B", F, None)]
+    if with_lens:
+        ins.insert(0, ("L", TP.INT64, None))
+    node = helper.make_node("Scan", ["L" if with_lens else "", "s0", "m0", "A", "B"], ["s", "m", "sums", "prods"],
+                            body=body, **attrs)
+    return make_model([node], ins, [(o, F, None) for o in ("s", "m", "sums", "prods")], opset=8)
+
+
+def scan8_feeds(rng, lens=None, batch=2, steps=4):
+    f = {"s0": np.zeros((batch, 3), np.float32), "m0": np.full((batch, 3), -9.0, np.float32),
+         "A": rng.standard_normal((batch, steps, 3)).astype(np.float32),
+         "B": rng.standard_normal((batch, steps, 3)).astype(np.float32)}
+    if lens is not None:
+        f["L"] = np.array(lens, np.int64)
+    return f
+
+
+@pytest.mark.parametrize("directions", [None, [0, 1], [1, 1]])
+@pytest.mark.parametrize("lens", [None, [4, 2], [1, 3]])
+def test_scan8_batch_and_sequence_lens(directions, lens):
+    rng = np.random.default_rng(7)
+    assert_parity(scan8_model(directions, with_lens=lens is not None), scan8_feeds(rng, lens))
+
+
+def test_scan8_traces_once_without_sequence_lens(tmp_path):
+    rng = np.random.default_rng(8)
+    _, st, _ = run_report(tmp_path, scan8_model(with_lens=False), [scan8_feeds(rng) for _ in range(4)])
+    assert st["traces"] == 1 and st["trace_failures"] == 0
+
+
+@pytest.mark.parametrize("lens", [[0, 2], [5, 1]])
+def test_scan8_sequence_lens_out_of_range_fails_like_ort(lens):
+    feeds = scan8_feeds(np.random.default_rng(9), lens)
+    with pytest.raises(Exception, match="sequence_lens"):
+        run_cpu(scan8_model(), feeds)
+    sess = mlx_ep.session(scan8_model(), strict=True)
+    with pytest.raises(Exception, match=r"\(Scan\): sequence_lens\[\d\] = -?\d+ is outside \[1, 4\]"):
+        sess.run(None, feeds)
+    sess.run(None, scan8_feeds(np.random.default_rng(9), [4, 4]))  # the session keeps working
