@@ -382,3 +382,63 @@ def test_scan8_sequence_lens_out_of_range_fails_like_ort(lens):
     with pytest.raises(Exception, match=r"\(Scan\): sequence_lens\[\d\] = -?\d+ is outside \[1, 4\]"):
         sess.run(None, feeds)
     sess.run(None, scan8_feeds(np.random.default_rng(9), [4, 4]))  # the session keeps working
+
+
+# ---- host loops replay a compiled body --------------------------------------------------------
+
+def test_host_loop_replays_one_compiled_body(tmp_path):
+    # a runtime trip count: the cluster runs eagerly, its Loop as a host loop whose body is traced
+    # once per body signature and replayed in every iteration (and every later Run)
+    feeds = [{"x0": XL * k, "s": S5, "M": np.array(m, np.int64)} for k, m in ((1, 5), (2, 300), (3, 7))]
+    outs, st, _ = run_report(tmp_path, loop_model("input"), feeds)
+    for f, got in zip(feeds, outs):
+        for g, w in zip(got, run_cpu(loop_model("input"), f)):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert st["body_traces"] == 1 and st["body_trace_failures"] == 0 and st["body_replays"] == 312
+
+
+def host_loop_gather_model():
+    """A host loop (trip count from data) whose body gathers x[idx + i]: out of range from some
+    iteration on, a check of the compiled body."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["idx", "i"], ["j"]), helper.make_node("Gather", ["x", "j"], ["g"]),
+         helper.make_node("Add", ["acc", "g"], ["acc_out"]), helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [vi("i", TP.INT64, []), vi("cond", TP.BOOL, []), vi("acc", F, [])],
+        [vi("cond_out", TP.BOOL, []), vi("acc_out", F, [])])
+    node = helper.make_node("Loop", ["M", "", "acc0"], ["y"], body=body)
+    return make_model([node], [("M", TP.INT64, []), ("x", F, [5]), ("idx", TP.INT64, [])], [("y", F, None)],
+                      {"acc0": np.zeros((), np.float32)}.items())
+
+
+def test_host_loop_compiled_body_checks():
+    model = host_loop_gather_model()
+    x = np.arange(5, dtype=np.float32)
+    good = {"M": np.array(3, np.int64), "x": x, "idx": np.array(1, np.int64)}
+    bad = {"M": np.array(6, np.int64), "x": x, "idx": np.array(1, np.int64)}  # idx + 4 = 5: out of range
+    with pytest.raises(Exception):
+        run_cpu(model, bad)
+    sess = mlx_ep.session(model, strict=True)
+    want = run_cpu(model, good)[0]
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(None, good)[0], want)
+        with pytest.raises(Exception, match=r"node '.*' \(Gather\): index 5 out of range \[-5, 5\)"):
+            sess.run(None, bad)
+
+
+def test_host_loop_body_read_on_the_host_is_lowered_per_iteration(tmp_path):
+    # Range(0, i + 1) in the body: a size read on the host, so the body cannot be traced; it is
+    # lowered in every iteration as before, and the result is exact
+    body = helper.make_graph(
+        [helper.make_node("Add", ["i", "one"], ["n"]), helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+         helper.make_node("ReduceSum", ["r"], ["t"], keepdims=0), helper.make_node("Add", ["acc", "t"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [vi("i", TP.INT64, []), vi("cond", TP.BOOL, []), vi("acc", TP.INT64, [])],
+        [vi("cond_out", TP.BOOL, []), vi("acc_out", TP.INT64, [])],
+        initializer=[helper.make_tensor("one", TP.INT64, [], [1]), helper.make_tensor("zero", TP.INT64, [], [0])])
+    model = make_model([helper.make_node("Loop", ["M", "", "acc0"], ["y"], body=body)], [("M", TP.INT64, [])],
+                       [("y", TP.INT64, None)], {"acc0": np.zeros((), np.int64)}.items())
+    feeds = [{"M": np.array(m, np.int64)} for m in (4, 9)]
+    outs, st, _ = run_report(tmp_path, model, feeds)
+    for f, got in zip(feeds, outs):
+        np.testing.assert_array_equal(got[0], run_cpu(model, f)[0])
+    assert st["body_trace_failures"] >= 1 and st["body_replays"] == 0

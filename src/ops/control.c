@@ -220,6 +220,53 @@ static int cut_graph(op_ctx *c, mlxb_array **state, int n_state, const scan_list
   return l->k && l->n ? op_eval(c, l->items, (int)(l->n * l->k)) : 0;
 }
 
+/* Host loops replay a compiled body (op_call_body) where they can. The validity checks of the
+ * replayed iterations are merged into one summary per body signature (each check's first
+ * violation), kept with the loop's state and handed to the Run once. */
+typedef struct body_checks {
+  const void *rules; /* what `acc` means (op_call_body's *rules), NULL while empty */
+  mlxb_array *acc;   /* int64 [2k]: per check (violated?, first bad value) over the iterations */
+} body_checks;
+
+static int body_checks_flush(op_ctx *c, body_checks *bc) {
+  int rc = bc->acc ? op_keep_body_checks(c, bc->rules, bc->acc) : 0;
+  bc->acc = NULL;
+  bc->rules = NULL;
+  return rc;
+}
+
+static int body_checks_add(op_ctx *c, body_checks *bc, mlxb_array *cur, const void *rules) {
+  if (!cur) return 0;
+  if (!bc->acc || rules != bc->rules) {
+    if (body_checks_flush(c, bc)) return -1;
+    bc->acc = cur;
+    bc->rules = rules;
+    return 0;
+  }
+  mlxb_scope *s = op_scope(c);
+  int64_t pairs[2] = {(int64_t)mlxb_size(cur) / 2, 2}, flat = (int64_t)mlxb_size(cur);
+  mlxb_array *a = mlxb_reshape(s, bc->acc, pairs, 2), *b = mlxb_reshape(s, cur, pairs, 2);
+  mlxb_array *seen = mlxb_binary(s, MLXB_NOT_EQUAL, op_util_slice_axis(s, a, 1, 0, 1, 1), mlxb_scalar_i64(s, 0, MLXB_I64));
+  bc->acc = mlxb_reshape(s, mlxb_where(s, seen, a, b), &flat, 1);
+  return op_check(c);
+}
+
+/* One iteration of an eager host loop: the compiled body when it can be replayed, else lowered. */
+static int body_run(op_ctx *c, mlxb_array *const *in, int n_in, mlxb_array **out, int n_out, body_checks *bc) {
+  if (bc && !op_tracing(c)) {
+    mlxb_array *checks;
+    const void *rules;
+    /* the merged checks move with the state into this iteration's scope (the one before is freed) */
+    if (bc->acc && !(bc->acc = mlxb_ref(op_scope(c), bc->acc))) return op_check(c);
+    int rc = op_call_body(c, "body", in, n_in, out, n_out, &checks, &rules);
+    if (rc <= 0) return rc ? -1 : body_checks_add(c, bc, checks, rules);
+  }
+  return op_lower_body(c, "body", in, n_in, out, n_out, NULL);
+}
+
+/* Evaluates the merged checks with the state when a host loop cuts its graph. */
+static int body_checks_eval(op_ctx *c, body_checks *bc) { return bc->acc ? op_eval(c, &bc->acc, 1) : 0; }
+
 /* ---- Loop ---------------------------------------------------------------------------------- */
 
 static bool claim_loop(claim_ctx *c, const op_def *def) {
@@ -262,12 +309,14 @@ typedef struct loop_run {
 } loop_run;
 
 /* One iteration: body(i, cond, carried...) -> (cond, carried..., scans...). */
-static int loop_step(op_ctx *c, loop_run *r, int64_t i, mlxb_array *cond, mlxb_array **out, mlxb_array *when) {
+static int loop_step(op_ctx *c, loop_run *r, int64_t i, mlxb_array *cond, mlxb_array **out, mlxb_array *when,
+                     body_checks *bc) {
   mlxb_array *in[CF_MAX_VALUES];
   in[0] = mlxb_scalar_i64(op_scope(c), i, MLXB_I64);
   in[1] = cond;
   for (int k = 0; k < r->carried; k++) in[2 + k] = r->state[1 + k];
   if (!in[0] || !in[1]) return op_check(c) ? -1 : op_fail(c, "no condition");
+  if (bc) return body_run(c, in, 2 + r->carried, out, 1 + r->carried + r->scans, bc);
   return op_lower_body(c, "body", in, 2 + r->carried, out, 1 + r->carried + r->scans, when);
 }
 
@@ -283,7 +332,7 @@ static int loop_unrolled(op_ctx *c, loop_run *r, mlxb_array *cond, bool early_ex
     return op_fail(c, "the loop may exit early and has scan outputs, whose length depends on data: this input "
                       "signature runs eagerly");
   for (int64_t i = 0; i < r->trip; i++) {
-    if (loop_step(c, r, i, cond, out, early_exit ? cond : NULL)) return -1;
+    if (loop_step(c, r, i, cond, out, early_exit ? cond : NULL, NULL)) return -1;
     for (int k = 0; k < r->carried; k++) {
       if (early_exit && !same_shape(out[1 + k], r->state[1 + k]))
         return op_fail(c, "loop-carried value %d changes shape in a loop that may exit early: this input "
@@ -299,22 +348,24 @@ static int loop_unrolled(op_ctx *c, loop_run *r, mlxb_array *cond, bool early_ex
 
 /* One iteration of a host loop, in the iteration's scope; *cond becomes the exit condition read. */
 static int loop_host_step(op_ctx *c, loop_run *r, const carry_scopes *cs, int64_t i, mlxb_array *cond_arr,
-                          bool early_exit, int64_t *cond) {
+                          bool early_exit, int64_t *cond, body_checks *bc) {
   mlxb_array *out[CF_MAX_VALUES];
-  if (loop_step(c, r, i, cond_arr, out, NULL)) return -1;
+  if (loop_step(c, r, i, cond_arr, out, NULL, bc)) return -1;
   for (int k = 0; k < r->carried; k++) r->state[1 + k] = out[1 + k];
   if (keep_in_run(c, cs, out + 1 + r->carried, r->scans) || scan_push(c, &r->lists, out + 1 + r->carried)) return -1;
   if (early_exit) {
     mlxb_array *flag = cond_scalar(c, out[0]);
     if (!flag || op_read_ints(c, flag, cond, 1) < 0) return -1;
   }
-  return (i + 1) % LOOP_EVAL_EVERY == 0 ? cut_graph(c, r->state + 1, r->carried, &r->lists) : 0;
+  if ((i + 1) % LOOP_EVAL_EVERY) return 0;
+  return cut_graph(c, r->state + 1, r->carried, &r->lists) || body_checks_eval(c, bc) ? -1 : 0;
 }
 
 /* An eager Run: iterations until the trip count or the exit condition, read on the host. */
 static int loop_host(op_ctx *c, loop_run *r, int64_t cond, bool early_exit) {
   carry_scopes cs = {.run = op_scope(c)};
   mlxb_array *cond_arr = mlxb_scalar_i64(cs.run, 1, MLXB_BOOL);
+  body_checks bc = {0};
   int rc = 0;
   if (!early_exit && r->trip > LOOP_MAX_ITERS && cond)
     return op_fail(c, "trip count %lld without an exit condition is more than the EP runs (%lld iterations)",
@@ -323,9 +374,10 @@ static int loop_host(op_ctx *c, loop_run *r, int64_t cond, bool early_exit) {
     if (i >= LOOP_MAX_ITERS)
       rc = op_fail(c, "more than %lld iterations (the EP's limit for one Loop)", (long long)LOOP_MAX_ITERS);
     else if (!(rc = iteration_begin(c, &cs)))
-      rc = iteration_end(c, &cs, loop_host_step(c, r, &cs, i, cond_arr, early_exit, &cond));
+      rc = iteration_end(c, &cs, loop_host_step(c, r, &cs, i, cond_arr, early_exit, &cond, &bc));
   }
   if (!rc) rc = keep_in_run(c, &cs, r->state + 1, r->carried);
+  if (!rc) rc = body_checks_flush(c, &bc);
   mlxb_scope_free(cs.prev);
   return rc;
 }
@@ -467,6 +519,7 @@ static int lower_scan(op_ctx *c, const op_def *def) {
   for (int k = 0; k < a.states; k++) state[k] = op_input(c, k);
   scan_lists lists = {.k = a.outputs};
   carry_scopes cs = {.run = s};
+  body_checks bc = {0};
   int rc = -1;
   for (int64_t t = 0; t < steps; t++) {
     if (iteration_begin(c, &cs)) goto done;
@@ -477,13 +530,14 @@ static int lower_scan(op_ctx *c, const op_def *def) {
       mlxb_array *x = op_input(c, a.states + j);
       in[a.states + j] = mlxb_squeeze(is, op_util_slice_axis(is, x, axes[j], at, at + 1, 1), &axes[j], 1);
     }
-    int step = op_check(c) || op_lower_body(c, "body", in, a.states + a.inputs, out, a.states + a.outputs, NULL) ||
+    int step = op_check(c) || body_run(c, in, a.states + a.inputs, out, a.states + a.outputs, &bc) ||
                keep_in_run(c, &cs, out + a.states, a.outputs) || scan_push(c, &lists, out + a.states);
     for (int k = 0; k < a.states && !step; k++) state[k] = out[k];
-    if (!step && !op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0) step = cut_graph(c, state, a.states, &lists);
+    if (!step && !op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0)
+      step = cut_graph(c, state, a.states, &lists) || body_checks_eval(c, &bc);
     if (iteration_end(c, &cs, step ? -1 : 0)) goto done;
   }
-  if (keep_in_run(c, &cs, state, a.states)) goto done;
+  if (keep_in_run(c, &cs, state, a.states) || body_checks_flush(c, &bc)) goto done;
   for (int k = 0; k < a.states; k++)
     if (op_set_output(c, k, state[k])) goto done;
   for (int j = 0; j < a.outputs; j++) {
@@ -592,6 +646,7 @@ static int lower_scan8(op_ctx *c, const op_def *def) {
   mlxb_array **finals = NULL, **scans = NULL, **item = NULL;
   scan_lists lists = {.k = a.outputs};
   carry_scopes cs = {.run = s};
+  body_checks bc = {0};
   int rc = -1;
   if (batch > LOOP_MAX_ITERS || (steps > 0 && batch * steps > LOOP_MAX_ITERS)) {
     op_fail(c, "%lld batch items of %lld steps are more than the EP runs (%lld iterations)", (long long)batch,
@@ -649,13 +704,14 @@ static int lower_scan8(op_ctx *c, const op_def *def) {
         in[a.states + j] = mlxb_squeeze(
             is, op_util_slice_axis(is, op_util_slice_axis(is, x, 0, b, b + 1, 1), 1, at, at + 1, 1), axes, 2);
       }
-      int step = op_check(c) || op_lower_body(c, "body", in, a.states + a.inputs, out, a.states + a.outputs, NULL) ||
+      int step = op_check(c) || body_run(c, in, a.states + a.inputs, out, a.states + a.outputs, &bc) ||
                  keep_in_run(c, &cs, out + a.states, a.outputs) || scan_push(c, &lists, out + a.states);
       for (int k = 0; k < a.states && !step; k++) state[k] = out[k];
-      if (!step && !op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0) step = cut_graph(c, state, a.states, &lists);
+      if (!step && !op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0)
+        step = cut_graph(c, state, a.states, &lists) || body_checks_eval(c, &bc);
       if (iteration_end(c, &cs, step ? -1 : 0)) goto done;
     }
-    if (keep_in_run(c, &cs, state, a.states)) goto done;
+    if (keep_in_run(c, &cs, state, a.states) || body_checks_flush(c, &bc)) goto done;
     for (int k = 0; k < a.states; k++) finals[b * a.states + k] = state[k];
     for (int j = 0; j < a.outputs; j++) {
       const ir_value *decl = &body->values[body->outputs[a.states + j]];

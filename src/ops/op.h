@@ -99,6 +99,17 @@ int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rul
 const ir_graph *op_body(const op_ctx *c, const char *attr);
 int op_lower_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
                   int n_outputs, mlxb_array *when);
+/* Host loops: runs body `attr` from a program compiled once per input signature of the body and
+ * replayed (instead of lowering it again every iteration). Returns 0 with outputs[] set; 1 when
+ * the body is not run that way (inside a trace, compile off, or a body that cannot be traced, e.g.
+ * one that reads a value on the host): the caller then uses op_lower_body; -1 on failure. The
+ * call's validity checks are NOT recorded: *checks receives their summary (int64 [2k], NULL when
+ * the body has none) and *rules what they mean; a loop may merge the summaries of successive
+ * calls with the same *rules (the first violation of each check) and hands them over with
+ * op_keep_body_checks, once, before the Run's outputs are evaluated. */
+int op_call_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
+                 int n_outputs, mlxb_array **checks, const void **rules);
+int op_keep_body_checks(op_ctx *c, const void *rules, mlxb_array *summary);
 /* Makes s the scope the lowering builds in (op_scope) and returns the previous one: eager host
  * loops build each iteration in a scope of their own and free the one before, so memory stays
  * bounded by one iteration's state. Validity checks always live in the Run's scope. */
