@@ -103,6 +103,8 @@ static int link_outer(graph_frame *f, const graph_frame *enclosing, diag *d) {
     const ir_value *src = &enclosing->g->values[pv];
     f->outer[v] = pv;
     val->dtype = src->dtype;
+    val->is_sequence = src->is_sequence;
+    val->elem_dtype = src->elem_dtype;
     val->is_const = src->is_const;
     val->const_data = src->const_data; /* the enclosing graph's host copy (or NULL), never borrowed */
     val->const_bytes = src->const_bytes;
