@@ -159,3 +159,9 @@ def test_sequence_made_on_ort_is_not_read_in_a_cluster(tmp_path):
     assert "sequence 's' would cross the cluster's boundary" in text
     got = mlx_ep.session(model, strict=False).run(None, {"X": X, "Y": Y})[0]
     np.testing.assert_array_equal(got, run_cpu(model, {"X": X, "Y": Y})[0])
+
+
+def test_optional_get_element_of_a_tensor_and_of_a_sequence():
+    nodes = [node("OptionalGetElement", ["X"], ["x"]), node("SequenceConstruct", ["x", "Y"], ["s"]),
+             node("OptionalGetElement", ["s"], ["s2"]), node("ConcatFromSequence", ["s2"], ["out"], axis=0)]
+    assert_parity(make_model(nodes, [("X", F, [2, 3]), ("Y", F, [2, 3])], [("out", F, None)], opset=18), {"X": X, "Y": Y})

@@ -198,6 +198,24 @@ done:
   return rc;
 }
 
+/* OptionalGetElement (opset 18+) of a plain tensor or sequence: the value itself. An optional-typed
+ * input (and OptionalGetElement of opset 15, which takes only those) stays on ORT: the EP has no
+ * optional values. */
+static bool claim_optional_get_element(claim_ctx *c, const op_def *def) {
+  const ir_value *v = claim_input(c, 0);
+  if (!v || (!v->is_sequence && v->dtype == ONNX_UNDEFINED))
+    return claim_decline(c, "the input is an optional value (the EP has tensors and sequences only)");
+  return true;
+}
+
+static int lower_optional_get_element(op_ctx *c, const op_def *def) {
+  const ir_value *v = &op_graph(c)->values[op_node(c)->inputs[0]];
+  if (!v->is_sequence) return op_set_output(c, 0, op_input(c, 0));
+  mlxb_array *const *items;
+  int n = op_input_seq(c, 0, &items);
+  return n < 0 ? -1 : op_set_output_seq(c, 0, items, n);
+}
+
 #define SEQ_DOC_INSIDE "sequences stay inside one cluster (ORT's plugin-EP interface cannot carry them across)"
 
 static const op_def defs[] = {
@@ -218,6 +236,8 @@ static const op_def defs[] = {
     {"", "SplitToSequence", 11, 25, 0, NULL, lower_split_to_sequence, 0, OP_FLAG_SEQUENCES | OP_FLAG_HOST_VALUES,
      "No split (pieces of 1, keepdims), a scalar chunk size or a list of sizes (read on the host, checked as "
      "ORT); " SEQ_DOC_INSIDE, NULL},
+    {"", "OptionalGetElement", 18, 25, 0, claim_optional_get_element, lower_optional_get_element, 0,
+     OP_FLAG_SEQUENCES, "A tensor or sequence input is returned as is; optional-typed inputs are declined", NULL},
 };
 
 OPS_FAMILY(sequence, defs);
