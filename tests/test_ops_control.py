@@ -82,14 +82,13 @@ def test_if_constant_condition(cond):
 
 
 def test_if_constant_condition_claims_the_taken_branch_alone(tmp_path):
-    # the else branch holds ops without a lowering (sequences); never taken, it is not claimed
-    seq = helper.make_node("SequenceConstruct", ["x"], ["sq"], name="seq")
-    at = helper.make_node("SequenceAt", ["sq", "zero"], ["x1"])
-    zero = helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", TP.INT64, [], [0]))
-    model = if_model(cond_const=True, else_extra=(zero, seq, at))
+    # the else branch holds a node the EP cannot lower (a string tensor); never taken, it is not claimed
+    to_str = helper.make_node("Cast", ["x"], ["xs"], name="str", to=TP.STRING)
+    back = helper.make_node("Cast", ["xs"], ["x1"], to=F)
+    model = if_model(cond_const=True, else_extra=(to_str, back))
     assert_parity(model, {"x0": X3})
-    text = claim_report(if_model(else_extra=(zero, seq, at)), tmp_path)
-    assert re.search(r"declined If x1: body 'else_branch' node 'seq' \(SequenceConstruct\)", text), text
+    text = claim_report(if_model(else_extra=(to_str, back)), tmp_path)
+    assert re.search(r"declined If x1: body 'else_branch' node 'str' \(Cast\)", text), text
     assert "in a control-flow body: claimed or declined with its node, whole" in text
 
 

@@ -13,8 +13,9 @@
  *   exit condition computed by the body is followed with a mask (iterations after the exit keep
  *   the carried values and count no checks), which a trace cannot do for scan outputs (their
  *   length depends on data). Everything else runs as a host loop in an eager Run: the body is
- *   lowered per iteration, the exit condition read on the host, and the graph cut by an eval every
- *   LOOP_EVAL_EVERY iterations.
+ *   replayed per iteration from a program compiled once per body signature (op_call_body; lowered
+ *   per iteration when it cannot be traced), the exit condition read on the host, and the graph
+ *   cut by an eval every LOOP_EVAL_EVERY iterations.
  * - Scan (opset 9+): the sequence length comes from shapes, so the body is unrolled over it, any
  *   axes and directions. Opset 8 (batch axis, optional sequence_lens) unrolls per batch item.
  * Untrusted trip counts and sequence lengths: at most LOOP_MAX_ITERS iterations, and scan outputs
@@ -760,7 +761,8 @@ static const op_def defs[] = {
      "Tensor values; " CF_DOC_BODIES ". Constant, shape-derived and runtime trip counts, exit condition, "
      "loop-carried values, scan outputs, outer-scope values. Unrolled in a compiled program when the trip count is "
      "known there (<= 1024; an exit condition from data is masked, without scan outputs); otherwise a host loop in "
-     "an eager Run (exit condition read per iteration); at most 2^22 iterations",
+     "an eager Run (exit condition read per iteration, the body compiled once per signature and replayed); at most "
+     "2^22 iterations; no sequence-typed loop-carried values",
      NULL},
     {"", "Scan", 8, 8, 0, claim_scan8, lower_scan8, 0, OP_FLAG_BODIES,
      "Tensor values; " CF_DOC_BODIES ". Opset 8: batch axis 0, optional sequence_lens (each in [1, steps], as "
