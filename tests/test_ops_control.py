@@ -82,14 +82,13 @@ def test_if_constant_condition(cond):
 
 
 def test_if_constant_condition_claims_the_taken_branch_alone(tmp_path):
-    # the else branch holds ops without a lowering (sequences); never taken, it is not claimed
-    seq = helper.make_node("SequenceConstruct", ["x"], ["sq"], name="seq")
-    at = helper.make_node("SequenceAt", ["sq", "zero"], ["x1"])
-    zero = helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", TP.INT64, [], [0]))
-    model = if_model(cond_const=True, else_extra=(zero, seq, at))
+    # the else branch holds a node the EP cannot lower (a string tensor); never taken, it is not claimed
+    to_str = helper.make_node("Cast", ["x"], ["xs"], name="str", to=TP.STRING)
+    back = helper.make_node("Cast", ["xs"], ["x1"], to=F)
+    model = if_model(cond_const=True, else_extra=(to_str, back))
     assert_parity(model, {"x0": X3})
-    text = claim_report(if_model(else_extra=(zero, seq, at)), tmp_path)
-    assert re.search(r"declined If x1: body 'else_branch' node 'seq' \(SequenceConstruct\)", text), text
+    text = claim_report(if_model(else_extra=(to_str, back)), tmp_path)
+    assert re.search(r"declined If x1: body 'else_branch' node 'str' \(Cast\)", text), text
     assert "in a control-flow body: claimed or declined with its node, whole" in text
 
 
@@ -327,3 +326,118 @@ def test_long_host_loop_and_scan():
     # past 256 iterations an eager loop evaluates its state and frees the iterations before
     assert_parity(loop_model("input"), {"x0": XL, "s": S5, "M": np.array(300, np.int64)})
     assert_parity(scan_model(), scan_feeds(np.random.default_rng(6), steps=300))
+
+
+# ---- Scan opset 8 ----------------------------------------------------------------------------
+
+def scan8_model(directions=None, with_lens=True):
+    """Opset 8: batch axis 0, optional sequence_lens; a running sum and a running max as states,
+    the sum after each step and the product of the two scan inputs as scan outputs."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "a"], ["s_add"]), helper.make_node("Add", ["s_add", "b"], ["s_out"]),
+         helper.make_node("Max", ["m_in", "a"], ["m_out"]), helper.make_node("Mul", ["a", "b"], ["p"]),
+         helper.make_node("Identity", ["s_out"], ["s_scan"])],
+        "body", [vi(n, F, [3]) for n in ("s_in", "m_in", "a", "b")],
+        [vi(n, F, [3]) for n in ("s_out", "m_out", "s_scan", "p")])
+    attrs = {"num_scan_inputs": 2}
+    if directions is not None:
+        attrs["directions"] = directions
+    ins = [("s0", F, None), ("m0", F, None), ("A", F, None), ("B", F, None)]
+    if with_lens:
+        ins.insert(0, ("L", TP.INT64, None))
+    node = helper.make_node("Scan", ["L" if with_lens else "", "s0", "m0", "A", "B"], ["s", "m", "sums", "prods"],
+                            body=body, **attrs)
+    return make_model([node], ins, [(o, F, None) for o in ("s", "m", "sums", "prods")], opset=8)
+
+
+def scan8_feeds(rng, lens=None, batch=2, steps=4):
+    f = {"s0": np.zeros((batch, 3), np.float32), "m0": np.full((batch, 3), -9.0, np.float32),
+         "A": rng.standard_normal((batch, steps, 3)).astype(np.float32),
+         "B": rng.standard_normal((batch, steps, 3)).astype(np.float32)}
+    if lens is not None:
+        f["L"] = np.array(lens, np.int64)
+    return f
+
+
+@pytest.mark.parametrize("directions", [None, [0, 1], [1, 1]])
+@pytest.mark.parametrize("lens", [None, [4, 2], [1, 3]])
+def test_scan8_batch_and_sequence_lens(directions, lens):
+    rng = np.random.default_rng(7)
+    assert_parity(scan8_model(directions, with_lens=lens is not None), scan8_feeds(rng, lens))
+
+
+def test_scan8_traces_once_without_sequence_lens(tmp_path):
+    rng = np.random.default_rng(8)
+    _, st, _ = run_report(tmp_path, scan8_model(with_lens=False), [scan8_feeds(rng) for _ in range(4)])
+    assert st["traces"] == 1 and st["trace_failures"] == 0
+
+
+@pytest.mark.parametrize("lens", [[0, 2], [5, 1]])
+def test_scan8_sequence_lens_out_of_range_fails_like_ort(lens):
+    feeds = scan8_feeds(np.random.default_rng(9), lens)
+    with pytest.raises(Exception, match="sequence_lens"):
+        run_cpu(scan8_model(), feeds)
+    sess = mlx_ep.session(scan8_model(), strict=True)
+    with pytest.raises(Exception, match=r"\(Scan\): sequence_lens\[\d\] = -?\d+ is outside \[1, 4\]"):
+        sess.run(None, feeds)
+    sess.run(None, scan8_feeds(np.random.default_rng(9), [4, 4]))  # the session keeps working
+
+
+# ---- host loops replay a compiled body --------------------------------------------------------
+
+def test_host_loop_replays_one_compiled_body(tmp_path):
+    # a runtime trip count: the cluster runs eagerly, its Loop as a host loop whose body is traced
+    # once per body signature and replayed in every iteration (and every later Run)
+    feeds = [{"x0": XL * k, "s": S5, "M": np.array(m, np.int64)} for k, m in ((1, 5), (2, 300), (3, 7))]
+    outs, st, _ = run_report(tmp_path, loop_model("input"), feeds)
+    for f, got in zip(feeds, outs):
+        for g, w in zip(got, run_cpu(loop_model("input"), f)):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert st["body_traces"] == 1 and st["body_trace_failures"] == 0 and st["body_replays"] == 312
+
+
+def host_loop_gather_model():
+    """A host loop (trip count from data) whose body gathers x[idx + i]: out of range from some
+    iteration on, a check of the compiled body."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["idx", "i"], ["j"]), helper.make_node("Gather", ["x", "j"], ["g"]),
+         helper.make_node("Add", ["acc", "g"], ["acc_out"]), helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [vi("i", TP.INT64, []), vi("cond", TP.BOOL, []), vi("acc", F, [])],
+        [vi("cond_out", TP.BOOL, []), vi("acc_out", F, [])])
+    node = helper.make_node("Loop", ["M", "", "acc0"], ["y"], body=body)
+    return make_model([node], [("M", TP.INT64, []), ("x", F, [5]), ("idx", TP.INT64, [])], [("y", F, None)],
+                      {"acc0": np.zeros((), np.float32)}.items())
+
+
+def test_host_loop_compiled_body_checks():
+    model = host_loop_gather_model()
+    x = np.arange(5, dtype=np.float32)
+    good = {"M": np.array(3, np.int64), "x": x, "idx": np.array(1, np.int64)}
+    bad = {"M": np.array(6, np.int64), "x": x, "idx": np.array(1, np.int64)}  # idx + 4 = 5: out of range
+    with pytest.raises(Exception):
+        run_cpu(model, bad)
+    sess = mlx_ep.session(model, strict=True)
+    want = run_cpu(model, good)[0]
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(None, good)[0], want)
+        with pytest.raises(Exception, match=r"node '.*' \(Gather\): index 5 out of range \[-5, 5\)"):
+            sess.run(None, bad)
+
+
+def test_host_loop_body_read_on_the_host_is_lowered_per_iteration(tmp_path):
+    # Range(0, i + 1) in the body: a size read on the host, so the body cannot be traced; it is
+    # lowered in every iteration as before, and the result is exact
+    body = helper.make_graph(
+        [helper.make_node("Add", ["i", "one"], ["n"]), helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+         helper.make_node("ReduceSum", ["r"], ["t"], keepdims=0), helper.make_node("Add", ["acc", "t"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [vi("i", TP.INT64, []), vi("cond", TP.BOOL, []), vi("acc", TP.INT64, [])],
+        [vi("cond_out", TP.BOOL, []), vi("acc_out", TP.INT64, [])],
+        initializer=[helper.make_tensor("one", TP.INT64, [], [1]), helper.make_tensor("zero", TP.INT64, [], [0])])
+    model = make_model([helper.make_node("Loop", ["M", "", "acc0"], ["y"], body=body)], [("M", TP.INT64, [])],
+                       [("y", TP.INT64, None)], {"acc0": np.zeros((), np.int64)}.items())
+    feeds = [{"M": np.array(m, np.int64)} for m in (4, 9)]
+    outs, st, _ = run_report(tmp_path, model, feeds)
+    for f, got in zip(feeds, outs):
+        np.testing.assert_array_equal(got[0], run_cpu(model, f)[0])
+    assert st["body_trace_failures"] >= 1 and st["body_replays"] == 0

@@ -60,6 +60,9 @@ typedef struct ir_value {
   bool is_outer_scope; /* a control-flow body's reference to a value of an enclosing graph */
   bool is_const;       /* initializer or Constant-free constant known at partition time */
   bool is_optional_absent;
+  bool is_sequence;    /* a sequence of tensors of dtype elem_dtype (dtype stays ONNX_UNDEFINED, so
+                          only rows flagged OP_FLAG_SEQUENCES take it) */
+  int32_t elem_dtype;  /* sequences: the element tensors' dtype (ONNX_UNDEFINED when unknown) */
   const void *const_data; /* constant elements, or NULL when not kept */
   size_t const_bytes;
   bool const_borrowed; /* const_data points into ORT memory valid only during the ORT call */

@@ -44,7 +44,28 @@ static int read_type(builder *b, const OrtValueInfo *vi, ir_value *v) {
   ORT_CHECK(b, b->api->GetValueInfoTypeInfo(vi, &ti));
   if (!ti) return 0;
   ORT_CHECK(b, b->api->GetOnnxTypeFromTypeInfo(ti, &kind));
-  if (kind != ONNX_TYPE_TENSOR) return 0; /* sequences, maps, optionals: dtype stays undefined */
+  if (kind == ONNX_TYPE_SEQUENCE) { /* dtype stays undefined; a sequence of tensors keeps its element dtype */
+    const OrtSequenceTypeInfo *sti = NULL;
+    OrtTypeInfo *elem = NULL;
+    enum ONNXType elem_kind = ONNX_TYPE_UNKNOWN;
+    const OrtTensorTypeAndShapeInfo *elem_tsi = NULL;
+    ONNXTensorElementDataType elem_et = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    ORT_CHECK(b, b->api->CastTypeInfoToSequenceTypeInfo(ti, &sti));
+    if (!sti) return 0;
+    ORT_CHECK(b, b->api->GetSequenceElementType(sti, &elem));
+    if (!elem) return 0;
+    OrtStatus *st = b->api->GetOnnxTypeFromTypeInfo(elem, &elem_kind);
+    if (!st && elem_kind == ONNX_TYPE_TENSOR) st = b->api->CastTypeInfoToTensorInfo(elem, &elem_tsi);
+    if (!st && elem_tsi) st = b->api->GetTensorElementType(elem_tsi, &elem_et);
+    b->api->ReleaseTypeInfo(elem);
+    if (st) return ir_ort_status_to_diag(b->api, st, b->d, "sequence element type");
+    if (elem_kind == ONNX_TYPE_TENSOR) {
+      v->is_sequence = true;
+      v->elem_dtype = ir_dtype_from_ort(elem_et);
+    }
+    return 0;
+  }
+  if (kind != ONNX_TYPE_TENSOR) return 0; /* maps, optionals: dtype stays undefined */
   ORT_CHECK(b, b->api->CastTypeInfoToTensorInfo(ti, &tsi));
   if (!tsi) return 0;
   ONNXTensorElementDataType et;

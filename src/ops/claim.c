@@ -69,14 +69,26 @@ bool op_claim_node(claim_ctx *c, const op_def *def) {
   if (!arity_ok(c, def->inputs, n->n_inputs, n->inputs, "input") ||
       !arity_ok(c, def->outputs, n->n_outputs, n->outputs, "output"))
     return false;
+  for (int i = 0; i < n->n_inputs + n->n_outputs; i++) {
+    const ir_value *v = i < n->n_inputs ? claim_input(c, i) : claim_output(c, i - n->n_inputs);
+    if (!v || !v->is_sequence) continue;
+    const char *what = i < n->n_inputs ? "input" : "output";
+    int k = i < n->n_inputs ? i : i - n->n_inputs;
+    if (!(def->flags & OP_FLAG_SEQUENCES)) return claim_decline(c, "%s %d is a sequence", what, k);
+    if (!dtype_in_mlx(v->elem_dtype))
+      return claim_decline(c, "%s %d is a sequence of %s tensors, which MLX lacks", what, k,
+                           ir_dtype_name(v->elem_dtype));
+  }
   if (!(def->flags & OP_FLAG_ANY_DTYPE)) {
     for (int i = 0; i < n->n_inputs; i++) {
       const ir_value *v = claim_input(c, i);
+      if (v && v->is_sequence && (def->flags & OP_FLAG_SEQUENCES)) continue;
       if (v && !dtype_in_mlx(v->dtype))
         return claim_decline(c, "input %d has dtype %s, which MLX lacks", i, ir_dtype_name(v->dtype));
     }
     for (int i = 0; i < n->n_outputs; i++) {
       const ir_value *v = claim_output(c, i);
+      if (v && v->is_sequence && (def->flags & OP_FLAG_SEQUENCES)) continue;
       if (v && !dtype_in_mlx(v->dtype))
         return claim_decline(c, "output %d has dtype %s, which MLX lacks", i, ir_dtype_name(v->dtype));
     }
@@ -92,12 +104,18 @@ bool op_claim_node(claim_ctx *c, const op_def *def) {
 static bool body_values_in_mlx(claim_ctx *c, const ir_graph *body, const char *attr) {
   for (int k = 0; k < body->n_inputs; k++) {
     const ir_value *v = &body->values[body->inputs[k]];
+    if (!v->is_outer_scope && v->is_sequence)
+      return claim_decline(c, "body '%s' input '%s' is a sequence (a body's inputs and outputs must be tensors)",
+                           attr, v->name);
     if (!v->is_outer_scope && !dtype_in_mlx(v->dtype))
       return claim_decline(c, "body '%s' input '%s' has dtype %s, which MLX lacks", attr, v->name,
                            ir_dtype_name(v->dtype));
   }
   for (int k = 0; k < body->n_outputs; k++) {
     const ir_value *v = &body->values[body->outputs[k]];
+    if (v->is_sequence)
+      return claim_decline(c, "body '%s' output '%s' is a sequence (a body's inputs and outputs must be tensors)",
+                           attr, v->name);
     if (!dtype_in_mlx(v->dtype))
       return claim_decline(c, "body '%s' output '%s' has dtype %s, which MLX lacks", attr, v->name,
                            ir_dtype_name(v->dtype));

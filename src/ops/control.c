@@ -13,10 +13,11 @@
  *   exit condition computed by the body is followed with a mask (iterations after the exit keep
  *   the carried values and count no checks), which a trace cannot do for scan outputs (their
  *   length depends on data). Everything else runs as a host loop in an eager Run: the body is
- *   lowered per iteration, the exit condition read on the host, and the graph cut by an eval every
- *   LOOP_EVAL_EVERY iterations.
+ *   replayed per iteration from a program compiled once per body signature (op_call_body; lowered
+ *   per iteration when it cannot be traced), the exit condition read on the host, and the graph
+ *   cut by an eval every LOOP_EVAL_EVERY iterations.
  * - Scan (opset 9+): the sequence length comes from shapes, so the body is unrolled over it, any
- *   axes and directions.
+ *   axes and directions. Opset 8 (batch axis, optional sequence_lens) unrolls per batch item.
  * Untrusted trip counts and sequence lengths: at most LOOP_MAX_ITERS iterations, and scan outputs
  * are counted against MLX's memory limit as they grow; either failure names the node. */
 #include <stdint.h>
@@ -220,6 +221,53 @@ static int cut_graph(op_ctx *c, mlxb_array **state, int n_state, const scan_list
   return l->k && l->n ? op_eval(c, l->items, (int)(l->n * l->k)) : 0;
 }
 
+/* Host loops replay a compiled body (op_call_body) where they can. The validity checks of the
+ * replayed iterations are merged into one summary per body signature (each check's first
+ * violation), kept with the loop's state and handed to the Run once. */
+typedef struct body_checks {
+  const void *rules; /* what `acc` means (op_call_body's *rules), NULL while empty */
+  mlxb_array *acc;   /* int64 [2k]: per check (violated?, first bad value) over the iterations */
+} body_checks;
+
+static int body_checks_flush(op_ctx *c, body_checks *bc) {
+  int rc = bc->acc ? op_keep_body_checks(c, bc->rules, bc->acc) : 0;
+  bc->acc = NULL;
+  bc->rules = NULL;
+  return rc;
+}
+
+static int body_checks_add(op_ctx *c, body_checks *bc, mlxb_array *cur, const void *rules) {
+  if (!cur) return 0;
+  if (!bc->acc || rules != bc->rules) {
+    if (body_checks_flush(c, bc)) return -1;
+    bc->acc = cur;
+    bc->rules = rules;
+    return 0;
+  }
+  mlxb_scope *s = op_scope(c);
+  int64_t pairs[2] = {(int64_t)mlxb_size(cur) / 2, 2}, flat = (int64_t)mlxb_size(cur);
+  mlxb_array *a = mlxb_reshape(s, bc->acc, pairs, 2), *b = mlxb_reshape(s, cur, pairs, 2);
+  mlxb_array *seen = mlxb_binary(s, MLXB_NOT_EQUAL, op_util_slice_axis(s, a, 1, 0, 1, 1), mlxb_scalar_i64(s, 0, MLXB_I64));
+  bc->acc = mlxb_reshape(s, mlxb_where(s, seen, a, b), &flat, 1);
+  return op_check(c);
+}
+
+/* One iteration of an eager host loop: the compiled body when it can be replayed, else lowered. */
+static int body_run(op_ctx *c, mlxb_array *const *in, int n_in, mlxb_array **out, int n_out, body_checks *bc) {
+  if (bc && !op_tracing(c)) {
+    mlxb_array *checks;
+    const void *rules;
+    /* the merged checks move with the state into this iteration's scope (the one before is freed) */
+    if (bc->acc && !(bc->acc = mlxb_ref(op_scope(c), bc->acc))) return op_check(c);
+    int rc = op_call_body(c, "body", in, n_in, out, n_out, &checks, &rules);
+    if (rc <= 0) return rc ? -1 : body_checks_add(c, bc, checks, rules);
+  }
+  return op_lower_body(c, "body", in, n_in, out, n_out, NULL);
+}
+
+/* Evaluates the merged checks with the state when a host loop cuts its graph. */
+static int body_checks_eval(op_ctx *c, body_checks *bc) { return bc->acc ? op_eval(c, &bc->acc, 1) : 0; }
+
 /* ---- Loop ---------------------------------------------------------------------------------- */
 
 static bool claim_loop(claim_ctx *c, const op_def *def) {
@@ -262,12 +310,14 @@ typedef struct loop_run {
 } loop_run;
 
 /* One iteration: body(i, cond, carried...) -> (cond, carried..., scans...). */
-static int loop_step(op_ctx *c, loop_run *r, int64_t i, mlxb_array *cond, mlxb_array **out, mlxb_array *when) {
+static int loop_step(op_ctx *c, loop_run *r, int64_t i, mlxb_array *cond, mlxb_array **out, mlxb_array *when,
+                     body_checks *bc) {
   mlxb_array *in[CF_MAX_VALUES];
   in[0] = mlxb_scalar_i64(op_scope(c), i, MLXB_I64);
   in[1] = cond;
   for (int k = 0; k < r->carried; k++) in[2 + k] = r->state[1 + k];
   if (!in[0] || !in[1]) return op_check(c) ? -1 : op_fail(c, "no condition");
+  if (bc) return body_run(c, in, 2 + r->carried, out, 1 + r->carried + r->scans, bc);
   return op_lower_body(c, "body", in, 2 + r->carried, out, 1 + r->carried + r->scans, when);
 }
 
@@ -283,7 +333,7 @@ static int loop_unrolled(op_ctx *c, loop_run *r, mlxb_array *cond, bool early_ex
     return op_fail(c, "the loop may exit early and has scan outputs, whose length depends on data: this input "
                       "signature runs eagerly");
   for (int64_t i = 0; i < r->trip; i++) {
-    if (loop_step(c, r, i, cond, out, early_exit ? cond : NULL)) return -1;
+    if (loop_step(c, r, i, cond, out, early_exit ? cond : NULL, NULL)) return -1;
     for (int k = 0; k < r->carried; k++) {
       if (early_exit && !same_shape(out[1 + k], r->state[1 + k]))
         return op_fail(c, "loop-carried value %d changes shape in a loop that may exit early: this input "
@@ -299,22 +349,24 @@ static int loop_unrolled(op_ctx *c, loop_run *r, mlxb_array *cond, bool early_ex
 
 /* One iteration of a host loop, in the iteration's scope; *cond becomes the exit condition read. */
 static int loop_host_step(op_ctx *c, loop_run *r, const carry_scopes *cs, int64_t i, mlxb_array *cond_arr,
-                          bool early_exit, int64_t *cond) {
+                          bool early_exit, int64_t *cond, body_checks *bc) {
   mlxb_array *out[CF_MAX_VALUES];
-  if (loop_step(c, r, i, cond_arr, out, NULL)) return -1;
+  if (loop_step(c, r, i, cond_arr, out, NULL, bc)) return -1;
   for (int k = 0; k < r->carried; k++) r->state[1 + k] = out[1 + k];
   if (keep_in_run(c, cs, out + 1 + r->carried, r->scans) || scan_push(c, &r->lists, out + 1 + r->carried)) return -1;
   if (early_exit) {
     mlxb_array *flag = cond_scalar(c, out[0]);
     if (!flag || op_read_ints(c, flag, cond, 1) < 0) return -1;
   }
-  return (i + 1) % LOOP_EVAL_EVERY == 0 ? cut_graph(c, r->state + 1, r->carried, &r->lists) : 0;
+  if ((i + 1) % LOOP_EVAL_EVERY) return 0;
+  return cut_graph(c, r->state + 1, r->carried, &r->lists) || body_checks_eval(c, bc) ? -1 : 0;
 }
 
 /* An eager Run: iterations until the trip count or the exit condition, read on the host. */
 static int loop_host(op_ctx *c, loop_run *r, int64_t cond, bool early_exit) {
   carry_scopes cs = {.run = op_scope(c)};
   mlxb_array *cond_arr = mlxb_scalar_i64(cs.run, 1, MLXB_BOOL);
+  body_checks bc = {0};
   int rc = 0;
   if (!early_exit && r->trip > LOOP_MAX_ITERS && cond)
     return op_fail(c, "trip count %lld without an exit condition is more than the EP runs (%lld iterations)",
@@ -323,9 +375,10 @@ static int loop_host(op_ctx *c, loop_run *r, int64_t cond, bool early_exit) {
     if (i >= LOOP_MAX_ITERS)
       rc = op_fail(c, "more than %lld iterations (the EP's limit for one Loop)", (long long)LOOP_MAX_ITERS);
     else if (!(rc = iteration_begin(c, &cs)))
-      rc = iteration_end(c, &cs, loop_host_step(c, r, &cs, i, cond_arr, early_exit, &cond));
+      rc = iteration_end(c, &cs, loop_host_step(c, r, &cs, i, cond_arr, early_exit, &cond, &bc));
   }
   if (!rc) rc = keep_in_run(c, &cs, r->state + 1, r->carried);
+  if (!rc) rc = body_checks_flush(c, &bc);
   mlxb_scope_free(cs.prev);
   return rc;
 }
@@ -467,6 +520,7 @@ static int lower_scan(op_ctx *c, const op_def *def) {
   for (int k = 0; k < a.states; k++) state[k] = op_input(c, k);
   scan_lists lists = {.k = a.outputs};
   carry_scopes cs = {.run = s};
+  body_checks bc = {0};
   int rc = -1;
   for (int64_t t = 0; t < steps; t++) {
     if (iteration_begin(c, &cs)) goto done;
@@ -477,13 +531,14 @@ static int lower_scan(op_ctx *c, const op_def *def) {
       mlxb_array *x = op_input(c, a.states + j);
       in[a.states + j] = mlxb_squeeze(is, op_util_slice_axis(is, x, axes[j], at, at + 1, 1), &axes[j], 1);
     }
-    int step = op_check(c) || op_lower_body(c, "body", in, a.states + a.inputs, out, a.states + a.outputs, NULL) ||
+    int step = op_check(c) || body_run(c, in, a.states + a.inputs, out, a.states + a.outputs, &bc) ||
                keep_in_run(c, &cs, out + a.states, a.outputs) || scan_push(c, &lists, out + a.states);
     for (int k = 0; k < a.states && !step; k++) state[k] = out[k];
-    if (!step && !op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0) step = cut_graph(c, state, a.states, &lists);
+    if (!step && !op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0)
+      step = cut_graph(c, state, a.states, &lists) || body_checks_eval(c, &bc);
     if (iteration_end(c, &cs, step ? -1 : 0)) goto done;
   }
-  if (keep_in_run(c, &cs, state, a.states)) goto done;
+  if (keep_in_run(c, &cs, state, a.states) || body_checks_flush(c, &bc)) goto done;
   for (int k = 0; k < a.states; k++)
     if (op_set_output(c, k, state[k])) goto done;
   for (int j = 0; j < a.outputs; j++) {
@@ -497,6 +552,200 @@ static int lower_scan(op_ctx *c, const op_def *def) {
 done:
   mlxb_scope_free(cs.prev);
   free(lists.items);
+  return rc;
+}
+
+/* ---- Scan opset 8 --------------------------------------------------------------------------
+ * Inputs: optional sequence_lens [batch], then states [batch, ...] and scan inputs [batch, steps,
+ * ...]; attribute `directions` per scan input. The body runs per batch item b over the first
+ * sequence_lens[b] steps (all steps without it), a reverse input read from step sequence_lens[b]-1
+ * down; scan outputs are written in iteration order and zero after sequence_lens[b] (ORT's
+ * Scan8Impl). Every batch item is lowered separately, so the body sees exactly ORT's values. */
+
+static bool read_scan8_attrs(const ir_node *n, const ir_graph *body, scan_attrs *a, char *why, size_t len) {
+  int64_t m = ir_attr_int(n, "num_scan_inputs", -1);
+  if (n->n_inputs < 2) return why_not(why, len, "fewer than 2 inputs");
+  if (m < 1 || m > n->n_inputs - 1) return why_not(why, len, "num_scan_inputs is missing or invalid");
+  memset(a, 0, sizeof *a);
+  a->inputs = (int)m;
+  a->states = n->n_inputs - 1 - a->inputs;
+  a->outputs = n->n_outputs - a->states;
+  a->n_in_dirs = ir_attr_ints(n, "directions", &a->in_dirs);
+  if (a->outputs < 0 || body->n_inputs != a->states + a->inputs || body->n_outputs != a->states + a->outputs)
+    return why_not(why, len, "the body's inputs and outputs do not match the node's");
+  if (a->n_in_dirs && a->n_in_dirs != (size_t)a->inputs) return why_not(why, len, "directions has the wrong length");
+  for (size_t k = 0; k < a->n_in_dirs; k++)
+    if (a->in_dirs[k] != 0 && a->in_dirs[k] != 1) return why_not(why, len, "a direction is not 0 or 1");
+  return true;
+}
+
+static bool claim_scan8(claim_ctx *c, const op_def *def) {
+  const ir_graph *body = ir_node_subgraph(c->node, "body");
+  if (!body) return claim_decline(c, "no body");
+  if (c->node->n_inputs > CF_MAX_VALUES || c->node->n_outputs > CF_MAX_VALUES)
+    return claim_decline(c, "more than %d values", CF_MAX_VALUES);
+  scan_attrs a;
+  char why[160];
+  if (!read_scan8_attrs(c->node, body, &a, why, sizeof why)) return claim_decline(c, "%s", why);
+  if (claim_input(c, 0) && claim_input_dtype(c, 0) != ONNX_INT64) return claim_decline(c, "sequence_lens is not int64");
+  for (int k = 1; k < c->node->n_inputs; k++)
+    if (!claim_input(c, k)) return claim_decline(c, "input %d is absent", k);
+  return claim_body(c, body, "body");
+}
+
+/* Batch size and steps (ORT's checks: states rank >= 1, scan inputs rank >= 2, all agree). */
+static int scan8_shape(op_ctx *c, const scan_attrs *a, int64_t *batch, int64_t *steps) {
+  *batch = -1;
+  *steps = -1;
+  for (int k = 0; k < a->states + a->inputs; k++) {
+    mlxb_array *x = op_input(c, 1 + k);
+    bool scan_in = k >= a->states;
+    if (mlxb_ndim(x) < (scan_in ? 2 : 1))
+      return op_fail(c, "input %d has rank %d: %s need at least %d dimensions", 1 + k, mlxb_ndim(x),
+                     scan_in ? "scan inputs" : "states", scan_in ? 2 : 1);
+    if (*batch >= 0 && mlxb_dim(x, 0) != *batch)
+      return op_fail(c, "inputs have inconsistent batch sizes (%lld and %lld)", (long long)*batch,
+                     (long long)mlxb_dim(x, 0));
+    *batch = mlxb_dim(x, 0);
+    if (!scan_in) continue;
+    if (*steps >= 0 && mlxb_dim(x, 1) != *steps)
+      return op_fail(c, "scan inputs have inconsistent sequence lengths (%lld and %lld)", (long long)*steps,
+                     (long long)mlxb_dim(x, 1));
+    *steps = mlxb_dim(x, 1);
+  }
+  return 0;
+}
+
+/* Scan output j of one batch item: its `n` steps stacked, then zeros up to `steps`. */
+static mlxb_array *scan8_item_output(op_ctx *c, const scan_lists *l, int j, const ir_value *decl, int64_t steps) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *y = scan_stack(c, l, j, decl, 0, false);
+  if (!y || l->n == steps) return y;
+  int64_t dims[OP_UTIL_MAX_RANK + 1];
+  int rank = mlxb_ndim(y);
+  if (rank > OP_UTIL_MAX_RANK + 1) {
+    op_fail(c, "scan output %d has rank %d", j, rank);
+    return NULL;
+  }
+  mlxb_shape(y, dims);
+  dims[0] = steps - l->n;
+  mlxb_array *parts[2] = {y, mlxb_zeros(s, dims, rank, mlxb_type(y))};
+  return mlxb_concat(s, (const mlxb_array *const *)parts, 2, 0);
+}
+
+static int lower_scan8(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_graph *body = op_body(c, "body");
+  scan_attrs a;
+  char why[160];
+  if (!body) return op_fail(c, "no body");
+  if (!read_scan8_attrs(op_node(c), body, &a, why, sizeof why)) return op_fail(c, "%s", why);
+  int64_t batch, steps;
+  if (scan8_shape(c, &a, &batch, &steps)) return -1;
+  if (a.inputs && steps < 0) return op_fail(c, "no scan input");
+  int64_t *lens = NULL;
+  mlxb_array **finals = NULL, **scans = NULL, **item = NULL;
+  scan_lists lists = {.k = a.outputs};
+  carry_scopes cs = {.run = s};
+  body_checks bc = {0};
+  int rc = -1;
+  if (batch > LOOP_MAX_ITERS || (steps > 0 && batch * steps > LOOP_MAX_ITERS)) {
+    op_fail(c, "%lld batch items of %lld steps are more than the EP runs (%lld iterations)", (long long)batch,
+            (long long)steps, (long long)LOOP_MAX_ITERS);
+    goto done;
+  }
+  if (op_tracing(c) && batch * steps > LOOP_TRACE_MAX) {
+    op_fail(c, "%lld iterations are more than a trace unrolls (%d): this input signature runs eagerly",
+            (long long)(batch * steps), LOOP_TRACE_MAX);
+    goto done;
+  }
+  lens = malloc(sizeof *lens * (size_t)(batch + 1));
+  finals = calloc((size_t)(batch * a.states + 1), sizeof *finals);
+  scans = calloc((size_t)(batch * a.outputs + 1), sizeof *scans);
+  item = calloc((size_t)(batch + 1), sizeof *item);
+  if (!lens || !finals || !scans || !item) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  for (int64_t b = 0; b < batch; b++) lens[b] = steps;
+  if (op_has_input(c, 0)) {
+    if (op_tracing(c) && !op_input_known(c, 0)) {
+      op_fail(c, "sequence_lens depends on data: this input signature runs eagerly");
+      goto done;
+    }
+    int64_t n = mlxb_size(op_input(c, 0));
+    if (n != batch) {
+      op_fail(c, "sequence_lens has %lld entries for a batch of %lld", (long long)n, (long long)batch);
+      goto done;
+    }
+    if (batch && op_input_ints(c, 0, lens, (int)batch) != batch) goto done;
+    for (int64_t b = 0; b < batch; b++)
+      if (lens[b] < 1 || lens[b] > steps) {
+        op_fail(c, "sequence_lens[%lld] = %lld is outside [1, %lld] (the sequence length)", (long long)b,
+                (long long)lens[b], (long long)steps);
+        goto done;
+      }
+  }
+  mlxb_array *state[CF_MAX_VALUES], *in[CF_MAX_VALUES], *out[CF_MAX_VALUES];
+  for (int64_t b = 0; b < batch; b++) {
+    for (int k = 0; k < a.states; k++) {
+      mlxb_array *x = op_input(c, 1 + k);
+      int zero = 0;
+      state[k] = mlxb_squeeze(s, op_util_slice_axis(s, x, 0, b, b + 1, 1), &zero, 1);
+    }
+    lists.n = 0; /* bytes keep counting across batch items */
+    for (int64_t t = 0; t < lens[b]; t++) {
+      if (iteration_begin(c, &cs)) goto done;
+      mlxb_scope *is = op_scope(c);
+      for (int k = 0; k < a.states; k++) in[k] = state[k];
+      for (int j = 0; j < a.inputs; j++) {
+        int64_t at = a.n_in_dirs && a.in_dirs[j] ? lens[b] - 1 - t : t;
+        mlxb_array *x = op_input(c, 1 + a.states + j);
+        int axes[2] = {0, 1};
+        in[a.states + j] = mlxb_squeeze(
+            is, op_util_slice_axis(is, op_util_slice_axis(is, x, 0, b, b + 1, 1), 1, at, at + 1, 1), axes, 2);
+      }
+      int step = op_check(c) || body_run(c, in, a.states + a.inputs, out, a.states + a.outputs, &bc) ||
+                 keep_in_run(c, &cs, out + a.states, a.outputs) || scan_push(c, &lists, out + a.states);
+      for (int k = 0; k < a.states && !step; k++) state[k] = out[k];
+      if (!step && !op_tracing(c) && (t + 1) % LOOP_EVAL_EVERY == 0)
+        step = cut_graph(c, state, a.states, &lists) || body_checks_eval(c, &bc);
+      if (iteration_end(c, &cs, step ? -1 : 0)) goto done;
+    }
+    if (keep_in_run(c, &cs, state, a.states) || body_checks_flush(c, &bc)) goto done;
+    for (int k = 0; k < a.states; k++) finals[b * a.states + k] = state[k];
+    for (int j = 0; j < a.outputs; j++) {
+      const ir_value *decl = &body->values[body->outputs[a.states + j]];
+      if (!(scans[b * a.outputs + j] = scan8_item_output(c, &lists, j, decl, steps))) goto done;
+    }
+  }
+  for (int k = 0; k < a.states; k++) {
+    mlxb_array *y;
+    if (batch == 0) {
+      y = op_input(c, 1 + k); /* no batch item: the (empty) initial state */
+    } else {
+      for (int64_t b = 0; b < batch; b++) item[b] = finals[b * a.states + k];
+      y = mlxb_stack(s, (const mlxb_array *const *)item, (int)batch, 0);
+    }
+    if (op_set_output(c, k, y)) goto done;
+  }
+  for (int j = 0; j < a.outputs; j++) {
+    if (!op_has_output(c, a.states + j)) continue;
+    if (batch == 0) {
+      op_fail(c, "an empty batch gives scan outputs of no known shape");
+      goto done;
+    }
+    for (int64_t b = 0; b < batch; b++) item[b] = scans[b * a.outputs + j];
+    if (op_set_output(c, a.states + j, mlxb_stack(s, (const mlxb_array *const *)item, (int)batch, 0))) goto done;
+  }
+  rc = 0;
+done:
+  mlxb_scope_free(cs.prev);
+  free(lists.items);
+  free(lens);
+  free(finals);
+  free(scans);
+  free(item);
   return rc;
 }
 
@@ -514,8 +763,15 @@ static const op_def defs[] = {
            .doc = "Tensor values; " CF_DOC_BODIES ". Constant, shape-derived and runtime trip counts, exit "
                   "condition, loop-carried values, scan outputs, outer-scope values. Unrolled in a compiled program "
                   "when the trip count is known there (<= 1024; an exit condition from data is masked, without scan "
-                  "outputs); otherwise a host loop in an eager Run (exit condition read per iteration); at most 2^22 "
-                  "iterations"),
+                  "outputs); otherwise a host loop in an eager Run (exit condition read per iteration, the body "
+                  "compiled once per signature and replayed); at most 2^22 iterations; no sequence-typed "
+                  "loop-carried values"),
+    OP_ROW("", "Scan", 8, 8, .inputs = {0, OP_VARIADIC}, .outputs = {1, OP_VARIADIC}, .claim = claim_scan8,
+           .lower = lower_scan8, .flags = OP_FLAG_BODIES,
+           .doc = "Tensor values; " CF_DOC_BODIES ". Opset 8: batch axis 0, optional sequence_lens (each in [1, "
+                  "steps], as ORT requires; read on the host, so a trace with sequence_lens from data runs eagerly), "
+                  "directions; the body is lowered per batch item and step, scan outputs zero after a batch item's "
+                  "length"),
     OP_ROW("", "Scan", 9, 25, .inputs = {1, OP_VARIADIC}, .outputs = {1, OP_VARIADIC}, .claim = claim_scan,
            .lower = lower_scan, .flags = OP_FLAG_BODIES,
            .doc = "Tensor values; " CF_DOC_BODIES ". Any scan_input/output axes and directions; unrolled over the "

@@ -100,6 +100,24 @@ int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rul
 const ir_graph *op_body(const op_ctx *c, const char *attr);
 int op_lower_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
                   int n_outputs, mlxb_array *when);
+/* Host loops: runs body `attr` from a program compiled once per input signature of the body and
+ * replayed (instead of lowering it again every iteration). Returns 0 with outputs[] set; 1 when
+ * the body is not run that way (inside a trace, compile off, or a body that cannot be traced, e.g.
+ * one that reads a value on the host): the caller then uses op_lower_body; -1 on failure. The
+ * call's validity checks are NOT recorded: *checks receives their summary (int64 [2k], NULL when
+ * the body has none) and *rules what they mean; a loop may merge the summaries of successive
+ * calls with the same *rules (the first violation of each check) and hands them over with
+ * op_keep_body_checks, once, before the Run's outputs are evaluated. */
+int op_call_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
+                 int n_outputs, mlxb_array **checks, const void **rules);
+int op_keep_body_checks(op_ctx *c, const void *rules, mlxb_array *summary);
+/* ---- sequence values (rows flagged OP_FLAG_SEQUENCES) ---------------------------------------
+ * A sequence of tensors lives in the Run as a list of MLX arrays. op_input_seq points *items at
+ * input i's tensors (borrowed for the lowering) and returns their count, or -1 (recorded) when
+ * input i is not a sequence of this Run. op_set_output_seq sets output i to a copy of the list
+ * (the arrays are shared; MLX arrays are immutable); 0 or -1. */
+int op_input_seq(op_ctx *c, int i, mlxb_array *const **items);
+int op_set_output_seq(op_ctx *c, int i, mlxb_array *const *items, int n);
 /* Makes s the scope the lowering builds in (op_scope) and returns the previous one: eager host
  * loops build each iteration in a scope of their own and free the one before, so memory stays
  * bounded by one iteration's state. Validity checks always live in the Run's scope. */
@@ -168,6 +186,8 @@ enum {
   OP_FLAG_RANDOM = 1 << 3,      /* outputs are not a function of the inputs (random draws) */
   OP_FLAG_BODIES = 1 << 4,      /* control flow (If, Loop, Scan): the row claims and lowers the
                                    node's bodies itself (claim_body, op_lower_body) */
+  OP_FLAG_SEQUENCES = 1 << 5,   /* takes or gives sequence values (op_input_seq, op_set_output_seq);
+                                   they never cross a cluster's boundary (partition.c) */
 };
 
 /* How many inputs (or outputs) a node of the row lists. The first `min` must be present (neither

@@ -11,7 +11,7 @@
   X(shape) X(indexing) X(host_read) X(linalg) X(loss) X(quantize) X(signal) X(random) X(conv)  \
   X(pool) X(resize) X(vision) X(detection) X(attention) X(rotary) X(paged_attention)            \
   X(contrib_quant) X(contrib_norm) X(contrib_act) X(moe) X(ml) X(ml_linear) X(ml_svm) X(ml_trees)   \
-  X(rnn) X(control)
+  X(rnn) X(control) X(sequence)
 
 #define DECLARE_FAMILY(stem) extern const op_family ops_family_##stem;
 FAMILIES(DECLARE_FAMILY)

@@ -2,6 +2,7 @@
  * the graph), and write the claim report. */
 #include "partition/partition.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,57 @@ static int cluster_claimed(const ir_graph *g, partition *p, diag *d) {
   return rc;
 }
 
+/* ORT's plugin-EP interface cannot carry a sequence in or out of a compiled node: an input comes
+ * as an OrtValue the EP could read, but an output is allocated by ORT from the kernel context
+ * (KernelContext_GetOutput: a tensor of given dims, or an empty TensorSeq that the C API offers
+ * no way to fill). So a sequence value must begin and end inside one cluster: a claimed node
+ * whose sequence input or output would cross a cluster's boundary (a graph input or output, a
+ * node on ORT, another cluster) is declined, and the graph clustered again, until none crosses. */
+static bool decline_for_sequence(partition *p, int node, const ir_value *v, const char *why) {
+  if (!p->defs[node]) return false;
+  char reason[512];
+  snprintf(reason, sizeof reason,
+           "sequence '%s' would cross the cluster's boundary (%s): ORT's plugin-EP interface cannot hand a "
+           "sequence to or take one from a compiled node",
+           v->name, why);
+  p->defs[node] = NULL;
+  free(p->reasons[node]);
+  p->reasons[node] = dup_reason(reason);
+  return true;
+}
+
+static int sequences_stay_inside(const ir_graph *g, partition *p, bool *changed) {
+  *changed = false;
+  int *producer_cluster = malloc(((size_t)g->n_values + 1) * sizeof *producer_cluster);
+  if (!producer_cluster) return -1;
+  for (int v = 0; v < g->n_values; v++) producer_cluster[v] = -1;
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_outputs; k++) {
+      int v = g->nodes[i].outputs[k];
+      if (v < 0 || !g->values[v].is_sequence) continue;
+      producer_cluster[v] = p->cluster_of[i];
+      if (g->values[v].is_graph_output) *changed |= decline_for_sequence(p, i, &g->values[v], "a graph output");
+    }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    for (int k = 0; k < n->n_inputs + n->n_implicit_inputs; k++) {
+      int v = k < n->n_inputs ? n->inputs[k] : n->implicit_inputs[k - n->n_inputs];
+      if (v < 0 || !g->values[v].is_sequence) continue;
+      const ir_value *val = &g->values[v];
+      int from = val->producer >= 0 ? producer_cluster[v] : -1;
+      if (from >= 0 && from == p->cluster_of[i]) continue;
+      const char *why = val->producer < 0 ? "a graph input" : from < 0 ? "made on ORT" : "made in another cluster";
+      *changed |= decline_for_sequence(p, i, val, why);
+      if (val->producer >= 0 && from >= 0)
+        *changed |= decline_for_sequence(p, val->producer, val, "read outside its cluster");
+    }
+  }
+  free(producer_cluster);
+  for (int i = 0; i < g->n_nodes; i++)
+    if (!p->defs[i] && !p->reasons[i]) return -1; /* out of memory for a reason */
+  return 0;
+}
+
 int partition_graph(const ir_graph *g, mlxb_device dev, const bool *skip, partition **out, diag *d) {
   *out = NULL;
   partition *p = calloc(1, sizeof *p);
@@ -61,9 +113,16 @@ int partition_graph(const ir_graph *g, mlxb_device dev, const bool *skip, partit
     partition_free(p);
     return diag_fail(d, "out of memory while partitioning");
   }
-  if (cluster_claimed(g, p, d)) {
-    partition_free(p);
-    return -1;
+  bool changed = true;
+  while (changed) {
+    if (cluster_claimed(g, p, d)) {
+      partition_free(p);
+      return -1;
+    }
+    if (sequences_stay_inside(g, p, &changed)) {
+      partition_free(p);
+      return diag_fail(d, "out of memory while partitioning");
+    }
   }
   *out = p;
   return 0;

@@ -17,6 +17,15 @@
 
 static uint64_t now_us(void) { return trace_now_us(); }
 
+/* A sequence value of a Run: its tensors (rows flagged OP_FLAG_SEQUENCES make and read them). */
+typedef struct seq_value {
+  bool set;           /* produced in this Run (an empty sequence has n == 0) */
+  int n;
+  mlxb_array **items; /* malloc'd; the arrays belong to the scopes that made them */
+} seq_value;
+
+static int seq_copy(seq_value *dst, const seq_value *src);
+
 struct op_ctx {
   plan *plan;
   const ir_graph *g;
@@ -26,6 +35,7 @@ struct op_ctx {
   mlxb_scope *s;       /* where the lowering builds (a body's or a loop iteration's own scope) */
   mlxb_scope *run_s;  /* the Run's scope, where validity checks are kept */
   mlxb_array **vals;  /* per value: its array in this Run */
+  seq_value *seqs;    /* per value: its tensors in this Run, for sequence values */
   host_value *host;   /* per value: host integers found in this Run (owned by the Run) */
   const host_value *known; /* per value: shape-derived integers of the signature, or NULL */
   bool tracing;       /* inside an MLX compile trace: nothing may be evaluated */
@@ -313,6 +323,36 @@ int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64
   return 0;
 }
 
+int op_input_seq(op_ctx *c, int i, mlxb_array *const **items) {
+  *items = NULL;
+  if (!op_has_input(c, i)) return op_fail(c, "input %d is absent", i);
+  const seq_value *q = &c->seqs[c->node->inputs[i]];
+  if (!q->set) return op_fail(c, "input %d is not a sequence of this Run", i);
+  *items = q->items;
+  return q->n;
+}
+
+int op_set_output_seq(op_ctx *c, int i, mlxb_array *const *items, int n) {
+  if (i < 0 || i >= c->node->n_outputs) return op_fail(c, "output %d out of range", i);
+  int v = c->node->outputs[i];
+  if (v < 0) return 0;
+  const ir_value *val = &c->g->values[v];
+  if (!val->is_sequence) return op_fail(c, "output %d is not a sequence", i);
+  size_t bytes = 0, limit = mlxb_memory_limit();
+  for (int k = 0; k < n; k++) {
+    if (!items[k]) return op_check(c) ? -1 : op_fail(c, "output %d: no tensor %d", i, k);
+    int32_t got = op_onnx_dtype(mlxb_type(items[k]));
+    if (val->elem_dtype != ONNX_UNDEFINED && got != val->elem_dtype)
+      return op_fail(c, "output %d: tensor %d is %s, the sequence holds %s", i, k, ir_dtype_name(got),
+                     ir_dtype_name(val->elem_dtype));
+    bytes += mlxb_size(items[k]) * mlxb_dtype_size(mlxb_type(items[k]));
+  }
+  if (limit && bytes > limit)
+    return op_fail(c, "output %d: a sequence of %zu bytes is more than the memory limit (%zu bytes)", i, bytes, limit);
+  seq_value src = {.set = true, .n = n, .items = (mlxb_array **)items};
+  return seq_copy(&c->seqs[v], &src) ? op_fail(c, "out of memory") : 0;
+}
+
 /* ---- Run --------------------------------------------------------------------------------- */
 
 enum { MAX_RANK = 64 };
@@ -320,6 +360,7 @@ enum { MAX_RANK = 64 };
 typedef struct run_state {
   mlxb_scope *s;
   mlxb_array **vals;
+  seq_value *seqs;
   host_value *host;
   int n_values;
 } run_state;
@@ -328,8 +369,9 @@ static int run_state_init_frame(run_state *r, const graph_frame *f, mlxb_scope *
   r->n_values = f->g->n_values;
   r->s = s;
   r->vals = calloc((size_t)r->n_values + 1, sizeof *r->vals);
+  r->seqs = calloc((size_t)r->n_values + 1, sizeof *r->seqs);
   r->host = calloc((size_t)r->n_values + 1, sizeof *r->host);
-  if (!r->vals || !r->host) return -1;
+  if (!r->vals || !r->seqs || !r->host) return -1;
   for (int v = 0; v < r->n_values; v++)
     if (f->const_arrays[v]) r->vals[v] = f->const_arrays[v];
   return 0;
@@ -339,6 +381,8 @@ static int run_state_init(run_state *r, const plan *p, mlxb_scope *s) { return r
 
 static void run_state_free(run_state *r) {
   host_values_free(r->host, r->n_values);
+  for (int v = 0; r->seqs && v < r->n_values; v++) free(r->seqs[v].items);
+  free(r->seqs);
   free(r->vals);
 }
 
@@ -450,7 +494,7 @@ static int lower_frame(op_ctx *c, run_state *r) {
     }
     for (int k = 0; k < c->node->n_outputs; k++) {
       int v = c->node->outputs[k];
-      if (v >= 0 && !r->vals[v] && op_has_output(c, k))
+      if (v >= 0 && !r->vals[v] && !r->seqs[v].set && op_has_output(c, k))
         return diag_fail(d, "node '%s' (%s): output %d was not produced", c->node->name, c->node->op_type, k);
     }
     if (c->tracing && op_histogram_wanted()) node_histogram(c);
@@ -459,8 +503,8 @@ static int lower_frame(op_ctx *c, run_state *r) {
 }
 
 static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
-  op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .run_s = r->s, .vals = r->vals, .host = r->host,
-              .known = known, .tracing = tracing, .checks = checks, .d = d};
+  op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .run_s = r->s, .vals = r->vals, .seqs = r->seqs,
+              .host = r->host, .known = known, .tracing = tracing, .checks = checks, .d = d};
   return lower_frame(&c, r);
 }
 
@@ -494,11 +538,21 @@ static int copy_host_value(host_value *dst, const host_value *src) {
 
 /* A body's references to the enclosing graph: the arrays of this Run and any host integers
  * already known there (a Shape's result), so the body needs no evaluation for them. */
+static int seq_copy(seq_value *dst, const seq_value *src) {
+  mlxb_array **items = malloc(sizeof *items * (size_t)(src->n ? src->n : 1));
+  if (!items) return -1;
+  if (src->n) memcpy(items, src->items, sizeof *items * (size_t)src->n);
+  free(dst->items);
+  *dst = (seq_value){.set = true, .n = src->n, .items = items};
+  return 0;
+}
+
 static int bind_outer(const op_ctx *c, const graph_frame *f, run_state *r) {
   for (int v = 0; v < f->g->n_values; v++) {
     int pv = f->outer[v];
     if (pv < 0) continue;
     r->vals[v] = c->vals[pv];
+    if (c->seqs[pv].set && seq_copy(&r->seqs[v], &c->seqs[pv])) return -1;
     if (copy_host_value(&r->host[v], &c->host[pv])) return -1;
     if (c->known && copy_host_value(&r->host[v], &c->known[pv])) return -1;
   }
@@ -551,7 +605,7 @@ int op_lower_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_
   }
   for (int i = 0; i < n_inputs; i++) r.vals[g->inputs[i]] = inputs[i];
   op_ctx inner = {.plan = c->plan, .g = g, .f = f, .outer = c, .s = bs, .run_s = c->run_s, .vals = r.vals,
-                  .host = r.host, .tracing = c->tracing, .checks = c->checks, .d = c->d};
+                  .seqs = r.seqs, .host = r.host, .tracing = c->tracing, .checks = c->checks, .d = c->d};
   if (lower_frame(&inner, &r)) {
     diag_prefix(c->d, "body '%s': ", attr);
     goto done;
@@ -562,6 +616,181 @@ done:
   run_state_free(&r);
   if (bs != c->s) mlxb_scope_free(bs);
   return rc;
+}
+
+/* ---- compiled bodies for host loops (op_call_body) -------------------------------------------
+ * A host loop would lower its body in every iteration; instead the body is traced once per input
+ * signature into a program of its own (formal inputs, then the enclosing graph's non-constant
+ * values it reads; constants are captured) and replayed. The trace sees no host value of the
+ * enclosing graph (they may differ between Runs of one body signature), so a body that reads one
+ * on the host fails its trace and is lowered per iteration, as before. */
+
+/* The enclosing graph's non-constant values the body reads, in value order; -1 when one is
+ * missing or there are more than max. */
+static int body_outer_inputs(const op_ctx *c, const graph_frame *f, mlxb_array **out, int max) {
+  int n = 0;
+  for (int v = 0; v < f->g->n_values; v++) {
+    if (f->outer[v] < 0 || f->const_arrays[v]) continue;
+    if (n == max || !c->vals[f->outer[v]]) return -1; /* a sequence, too: the body is lowered */
+    out[n++] = c->vals[f->outer[v]];
+  }
+  return n;
+}
+
+static int trace_body(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
+                      int n_outputs) {
+  body_program *bp = user;
+  const graph_frame *f = bp->frame;
+  const ir_graph *g = f->g;
+  plan *p = bp->owner;
+  diag d;
+  diag_init(&d);
+  run_state r;
+  check_list checks = {0};
+  int rc = -1, k = 0;
+  if (run_state_init_frame(&r, f, s)) {
+    diag_fail(&d, "out of memory");
+    goto done;
+  }
+  if (n_outputs != g->n_outputs + 1) {
+    diag_fail(&d, "a body program has the body's outputs and its checks");
+    goto done;
+  }
+  for (int i = 0; i < g->n_inputs && k < n_inputs; i++) r.vals[g->inputs[i]] = inputs[k++];
+  for (int v = 0; v < g->n_values && k < n_inputs; v++)
+    if (f->outer[v] >= 0 && !f->const_arrays[v]) r.vals[v] = inputs[k++];
+  op_ctx c = {.plan = p, .g = g, .f = f, .s = s, .run_s = s, .vals = r.vals, .seqs = r.seqs, .host = r.host,
+              .tracing = true, .checks = &checks, .d = &d};
+  if (lower_frame(&c, &r)) goto done;
+  for (int i = 0; i < g->n_outputs; i++)
+    if (!(outputs[i] = r.vals[g->outputs[i]])) {
+      diag_fail(&d, "body output '%s' was not computed", g->values[g->outputs[i]].name);
+      goto done;
+    }
+  outputs[g->n_outputs] = checks_summary(s, &checks);
+  pthread_mutex_lock(&p->lock); /* every thread's trace finds the same rules: keep the first */
+  if (!bp->checks_known) {
+    bp->checks = checks;
+    free(bp->checks.flags); /* the arrays belong to the trace */
+    bp->checks.flags = NULL;
+    bp->checks_known = true;
+    memset(&checks, 0, sizeof checks);
+  }
+  pthread_mutex_unlock(&p->lock);
+  PLAN_STAT_ADD(p, body_traces, 1);
+  rc = 0;
+done:
+  if (rc) mlxb_set_error(s, d.msg);
+  check_list_free(&checks);
+  run_state_free(&r);
+  return rc;
+}
+
+/* The frame's program for this key, listed when new (NULL past BODY_PROGRAMS_MAX). Under lock. */
+static body_program *body_program_find_locked(plan *p, graph_frame *f, const int64_t *key, int key_len) {
+  for (body_program *bp = f->programs; bp; bp = bp->next)
+    if (bp->key_len == key_len && !memcmp(bp->key, key, sizeof *key * (size_t)key_len)) return bp;
+  if (f->n_programs >= BODY_PROGRAMS_MAX) return NULL;
+  body_program *bp = calloc(1, sizeof *bp);
+  int64_t *kept = malloc(sizeof *kept * (size_t)(key_len ? key_len : 1));
+  if (!bp || !kept) {
+    free(bp);
+    free(kept);
+    return NULL;
+  }
+  memcpy(kept, key, sizeof *key * (size_t)key_len);
+  *bp = (body_program){.next = f->programs, .owner = p, .frame = f, .key_len = key_len, .key = kept};
+  f->programs = bp;
+  f->n_programs++;
+  return bp;
+}
+
+static void body_trace_failed_locked(plan *p, body_program *bp) {
+  if (bp->uncompilable) return;
+  bp->uncompilable = true;
+  PLAN_STAT_ADD(p, body_trace_failures, 1);
+}
+
+enum { BODY_CALL_MAX_INPUTS = 1024 };
+
+int op_call_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
+                 int n_outputs, mlxb_array **checks, const void **rules) {
+  *checks = NULL;
+  *rules = NULL;
+  plan *p = c->plan;
+  graph_frame *f = (graph_frame *)body_frame(c, attr); /* programs are listed under the plan's lock */
+  if (c->tracing || !p->compile || !f || !f->defs) return 1;
+  const ir_graph *g = f->g;
+  if (n_inputs != g->n_inputs || n_outputs != g->n_outputs || n_inputs > BODY_CALL_MAX_INPUTS) return 1;
+  mlxb_array *ins[BODY_CALL_MAX_INPUTS];
+  for (int i = 0; i < n_inputs; i++)
+    if (!(ins[i] = inputs[i])) return 1;
+  int n_outer = body_outer_inputs(c, f, ins + n_inputs, BODY_CALL_MAX_INPUTS - n_inputs);
+  if (n_outer < 0) return 1;
+  int n = n_inputs + n_outer, key_len = 0;
+  for (int i = 0; i < n; i++) key_len += 2 + mlxb_ndim(ins[i]);
+  int64_t *key = malloc(sizeof *key * (size_t)(key_len ? key_len : 1));
+  mlxb_array **outs = malloc(sizeof *outs * (size_t)(n_outputs + 1));
+  int rc = 1;
+  if (!key || !outs) goto done;
+  for (int i = 0, at = 0; i < n; i++) {
+    key[at++] = mlxb_type(ins[i]);
+    key[at++] = mlxb_ndim(ins[i]);
+    mlxb_shape(ins[i], key + at);
+    at += mlxb_ndim(ins[i]);
+  }
+  pthread_mutex_lock(&p->lock);
+  body_program *bp = body_program_find_locked(p, f, key, key_len);
+  if (bp && !bp->program && !bp->uncompilable) {
+    char err[256] = "";
+    bp->program = mlxb_compile(p->cfg.device, trace_body, bp, g->n_outputs + 1, false, err, sizeof err);
+    if (!bp->program) body_trace_failed_locked(p, bp);
+  }
+  mlxb_program *prog = bp && !bp->uncompilable ? bp->program : NULL;
+  pthread_mutex_unlock(&p->lock);
+  if (!prog) goto done;
+  if (mlxb_program_call(c->s, prog, ins, n, outs, n_outputs + 1)) {
+    pthread_mutex_lock(&p->lock); /* e.g. a host read inside the body: it is lowered per iteration */
+    body_trace_failed_locked(p, bp);
+    pthread_mutex_unlock(&p->lock);
+    mlxb_clear_error(c->s);
+    goto done;
+  }
+  pthread_mutex_lock(&p->lock);
+  bool known = bp->checks_known;
+  int n_checks = bp->checks.n;
+  pthread_mutex_unlock(&p->lock);
+  if (!known) {
+    rc = op_fail(c, "body '%s': the program's checks are unknown", attr);
+    goto done;
+  }
+  for (int i = 0; i < n_outputs; i++) outputs[i] = outs[i];
+  if (n_checks) {
+    *checks = outs[n_outputs];
+    *rules = bp;
+  }
+  PLAN_STAT_ADD(p, body_replays, 1);
+  rc = 0;
+done:
+  free(key);
+  free(outs);
+  return rc;
+}
+
+int op_keep_body_checks(op_ctx *c, const void *rules, mlxb_array *summary) {
+  const body_program *bp = rules;
+  if (!bp || !summary) return 0;
+  mlxb_scope *rs = c->run_s;
+  for (int i = 0; i < bp->checks.n; i++) { /* the rules are immutable once known */
+    mlxb_array *flag = mlxb_slice(rs, summary, (const int64_t[]){2 * i}, (const int64_t[]){2 * i + 2},
+                                  (const int64_t[]){1});
+    char *rule = strdup(bp->checks.rules[i]);
+    if (!flag || !rule || check_list_push(c->checks, flag, rule)) {
+      free(rule);
+      return mlxb_ok(rs) ? op_fail(c, "out of memory") : diag_fail(c->d, "%s", mlxb_error(rs));
+    }
+  }
+  return 0;
 }
 
 mlxb_scope *op_swap_scope(op_ctx *c, mlxb_scope *s) {

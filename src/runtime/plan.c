@@ -77,6 +77,13 @@ static void frame_free_bodies(graph_frame *f) {
 static void frame_free(graph_frame *f) {
   if (!f) return;
   frame_free_bodies(f);
+  for (body_program *bp = f->programs, *next; bp; bp = next) {
+    next = bp->next;
+    mlxb_program_free(bp->program);
+    check_list_free(&bp->checks);
+    free(bp->key);
+    free(bp);
+  }
   free(f->defs);
   free(f->const_arrays);
   free(f->memo);
@@ -96,6 +103,8 @@ static int link_outer(graph_frame *f, const graph_frame *enclosing, diag *d) {
     const ir_value *src = &enclosing->g->values[pv];
     f->outer[v] = pv;
     val->dtype = src->dtype;
+    val->is_sequence = src->is_sequence;
+    val->elem_dtype = src->elem_dtype;
     val->is_const = src->is_const;
     val->const_data = src->const_data; /* the enclosing graph's host copy (or NULL), never borrowed */
     val->const_bytes = src->const_bytes;
@@ -234,11 +243,11 @@ void plan_free(plan *p) {
   if (!p) return;
   mlxb_exclusive_begin(p->cfg.device); /* releases device memory MLX may be using */
   sig_cache_clear(p);
+  frame_free_bodies(&p->top); /* with their compiled programs; the rest of top is the plan's own fields, freed below */
   mlxb_scope_free(p->consts);
   mlxb_exclusive_end(p->cfg.device);
   pthread_mutex_destroy(&p->lock);
   buckets_free(&p->buckets);
-  frame_free_bodies(&p->top); /* the rest of top is the plan's own fields, freed below */
   free(p->shape_derived);
   free(p->memo);
   free(p->const_arrays);
@@ -276,6 +285,9 @@ void plan_get_stats(const plan *p, plan_stats *out) {
   out->copy_us = __atomic_load_n(&p->stats.copy_us, __ATOMIC_RELAXED);
   out->eager_ops = __atomic_load_n(&p->stats.eager_ops, __ATOMIC_RELAXED);
   out->program_ops = __atomic_load_n(&p->stats.program_ops, __ATOMIC_RELAXED);
+  out->body_traces = __atomic_load_n(&p->stats.body_traces, __ATOMIC_RELAXED);
+  out->body_replays = __atomic_load_n(&p->stats.body_replays, __ATOMIC_RELAXED);
+  out->body_trace_failures = __atomic_load_n(&p->stats.body_trace_failures, __ATOMIC_RELAXED);
 }
 
 void plan_first_trace_failure(plan *p, char *buf, size_t len) {

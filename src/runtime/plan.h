@@ -60,6 +60,9 @@ typedef struct plan_stats {
   uint64_t copy_us;       /* time copying outputs into ORT's buffers */
   uint64_t eager_ops;     /* operations of the largest graph a lowering built (a signature's first Run) */
   uint64_t program_ops;   /* operations of the largest compiled program's replay (sampled when traced) */
+  uint64_t body_traces;   /* traces of control-flow bodies compiled for host loops (op_call_body) */
+  uint64_t body_replays;  /* host-loop iterations that replayed a compiled body */
+  uint64_t body_trace_failures; /* body signatures that cannot be traced (lowered per iteration) */
 } plan_stats;
 
 /* Asks the caller (the EP shell) for the buffer of output `index`; 0 ok, -1 with d set. */

@@ -73,6 +73,24 @@ typedef struct bucket_plan {
   int64_t *last_lengths; /* per cluster input: its padded-axis length in the latest Run, -1 before (atomic) */
 } bucket_plan;
 
+/* A control-flow body compiled for host loops (op_call_body): one program per input signature
+ * of the body (formal inputs and the enclosing graph's non-constant values it reads), traced on
+ * first use and replayed per iteration. Listed on its frame under the plan's lock; immutable once
+ * listed except `program`/`uncompilable`/`checks`, which change under the lock. */
+typedef struct body_program {
+  struct body_program *next;
+  struct plan *owner;
+  const struct graph_frame *frame;
+  int key_len;
+  int64_t *key;           /* per program input: dtype, rank, dims... */
+  mlxb_program *program;  /* NULL until first called */
+  bool uncompilable;      /* the body cannot be traced for this signature: lowered per iteration */
+  bool checks_known;      /* `checks` holds the rules of the traced program */
+  check_list checks;      /* rules of the program's validity checks (its last output) */
+} body_program;
+
+enum { BODY_PROGRAMS_MAX = 16 }; /* signatures compiled per body; more are lowered per iteration */
+
 /* What Compile keeps of one graph a Run lowers: the cluster itself, or a control-flow body of
  * one of its nodes (nested bodies included). A body's ir_graph belongs to its node's graph. */
 typedef struct graph_frame {
@@ -84,6 +102,8 @@ typedef struct graph_frame {
   int *outer;                /* bodies: per value, its index in the enclosing graph, or -1 */
   struct graph_frame ***bodies; /* per node: its n_subgraphs body frames, or NULL */
   char *why_not;             /* defs == NULL: why the body cannot be lowered */
+  body_program *programs;    /* bodies: compiled for host loops (op_call_body), under the plan's lock */
+  int n_programs;
 } graph_frame;
 
 struct plan {
