@@ -7,6 +7,13 @@
 # possibly spread over several folders given as WHEEL_DIR:WHEEL_DIR2.
 #   scripts/gpu_check.sh WHEEL_DIR [pytest args...]      (no pytest args: the whole suite)
 #   GPU_BUILD_ONLY=1 scripts/gpu_check.sh WHEEL_DIR      (set up and build; print the exports)
+#   GPU_CHUNK=I/N scripts/gpu_check.sh WHEEL_DIR         (the test files whose index is I mod N: the
+#                                                        suite over N device calls, each < 10 min)
+#   GPU_CONFORMANCE=I/N scripts/gpu_check.sh WHEEL_DIR   (shard I of N of the ONNX node tests in the
+#                                                        three modes; writes $OUT/gpu_summary_I.json:
+#                                                        merge here with tests/conformance/run.py
+#                                                        --merge-summaries, then `make conformance`)
+# The node tests travel as nodetests.tar.xz in a WHEEL_DIR folder (scripts/gpu_pack.sh makes it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$1; shift
@@ -30,6 +37,12 @@ if [ ! -f "$site/mlx/lib/libmlx.so" ]; then
   ln -sfn "$sp/nvidia" "$site/nvidia"
 fi
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+nodes=$root/third_party/root/usr/share/libonnx-testdata/data
+if [ ! -d "$nodes/node" ]; then
+  for d in ${wheels//:/ }; do
+    if [ -f "$d/nodetests.tar.xz" ]; then mkdir -p "$nodes" && xz -dc "$d/nodetests.tar.xz" | tar x -C "$nodes"; fi
+  done
+fi
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, "default device", mx.default_device())'
 cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release \
   -DMLX_LIBRARY_FILE="$site/mlx/lib/libmlx.so" -DMLX_HEADERS_DIR="$site/mlx/include" \
@@ -43,5 +56,15 @@ python3 -c 'import onnxruntime as o; print("onnxruntime", o.__version__)'
 if [ -n "${GPU_BUILD_ONLY:-}" ]; then
   echo "export PYTHONPATH=$PYTHONPATH ORT_EP_MLX_LIBRARY=$ORT_EP_MLX_LIBRARY"
   exit 0
+fi
+out=${OUT:-/tmp}
+if [ -n "${GPU_CONFORMANCE:-}" ]; then
+  exec python3 tests/conformance/run.py -j "${GPU_JOBS:-8}" --shard "$GPU_CONFORMANCE" \
+    --device-summary "$out/gpu_summary_${GPU_CONFORMANCE%%/*}.json"
+fi
+if [ -n "${GPU_CHUNK:-}" ] && [ $# -eq 0 ]; then
+  index=${GPU_CHUNK%%/*} count=${GPU_CHUNK##*/}
+  mapfile -t files < <(cd "$root" && ls tests/test_*.py tests/*/test_*.py | sort | awk -v i="$index" -v n="$count" '(NR - 1) % n == i')
+  set -- "${files[@]}"
 fi
 python3 -m pytest -q -p no:cacheprovider "$@"

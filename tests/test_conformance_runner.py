@@ -120,6 +120,25 @@ def test_render_doc():
     assert "- `test_d` (Erf): error — why" in doc.split("## CPU EP baseline")[1]
 
 
+def test_gpu_column(monkeypatch):
+    """A GPU run's summary (--device-summary there) against this run: totals side by side and every
+    test that passes strict here but not on the GPU, with the GPU's reason."""
+    gpu = {"test_a": _res("pass"), "test_b": _res("declined"), "test_c": _res("fail"), "test_e": _res("pass")}
+    monkeypatch.setattr(run, "time", type("T", (), {"strftime": staticmethod(lambda f: "2026-12-03")}))
+    summary = json.loads(json.dumps(run.device_summary(gpu, run.MODES)))
+    assert summary["totals"]["strict"] == {"pass": 2, "declined": 1, "fail": 1}
+    assert set(summary["not_passing"]) == {"test_b", "test_c"}
+    here = {"test_a": _res("pass"), "test_b": _res("pass"), "test_c": _res("fail"), "test_e": _res("pass")}
+    lines = run.render_gpu_column(here, summary)
+    assert "| strict | 3 | 2 | 1 | 1 | 0 | 0 | 0 |" in lines
+    assert "- `test_b`: declined — why" in lines
+    assert not any("`test_c`" in line for line in lines)  # fails on the CPU too: not a GPU difference
+    halves = [run.device_summary({k: gpu[k] for k in keys}, run.MODES) for keys in (("test_a", "test_b"),
+                                                                                  ("test_c", "test_e"))]
+    assert run.merge_summaries(halves)["totals"] == summary["totals"]
+    assert run.merge_summaries(halves)["not_passing"] == summary["not_passing"]
+
+
 @pytest.mark.skipif(not run.DATA_DIR.is_dir(), reason="ONNX node test data not fetched")
 def test_worker_crash_and_hang_are_isolated(tmp_path):
     out = tmp_path / "results.json"

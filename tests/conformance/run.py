@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT / "python"))
 DATA_DIR = ROOT / "third_party/root/usr/share/libonnx-testdata/data/node"
 DATA_CHANGELOG = ROOT / "third_party/root/usr/share/doc/libonnx-testdata/changelog.Debian.gz"
 EXPECTED_STRICT = ROOT / "tests/conformance/expected_strict.txt"
+# The last run on a GPU (`--device-summary` there, copied here): rendered as the GPU column.
+GPU_SUMMARY = ROOT / "tests/conformance/gpu_summary.json"
 DOC = ROOT / "docs/CONFORMANCE.md"
 
 MODES = ("cpu", "strict", "fallback")  # run in this order within a worker
@@ -847,7 +849,66 @@ def render_doc(results: dict, ops_of: dict[str, list[str]], ort_version: str) ->
     listing("CPU EP baseline", "Tests ORT's CPU EP itself does not pass; they are not counted against "
             "the MLX EP (strict and fallback results for them are in the per-op table).", "cpu",
             [n for n in tests if _outcome(results[n], "cpu") != "pass"])
+    if GPU_SUMMARY.exists():
+        out += render_gpu_column(results, json.loads(GPU_SUMMARY.read_text()))
     return "\n".join(out) + "\n"
+
+
+def device_summary(results: dict, modes: tuple[str, ...]) -> dict:
+    """What a run on another device (the GPU) brings back: its versions, its totals and every
+    test's strict and fallback outcome that is not a pass, with the reason (compact: the CPU
+    run's own results are compared with it at --write)."""
+    import onnxruntime as ort
+    info = {"date": time.strftime("%Y-%m-%d"), "onnxruntime": ort.__version__}
+    try:
+        import mlx.core as mx
+        info["mlx"] = mx.__version__
+        info["device"] = str(mx.default_device())
+    except ImportError:
+        pass
+    info["gpu"] = os.environ.get("GPU_NAME", "")
+    info["commit"] = os.environ.get("EP_COMMIT", "")
+    return {"info": info,
+            "totals": {m: dict(totals(results, m)) for m in modes},
+            "not_passing": {n: {m: [r[m]["outcome"], r[m].get("reason", "")[:300]]
+                                for m in modes if m != "cpu" and m in r and r[m]["outcome"] != "pass"}
+                            for n, r in sorted(results.items())
+                            if any(m in r and r[m]["outcome"] != "pass" for m in modes if m != "cpu")}}
+
+
+def merge_summaries(parts: list[dict]) -> dict:
+    """One summary from the shards of a run (their totals added, their test lists joined)."""
+    merged = {"info": parts[0]["info"], "totals": {}, "not_passing": {}}
+    for part in parts:
+        for mode, count in part["totals"].items():
+            into = merged["totals"].setdefault(mode, {})
+            for outcome, n in count.items():
+                into[outcome] = into.get(outcome, 0) + n
+        merged["not_passing"].update(part["not_passing"])
+    return merged
+
+
+def render_gpu_column(results: dict, summary: dict) -> list[str]:
+    """docs/CONFORMANCE.md's GPU section: the GPU run's totals beside this run's, and every test
+    that passes strict here but not there, with its outcome and reason on the GPU."""
+    info, totals_gpu, bad = summary["info"], summary["totals"], summary["not_passing"]
+    out = ["", "## On the GPU", "",
+           f"The last run on a GPU (`scripts/gpu_check.sh` with `GPU_CONFORMANCE=1`, which runs this "
+           f"runner there with `--device-summary`; the result is kept in "
+           f"`tests/conformance/gpu_summary.json`): {info.get('date', '?')}, {info.get('gpu') or 'GPU'}, "
+           f"MLX {info.get('mlx', '?')} ({info.get('device', '?')}), onnxruntime {info.get('onnxruntime', '?')}"
+           + (f", EP at {info['commit']}" if info.get("commit") else "") + ".", "",
+           "| mode | this run (CPU) pass | GPU pass | GPU declined | GPU fail | GPU error | GPU crash | GPU timeout |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for mode in ("strict", "fallback"):
+        here, there = totals(results, mode), totals_gpu.get(mode, {})
+        out.append(f"| {mode} | {here.get('pass', 0)} | {there.get('pass', 0)} | {there.get('declined', 0)} | "
+                   f"{there.get('fail', 0)} | {there.get('error', 0)} | {there.get('crash', 0)} | "
+                   f"{there.get('timeout', 0)} |")
+    lost = [n for n in sorted(results) if _outcome(results[n], "strict") == "pass" and n in bad and "strict" in bad[n]]
+    out += ["", "Tests that pass strict on the CPU but not on the GPU (outcome and reason there):", ""]
+    out += [f"- `{n}`: {bad[n]['strict'][0]} — {_cell(bad[n]['strict'][1])}" for n in lost] or ["None."]
+    return out
 
 
 def write_expected(results: dict, path: Path = EXPECTED_STRICT) -> list[str]:
@@ -893,9 +954,24 @@ def main(argv=None) -> int:
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("ONNX_NODE_TEST_DIR", DATA_DIR)),
                         help="directory of ONNX node tests")
     parser.add_argument("--json", type=Path, help="also write every result to this JSON file")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="run only the tests whose index in name order is I modulo N (a GPU run "
+                             "split over device calls; merge the summaries with --merge-summaries)")
+    parser.add_argument("--merge-summaries", type=Path, nargs="+", metavar="SUMMARY",
+                        help="merge the --device-summary files of a sharded run into "
+                             "tests/conformance/gpu_summary.json, then exit")
+    parser.add_argument("--device-summary", type=Path,
+                        help="write the compact summary a GPU run brings back (versions, totals, every "
+                             "non-pass with its reason); copied to tests/conformance/gpu_summary.json, "
+                             "--write renders it as docs/CONFORMANCE.md's GPU section")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print every result that is not a pass or a decline")
     args = parser.parse_args(argv)
+    if args.merge_summaries:
+        merged = merge_summaries([json.loads(p.read_text()) for p in args.merge_summaries])
+        GPU_SUMMARY.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {GPU_SUMMARY.relative_to(ROOT)} from {len(args.merge_summaries)} summaries")
+        return 0
 
     have_ep = _ep_library_available()
     if args.modes:
@@ -921,6 +997,9 @@ def main(argv=None) -> int:
         return 2
 
     tests = discover_tests(args.data, args.patterns)
+    if args.shard:
+        index, count = (int(v) for v in args.shard.split("/"))
+        tests = [t for i, t in enumerate(sorted(tests)) if i % count == index]
     if not tests:
         print("no tests match", file=sys.stderr)
         return 2
@@ -945,6 +1024,8 @@ def main(argv=None) -> int:
 
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, sort_keys=True))
+    if args.device_summary:
+        args.device_summary.write_text(json.dumps(device_summary(results, modes), indent=1, sort_keys=True))
     if args.verbose:
         for name in sorted(results):
             for mode in modes:
