@@ -265,15 +265,21 @@ def test_loop_trip_count_beyond_the_limit_fails_clearly():
 
 # ---- Scan ------------------------------------------------------------------------------------
 
-def scan_model(in_axes=None, in_dirs=None, out_axes=None, out_dirs=None, rank=2):
-    """Two states (sum, running max) over two scan inputs; scan outputs: the sum after each step
-    and the step's product."""
-    body = helper.make_graph(
+def scan_body():
+    """Both Scan forms' body: states (sum, running max) over scan inputs a, b; per step the sum and
+    the product a * b."""
+    return helper.make_graph(
         [helper.make_node("Add", ["s_in", "a"], ["s_add"]), helper.make_node("Add", ["s_add", "b"], ["s_out"]),
          helper.make_node("Max", ["m_in", "a"], ["m_out"]), helper.make_node("Mul", ["a", "b"], ["p"]),
          helper.make_node("Identity", ["s_out"], ["s_scan"])],
         "body", [vi(n, F, [3]) for n in ("s_in", "m_in", "a", "b")],
         [vi(n, F, [3]) for n in ("s_out", "m_out", "s_scan", "p")])
+
+
+def scan_model(in_axes=None, in_dirs=None, out_axes=None, out_dirs=None, rank=2):
+    """Two states (sum, running max) over two scan inputs; scan outputs: the sum after each step
+    and the step's product."""
+    body = scan_body()
     attrs = {"num_scan_inputs": 2}
     if in_axes is not None:
         attrs["scan_input_axes"] = in_axes
@@ -333,12 +339,7 @@ def test_long_host_loop_and_scan():
 def scan8_model(directions=None, with_lens=True):
     """Opset 8: batch axis 0, optional sequence_lens; a running sum and a running max as states,
     the sum after each step and the product of the two scan inputs as scan outputs."""
-    body = helper.make_graph(
-        [helper.make_node("Add", ["s_in", "a"], ["s_add"]), helper.make_node("Add", ["s_add", "b"], ["s_out"]),
-         helper.make_node("Max", ["m_in", "a"], ["m_out"]), helper.make_node("Mul", ["a", "b"], ["p"]),
-         helper.make_node("Identity", ["s_out"], ["s_scan"])],
-        "body", [vi(n, F, [3]) for n in ("s_in", "m_in", "a", "b")],
-        [vi(n, F, [3]) for n in ("s_out", "m_out", "s_scan", "p")])
+    body = scan_body()
     attrs = {"num_scan_inputs": 2}
     if directions is not None:
         attrs["directions"] = directions

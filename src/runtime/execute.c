@@ -637,6 +637,20 @@ static int body_outer_inputs(const op_ctx *c, const graph_frame *f, mlxb_array *
   return n;
 }
 
+/* A trace's check rules, kept by the first thread whose trace finishes (every thread's trace
+ * finds the same rules); the flag arrays belong to the trace, so only the rules are kept. */
+static void keep_trace_checks(plan *p, check_list *into, bool *known, check_list *checks) {
+  pthread_mutex_lock(&p->lock);
+  if (!*known) {
+    *into = *checks;
+    free(into->flags);
+    into->flags = NULL;
+    *known = true;
+    memset(checks, 0, sizeof *checks);
+  }
+  pthread_mutex_unlock(&p->lock);
+}
+
 static int trace_body(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
                       int n_outputs) {
   body_program *bp = user;
@@ -668,15 +682,7 @@ static int trace_body(void *user, mlxb_scope *s, mlxb_array *const *inputs, int 
       goto done;
     }
   outputs[g->n_outputs] = checks_summary(s, &checks);
-  pthread_mutex_lock(&p->lock); /* every thread's trace finds the same rules: keep the first */
-  if (!bp->checks_known) {
-    bp->checks = checks;
-    free(bp->checks.flags); /* the arrays belong to the trace */
-    bp->checks.flags = NULL;
-    bp->checks_known = true;
-    memset(&checks, 0, sizeof checks);
-  }
-  pthread_mutex_unlock(&p->lock);
+  keep_trace_checks(p, &bp->checks, &bp->checks_known, &checks);
   PLAN_STAT_ADD(p, body_traces, 1);
   rc = 0;
 done:
@@ -950,15 +956,7 @@ static int trace_cluster(void *user, mlxb_scope *s, mlxb_array *const *inputs, i
   if (lower_nodes(p, &r, e->host, true, &checks, &d)) goto done;
   for (int i = 0; i < p->g->n_outputs; i++) outputs[i] = r.vals[p->g->outputs[i]];
   outputs[p->g->n_outputs] = checks_summary(s, &checks);
-  pthread_mutex_lock(&p->lock); /* every thread's trace finds the same rules: keep the first */
-  if (!e->checks_known) {
-    e->checks = checks;
-    free(e->checks.flags); /* the arrays belong to the trace */
-    e->checks.flags = NULL;
-    e->checks_known = true;
-    memset(&checks, 0, sizeof checks);
-  }
-  pthread_mutex_unlock(&p->lock);
+  keep_trace_checks(p, &e->checks, &e->checks_known, &checks);
   PLAN_STAT_ADD(p, traces, 1);
   rc = 0;
 done:
