@@ -8,19 +8,7 @@
 
 #include "mlx/bridge.h"
 
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                                             \
-  do {                                                                                               \
-    checks++;                                                                                        \
-    if (!(cond)) {                                                                                   \
-      failures++;                                                                                    \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                              \
-      fprintf(stderr, __VA_ARGS__);                                                                  \
-      fprintf(stderr, "\n");                                                                         \
-    }                                                                                                \
-  } while (0)
+#include "check.h"
 
 /* Reads a as float32 and compares with want[n]. */
 static void expect_f32(mlxb_scope *s, const mlxb_array *a, const float *want, size_t n, float tol, const char *what) {

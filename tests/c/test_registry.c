@@ -7,19 +7,7 @@
 
 #include "ops/op.h"
 
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                                             \
-  do {                                                                                               \
-    checks++;                                                                                        \
-    if (!(cond)) {                                                                                   \
-      failures++;                                                                                    \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                              \
-      fprintf(stderr, __VA_ARGS__);                                                                  \
-      fprintf(stderr, "\n");                                                                         \
-    }                                                                                                \
-  } while (0)
+#include "check.h"
 
 static bool arity_sane(op_arity a) { return a.min >= 0 && a.max >= a.min; }
 
