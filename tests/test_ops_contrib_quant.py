@@ -155,6 +155,34 @@ def test_matmul_nbits_empty_a(block, acc):
     compare(*nbits_model(64, 8, 4, block, acc, a_shape=(2, 0)))
 
 
+@pytest.mark.parametrize("cond", [True, False])
+def test_matmul_nbits_in_if_branches(cond):
+    """Constant weights from the enclosing graph inside control-flow bodies: each branch's node gets
+    its prepared arrays at Compile (the body frames' prepare), traced and replayed alike."""
+    then_model, feeds = nbits_model(128, 16, 4, 32, zp="u8", seed=11)
+    else_model, _ = nbits_model(128, 16, 4, 64, zp="float", seed=12)
+    import onnx
+    branches = []
+    for tag, blob in (("t", then_model), ("e", else_model)):
+        g = onnx.load_from_string(blob).graph
+        node = g.node[0]
+        renamed = {n: f"{n}_{tag}" for n in node.input if n and n != "A"}
+        inits = [helper.make_tensor(renamed[t.name], t.data_type, t.dims, t.raw_data, raw=True) for t in g.initializer]
+        branches.append((helper.make_graph(
+            [helper.make_node("MatMulNBits", [renamed.get(n, n) for n in node.input], [f"y_{tag}"], domain=MS,
+                              **{a.name: helper.get_attribute_value(a) for a in node.attribute})],
+            f"{tag}_branch", [], [helper.make_tensor_value_info(f"y_{tag}", TensorProto.FLOAT, None)]), inits))
+    (then_g, then_inits), (else_g, else_inits) = branches
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["Y"], then_branch=then_g, else_branch=else_g)], "g",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, list(feeds["A"].shape)),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], initializer=then_inits + else_inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    compare(model.SerializeToString(), {**feeds, "c": np.array(cond)})
+
+
 def test_matmul_nbits_declined(tmp_path):
     assert "2-bit weights" in declined_reason(nbits_model(64, 8, 2, 32, acc=4)[0], tmp_path)
     assert "ignores those zero points" in declined_reason(nbits_model(64, 8, 4, 32, zp="u8", gidx="trivial")[0], tmp_path)

@@ -4,6 +4,7 @@
  * result rounded once), and with accuracy_level 4 quantizes the activations to int8 per block as
  * MLAS does before the integer dot products. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -182,9 +183,29 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
 /* x [..., Kp] @ W^T with W held as MLX affine-quantized weights: B's bytes already are MLX's
  * packing (element 0 in the low bits of each little-endian uint32), so the weights are a view of
  * B; MLX's bias is -scale * zp. Blocks above 128 become several groups sharing one scale. With
- * constant B, scales and zero points (the usual exported model) the three arrays are derived once
- * per plan (op_const_memo), not at every Run. */
-enum { MNB_MEMO_W, MNB_MEMO_SCALES, MNB_MEMO_BIASES };
+ * constant B, scales and zero points (the usual exported model) the three arrays are derived and
+ * evaluated once, when the plan is built (prepare_matmul_nbits), not at every Run. */
+typedef struct mnb_prepared {
+  mlxb_array *w, *scales, *biases;
+} mnb_prepared;
+
+static int mnb_group(const mnb_attrs *a) { return (int)(a->block < MLX_MAX_GROUP ? a->block : MLX_MAX_GROUP); }
+
+/* MLX's uint32 weights, scales and biases from B, float32 scales [N, k_blocks] and zero points. */
+static mnb_prepared mnb_mlx_weights(mlxb_scope *s, const mnb_attrs *a, mlxb_array *b, mlxb_array *scales,
+                                    mlxb_array *zp) {
+  int64_t kp = a->k_blocks * a->block;
+  mnb_prepared m;
+  m.w = mlxb_view(s, op_util_reshape2(s, b, a->n, kp * a->bits / 8), MLXB_U32);
+  m.scales = scales;
+  m.biases = mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, scales, zp));
+  int reps = (int)(a->block / mnb_group(a));
+  if (reps > 1) {
+    m.scales = mlxb_repeat(s, m.scales, reps, 1);
+    m.biases = mlxb_repeat(s, m.biases, reps, 1);
+  }
+  return m;
+}
 
 /* For many rows MLX's float32 quantized matmul is slower on the GPU than dequantizing the weights
  * and one GEMM (H200, 128 rows: K 4864 N 896 0.41 vs 0.10 ms, K 896 N 151936 1.70 vs 0.68 ms,
@@ -203,33 +224,39 @@ static bool mnb_prefers_dequantized(mlxb_scope *s, const mnb_attrs *a, mlxb_arra
 static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales,
                                         mlxb_array *zp) {
   mlxb_scope *s = op_scope(c);
-  int group = (int)(a->block < MLX_MAX_GROUP ? a->block : MLX_MAX_GROUP);
-  static const int weight_inputs[] = {MNB_B, MNB_SCALES, MNB_ZP};
-  bool memo = op_inputs_const(c, weight_inputs, 3);
-  mlxb_array *w = memo ? op_const_memo_get(c, MNB_MEMO_W) : NULL;
-  mlxb_array *sc = memo ? op_const_memo_get(c, MNB_MEMO_SCALES) : NULL;
-  mlxb_array *biases = memo ? op_const_memo_get(c, MNB_MEMO_BIASES) : NULL;
-  if (!w || !sc || !biases) {
-    int64_t kp = a->k_blocks * a->block;
-    w = mlxb_view(s, op_util_reshape2(s, op_input(c, MNB_B), a->n, kp * a->bits / 8), MLXB_U32);
-    sc = scales;
-    biases = mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, scales, zp));
-    int reps = (int)(a->block / group);
-    if (reps > 1) {
-      sc = mlxb_repeat(s, sc, reps, 1);
-      biases = mlxb_repeat(s, biases, reps, 1);
-    }
-    if (memo) {
-      w = op_const_memo_put(c, MNB_MEMO_W, w);
-      sc = op_const_memo_put(c, MNB_MEMO_SCALES, sc);
-      biases = op_const_memo_put(c, MNB_MEMO_BIASES, biases);
-    }
-  }
+  int group = mnb_group(a);
+  const mnb_prepared *kept = op_prepared(c);
+  mnb_prepared m = kept ? *kept : mnb_mlx_weights(s, a, op_input(c, MNB_B), scales, zp);
+  mlxb_array *w = m.w, *sc = m.scales, *biases = m.biases;
   if (mnb_prefers_dequantized(s, a, x)) {
     mlxb_array *dense = mlxb_dequantize(s, w, sc, biases, group, (int)a->bits, MLXB_F32);
     return mlxb_matmul(s, x, mlxb_transpose(s, dense, (int[]){1, 0}, 2));
   }
   return mlxb_quantized_matmul(s, x, w, sc, biases, true, group, (int)a->bits);
+}
+
+/* Compile: the arrays above, kept with the plan's constants, for the nodes that reach
+ * mnb_quantized_matmul (no g_idx, blocks of 32 and more) with constant B, scales and zero points
+ * of the sizes the attributes give (other sizes are left to the Run, which reports them). */
+static int prepare_matmul_nbits(op_ctx *c, const op_def *def, void **state) {
+  mlxb_scope *s = op_scope(c);
+  mnb_attrs a = mnb_read_attrs(op_node(c));
+  static const int weight_inputs[] = {MNB_B, MNB_SCALES, MNB_ZP};
+  if (op_has_input(c, MNB_GIDX) || a.block < 32 || !op_inputs_const(c, weight_inputs, 3)) return 0;
+  mlxb_array *b = op_input(c, MNB_B), *sc = op_input(c, MNB_SCALES), *zp = op_input(c, MNB_ZP);
+  int64_t zp_size = !zp ? 0 : mlxb_type(zp) == MLXB_U8 ? a.n * ((a.k_blocks * a.bits + 7) / 8) : a.n * a.k_blocks;
+  if (!b || !sc || (int64_t)mlxb_size(b) != a.n * a.k_blocks * a.block * a.bits / 8 ||
+      (int64_t)mlxb_size(sc) != a.n * a.k_blocks || (zp && (int64_t)mlxb_size(zp) != zp_size))
+    return 0;
+  mlxb_array *scales = op_util_cast(s, op_util_reshape2(s, sc, a.n, a.k_blocks), MLXB_F32);
+  mnb_prepared m = mnb_mlx_weights(s, &a, b, scales, mnb_zero_points(c, &a));
+  mnb_prepared *kept = malloc(sizeof *kept);
+  if (!kept) return op_fail(c, "out of memory");
+  *state = kept;
+  kept->w = op_prepare_keep(c, m.w);
+  kept->scales = op_prepare_keep(c, m.scales);
+  kept->biases = op_prepare_keep(c, m.biases);
+  return kept->w && kept->scales && kept->biases ? 0 : -1;
 }
 
 static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
@@ -358,16 +385,17 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
 
 static const op_def defs[] = {
     OP_ROW("com.microsoft", "MatMulNBits", 1, 1, .inputs = {3, 6}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
-           .claim = claim_matmul_nbits, .lower = lower_matmul_nbits,
+           .claim = claim_matmul_nbits, .lower = lower_matmul_nbits, .prepare = prepare_matmul_nbits, .release = free,
            .doc = "float32/float16 A of any rank >= 1, bits 2/4/8, block_size a power of two in [16, 256] (K need "
                   "not be a multiple of it), scales [N*k_blocks] or [N, k_blocks], zero points packed uint8 (any "
                   "bits) or float (2/4-bit), g_idx (4-bit), bias. Computed in float32 as ORT's CPU kernel (float16 "
                   "widened, rounded once): blocks >= 32 through MLX's quantized matmul on a view of B (bias "
                   "-scale*zp), block 16 and g_idx by dequantizing B. accuracy_level 4 with a constant B reproduces "
                   "MLAS's per-block int8 quantization of A (x86 and NEON MLAS kernels; ORT builds with KleidiAI "
-                  "quantize A per row instead). The quantized-matmul path never repacks B (a view), but scales and "
-                  "zero points are re-derived on every Run, and the block-16/g_idx path dequantizes B on every Run "
-                  "(an op-level constant cache would remove both). Declined: other bits/block sizes, "
+                  "quantize A per row instead). The quantized-matmul path never repacks B (a view); with constant B, "
+                  "scales and zero points its MLX weights, scales and biases are built once at Compile (prepare), "
+                  "otherwise every Run; the block-16/g_idx path dequantizes B on every Run. Declined: other "
+                  "bits/block sizes, "
                   "weight_prepacked, 8-bit with float zero points (ORT rejects them), g_idx with 2/8-bit weights or "
                   "uint8 zero points (ORT reads 4-bit values only and ignores those zero points), accuracy_level 4 "
                   "with 2-bit weights (CPU-dependent in ORT) or with non-constant scales/zero points, bfloat16 (no "

@@ -384,6 +384,21 @@ fail:
 
 /* ---- tree ensembles: evaluation ----------------------------------------------------------- */
 
+/* A node's ensemble as prepare leaves it (prepare_tree, below): the parsed model and, kept with
+ * the plan's constants, every table the evaluation gathers from, in the threshold type t. Built
+ * once at Compile, read by every eager Run and trace. NULL arrays are tables the model needs not. */
+typedef struct tree_prepared {
+  tree_model m;
+  mlxb_dtype t;
+  mlxb_array *feature, *value, *tnext, *fnext, *roots; /* per node (roots: per tree) */
+  mlxb_array *mode;                    /* per node, with mixed node modes */
+  mlxb_array *miss;                    /* per node, when some branch tracks missing values */
+  mlxb_array *sets, *set_off, *set_len; /* BRANCH_MEMBER (tree_member_tables) */
+  mlxb_array *single;                  /* one target: a score per node (tree_single_table) */
+  mlxb_array *score, *has;             /* several targets: per (node, target) (tree_weight_tables) */
+  mlxb_array *bases;                   /* base_values, when there are some */
+} tree_prepared;
+
 static mlxb_array *tab_i32(mlxb_scope *s, const int32_t *v, int64_t n) { return mlxb_from_data(s, v, &n, 1, MLXB_I32); }
 
 static mlxb_array *tab_real(mlxb_scope *s, const double *v, int64_t n, mlxb_dtype t) {
@@ -451,20 +466,13 @@ static mlxb_array *tree_member(mlxb_scope *s, mlxb_array *sets, mlxb_array *off,
 /* The leaf every row reaches in every tree: [rows, trees] int32 node positions. x is [rows,
  * features] in the threshold type; each of `depth` steps gathers the node's feature, threshold
  * and children (leaves point to themselves, so finished rows stay). */
-static mlxb_array *tree_leaves(op_ctx *c, const tree_model *m, mlxb_array *x, mlxb_dtype t) {
+static mlxb_array *tree_leaves(op_ctx *c, const tree_prepared *tp, mlxb_array *x) {
   mlxb_scope *s = op_scope(c);
+  const tree_model *m = &tp->m;
   int64_t rows = mlxb_dim(x, 0), nt[2] = {rows, m->trees};
-  mlxb_array *feature = tab_i32(s, m->feature, m->n), *value = tab_real(s, m->value, m->n, t);
-  mlxb_array *tnext = tab_i32(s, m->tnext, m->n), *fnext = tab_i32(s, m->fnext, m->n);
-  mlxb_array *mode = mlxb_from_data(s, m->mode, &m->n, 1, MLXB_U8), *miss = NULL, *sets = NULL;
-  bool any_miss = false;
-  for (int64_t i = 0; i < m->n; i++) any_miss = any_miss || (m->miss[i] && m->mode[i] != TREE_LEAF);
-  if (any_miss) miss = mlxb_from_data(s, m->miss, &m->n, 1, MLXB_BOOL);
-  mlxb_array *set_off = NULL, *set_len = NULL;
-  if (m->modes & (1u << TREE_MEMBER)) {
-    if (tree_member_tables(c, m, t, &sets, &set_off, &set_len)) return NULL;
-  }
-  mlxb_array *node = mlxb_broadcast_to(s, op_util_reshape2(s, tab_i32(s, m->roots, m->trees), 1, m->trees), nt, 2);
+  mlxb_array *feature = tp->feature, *value = tp->value, *tnext = tp->tnext, *fnext = tp->fnext, *mode = tp->mode;
+  mlxb_array *miss = tp->miss, *sets = tp->sets, *set_off = tp->set_off, *set_len = tp->set_len;
+  mlxb_array *node = mlxb_broadcast_to(s, op_util_reshape2(s, tp->roots, 1, m->trees), nt, 2);
   for (int64_t step = 0; step < m->depth; step++) {
     mlxb_array *v = mlxb_take_along_axis(s, x, mlxb_take(s, feature, node, 0), 1);
     mlxb_array *th = mlxb_take(s, value, node, 0), *cond = NULL;
@@ -519,33 +527,38 @@ static int tree_weight_tables(op_ctx *c, const tree_model *m, mlxb_dtype t, mlxb
   return op_check(c);
 }
 
+/* One target's score per node: its leaf's first weight, or its node value when it has none. */
+static mlxb_array *tree_single_table(op_ctx *c, const tree_model *m, mlxb_dtype t) {
+  double *u = malloc(sizeof(double) * (size_t)(m->n + 1));
+  uint8_t *seen = calloc((size_t)(m->n + 1), 1);
+  if (!u || !seen) {
+    free(u), free(seen);
+    return op_fail(c, "out of memory"), NULL;
+  }
+  for (int64_t i = 0; i < m->n; i++) u[i] = m->value[i];
+  for (int64_t i = 0; i < m->nw; i++)
+    if (!seen[m->w_node[i]]) u[m->w_node[i]] = m->w_value[i], seen[m->w_node[i]] = 1;
+  mlxb_array *table = tab_real(op_scope(c), u, m->n, t);
+  free(u), free(seen);
+  return table;
+}
+
 /* The aggregate over trees [rows, targets] before base values, and (for two or more targets)
  * whether any reached leaf names each target. One target follows ORT's single-score path: each
  * leaf contributes its first weight, or its node value when it has none. */
-static int tree_aggregate(op_ctx *c, const tree_model *m, mlxb_array *leaves, mlxb_dtype t, mlxb_array **out,
-                          mlxb_array **has) {
+static int tree_aggregate(op_ctx *c, const tree_prepared *tp, mlxb_array *leaves, mlxb_array **out, mlxb_array **has) {
   mlxb_scope *s = op_scope(c);
+  const tree_model *m = &tp->m;
+  mlxb_dtype t = tp->t;
   int ax = 1;
   *has = NULL;
   if (m->targets == 1) {
-    double *u = malloc(sizeof(double) * (size_t)(m->n + 1));
-    uint8_t *seen = calloc((size_t)(m->n + 1), 1);
-    if (!u || !seen) {
-      free(u), free(seen);
-      return op_fail(c, "out of memory");
-    }
-    for (int64_t i = 0; i < m->n; i++) u[i] = m->value[i];
-    for (int64_t i = 0; i < m->nw; i++)
-      if (!seen[m->w_node[i]]) u[m->w_node[i]] = m->w_value[i], seen[m->w_node[i]] = 1;
-    mlxb_array *vals = mlxb_take(s, tab_real(s, u, m->n, t), leaves, 0);
-    free(u), free(seen);
+    mlxb_array *vals = mlxb_take(s, tp->single, leaves, 0);
     mlxb_reduce_op op = m->agg == TREE_MIN ? MLXB_RMIN : m->agg == TREE_MAX ? MLXB_RMAX : MLXB_RSUM;
     *out = mlxb_reduce(s, op, vals, &ax, 1, true);
     return op_check(c);
   }
-  mlxb_array *table = NULL, *htable = NULL;
-  if (tree_weight_tables(c, m, t, &table, &htable)) return -1;
-  mlxb_array *g = mlxb_take(s, table, leaves, 0), *h = mlxb_take(s, htable, leaves, 0); /* [rows, trees, targets] */
+  mlxb_array *g = mlxb_take(s, tp->score, leaves, 0), *h = mlxb_take(s, tp->has, leaves, 0); /* [rows, trees, targets] */
   if (m->agg == TREE_MIN) g = mlxb_where(s, h, g, mlxb_scalar_f64(s, INFINITY, t));
   if (m->agg == TREE_MAX) g = mlxb_where(s, h, g, mlxb_scalar_f64(s, -INFINITY, t));
   if (m->agg == TREE_SUM || m->agg == TREE_AVERAGE) g = mlxb_where(s, h, g, mlxb_scalar_f64(s, 0.0, t));
@@ -568,15 +581,17 @@ static mlxb_array *tree_input(op_ctx *c, const tree_model *m, mlxb_dtype t) {
 /* Regressor scores as ORT finalizes them: one target adds base_values[0] when there is exactly
  * one and applies PROBIT only; several targets add base_values (one per target), output 0 for a
  * target no reached leaf names, then apply the transform over the row. */
-static mlxb_array *tree_regression_scores(op_ctx *c, const tree_model *m, mlxb_array *agg, mlxb_array *has, mlxb_dtype t) {
+static mlxb_array *tree_regression_scores(op_ctx *c, const tree_prepared *tp, mlxb_array *agg, mlxb_array *has) {
   mlxb_scope *s = op_scope(c);
+  const tree_model *m = &tp->m;
+  mlxb_dtype t = tp->t;
   mlxb_array *z = agg;
   if (m->agg == TREE_AVERAGE) z = op_util_div(s, z, mlxb_scalar_f64(s, (double)m->trees, t));
   if (m->targets == 1) {
     if (m->nbase == 1) z = op_util_add(s, z, mlxb_scalar_f64(s, m->bases[0], t));
     return m->post == ML_POST_PROBIT ? op_util_cast(s, ml_probit(s, op_util_cast(s, z, MLXB_F32)), t) : z;
   }
-  if (m->nbase == m->targets) z = op_util_add(s, z, tab_real(s, m->bases, m->nbase, t));
+  if (m->nbase == m->targets) z = op_util_add(s, z, tp->bases);
   z = mlxb_where(s, has, z, mlxb_scalar_f64(s, 0.0, t));
   return ml_post_rows(s, z, m->post);
 }
@@ -604,21 +619,15 @@ static bool claim_tree_ensemble(claim_ctx *c, const op_def *def) {
 /* TreeEnsembleRegressor (float output) and TreeEnsemble (output of X's dtype). */
 static int lower_tree_regressor(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
-  const ir_node *n = op_node(c);
+  const tree_prepared *tp = op_prepared(c);
+  if (!tp) return op_fail(c, "the ensemble was not prepared");
   int32_t xt = op_input_dtype(c, 0);
-  tree_model m;
-  tree_err e;
-  bool v5 = strcmp(n->op_type, "TreeEnsemble") == 0;
-  if (!(v5 ? tree_from_v5(n, xt, &m, &e) : tree_from_v3(n, false, xt == ONNX_DOUBLE, &m, &e))) return op_fail(c, "%s", e.msg);
-  mlxb_dtype t = m.dbl ? MLXB_F64 : MLXB_F32;
-  int rc = -1; /* double work needs no CPU forcing: double inputs are declined on the GPU */
-  mlxb_array *x = tree_input(c, &m, t), *agg, *has;
-  if (x && !tree_aggregate(c, &m, tree_leaves(c, &m, x, t), t, &agg, &has)) {
-    mlxb_array *z = tree_regression_scores(c, &m, agg, has, t);
-    rc = op_set_output(c, 0, op_util_cast(s, z, v5 ? (mlxb_dtype)op_mlx_dtype(xt) : MLXB_F32));
-  }
-  tree_model_free(&m);
-  return rc;
+  bool v5 = strcmp(op_node(c)->op_type, "TreeEnsemble") == 0;
+  /* double work needs no CPU forcing: double inputs are declined on the GPU */
+  mlxb_array *x = tree_input(c, &tp->m, tp->t), *agg, *has;
+  if (!x || tree_aggregate(c, tp, tree_leaves(c, tp, x), &agg, &has)) return -1;
+  mlxb_array *z = tree_regression_scores(c, tp, agg, has);
+  return op_set_output(c, 0, op_util_cast(s, z, v5 ? (mlxb_dtype)op_mlx_dtype(xt) : MLXB_F32));
 }
 
 /* ---- TreeEnsembleClassifier --------------------------------------------------------------- */
@@ -704,53 +713,111 @@ static int tree_binary_outputs(op_ctx *c, const tree_model *m, const int64_t *la
 
 static int lower_tree_classifier(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
-  const ir_node *n = op_node(c);
-  tree_model m;
-  tree_err e;
-  if (!tree_from_v3(n, true, op_input_dtype(c, 0) == ONNX_DOUBLE, &m, &e)) return op_fail(c, "%s", e.msg);
+  const tree_prepared *tp = op_prepared(c);
+  if (!tp) return op_fail(c, "the ensemble was not prepared");
+  const tree_model *m = &tp->m;
+  mlxb_dtype t = tp->t;
   const int64_t *labels;
-  ir_attr_ints(n, "classlabels_int64s", &labels);
-  mlxb_dtype t = m.dbl ? MLXB_F64 : MLXB_F32;
-  mlxb_array *x = tree_input(c, &m, t), *agg, *has, *y = NULL, *z = NULL;
-  int rc = -1;
-  if (!x || tree_aggregate(c, &m, tree_leaves(c, &m, x, t), t, &agg, &has)) goto done;
-  if (m.targets == 2) {
-    if (tree_binary_outputs(c, &m, labels, agg, has, t, &y, &z)) goto done;
+  ir_attr_ints(op_node(c), "classlabels_int64s", &labels);
+  mlxb_array *x = tree_input(c, m, t), *agg, *has, *y = NULL, *z = NULL;
+  if (!x || tree_aggregate(c, tp, tree_leaves(c, tp, x), &agg, &has)) return -1;
+  if (m->targets == 2) {
+    if (tree_binary_outputs(c, m, labels, agg, has, t, &y, &z)) return -1;
   } else {
-    if (m.nbase == m.targets) { /* every class gets its base value and counts as reached */
-      int64_t dims[2] = {mlxb_dim(agg, 0), m.nbase};
-      mlxb_array *base = tab_real(s, m.bases, m.nbase, t);
-      agg = mlxb_where(s, has, op_util_add(s, agg, base), mlxb_broadcast_to(s, op_util_reshape2(s, base, 1, m.nbase), dims, 2));
+    if (m->nbase == m->targets) { /* every class gets its base value and counts as reached */
+      int64_t dims[2] = {mlxb_dim(agg, 0), m->nbase};
+      mlxb_array *base = tp->bases;
+      agg = mlxb_where(s, has, op_util_add(s, agg, base), mlxb_broadcast_to(s, op_util_reshape2(s, base, 1, m->nbase), dims, 2));
       has = mlxb_full(s, dims, 2, mlxb_scalar_i64(s, 1, MLXB_BOOL), MLXB_BOOL);
     }
-    y = ml_pick_labels(s, labels, m.targets, tree_best_class(s, agg, has, m.targets));
-    z = ml_post_rows(s, op_util_cast(s, mlxb_where(s, has, agg, mlxb_scalar_f64(s, 0.0, t)), MLXB_F32), m.post);
+    y = ml_pick_labels(s, labels, m->targets, tree_best_class(s, agg, has, m->targets));
+    z = ml_post_rows(s, op_util_cast(s, mlxb_where(s, has, agg, mlxb_scalar_f64(s, 0.0, t)), MLXB_F32), m->post);
   }
-  if (op_set_output(c, 0, y)) goto done;
-  rc = op_has_output(c, 1) ? op_set_output(c, 1, op_util_cast(s, z, MLXB_F32)) : 0;
-done:
-  tree_model_free(&m);
-  return rc;
+  if (op_set_output(c, 0, y)) return -1;
+  return op_has_output(c, 1) ? op_set_output(c, 1, op_util_cast(s, z, MLXB_F32)) : 0;
+}
+
+/* ---- prepare: the model parsed and its tables built once per node, at Compile ----------- */
+
+static void tree_release(void *state) {
+  tree_prepared *tp = state;
+  if (!tp) return;
+  tree_model_free(&tp->m);
+  free(tp);
+}
+
+/* Every table the evaluation gathers from, as MLX arrays kept with the plan's constants. */
+static int tree_prepare_tables(op_ctx *c, tree_prepared *tp) {
+  mlxb_scope *s = op_scope(c);
+  tree_model *m = &tp->m;
+  mlxb_dtype t = tp->t;
+  tp->feature = op_prepare_keep(c, tab_i32(s, m->feature, m->n));
+  tp->value = op_prepare_keep(c, tab_real(s, m->value, m->n, t));
+  tp->tnext = op_prepare_keep(c, tab_i32(s, m->tnext, m->n));
+  tp->fnext = op_prepare_keep(c, tab_i32(s, m->fnext, m->n));
+  tp->roots = op_prepare_keep(c, tab_i32(s, m->roots, m->trees));
+  if (!tp->feature || !tp->value || !tp->tnext || !tp->fnext || !tp->roots) return -1;
+  if (m->modes & (m->modes - 1)) /* node modes are gathered only when they are mixed */
+    if (!(tp->mode = op_prepare_keep(c, mlxb_from_data(s, m->mode, &m->n, 1, MLXB_U8)))) return -1;
+  bool any_miss = false;
+  for (int64_t i = 0; i < m->n; i++) any_miss = any_miss || (m->miss[i] && m->mode[i] != TREE_LEAF);
+  if (any_miss && !(tp->miss = op_prepare_keep(c, mlxb_from_data(s, m->miss, &m->n, 1, MLXB_BOOL)))) return -1;
+  if (m->modes & (1u << TREE_MEMBER)) {
+    mlxb_array *sets = NULL, *off = NULL, *len = NULL;
+    if (tree_member_tables(c, m, t, &sets, &off, &len)) return -1;
+    tp->sets = op_prepare_keep(c, sets), tp->set_off = op_prepare_keep(c, off), tp->set_len = op_prepare_keep(c, len);
+    if (!tp->sets || !tp->set_off || !tp->set_len) return -1;
+  }
+  if (m->targets == 1) {
+    if (!(tp->single = op_prepare_keep(c, tree_single_table(c, m, t)))) return -1;
+  } else {
+    mlxb_array *score = NULL, *has = NULL;
+    if (tree_weight_tables(c, m, t, &score, &has)) return -1;
+    tp->score = op_prepare_keep(c, score), tp->has = op_prepare_keep(c, has);
+    if (!tp->score || !tp->has) return -1;
+  }
+  if (m->nbase > 0 && !(tp->bases = op_prepare_keep(c, tab_real(s, m->bases, m->nbase, t)))) return -1;
+  return 0;
+}
+
+/* Every row of the family: the model as the claim parsed it (the claim has just passed again at
+ * Compile, so parsing fails here only for want of memory) and its tables. */
+static int prepare_tree(op_ctx *c, const op_def *def, void **state) {
+  const ir_node *n = op_node(c);
+  int32_t xt = op_input_dtype(c, 0);
+  tree_prepared *tp = calloc(1, sizeof *tp);
+  if (!tp) return op_fail(c, "out of memory");
+  *state = tp;
+  tree_err e;
+  bool ok = strcmp(n->op_type, "TreeEnsemble") == 0
+                ? tree_from_v5(n, xt, &tp->m, &e)
+                : tree_from_v3(n, strcmp(n->op_type, "TreeEnsembleClassifier") == 0, xt == ONNX_DOUBLE, &tp->m, &e);
+  if (!ok) return op_fail(c, "%s", e.msg);
+  tp->t = tp->m.dbl ? MLXB_F64 : MLXB_F32;
+  return tree_prepare_tables(c, tp);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
     OP_ROW(ML, "TreeEnsembleRegressor", 1, 3, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64,
-           .claim = claim_tree_regressor, .lower = lower_tree_regressor,
+           .claim = claim_tree_regressor, .lower = lower_tree_regressor, .prepare = prepare_tree,
+           .release = tree_release,
            .doc = "float/double X (double thresholds and sums for double, as ORT); BRANCH_LEQ/LT/GTE/GT/EQ/NEQ, "
                   "missing values tracking true; SUM/AVERAGE/MIN/MAX; base_values (a target no reached leaf names "
                   "gives 0, as ORT); every post_transform (one target: PROBIT only, leaves without weights give "
                   "their node value, as ORT); *_as_tensor attributes of the threshold type. Declined: trees split "
                   "into non-contiguous runs, cycles, depth > 4096"),
     OP_ROW(ML, "TreeEnsembleClassifier", 1, 3, .inputs = {1, 1}, .outputs = {2, 2}, .dtypes = DT_ML_IN,
-           .claim = claim_tree_classifier, .lower = lower_tree_classifier,
+           .claim = claim_tree_classifier, .lower = lower_tree_classifier, .prepare = prepare_tree,
+           .release = tree_release,
            .doc = "float/double/int32/int64 X; int64 labels; node modes and missing tracking as the regressor; "
                   "scores summed with base_values and ORT's binary-class rules (one class id, all-positive weights, "
                   "widened single scores). Declined: classlabels_strings, one class, binary PROBIT or one base value "
                   "with two class ids (ORT leaves a column unwritten)"),
     OP_ROW(ML, "TreeEnsemble", 5, 5, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64,
-           .claim = claim_tree_ensemble, .lower = lower_tree_regressor,
+           .claim = claim_tree_ensemble, .lower = lower_tree_regressor, .prepare = prepare_tree,
+           .release = tree_release,
            .doc = "float/double X and output; all node modes including BRANCH_MEMBER sets; AVERAGE/SUM/MIN/MAX; "
                   "post_transform NONE, SOFTMAX_ZERO, PROBIT. Declined: post_transform 1 and 2 (ORT swaps SOFTMAX "
                   "and LOGISTIC against the spec), single-leaf trees whose leaf index differs from the root index"),

@@ -72,14 +72,11 @@ int op_input_doubles(op_ctx *c, int i, double *out, int max);
 int op_set_output(op_ctx *c, int i, mlxb_array *a);
 /* Marks an output as host-known (e.g. Shape's result) so consumers need no evaluation. */
 int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64_t *dims, int rank, int32_t dtype);
-/* Arrays a lowering derives from constant inputs alone (repacked weights, scales) are evaluated
- * once per plan and kept with its constants, so later Runs neither rebuild nor recompute them.
- * op_const_memo_get returns the kept array of (this node, slot) or NULL; op_const_memo_put
- * evaluates a, keeps it and returns the kept array (inside a compile trace, where nothing may be
- * evaluated, it returns a as is). Slots 0..OP_CONST_MEMO_SLOTS-1. */
-enum { OP_CONST_MEMO_SLOTS = 4 };
-mlxb_array *op_const_memo_get(op_ctx *c, int slot);
-mlxb_array *op_const_memo_put(op_ctx *c, int slot, mlxb_array *a);
+/* The state the row's prepare built for this node at Compile (see op_prepare_fn), or NULL. */
+const void *op_prepared(const op_ctx *c);
+/* Prepare only: evaluates a (made contiguous) and keeps it with the plan's constants for the
+ * plan's lifetime; returns the kept array, immutable and shared by every Run, or NULL on error. */
+mlxb_array *op_prepare_keep(op_ctx *c, mlxb_array *a);
 /* Whether every listed input is absent or a constant of the plan. */
 bool op_inputs_const(const op_ctx *c, const int *inputs, int n);
 /* Untrusted data: requires every element of `ok` (bool, any shape) to be true, or this Run fails
@@ -178,6 +175,18 @@ typedef bool (*op_pad_fn)(const ir_graph *g, const ir_node *n, const pad_fact *i
 /* ---- the table ---------------------------------------------------------------------------- */
 typedef bool (*op_claim_fn)(claim_ctx *c, const op_def *def);
 typedef int (*op_lower_fn)(op_ctx *c, const op_def *def);
+/* Optional, run once per node when the plan is built (Compile), after the claim was re-checked
+ * and the constants uploaded, never per Run: parses attributes and builds host-side tables and
+ * arrays derived from constant inputs (op_prepare_keep) once. It sees the op_ctx of a lowering in
+ * which only constant inputs have arrays (op_input is NULL for the others) and nothing may be set
+ * as an output. *state (NULL on entry) is the node's state, owned by the plan, read by lowerings
+ * through op_prepared(), and handed to the row's `release` when the plan is destroyed, also when
+ * prepare failed (a partial state). Leaving *state NULL is fine (nothing to prepare: the lowering
+ * then works from the node as usual). 0, or -1 with op_fail: Compile then fails, naming the node
+ * and op. States are immutable after Compile (concurrent Runs read them without a lock); release
+ * frees host memory only, the arrays kept by op_prepare_keep belong to the plan's constants. */
+typedef int (*op_prepare_fn)(op_ctx *c, const op_def *def, void **state);
+typedef void (*op_release_fn)(void *state);
 
 enum {
   OP_FLAG_NONE = 0,
@@ -216,6 +225,8 @@ struct op_def {
   unsigned flags;      /* OP_FLAG_* */
   const char *doc;     /* forms and constraints, for docs/OPERATORS.md */
   op_pad_fn pad;       /* optional: which padded inputs the lowering tolerates (above) */
+  op_prepare_fn prepare; /* optional: per-node state built once at Compile (above) */
+  op_release_fn release; /* frees a prepared state; NULL: nothing to free */
 };
 
 /* One row: the key positionally, everything else by name (fields left out are 0/NULL), e.g.

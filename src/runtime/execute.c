@@ -39,6 +39,7 @@ struct op_ctx {
   host_value *host;   /* per value: host integers found in this Run (owned by the Run) */
   const host_value *known; /* per value: shape-derived integers of the signature, or NULL */
   bool tracing;       /* inside an MLX compile trace: nothing may be evaluated */
+  bool preparing;     /* a row's prepare at Compile (frame_prepare): only constants have arrays */
   check_list *checks; /* validity checks of this lowering (op_require) */
   diag *d;
 };
@@ -81,31 +82,17 @@ int32_t op_output_dtype(const op_ctx *c, int i) {
   return c->g->values[c->node->outputs[i]].dtype;
 }
 
-static mlxb_array **memo_slot(op_ctx *c, int slot) {
-  if (slot < 0 || slot >= OP_CONST_MEMO_SLOTS) return NULL;
-  ptrdiff_t node = c->node - c->g->nodes;
-  return &c->f->memo[node * OP_CONST_MEMO_SLOTS + slot];
+const void *op_prepared(const op_ctx *c) {
+  return c->f->prepared ? c->f->prepared[c->node - c->g->nodes] : NULL;
 }
 
-mlxb_array *op_const_memo_get(op_ctx *c, int slot) {
-  mlxb_array **m = memo_slot(c, slot);
-  if (!m) return NULL;
-  pthread_mutex_lock(&c->plan->lock);
-  mlxb_array *kept = *m;
-  pthread_mutex_unlock(&c->plan->lock);
-  return kept;
-}
-
-mlxb_array *op_const_memo_put(op_ctx *c, int slot, mlxb_array *a) {
-  mlxb_array **m = memo_slot(c, slot);
-  if (!a || !m || c->tracing) return a;
+mlxb_array *op_prepare_keep(op_ctx *c, mlxb_array *a) {
+  if (!c->preparing) return op_fail(c, "op_prepare_keep outside prepare"), NULL;
   mlxb_array *kept = mlxb_contiguous(c->s, a);
-  if (mlxb_eval(c->s, &kept, 1)) return NULL;
-  pthread_mutex_lock(&c->plan->lock);
-  if (!*m) *m = mlxb_ref(c->plan->consts, kept); /* another Run may have kept one first */
-  mlxb_array *result = *m ? *m : kept;
-  pthread_mutex_unlock(&c->plan->lock);
-  return result;
+  if (!kept || mlxb_eval(c->s, &kept, 1)) return op_check(c), NULL;
+  kept = mlxb_ref(c->plan->consts, kept);
+  if (!kept) op_fail(c, "%s", mlxb_error(c->plan->consts));
+  return kept;
 }
 
 bool op_inputs_const(const op_ctx *c, const int *inputs, int n) {
@@ -1125,5 +1112,48 @@ done:
   mlxb_exclusive_end(p->cfg.device);
   account_run_time(p, run_index, traces_before, start_us);
   trace_sink_event(p->cfg.trace, "Run", p->name, rc ? "failed" : NULL, start_us, now_us() - start_us);
+  return rc;
+}
+
+/* ---- prepare (Compile) ---------------------------------------------------------------------
+ * Each node whose row has a prepare gets an op_ctx like a lowering's in a scope of its own: the
+ * frame's constants are its only arrays (a copy of the table, so nothing it sets reaches the
+ * frame), no signature is known, and validity checks may not be recorded (there is no Run to
+ * fail). What it keeps (op_prepare_keep) is evaluated into the plan's constants. */
+int frame_prepare(plan *p, graph_frame *f, diag *d) {
+  const ir_graph *g = f->g;
+  bool any = false;
+  for (int i = 0; i < g->n_nodes && !any; i++) any = f->defs[i]->prepare != NULL;
+  if (!any) return 0;
+  run_state r;
+  check_list checks = {0};
+  mlxb_scope *s = mlxb_scope_new(p->cfg.device);
+  int rc = -1;
+  if (!s || run_state_init_frame(&r, f, s)) {
+    if (s) run_state_free(&r);
+    mlxb_scope_free(s);
+    return diag_fail(d, "out of memory");
+  }
+  op_ctx c = {.plan = p, .g = g, .f = f, .s = s, .run_s = s, .vals = r.vals, .host = r.host, .preparing = true,
+              .checks = &checks, .d = d};
+  bool on_gpu = p->cfg.device == MLXB_DEVICE_GPU;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const op_def *def = f->defs[i];
+    if (!def->prepare) continue;
+    c.node = &g->nodes[i];
+    if (on_gpu) mlxb_scope_force_cpu(s, node_touches_f64(g, c.node));
+    int failed = def->prepare(&c, def, &f->prepared[i]) || !mlxb_ok(s);
+    if (!failed && checks.n) failed = op_fail(&c, "prepare recorded a validity check");
+    if (failed) {
+      if (!d->failed) diag_fail(d, "%s", mlxb_error(s));
+      diag_prefix(d, "node '%s' (%s): prepare: ", c.node->name, c.node->op_type);
+      goto done;
+    }
+  }
+  rc = 0;
+done:
+  check_list_free(&checks);
+  run_state_free(&r);
+  mlxb_scope_free(s);
   return rc;
 }

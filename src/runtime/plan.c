@@ -57,10 +57,19 @@ static int upload_constants(plan *p, ir_graph *g, mlxb_array **const_arrays, dia
 
 /* ---- control-flow bodies ---------------------------------------------------------------------
  * Every body of a claimed control-flow node gets a frame like the cluster's: its rows, constants
- * and memo slots. A body refers to values of the enclosing graph by name (ORT's outer scope); the
+ * and prepared states. A body refers to values of the enclosing graph by name (ORT's outer scope); the
  * frame maps them to the enclosing graph's indices, and a constant there is a constant here. */
 
 static void frame_free(graph_frame *f);
+
+/* Hands every prepared state to its row's release (host memory only: arrays a prepare kept are
+ * the plan's constants, freed with them). */
+static void frame_release_prepared(graph_frame *f) {
+  for (int i = 0; f->prepared && f->defs && i < f->g->n_nodes; i++)
+    if (f->prepared[i] && f->defs[i] && f->defs[i]->release) f->defs[i]->release(f->prepared[i]);
+  free(f->prepared);
+  f->prepared = NULL;
+}
 
 static void frame_free_bodies(graph_frame *f) {
   for (int i = 0; f->bodies && i < f->g->n_nodes; i++) {
@@ -84,9 +93,9 @@ static void frame_free(graph_frame *f) {
     free(bp->key);
     free(bp);
   }
+  frame_release_prepared(f);
   free(f->defs);
   free(f->const_arrays);
-  free(f->memo);
   free(f->outer);
   free(f->why_not);
 }
@@ -139,10 +148,11 @@ static int frame_build_body(plan *p, graph_frame *f, ir_graph *g, const graph_fr
   f->g = g;
   f->const_arrays = calloc((size_t)g->n_values + 1, sizeof *f->const_arrays);
   f->outer = calloc((size_t)g->n_values + 1, sizeof *f->outer);
-  f->memo = calloc((size_t)g->n_nodes * OP_CONST_MEMO_SLOTS + 1, sizeof *f->memo);
-  if (!f->const_arrays || !f->outer || !f->memo || claim_frame(f, p->cfg.device)) return diag_fail(d, "out of memory");
+  f->prepared = calloc((size_t)g->n_nodes + 1, sizeof *f->prepared);
+  if (!f->const_arrays || !f->outer || !f->prepared || claim_frame(f, p->cfg.device))
+    return diag_fail(d, "out of memory");
   if (link_outer(f, enclosing, d) || upload_constants(p, g, f->const_arrays, d)) return -1;
-  return f->defs ? frame_build_bodies(p, f, d) : 0;
+  return f->defs ? frame_build_bodies(p, f, d) || frame_prepare(p, f, d) : 0;
 }
 
 /* Frames for the bodies of f's control-flow nodes (recursively). */
@@ -215,18 +225,19 @@ int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **ou
   p->defs = calloc((size_t)g->n_nodes + 1, sizeof *p->defs);
   p->const_arrays = calloc((size_t)g->n_values + 1, sizeof *p->const_arrays);
   p->shape_derived = calloc((size_t)g->n_values + 1, sizeof *p->shape_derived);
-  p->memo = calloc((size_t)g->n_nodes * OP_CONST_MEMO_SLOTS + 1, sizeof *p->memo);
+  p->top.prepared = calloc((size_t)g->n_nodes + 1, sizeof *p->top.prepared);
   p->consts = mlxb_scope_new(dev);
-  if (!p->name || !p->defs || !p->const_arrays || !p->shape_derived || !p->memo || !p->consts) {
+  if (!p->name || !p->defs || !p->const_arrays || !p->shape_derived || !p->top.prepared || !p->consts) {
     plan_free(p);
     return diag_fail(d, "out of memory");
   }
   strcpy(p->name, name ? name : "");
   mlxb_exclusive_begin(dev);
-  p->top = (graph_frame){.g = g, .defs = p->defs, .const_arrays = p->const_arrays, .memo = p->memo};
-  int rc = check_claims(p, d) || upload_constants(p, g, p->const_arrays, d) || frame_build_bodies(p, &p->top, d) ? -1 : 0;
+  p->top.g = g, p->top.defs = p->defs, p->top.const_arrays = p->const_arrays;
+  bool failed = check_claims(p, d) || upload_constants(p, g, p->const_arrays, d) ||
+                frame_build_bodies(p, &p->top, d) || frame_prepare(p, &p->top, d);
   mlxb_exclusive_end(dev);
-  if (rc) {
+  if (failed) {
     plan_free(p);
     return -1;
   }
@@ -248,8 +259,8 @@ void plan_free(plan *p) {
   mlxb_exclusive_end(p->cfg.device);
   pthread_mutex_destroy(&p->lock);
   buckets_free(&p->buckets);
+  frame_release_prepared(&p->top);
   free(p->shape_derived);
-  free(p->memo);
   free(p->const_arrays);
   free(p->defs);
   free(p->name);

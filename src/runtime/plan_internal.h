@@ -98,7 +98,7 @@ typedef struct graph_frame {
   const op_def **defs;       /* per node: the row that lowers it; NULL for a body not lowered
                                 (the untaken branch of an If with a constant condition) */
   mlxb_array **const_arrays; /* per value: evaluated constant (in the plan's consts), or NULL */
-  mlxb_array **memo;         /* n_nodes * OP_CONST_MEMO_SLOTS arrays kept in consts (op_const_memo) */
+  void **prepared;           /* per node: the state its row's prepare built at Compile, or NULL */
   int *outer;                /* bodies: per value, its index in the enclosing graph, or -1 */
   struct graph_frame ***bodies; /* per node: its n_subgraphs body frames, or NULL */
   char *why_not;             /* defs == NULL: why the body cannot be lowered */
@@ -115,16 +115,20 @@ struct plan {
   bool *shape_derived;     /* per value: a function of input shapes and constants only */
   plan_config cfg;
   bool compile;            /* cfg.compile resolved for the device */
-  pthread_mutex_t lock;    /* guards the signature cache and memo */
-  mlxb_array **memo;       /* n_nodes * OP_CONST_MEMO_SLOTS arrays kept in consts (op_const_memo) */
+  pthread_mutex_t lock;    /* guards the signature cache */
   bucket_plan buckets;
-  graph_frame top;         /* the cluster as a frame: g, defs, const_arrays, memo above, and the
-                              bodies of its control-flow nodes */
+  graph_frame top;         /* the cluster as a frame: g, defs, const_arrays above, its prepared
+                              states, and the bodies of its control-flow nodes */
   sig_entry *lru;
   int n_entries;
   plan_stats stats;        /* updated with atomics */
   char first_trace_error[256]; /* the first signature's trace failure, "" while none (under lock) */
 };
+
+/* Prepare (execute.c, where op_ctx lives): runs the prepare of every node of f whose row has one,
+ * filling f->prepared (allocated by the caller, n_nodes entries); arrays kept go into p->consts.
+ * At Compile only, before any Run. -1 with d naming the node and op. */
+int frame_prepare(plan *p, graph_frame *f, diag *d);
 
 /* Signature cache (sigcache.c). */
 /* Writes the key (per input: dtype, rank, dims...) into key[], which has room for

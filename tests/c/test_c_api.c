@@ -1,7 +1,10 @@
 /* The EP seen from a plain C program: registers the plugin library through ORT's public C API,
  * selects the MLX device, runs tests/data/add_relu.onnx (y = Relu(a + b), float[2, 3]) with CPU
- * fallback disabled and checks y against values computed here. Usage:
- *   test_c_api <ep library path> <model.onnx> */
+ * fallback disabled and checks y against values computed here. Every further model gets a strict
+ * session too (Compile, with the rows' prepare stages) and three Runs on zero-filled inputs of its
+ * declared shapes (float, int64 and int32 inputs, fixed dimensions), so their plans run under the
+ * leak check as well. Usage:
+ *   test_c_api <ep library path> <model.onnx> [model.onnx ...] */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <limits.h>
 #include <stdio.h>
@@ -157,12 +160,96 @@ done:
   return rc;
 }
 
+/* One zero-filled input tensor of the session's input i (fixed dims only); NULL on failure. */
+static OrtValue *zero_input(OrtSession *session, OrtAllocator *alloc, size_t i) {
+  OrtTypeInfo *ti = NULL;
+  const OrtTensorTypeAndShapeInfo *info = NULL;
+  OrtValue *v = NULL;
+  ONNXTensorElementDataType type;
+  size_t rank = 0;
+  int64_t dims[8];
+  if (check(api->SessionGetInputTypeInfo(session, i, &ti), "SessionGetInputTypeInfo")) return NULL;
+  if (check(api->CastTypeInfoToTensorInfo(ti, &info), "CastTypeInfoToTensorInfo") || !info ||
+      check(api->GetTensorElementType(info, &type), "GetTensorElementType") ||
+      check(api->GetDimensionsCount(info, &rank), "GetDimensionsCount") || rank > 8 ||
+      check(api->GetDimensions(info, dims, rank), "GetDimensions"))
+    goto done;
+  size_t n = 1, esz = type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT   ? 4
+                      : type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 ? 4
+                      : type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? 8
+                                                                    : 0;
+  for (size_t k = 0; k < rank; k++) n *= dims[k] > 0 ? (size_t)dims[k] : 0;
+  if (!esz || !n) {
+    fprintf(stderr, "test_c_api: input %zu needs a float/int32/int64 type and fixed dimensions\n", i);
+    goto done;
+  }
+  void *data = NULL;
+  if (check(api->CreateTensorAsOrtValue(alloc, dims, rank, type, &v), "CreateTensorAsOrtValue")) goto done;
+  if (check(api->GetTensorMutableData(v, &data), "GetTensorMutableData")) {
+    api->ReleaseValue(v);
+    v = NULL;
+    goto done;
+  }
+  memset(data, 0, n * esz);
+done:
+  api->ReleaseTypeInfo(ti);
+  return v;
+}
+
+/* A strict session for the model and three Runs (eager, trace, replay) on zero inputs. */
+static int model_run_zeros(OrtEnv *env, const char *model_path) {
+  enum { MAX_IO = 16 };
+  const OrtEpDevice *device = device_find(env);
+  OrtSessionOptions *so = device ? options_create(env, device) : NULL;
+  OrtSession *session = NULL;
+  OrtAllocator *alloc = NULL;
+  OrtValue *inputs[MAX_IO] = {0}, *outputs[MAX_IO] = {0};
+  char *in_names[MAX_IO] = {0}, *out_names[MAX_IO] = {0};
+  size_t n_in = 0, n_out = 0;
+  int rc = -1;
+  if (!so) return -1;
+  if (check(api->CreateSession(env, model_path, so, &session), "CreateSession") ||
+      check(api->GetAllocatorWithDefaultOptions(&alloc), "GetAllocatorWithDefaultOptions") ||
+      check(api->SessionGetInputCount(session, &n_in), "SessionGetInputCount") ||
+      check(api->SessionGetOutputCount(session, &n_out), "SessionGetOutputCount"))
+    goto done;
+  if (n_in > MAX_IO || n_out > MAX_IO) goto done;
+  for (size_t i = 0; i < n_in; i++)
+    if (check(api->SessionGetInputName(session, i, alloc, &in_names[i]), "SessionGetInputName") ||
+        !(inputs[i] = zero_input(session, alloc, i)))
+      goto done;
+  for (size_t i = 0; i < n_out; i++)
+    if (check(api->SessionGetOutputName(session, i, alloc, &out_names[i]), "SessionGetOutputName")) goto done;
+  for (int r = 0; r < 3; r++) {
+    if (check(api->Run(session, NULL, (const char *const *)in_names, (const OrtValue *const *)inputs, n_in,
+                       (const char *const *)out_names, n_out, outputs),
+              "Run"))
+      goto done;
+    for (size_t i = 0; i < n_out; i++) {
+      api->ReleaseValue(outputs[i]);
+      outputs[i] = NULL;
+    }
+  }
+  rc = 0;
+done:
+  for (size_t i = 0; i < MAX_IO; i++) {
+    api->ReleaseValue(inputs[i]);
+    api->ReleaseValue(outputs[i]);
+    if (in_names[i]) check(api->AllocatorFree(alloc, in_names[i]), "AllocatorFree");
+    if (out_names[i]) check(api->AllocatorFree(alloc, out_names[i]), "AllocatorFree");
+  }
+  api->ReleaseSession(session);
+  api->ReleaseSessionOptions(so);
+  if (rc) fprintf(stderr, "test_c_api: model %s failed\n", model_path);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   OrtEnv *env = NULL;
   char lib_path[PATH_MAX];
   int rc = 1;
-  if (argc != 3) {
-    fprintf(stderr, "usage: %s <ep library path> <model.onnx>\n", argv[0]);
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s <ep library path> <model.onnx> [model.onnx ...]\n", argv[0]);
     return 2;
   }
   /* ORT resolves a relative library path against its own folder, not the working directory. */
@@ -174,6 +261,8 @@ int main(int argc, char **argv) {
             "RegisterExecutionProviderLibrary"))
     goto release_env;
   if (model_run(env, argv[2]) == 0) rc = 0;
+  for (int m = 3; m < argc && rc == 0; m++)
+    if (model_run_zeros(env, argv[m])) rc = 1;
   if (check(api->UnregisterExecutionProviderLibrary(env, EP_NAME),
             "UnregisterExecutionProviderLibrary"))
     rc = 1;
