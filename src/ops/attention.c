@@ -703,23 +703,7 @@ static mlxb_array *gqa_keep(op_ctx *c, mlxb_array *past_b, mlxb_array *total_b, 
   return keep;
 }
 
-/* A one-token step after a past with plain softmax scores (a softcap and a local window are
- * fine) runs as one decode-attention kernel where MLX has it (its CUDA backend). */
-static bool gqa_decode_fits(op_ctx *c, const attn_args *a, int64_t seq, mlxb_array *past_b) {
-  mlxb_scope *s = op_scope(c);
-  if (seq != 1 || !past_b || a->bias || a->sink || a->smooth || a->want_qk) return false;
-  int64_t h = mlxb_dim(a->q, 3);
-  return mlxb_dim(a->v, 3) == h && mlxb_decode_attention_available(s, mlxb_type(a->q), h);
-}
-
-/* The visible keys of a one-token step are t < total_b (its causal bound past_b + 1 equals
- * total_b), the last local_window_size of them when that is set. */
-static mlxb_array *gqa_decode(op_ctx *c, const attn_args *a, mlxb_array *total_b) {
-  int64_t window = ir_attr_int(op_node(c), "local_window_size", -1);
-  return mlxb_decode_attention(op_scope(c), a->q, a->k, a->v, total_b, a->scale, a->softcap, window, NULL);
-}
-
-/* A one-token step after a past as three kernels where MLX has them (its CUDA backend): the
+/* A one-token step after a past as two kernels where MLX has them (its CUDA backend): the
  * present cache with the new (rotated) key row written in, and decode attention that rotates the
  * query itself. The same rules as the composed form: positions past_b (or position_ids) checked
  * against the caches, present rows [0, past_b) from the past buffer, zeros after the new row. */
@@ -815,7 +799,7 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
     a.bias = attn_fit_axis(s, op_util_cast(s, ab, MLXB_F32), 3, plen, attn_f32(s, 0.0));
   }
   if (qk_mode) a.want_qk = 1u << (qk_mode == 1 ? ATTN_QK_MASKED : ATTN_QK_SOFTMAX);
-  mlxb_array *y = attn_from_bnsh(s, gqa_decode_fits(c, &a, seq, past_b) ? gqa_decode(c, &a, total_b) : attn_compute(s, &a));
+  mlxb_array *y = attn_from_bnsh(s, attn_compute(s, &a));
   mlxb_array *qk = NULL;
   if (qk_mode && op_has_output(c, 3)) {
     /* ORT's score rows hold 0 (not -inf) outside the visible keys; columns [0, tsl) */
