@@ -415,7 +415,7 @@ def test_host_loop_compiled_body_checks():
     x = np.arange(5, dtype=np.float32)
     good = {"M": np.array(3, np.int64), "x": x, "idx": np.array(1, np.int64)}
     bad = {"M": np.array(6, np.int64), "x": x, "idx": np.array(1, np.int64)}  # idx + 4 = 5: out of range
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match=r"indices element out of data bounds, idx=5"):
         run_cpu(model, bad)
     sess = mlx_ep.session(model, strict=True)
     want = run_cpu(model, good)[0]
