@@ -59,6 +59,8 @@ if [ -n "${GPU_BUILD_ONLY:-}" ]; then
 fi
 out=${OUT:-/tmp}
 if [ -n "${GPU_CONFORMANCE:-}" ]; then
+  export GPU_NAME=${GPU_NAME:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)}
+  export EP_COMMIT=${EP_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)}
   exec python3 tests/conformance/run.py -j "${GPU_JOBS:-8}" --shard "$GPU_CONFORMANCE" \
     --device-summary "$out/gpu_summary_${GPU_CONFORMANCE%%/*}.json"
 fi

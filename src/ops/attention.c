@@ -657,19 +657,30 @@ static int gqa_split(op_ctx *c, int64_t heads, int64_t kv_heads, mlxb_array **q,
 
 /* Rotates q and k in place by the positions ORT uses: position_ids when given, else s on the
  * first prompt and past_b + s afterwards. */
-static int gqa_rotary(op_ctx *c, mlxb_array **q, mlxb_array **k, mlxb_array *past_b, int64_t seq) {
+/* The rotary caches checked, and the positions [B, S] ORT rotates by (position_ids, else
+ * past_b + s, or s on the first prompt) range-checked against them; NULL after op_fail. */
+static mlxb_array *gqa_rope_positions(op_ctx *c, int64_t b, int64_t seq, int64_t h, mlxb_array *past_b) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8), *pos = op_input(c, 9);
-  int64_t half = mlxb_dim(cos, 1), h = mlxb_dim(*q, 3), b = mlxb_dim(*q, 0);
-  if (mlxb_ndim(cos) != 2 || mlxb_ndim(sin) != 2 || mlxb_dim(sin, 1) != half || 2 * half > h)
-    return op_fail(c, "cos_cache/sin_cache must be [max_position, <= head_size / 2]");
+  if (!cos || !sin || mlxb_ndim(cos) != 2 || mlxb_ndim(sin) != 2 || mlxb_dim(sin, 0) != mlxb_dim(cos, 0) ||
+      mlxb_dim(sin, 1) != mlxb_dim(cos, 1) || 2 * mlxb_dim(cos, 1) > h)
+    return op_fail(c, "cos_cache/sin_cache must be [max_position, <= head_size / 2]"), NULL;
+  if (pos && (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 1) != seq))
+    return op_fail(c, "position_ids must be [batch, sequence]"), NULL;
+  if (!pos && past_b && seq == 1) pos = mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2);
   if (!pos) {
     pos = op_util_iota(s, 0, seq, 1, 2, MLXB_I64);
     if (past_b) pos = mlxb_binary(s, MLXB_ADD, pos, mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2));
-  } else if (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 1) != seq) {
-    return op_fail(c, "position_ids must be [batch, sequence]");
   }
-  if (op_util_require_range(c, pos, 0, mlxb_dim(cos, 0), "rotary position")) return -1;
+  return op_util_require_range(c, pos, 0, mlxb_dim(cos, 0), "rotary position") ? NULL : pos;
+}
+
+static int gqa_rotary(op_ctx *c, mlxb_array **q, mlxb_array **k, mlxb_array *past_b, int64_t seq) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8);
+  mlxb_array *pos = gqa_rope_positions(c, mlxb_dim(*q, 0), seq, mlxb_dim(*q, 3), past_b);
+  if (!pos) return -1;
+  int64_t half = mlxb_dim(cos, 1);
   int axis = 1;
   mlxb_array *cg = mlxb_expand_dims(s, mlxb_take(s, cos, pos, 0), &axis, 1);
   mlxb_array *sg = mlxb_expand_dims(s, mlxb_take(s, sin, pos, 0), &axis, 1);
@@ -723,13 +734,10 @@ static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb
   mlxb_array *at = mlxb_reshape(s, past_b, &b, 1);
   mlxb_rope rope = {0}, *rot = NULL;
   if (attn_flag(n, "do_rotary", 0)) {
-    mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8), *pos = op_input(c, 9);
-    if (!cos || !sin || mlxb_ndim(cos) != 2 || mlxb_ndim(sin) != 2 || mlxb_dim(sin, 1) != mlxb_dim(cos, 1) ||
-        mlxb_dim(sin, 0) != mlxb_dim(cos, 0) || 2 * mlxb_dim(cos, 1) > h)
-      return op_fail(c, "cos_cache/sin_cache must be [max_position, <= head_size / 2]");
-    if (pos && (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 1) != 1)) return op_fail(c, "position_ids must be [batch, sequence]");
-    pos = pos ? mlxb_reshape(s, pos, &b, 1) : at;
-    if (op_util_require_range(c, pos, 0, mlxb_dim(cos, 0), "rotary position")) return -1;
+    mlxb_array *pos = gqa_rope_positions(c, b, 1, h, past_b);
+    if (!pos) return -1;
+    mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8);
+    pos = mlxb_reshape(s, pos, &b, 1);
     rope = (mlxb_rope){.cos = cos, .sin = sin, .positions = pos, .dims = 2 * mlxb_dim(cos, 1),
                        .interleaved = attn_flag(n, "rotary_interleaved", 0)};
     rot = &rope;
