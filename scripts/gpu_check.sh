@@ -7,12 +7,15 @@
 # possibly spread over several folders given as WHEEL_DIR:WHEEL_DIR2.
 #   scripts/gpu_check.sh WHEEL_DIR [pytest args...]      (no pytest args: the whole suite)
 #   GPU_BUILD_ONLY=1 scripts/gpu_check.sh WHEEL_DIR      (set up and build; print the exports)
+#   GPU_TIMEOUT=S scripts/gpu_check.sh WHEEL_DIR -n 12 tests   (pytest-xdist, when handed over)
 #   GPU_CHUNK=I/N scripts/gpu_check.sh WHEEL_DIR         (the test files whose index is I mod N: the
 #                                                        suite over N device calls, each < 10 min)
 #   GPU_CONFORMANCE=I/N scripts/gpu_check.sh WHEEL_DIR   (shard I of N of the ONNX node tests in the
 #                                                        three modes; writes $OUT/gpu_summary_I.json:
 #                                                        merge here with tests/conformance/run.py
 #                                                        --merge-summaries, then `make conformance`)
+# Other wheels in WHEEL_DIR (onnxruntime, pytest-xdist, execnet) are installed first on the path;
+# ptxcache.tar.xz.part.* there seed MLX's kernel cache, and $OUT/ptxcache.tar.xz.part.* hand it back.
 # The node tests travel as nodetests.tar.xz in a WHEEL_DIR folder (scripts/gpu_pack.sh makes it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +40,30 @@ if [ ! -f "$site/mlx/lib/libmlx.so" ]; then
   ln -sfn "$sp/nvidia" "$site/nvidia"
 fi
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+# Other wheels handed over beside MLX's (onnxruntime, pytest-xdist, ...) go first on the path, so a
+# carried onnxruntime wins over the image's.
+extra=/tmp/gpu-extra-site
+for d in ${wheels//:/ }; do
+  for w in "$d"/*.whl; do
+    case "$w" in */mlx-*|*/mlx_cuda*|*/onnxruntime_gpu*|*'/*.whl') continue ;; esac
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$extra" "$w"
+  done
+done
+[ -d "$extra" ] && export PYTHONPATH=$extra:$PYTHONPATH
+# MLX JIT-compiles every CUDA kernel with NVRTC at first use and keeps the result in its PTX cache:
+# a cache handed over as ptxcache.tar.xz.part.* saves those compiles, and the cache is handed back
+# in $OUT the same way at the end (when it fits the transfer limit) for the next machine.
+ptx=${MLX_PTX_CACHE_DIR:-/tmp/mlx-ptx-cache}
+export MLX_PTX_CACHE_DIR=$ptx
+mkdir -p "$ptx"
+cached=$(for d in ${wheels//:/ }; do ls "$d"/ptxcache.tar.xz.part.* 2>/dev/null; done | sort)
+if [ -n "$cached" ]; then cat $cached | xz -d | tar x -C "$ptx" || true; fi
+save_ptx_cache() { # in parts of 15 MB (a device call hands back files of up to 16 MB, 8 at most)
+  [ -n "${OUT:-}" ] && [ -d "$ptx" ] || return 0
+  tar c -C "$ptx" . | xz -T0 -3 | split -b 15M -d - "$OUT/ptxcache.tar.xz.part." || return 0
+  [ "$(ls "$OUT"/ptxcache.tar.xz.part.* | wc -l)" -le 4 ] || rm -f "$OUT"/ptxcache.tar.xz.part.*
+}
+trap save_ptx_cache EXIT
 nodes=$root/third_party/root/usr/share/libonnx-testdata/data
 if [ ! -d "$nodes/node" ]; then
   for d in ${wheels//:/ }; do
@@ -61,12 +88,16 @@ out=${OUT:-/tmp}
 if [ -n "${GPU_CONFORMANCE:-}" ]; then
   export GPU_NAME=${GPU_NAME:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)}
   export EP_COMMIT=${EP_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)}
-  exec python3 tests/conformance/run.py -j "${GPU_JOBS:-8}" --shard "$GPU_CONFORMANCE" \
+  python3 tests/conformance/run.py -j "${GPU_JOBS:-8}" --shard "$GPU_CONFORMANCE" \
     --device-summary "$out/gpu_summary_${GPU_CONFORMANCE%%/*}.json"
+  exit 0
 fi
 if [ -n "${GPU_CHUNK:-}" ] && [ $# -eq 0 ]; then
   index=${GPU_CHUNK%%/*} count=${GPU_CHUNK##*/}
   mapfile -t files < <(cd "$root" && ls tests/test_*.py tests/*/test_*.py | sort | awk -v i="$index" -v n="$count" '(NR - 1) % n == i')
   set -- "${files[@]}"
 fi
-python3 -m pytest -q -p no:cacheprovider "$@"
+# Failures are logged as they happen (tests/conftest.py), so a run cut short still names them.
+export ORT_EP_MLX_FAILLOG=${ORT_EP_MLX_FAILLOG:-$out/faillog.txt}
+# GPU_TIMEOUT=SECONDS stops the suite in time for the EXIT trap to hand the kernel cache back.
+${GPU_TIMEOUT:+timeout "$GPU_TIMEOUT"} python3 -m pytest -q -p no:cacheprovider "$@"

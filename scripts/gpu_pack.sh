@@ -8,7 +8,7 @@
 # it as WHEEL_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-wheels=$1 out=$2
+wheels=$(cd "$1" && pwd) out=$(mkdir -p "$2" && cd "$2" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/site" "$out"

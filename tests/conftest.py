@@ -4,3 +4,14 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+
+def pytest_runtest_logreport(report):
+    """With ORT_EP_MLX_FAILLOG=PATH, every failing test's report is appended to PATH as it happens
+    (in the controlling process under pytest-xdist, which also reports a crashed worker's test), so a
+    run cut short by a time limit still leaves its failures: how scripts/gpu_check.sh keeps them."""
+    path = os.environ.get("ORT_EP_MLX_FAILLOG")
+    if not path or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    with open(path, "a") as f:
+        f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-3000:]}\n")

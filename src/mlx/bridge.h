@@ -225,7 +225,6 @@ mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_arr
 /* Last-axis norms; weight/bias may be NULL. */
 mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps);
 mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, float eps);
-/* q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; mask_mode "" or "causal"; mask and sinks may be NULL. */
 /* One-token decode attention in one kernel (src/mlx/bridge_kernels.cpp): q [B, Hq, 1, D] against
  * k, v [B, Hkv, S, D] where sequence b sees keys [max(0, len_b - window), len_b) (window <= 0: all
  * from 0), len_b = lengths[b] clamped to [0, S]; scores scale * q.k, soft-capped when softcap > 0;
@@ -250,8 +249,17 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
 int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_array *past_v, const mlxb_array *k,
                           const mlxb_array *v, const mlxb_array *at_positions, int64_t plen, const mlxb_rope *rope,
                           mlxb_array **present_k, mlxb_array **present_v);
+/* q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; mask_mode "" or "causal"; mask and sinks may be NULL. */
 mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
                       const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks);
+/* MatMulNBits for a few rows in one kernel (src/mlx/bridge_kernels.cpp): x [M, K] float32/float16/
+ * bfloat16 times the packed weights w [N, K * bits / 32] uint32 (MLX's affine layout, values from the
+ * low bits up), float32 scales and biases [N, K / group_size]: y [M, N] in x's dtype, each element
+ * the float32 sum of x * (scale * q + bias) rounded once. Only where mlxb_qgemv_available says so
+ * (MLX's CUDA backend; bits 2, 4, 8; group_size a multiple of 32). */
+bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group_size);
+mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
+                       const mlxb_array *biases, int group_size, int bits);
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                                   const mlxb_array *biases, bool transpose, int group_size, int bits);
 mlxb_array *mlxb_dequantize(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,

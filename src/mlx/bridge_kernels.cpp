@@ -10,6 +10,10 @@
  * lowering computes, in one kernel that reads each cache row once. The same design maps onto
  * Metal's metal_kernel (simdgroups for warps); that port is not written.
  *
+ * Quantized GEMV: MatMulNBits for a few rows reading the activations in their own dtype and
+ * writing the result in it, so the float32 casts around MLX's float32 quantized matmul (which
+ * is exact; its float16 form accumulates in float16) leave the graph.
+ *
  * KV append: the step's present cache (past rows, the new row, zeros) written by one kernel, the
  * new key rotated on the way. With the query's rotation folded into the attention kernel, a
  * GroupQueryAttention decode step is three kernels instead of the ~100 operations of its
@@ -144,6 +148,42 @@ const mx::fast::CustomKernelFunction &kv_append_kernel() {
   return kernel;
 }
 
+/* One warp per (row m, output n): the lanes walk the packed words of weight row n, dequantize each
+ * value as scale * q + bias and accumulate x * w in float32; one rounding to T at the end. */
+const char *qgemv_source = R"(
+  constexpr int VPW = 32 / BITS;
+  constexpr unsigned MASK = (1u << BITS) - 1u;
+  const int N = w_shape[0], WORDS = w_shape[1], G = scales_shape[1];
+  const int K = WORDS * VPW;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = blockIdx.x * WARPS + warp;
+  const int m = blockIdx.y;
+  if (n >= N) return;
+  const T* xr = x + (size_t)m * K;
+  const uint32_t* wr = w + (size_t)n * WORDS;
+  const float* sr = scales + (size_t)n * G;
+  const float* br = biases + (size_t)n * G;
+  float sum = 0.0f;
+  for (int i = lane; i < WORDS; i += 32) {
+    const uint32_t word = wr[i];
+    const int k0 = i * VPW;
+    const float sc = sr[k0 / GROUP], bi = br[k0 / GROUP];
+#pragma unroll
+    for (int j = 0; j < VPW; j++) {
+      const float q = static_cast<float>((word >> (j * BITS)) & MASK);
+      sum = fmaf(static_cast<float>(xr[k0 + j]), fmaf(sc, q, bi), sum);
+    }
+  }
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) out[(size_t)m * N + n] = static_cast<T>(sum);
+)";
+
+const mx::fast::CustomKernelFunction &qgemv_kernel() {
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "ort_ep_mlx_qgemv", {"x", "w", "scales", "biases"}, {"out"}, qgemv_source, "", true, 0);
+  return kernel;
+}
+
 /* The rope's arrays for a kernel (a one-element stand-in when there is none: the kernels' inputs
  * are fixed) and its template arguments. */
 struct rope_inputs {
@@ -243,5 +283,38 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
         std::nullopt, false, dev);
     *present_k = scope_keep(s, outs.at(0));
     *present_v = scope_keep(s, outs.at(1));
+  });
+}
+
+bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group_size) {
+  if (!s || !is_cuda_gpu(s)) return false;
+  bool float_type = t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16;
+  bool packing = bits == 2 || bits == 4 || bits == 8;
+  return float_type && packing && group_size >= 32 && group_size % 32 == 0;
+}
+
+mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
+                       const mlxb_array *biases, int group_size, int bits) {
+  return guard(s, "mlxb_qgemv", [&] {
+    const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
+    if (!mlxb_qgemv_available(s, from_mx(xa.dtype()), bits, group_size))
+      throw bridge_error("quantized GEMV: not available for this dtype, packing or device");
+    if (xa.ndim() != 2 || wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
+        sa.dtype() != mx::float32 || ba.dtype() != mx::float32)
+      throw bridge_error("quantized GEMV takes x [M, K], uint32 w [N, K * bits / 32], float32 scales and biases");
+    int m = xa.shape(0), k = xa.shape(1), n = wa.shape(0);
+    if (static_cast<int64_t>(wa.shape(1)) * 32 != static_cast<int64_t>(k) * bits || k % group_size ||
+        sa.shape(0) != n || sa.shape(1) != k / group_size || m < 1 || m > 65535 || n < 1)
+      throw bridge_error("quantized GEMV: shapes do not fit");
+    enum { WARPS = 8 };
+    int threads = WARPS * 32;
+    int64_t blocks = (static_cast<int64_t>(n) + WARPS - 1) / WARPS;
+    if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
+    auto dev = scope_dev(s);
+    auto outs = qgemv_kernel()({xa, wa, sa, ba}, {{m, n}}, {xa.dtype()}, {static_cast<int>(blocks * threads), m, 1},
+                               {threads, 1, 1},
+                               {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)}},
+                               std::nullopt, false, dev);
+    return outs.at(0);
   });
 }

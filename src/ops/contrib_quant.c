@@ -235,6 +235,28 @@ static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_arra
   return mlxb_quantized_matmul(s, x, w, sc, biases, true, group, (int)a->bits);
 }
 
+/* A few rows on MLX's CUDA backend take our GEMV kernel: the same float32 arithmetic as MLX's
+ * float32 quantized matmul, but it reads A in its own dtype and writes the output in it, so the
+ * two casts around the matmul leave the decode graph (MLX's float16 kernel would accumulate in
+ * float16). Not for the int8 path (A quantized first) or a bias (added in float32 before rounding). */
+enum { MNB_GEMV_MAX_ROWS = 8 };
+
+static bool mnb_takes_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool int8_path) {
+  int64_t rows = (int64_t)mlxb_size(x) / mlxb_dim(x, -1);
+  if (int8_path || a->block < 32 || rows > MNB_GEMV_MAX_ROWS) return false;
+  if (op_has_input(c, MNB_BIAS) || op_has_input(c, MNB_GIDX)) return false;
+  return mlxb_qgemv_available(op_scope(c), mlxb_type(x), (int)a->bits, mnb_group(a));
+}
+
+static mlxb_array *mnb_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales, mlxb_array *zp) {
+  mlxb_scope *s = op_scope(c);
+  const mnb_prepared *kept = op_prepared(c);
+  mnb_prepared m = kept ? *kept : mnb_mlx_weights(s, a, op_input(c, MNB_B), scales, zp);
+  int64_t rows = (int64_t)mlxb_size(x) / a->k;
+  mlxb_array *x2 = pad_last(s, op_util_reshape2(s, x, rows, a->k), a->k_blocks * a->block);
+  return mlxb_qgemv(s, x2, m.w, m.scales, m.biases, mnb_group(a), (int)a->bits);
+}
+
 /* Compile: the arrays above, kept with the plan's constants, for the nodes that reach
  * mnb_quantized_matmul (no g_idx, blocks of 32 and more) with constant B, scales and zero points
  * of the sizes the attributes give (other sizes are left to the Run, which reports them). */
@@ -281,18 +303,21 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   out_dims[rank - 1] = a.n;
   if (mlxb_size(x) == 0) return op_set_output(c, 0, mlxb_zeros(s, out_dims, rank, t)); /* MLX's qmm divides by M */
   int zero = 0;
-  mlxb_array *xf = op_util_cast(s, x, MLXB_F32);
-  if (rank == 1) xf = mlxb_expand_dims(s, xf, &zero, 1);
   mlxb_array *scales = op_util_cast(s, op_util_reshape2(s, op_input(c, MNB_SCALES), a.n, a.k_blocks), MLXB_F32);
   mlxb_array *zp = mnb_zero_points(c, &a);
   if (op_check(c)) return -1;
+  bool int8_path = mnb_uses_int8(&a, b_const, has_gidx, op_input_dtype(c, MNB_ZP));
+  if (mnb_takes_gemv(c, &a, x, int8_path))
+    return op_set_output(c, 0, mlxb_reshape(s, mnb_gemv(c, &a, x, scales, zp), out_dims, rank));
+  mlxb_array *xf = op_util_cast(s, x, MLXB_F32);
+  if (rank == 1) xf = mlxb_expand_dims(s, xf, &zero, 1);
 
   mlxb_array *y;
   if (has_gidx) {
     y = mlxb_matmul(s, xf, mlxb_transpose(s, mnb_dequant_weights(c, &a, scales, zp, zp_float), (int[]){1, 0}, 2));
   } else {
     xf = pad_last(s, xf, kp); /* the padding meets weights of the last block's tail: 0 * w */
-    if (mnb_uses_int8(&a, b_const, false, op_input_dtype(c, MNB_ZP))) xf = mnb_quantize_a(s, xf, a.block, a.k_blocks);
+    if (int8_path) xf = mnb_quantize_a(s, xf, a.block, a.k_blocks);
     if (a.block >= 32)
       y = mnb_quantized_matmul(c, &a, xf, scales, zp);
     else
