@@ -6,11 +6,15 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, claim_report, make_model, run_cpu, run_mlx, single_op_model, args_model
+import onnxruntime_ep_mlx as mlx_ep
+from parity import (NP_TO_ONNX, PARITY_RUNS, args_model, assert_parity, claim_report, make_model, run_cpu, run_mlx,
+                    single_op_model)
 
+BF16 = TensorProto.BFLOAT16
 DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64,
           np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
 
@@ -21,7 +25,7 @@ def onnx_of(dtype) -> int:
 
 def values(dtype, seed=0) -> np.ndarray:
     """Values that exercise a cast from dtype: fractions, negatives, values out of the range of
-    narrower types (which wrap or saturate the same way in ORT and MLX on x86)."""
+    narrower types (which wrap the same way in ORT and the EP)."""
     rng = np.random.default_rng(seed)
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
@@ -44,16 +48,84 @@ def test_cast_pairs(src, dst):
     assert_parity(model, {"x": x}, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dst", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-                                 np.uint64, np.bool_, np.float16], ids=lambda t: np.dtype(t).name)
+INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+# Floats whose integer conversion is not plain truncation, and their neighbours: NaN, infinities,
+# the powers of two that bound the int32/uint32/int64/uint64 conversions with the largest float32
+# below each, values that truncate onto a bound, and values that wrap in the narrow types.
+SPECIAL = [np.nan, np.inf, -np.inf, -1.7, 1.7, -0.99, 0.99, -0.5, 300.5, -300.5, 300.7, -300.7, 255.5, 256.0,
+           -129.0, 32767.5, 32768.0, -32768.5, 65504.0, -65504.0, 70000.5, -70000.5, 3e9, -3e9, 1e10, -1e10,
+           1e19, 1e20, -1e20, 2.0 ** 31, -2.0 ** 31, 2.0 ** 31 - 128, 2.0 ** 31 - 0.5, -2.0 ** 31 - 0.5,
+           -2.0 ** 31 - 1, -2.0 ** 31 - 256, 2.0 ** 32, 2.0 ** 32 - 256, 2.0 ** 32 - 0.5, 2.0 ** 32 + 5,
+           -2.0 ** 32, 2.0 ** 63, -2.0 ** 63, 2.0 ** 63 - 2 ** 39, -2.0 ** 63 - 2 ** 40, 2.0 ** 64,
+           2.0 ** 64 - 2 ** 40, 2.0 ** 64 + 2 ** 41, 3.0e38, -3.0e38]
+
+
+def special(dtype) -> np.ndarray:
+    """SPECIAL in dtype, padded with in-range values to a multiple of 8 elements: ORT converts
+    floats to uint32 in blocks (4 floats or doubles, 8 bfloat16s) and the leftover last elements
+    another way (cast.c), which the EP does not follow."""
+    v = SPECIAL + [0.0, 1.0, -1.0, 42.9, -42.9, 1e-3, -0.0][: -len(SPECIAL) % 8]
+    with np.errstate(over="ignore"):  # beyond float16's range is infinity there
+        return np.array(v, np.float64).astype(dtype)
+
+
+@pytest.mark.parametrize("dst", INT_DTYPES + [np.bool_, np.float16], ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("src", [np.float32, np.float64, np.float16], ids=lambda t: np.dtype(t).name)
 def test_cast_special_floats(src, dst):
-    """NaN, infinities and out-of-range values: truncation and the CPU's conversion results."""
-    with np.errstate(over="ignore"):
-        x = np.array([np.nan, np.inf, -np.inf, -1.7, 1.7, 300.5, -300.5, 3e9, -3e9, 1e20, -0.99, 0.99],
-                     np.float64).astype(src)
+    """NaN, infinities and out-of-range values become what ORT's CPU EP gives (the x86 conversion
+    results, spelled out in cast.c): MLX's CUDA backend would saturate them in a bare astype."""
+    x = special(src)
     model = single_op_model("Cast", {"x": x}, attrs={"to": onnx_of(dst)}, out_dtypes=[onnx_of(dst)])
     assert_parity(model, {"x": x}, rtol=0, atol=0)
+
+
+# cast.c's table for float32, written out: ORT's CPU EP (checked too) and the EP must both give it.
+RULE_INPUTS = [np.nan, np.inf, -np.inf, 3e9, -3e9, 1e10, -1e10, 2.0 ** 64, -0.5, 300.7, -300.7, 70000.5]
+I32_MIN, I64_MIN = -2 ** 31, -2 ** 63
+RULES = {
+    np.int32: [I32_MIN] * 8 + [0, 300, -300, 70000],
+    np.int8: [0] * 9 + [44, -44, 112],
+    np.uint16: [0] * 9 + [300, 65236, 4464],
+    np.int64: [I64_MIN] * 3 + [3000000000, -3000000000, 10 ** 10, -10 ** 10, I64_MIN, 0, 300, -300, 70000],
+    np.uint32: [2 ** 31, 0, 2 ** 31, 3000000000, 2 ** 31, 0, 2 ** 31, 0, 0, 300, 2 ** 32 - 300, 70000],
+    np.uint64: [2 ** 63, 0, 2 ** 63, 3000000000, 2 ** 64 - 3000000000, 10 ** 10, 2 ** 64 - 10 ** 10, 0, 0, 300,
+                2 ** 64 - 300, 70000],
+}
+
+
+@pytest.mark.parametrize("dst", list(RULES), ids=lambda t: np.dtype(t).name)
+def test_cast_float32_rules(dst):
+    x = np.array(RULE_INPUTS, np.float32)
+    want = np.array(RULES[dst], dst)
+    model = single_op_model("Cast", {"x": x}, attrs={"to": onnx_of(dst)}, out_dtypes=[onnx_of(dst)])
+    np.testing.assert_array_equal(run_cpu(model, {"x": x})[0], want)
+    np.testing.assert_array_equal(run_mlx(model, {"x": x})[0], want)
+
+
+def bfloat16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values as bfloat16 bit patterns (the high halves: exact for the powers of two)."""
+    return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def run_bfloat16(sess, bits: np.ndarray):
+    x = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, BF16)
+    return sess.run_with_ort_values(None, {"x": x})[0].numpy()
+
+
+@pytest.mark.parametrize("dst", INT_DTYPES + [np.bool_], ids=lambda t: np.dtype(t).name)
+def test_cast_special_bfloat16(dst):
+    """The special floats fed as bfloat16 (through OrtValue: numpy has no bfloat16), not through a
+    float32 -> bfloat16 Cast that ORT would fold into one cast."""
+    bits = bfloat16_bits(special(np.float32))
+    nodes = [helper.make_node("Cast", ["x"], ["y"], to=onnx_of(dst))]
+    model = make_model(nodes, [("x", BF16, [len(bits)])], [("y", onnx_of(dst), [len(bits)])], opset=21)
+    want = run_bfloat16(ort.InferenceSession(model, providers=["CPUExecutionProvider"]), bits)
+    sess = mlx_ep.session(model, strict=True)
+    for _ in range(PARITY_RUNS):  # eager, trace, replay
+        got = run_bfloat16(sess, bits)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("opset", [6, 9, 13, 19, 21, 23])
@@ -75,9 +147,6 @@ def chain_model(src: int, mid: int, dst: int, n: int) -> bytes:
     """x (src) -> Cast(mid) -> Cast(dst): reaches bfloat16, which numpy cannot feed or fetch."""
     nodes = [helper.make_node("Cast", ["x"], ["m"], to=mid), helper.make_node("Cast", ["m"], ["y"], to=dst)]
     return make_model(nodes, [("x", src, [n])], [("y", dst, [n])], opset=21)
-
-
-BF16 = TensorProto.BFLOAT16
 
 
 def cpu_cast(x: np.ndarray, to: int) -> np.ndarray:
