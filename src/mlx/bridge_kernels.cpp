@@ -148,8 +148,10 @@ const mx::fast::CustomKernelFunction &kv_append_kernel() {
   return kernel;
 }
 
-/* One warp per (row m, output n): the lanes walk the packed words of weight row n, dequantize each
- * value as scale * q + bias and accumulate x * w in float32; one rounding to T at the end. */
+/* One warp per (row m, output n): the lanes walk weight row n in 16-byte chunks (four packed words,
+ * one load each), dequantize each value as scale * q + bias and accumulate x * w in float32; the
+ * warp's sum is rounded once to T. A row that is not a whole number of aligned chunks takes the
+ * word-at-a-time loop for its tail. */
 const char *qgemv_source = R"(
   constexpr int VPW = 32 / BITS;
   constexpr unsigned MASK = (1u << BITS) - 1u;
@@ -164,16 +166,28 @@ const char *qgemv_source = R"(
   const float* sr = scales + (size_t)n * G;
   const float* br = biases + (size_t)n * G;
   float sum = 0.0f;
-  for (int i = lane; i < WORDS; i += 32) {
-    const uint32_t word = wr[i];
+  auto word_dot = [&](uint32_t word, int i) {
     const int k0 = i * VPW;
     const float sc = sr[k0 / GROUP], bi = br[k0 / GROUP];
+    float part = 0.0f;
 #pragma unroll
     for (int j = 0; j < VPW; j++) {
       const float q = static_cast<float>((word >> (j * BITS)) & MASK);
-      sum = fmaf(static_cast<float>(xr[k0 + j]), fmaf(sc, q, bi), sum);
+      part = fmaf(static_cast<float>(xr[k0 + j]), fmaf(sc, q, bi), part);
     }
+    sum += part;
+  };
+  const bool aligned = (reinterpret_cast<unsigned long long>(wr) & 15ull) == 0;
+  const int chunks = aligned ? WORDS / 4 : 0;
+#pragma unroll 2
+  for (int c = lane; c < chunks; c += 32) {
+    const uint4 q4 = reinterpret_cast<const uint4*>(wr)[c];
+    word_dot(q4.x, 4 * c);
+    word_dot(q4.y, 4 * c + 1);
+    word_dot(q4.z, 4 * c + 2);
+    word_dot(q4.w, 4 * c + 3);
   }
+  for (int i = 4 * chunks + lane; i < WORDS; i += 32) word_dot(wr[i], i);
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (lane == 0) out[(size_t)m * N + n] = static_cast<T>(sum);
 )";
@@ -306,7 +320,7 @@ mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, 
     if (static_cast<int64_t>(wa.shape(1)) * 32 != static_cast<int64_t>(k) * bits || k % group_size ||
         sa.shape(0) != n || sa.shape(1) != k / group_size || m < 1 || m > 65535 || n < 1)
       throw bridge_error("quantized GEMV: shapes do not fit");
-    enum { WARPS = 8 };
+    enum { WARPS = 4 }; /* small blocks: a 896-row projection still spreads over every multiprocessor */
     int threads = WARPS * 32;
     int64_t blocks = (static_cast<int64_t>(n) + WARPS - 1) / WARPS;
     if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");

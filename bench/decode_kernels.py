@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Where a decode step's GPU time goes, kernel by kernel (NVIDIA machines; needs torch with CUDA).
+
+Runs bench/decode_probe.py twice under torch.profiler (CUPTI records every CUDA kernel of the
+process, MLX's included), with a short and a long decode loop, and prints the difference divided
+by the extra steps: for each kernel name, launches and device microseconds per decode step.
+Everything else (model build, prefill, traces, the first Runs' JIT) cancels out.
+
+    bench/decode_kernels.py [--short 8] [--long 40] [--mode io|shared] [--top 30]
+
+With ORT_EP_MLX_LIBRARY and PYTHONPATH as for bench/run.py. One child process per profile.
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def profile_child(steps, mode):
+    """In the child: one probe run under the profiler; prints {kernel: [count, device_us]} as JSON."""
+    import runpy
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    sys.argv = ["decode_probe.py", "--config", "qwen2.5-0.5b", "--dtype", "float16", "--steps", str(steps),
+                "--mode", mode, "--loops", "1"]
+    torch.zeros(1, device="cuda")  # CUDA context before the profiler starts
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        runpy.run_path(os.path.join(ROOT, "bench", "decode_probe.py"), run_name="__main__")
+    table = {k.key: [k.count, k.self_device_time_total] for k in p.key_averages() if k.self_device_time_total > 0}
+    print("KERNELS " + json.dumps(table))
+
+
+def run_profile(steps, mode):
+    out = subprocess.run([sys.executable, __file__, "--child", str(steps), "--mode", mode],
+                         capture_output=True, text=True, check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("KERNELS "))
+    return json.loads(line[len("KERNELS "):])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--short", type=int, default=8)
+    ap.add_argument("--long", type=int, default=40)
+    ap.add_argument("--mode", default="io")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child is not None:
+        return profile_child(args.child, args.mode)
+    a, b = run_profile(args.short, args.mode), run_profile(args.long, args.mode)
+    steps = args.long - args.short
+    per_step = collections.Counter()
+    launches = {}
+    for name in set(a) | set(b):
+        ca, ta = a.get(name, [0, 0.0])
+        cb, tb = b.get(name, [0, 0.0])
+        if cb - ca > 0:
+            per_step[name] = (tb - ta) / steps
+            launches[name] = (cb - ca) / steps
+    total_us, total_n = sum(per_step.values()), sum(launches.values())
+    print(f"per decode step ({args.mode}, {steps} extra steps): {total_n:.0f} launches/copies, "
+          f"{total_us:.0f} us of device time")
+    for name, us in per_step.most_common(args.top):
+        print(f"  {launches[name]:7.1f} x {us:9.1f} us  {name[:120]}")
+
+
+if __name__ == "__main__":
+    main()
