@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Compiles the EP's own CUDA kernels (src/mlx/bridge_kernels.cpp) with nvcc for the H200's sm_90,
+the way MLX's CUDA backend wraps them (mlx/backend/cuda/custom_kernel.cpp: each input a `const T*`
+plus `<name>_shape` when the source reads it, template arguments as constexpr/using lines before the
+body), so a typo or a type error shows here and not after a device call. Needs nvcc (CUDA 12+).
+It checks that the kernels compile, not what they compute: the GPU suite does that.
+
+    tools/check_cuda_kernels.py [--nvcc PATH] [-v]
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(ROOT, "src", "mlx", "bridge_kernels.cpp")
+
+PRELUDE = """#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda/std/array>
+#include <cuda/std/limits>
+#include <cooperative_groups.h>
+#include <cstdint>
+using Shape = cuda::std::array<int32_t, 10>;
+#define inf cuda::std::numeric_limits<float>::infinity()
+"""
+
+# kernel source variable -> (header variable or None, inputs [(name, type)], outputs [(name, type)],
+# instantiations: list of {template argument: value}). "T" in a type is the T template argument.
+KERNELS = {
+    "decode_attention_source": ("rope_header",
+        [("q", "T"), ("k", "T"), ("v", "T"), ("lens", "int64_t"), ("params", "float"), ("rope_pos", "int64_t"),
+         ("cos", "T"), ("sin", "T")], [("out", "T")],
+        [dict(T="__half", HEAD=64, HQ=14, HKV=2, WARPS=8, WINDOW=0, ROT=64, INTER=False),
+         dict(T="float", HEAD=128, HQ=8, HKV=8, WARPS=8, WINDOW=16, ROT=0, INTER=True)]),
+    "kv_append_source": ("rope_header",
+        [("past_k", "T"), ("past_v", "T"), ("k", "T"), ("v", "T"), ("at_pos", "int64_t"), ("plen", "int32_t"),
+         ("rope_pos", "int64_t"), ("cos", "T"), ("sin", "T")], [("out_k", "T"), ("out_v", "T")],
+        [dict(T="__half", HEAD=64, ROT=64, INTER=False), dict(T="__nv_bfloat16", HEAD=96, ROT=32, INTER=True)]),
+    "qgemv_source": (None,
+        [("x", "T"), ("w", "uint32_t"), ("scales", "float"), ("biases", "float")], [("out", "T")],
+        [dict(T="__half", BITS=4, GROUP=32, WARPS=4), dict(T="float", BITS=2, GROUP=64, WARPS=4),
+         dict(T="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4)]),
+}
+
+
+def raw_strings(text):
+    return dict(re.findall(r'const char \*(\w+) = R"\((.*?)\)";', text, re.S))
+
+
+def constant_line(name, value):
+    if isinstance(value, bool):
+        return f"  constexpr bool {name} = {'true' if value else 'false'};"
+    if isinstance(value, int):
+        return f"  constexpr int {name} = {value};"
+    return f"  using {name} = {value};"
+
+
+def wrap(index, source_name, header, inputs, outputs, args, body):
+    t = args.get("T", "float")
+    params = []
+    for name, typ in inputs:
+        params.append(f"const {t if typ == 'T' else typ}* {name}")
+        if f"{name}_shape" in body:
+            params.append(f"const __grid_constant__ Shape {name}_shape")
+    params += [f"{t if typ == 'T' else typ}* {name}" for name, typ in outputs]
+    lines = [f"__global__ void {source_name}_{index}(" + ", ".join(params) + ") {"]
+    lines += [constant_line(k, v) for k, v in args.items()]
+    return "namespace mlx::core::cu {\n" + "\n".join(lines) + "\n" + body + "\n}\n}\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
+    ap.add_argument("-v", action="store_true")
+    args = ap.parse_args()
+    if not os.path.exists(args.nvcc):
+        print("nvcc not found", file=sys.stderr)
+        return 2
+    strings = raw_strings(open(SOURCE).read())
+    missing = [k for k in KERNELS if k not in strings]
+    unknown = [k for k in strings if k.endswith("_source") and k not in KERNELS]
+    if missing or unknown:
+        print(f"kernel table out of date: missing {missing}, not described {unknown}", file=sys.stderr)
+        return 1
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for source_name, (header, inputs, outputs, instances) in KERNELS.items():
+            unit = PRELUDE + (strings[header] if header else "")
+            for i, inst in enumerate(instances):
+                unit += wrap(i, source_name, header, inputs, outputs, inst, strings[source_name])
+            path = os.path.join(tmp, source_name + ".cu")
+            open(path, "w").write(unit)
+            r = subprocess.run([args.nvcc, "-std=c++17", "-arch=sm_90", "-c", path, "-o", path + ".o",
+                                "-Xptxas", "-v"], capture_output=True, text=True)
+            ok = r.returncode == 0
+            failed += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {source_name} ({len(instances)} instantiations)")
+            if not ok or args.v:
+                print(r.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
