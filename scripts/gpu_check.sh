@@ -56,7 +56,7 @@ done
 ptx=${MLX_PTX_CACHE_DIR:-/tmp/mlx-ptx-cache}
 export MLX_PTX_CACHE_DIR=$ptx
 mkdir -p "$ptx"
-cached=$(for d in ${wheels//:/ }; do ls "$d"/ptxcache.tar.xz.part.* 2>/dev/null; done | sort)
+cached=$(for d in ${wheels//:/ }; do ls "$d"/ptxcache.tar.xz.part.* 2>/dev/null || true; done | sort)
 if [ -n "$cached" ]; then cat $cached | xz -d | tar x -C "$ptx" || true; fi
 save_ptx_cache() { # in parts of 15 MB (a device call hands back files of up to 16 MB, 8 at most)
   [ -n "${OUT:-}" ] && [ -d "$ptx" ] || return 0
