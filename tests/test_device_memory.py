@@ -129,3 +129,54 @@ def test_iobinding_decode_keeps_kv_on_device(tmp_path):
     assert st["device_inputs"] >= (steps - 1) * n_kv, st
     # every output is written in device memory: ORT copies the logits to the host binding itself
     assert st["device_outputs"] == steps * (n_kv + 1) and st["host_outputs"] == 0, st
+
+
+def test_shared_kv_buffer_written_in_place(tmp_path):
+    """onnxruntime-genai's past_present_share_buffer: one device buffer of max_len rows per KV
+    tensor, bound as both the past input and the present output of every step. The logits and the
+    valid cache rows match ORT's CPU EP fed the same buffers functionally. On MLX's CUDA backend
+    the compiled one-token steps write the new rows into the buffer (inplace_outputs) and hand no
+    present back; with host memory standing in for the device (CI) every present is copied."""
+    model = make_llm(TINY, weights="int4", block_size=32)
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    report = tmp_path / "r.txt"
+    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
+    names = [o.name for o in sess.get_outputs()]
+    past_names = [n.replace("present", "past_key_values") for n in names[1:]]
+    shape = (1, TINY.kv_heads, 32, TINY.head_dim)
+    mi = device_memory_info()
+    bufs = {k: ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32, memory_info=mi) for k in past_names}
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32)) for _ in past_names],
+                     list(bufs.values()))
+    ref_past = {k: np.zeros(shape, np.float32) for k in past_names}
+    ids = np.array([[3, 7, 11, 19, 23]], np.int64)
+    steps = 12
+    for step in range(steps):
+        mask = np.ones((1, ids.shape[1] if step == 0 else total + 1), np.int64)
+        total = mask.shape[1]
+        ref = cpu.run(None, {"input_ids": ids, "attention_mask": mask, **ref_past})
+        io = sess.io_binding()
+        io.bind_cpu_input("input_ids", ids)
+        io.bind_cpu_input("attention_mask", mask)
+        io.bind_output("logits", "cpu")  # first: get_outputs() follows the binding order
+        for n, k in zip(names[1:], past_names):
+            io.bind_ortvalue_input(k, bufs[k])
+            io.bind_ortvalue_output(n, bufs[k])
+        sess.run_with_iobinding(io)
+        logits = io.get_outputs()[0].numpy()
+        np.testing.assert_allclose(logits, ref[0], rtol=2e-3, atol=2e-3, err_msg=f"step {step}")
+        for k, r in zip(past_names, ref[1:]):
+            np.testing.assert_allclose(to_host(bufs[k])[:, :, :total], r[:, :, :total], rtol=2e-3, atol=2e-3,
+                                       err_msg=f"step {step}, {k}")
+        ref_past = dict(zip(past_names, ref[1:]))
+        ids = ref[0][:, -1].argmax(-1).reshape(1, 1)
+    del io, sess
+    gc.collect()
+    st = report_stats(report.read_text())
+    n_kv = 2 * TINY.layers
+    assert st["device_inputs"] >= steps * n_kv and st["host_outputs"] == 0, st
+    if os.environ.get("ORT_EP_MLX_DEVICE_MEMORY") == "host":
+        assert st["inplace_outputs"] == 0, st  # no in-place kernel on MLX's CPU backend
+    else:
+        # one-token steps after each signature's first (eager) Run: at least half of the 11
+        assert st["inplace_outputs"] % n_kv == 0 and st["inplace_outputs"] >= 6 * n_kv, st

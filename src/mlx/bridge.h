@@ -238,10 +238,11 @@ typedef struct mlxb_rope {
   bool interleaved;
 } mlxb_rope;
 bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size);
-/* rope (may be NULL) rotates q inside the kernel. */
+/* rope (may be NULL) rotates q inside the kernel; after (may be NULL) is an array the kernel runs
+ * after (mlxb_decode_kv_write's). */
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
                                   const mlxb_array *lengths, float scale, float softcap, int64_t window,
-                                  const mlxb_rope *rope);
+                                  const mlxb_rope *rope, const mlxb_array *after);
 /* A one-token step's KV cache in one kernel: present [B, Hkv, plen, D] holds past rows
  * t < at_b (zeros past the past buffer's length), the new row k/v [B, Hkv, 1, D] at t = at_b
  * (k rotated by rope when rope is not NULL) and zeros after; at = at_positions [B] (int). Rows
@@ -249,6 +250,17 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
 int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_array *past_v, const mlxb_array *k,
                           const mlxb_array *v, const mlxb_array *at_positions, int64_t plen, const mlxb_rope *rope,
                           mlxb_array **present_k, mlxb_array **present_v);
+/* The in-place form of the append for a buffer that is past and present at once (onnxruntime-genai's
+ * shared KV buffer): writes row at_b of caches k, v [B, Hkv, L, D] (one dtype with the new rows;
+ * device buffers the caller may have written) with the new rows (k rotated by rope), nothing where
+ * at_b is outside [0, L). Returns a one-element array to order readers of the caches after the
+ * write (mlxb_decode_attention's `after`); the caches themselves are the present. Same availability
+ * as decode attention. */
+mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const mlxb_array *cache_v,
+                                  const mlxb_array *k, const mlxb_array *v, const mlxb_array *at_positions,
+                                  const mlxb_rope *rope);
+/* Whether evaluated `a` is the array of device buffer `data` (one of ours) from its first byte. */
+bool mlxb_holds_buffer(const mlxb_array *a, const void *data);
 /* q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; mask_mode "" or "causal"; mask and sinks may be NULL. */
 mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
                       const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks);

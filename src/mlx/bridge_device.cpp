@@ -349,6 +349,17 @@ mlxb_array *mlxb_borrow_device(mlxb_scope *s, const void *data, const int64_t *d
   });
 }
 
+bool mlxb_holds_buffer(const mlxb_array *a, const void *data) {
+  try {
+    device_state &st = state();
+    if (!a || !data || !st.ready) return false;
+    const mx::array &x = arr(a);
+    return x.is_available() && device_address(st, x) == static_cast<const char *>(data);
+  } catch (...) {
+    return false;
+  }
+}
+
 mlxb_array *mlxb_pad_axis(mlxb_scope *s, const mlxb_array *a, int axis, int64_t pad) {
   return guard(s, "mlxb_pad_axis", [&] {
     const mx::array &x = arr(a);

@@ -110,7 +110,8 @@ __device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, i
 
 const mx::fast::CustomKernelFunction &decode_attention_kernel() {
   static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel("ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin"},
+      mx::fast::cuda_kernel("ort_ep_mlx_decode_attention",
+                            {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order"},
                             {"out"}, decode_attention_source, rope_header, true, 0);
   return kernel;
 }
@@ -198,6 +199,38 @@ const mx::fast::CustomKernelFunction &qgemv_kernel() {
   return kernel;
 }
 
+/* KV write: the shared buffer's in-place form of the append. One thread per (sequence, head,
+ * channel) of the new rows writes row at_b of the caches, which are the step's past and present
+ * at once (onnxruntime-genai's past_present_share_buffer), so the cache is neither copied nor
+ * handed back. The caches arrive as inputs (MLX has no in-place kernel outputs): the kernel
+ * writes through them, and its one-element output orders the attention kernel after it. A
+ * position outside the buffer writes nothing. */
+const char *kv_write_source = R"(
+  const int B = k_shape[0], HKV = k_shape[1], L = cache_k_shape[2];
+  const long long n = (long long)B * HKV * HEAD;
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx == 0) done[0] = 1;
+  if (idx >= n) return;
+  const int d = idx % HEAD;
+  const long long bh = idx / HEAD;
+  const int b = bh / HKV;
+  const long long at = at_pos[b];
+  if (at < 0 || at >= L) return;
+  const int pos = ROT > 0 ? clamp_position(rope_pos[b], cos_shape[0]) : 0;
+  T* ck = const_cast<T*>(cache_k);
+  T* cv = const_cast<T*>(cache_v);
+  ck[(bh * L + at) * HEAD + d] = static_cast<T>(rotated<T, ROT, INTER>(k + bh * HEAD, d, cos, sin, pos));
+  cv[(bh * L + at) * HEAD + d] = v[bh * HEAD + d];
+)";
+
+/* ensure_row_contiguous off: a copy of a cache would take the writes instead of the cache. */
+const mx::fast::CustomKernelFunction &kv_write_kernel() {
+  static const mx::fast::CustomKernelFunction kernel =
+      mx::fast::cuda_kernel("ort_ep_mlx_kv_write", {"cache_k", "cache_v", "k", "v", "at_pos", "rope_pos", "cos", "sin"},
+                            {"done"}, kv_write_source, rope_header, false, 0);
+  return kernel;
+}
+
 /* The rope's arrays for a kernel (a one-element stand-in when there is none: the kernels' inputs
  * are fixed) and its template arguments. */
 struct rope_inputs {
@@ -235,7 +268,7 @@ bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t 
 
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
                                   const mlxb_array *lengths, float scale, float softcap, int64_t window,
-                                  const mlxb_rope *rope) {
+                                  const mlxb_rope *rope, const mlxb_array *after) {
   return guard(s, "mlxb_decode_attention", [&] {
     const mx::array &qa = arr(q), &ka = arr(k), &va = arr(v), &la = arr(lengths);
     if (qa.ndim() != 4 || ka.ndim() != 4 || va.ndim() != 4 || qa.shape(2) != 1)
@@ -254,7 +287,9 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
     rope_inputs r = rope_for(rope, b, d, t, dev);
     int threads = DECODE_WARPS * 32;
     auto outs = decode_attention_kernel()(
-        {mx::reshape(qa, {b * hq * d}, dev), kk, vv, lens, params, r.pos, r.cos, r.sin}, {qa.shape()}, {t},
+        {mx::reshape(qa, {b * hq * d}, dev), kk, vv, lens, params, r.pos, r.cos, r.sin,
+         after ? arr(after) : mx::zeros({1}, mx::int32, dev)},
+        {qa.shape()}, {t},
         {b * hq * threads, 1, 1}, {threads, 1, 1},
         {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)},
          {"WINDOW", static_cast<int>(window > 0 && window < len ? window : 0)}, {"ROT", r.dims},
@@ -297,6 +332,36 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
         std::nullopt, false, dev);
     *present_k = scope_keep(s, outs.at(0));
     *present_v = scope_keep(s, outs.at(1));
+  });
+}
+
+mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const mlxb_array *cache_v,
+                                  const mlxb_array *k, const mlxb_array *v, const mlxb_array *at_positions,
+                                  const mlxb_rope *rope) {
+  return guard(s, "mlxb_decode_kv_write", [&] {
+    const mx::array &ck = arr(cache_k), &cv = arr(cache_v), &ka = arr(k), &va = arr(v), &at = arr(at_positions);
+    if (ka.ndim() != 4 || ka.shape(2) != 1 || va.shape() != ka.shape() || ck.ndim() != 4 || cv.shape() != ck.shape() ||
+        ck.shape(0) != ka.shape(0) || ck.shape(1) != ka.shape(1) || ck.shape(3) != ka.shape(3))
+      throw bridge_error("kv write takes caches k, v [B, Hkv, L, D] and the new rows [B, Hkv, 1, D]");
+    if (ck.dtype() != ka.dtype() || cv.dtype() != ka.dtype() || va.dtype() != ka.dtype())
+      throw bridge_error("kv write: the caches and the new rows must share one dtype (no copy may take the writes)");
+    int b = ka.shape(0), hkv = ka.shape(1), d = ka.shape(3);
+    if (d > DECODE_MAX_HEAD || at.size() != static_cast<size_t>(b)) throw bridge_error("kv write: shapes do not fit");
+    if (!is_cuda_gpu(s)) throw bridge_error("kv write runs on MLX's CUDA backend only");
+    mx::Dtype t = ka.dtype();
+    auto dev = scope_dev(s);
+    rope_inputs r = rope_for(rope, b, d, t, dev);
+    int threads = 256;
+    int64_t n = static_cast<int64_t>(b) * hkv * d;
+    int64_t grid = (n + threads - 1) / threads * threads;
+    if (grid > std::numeric_limits<int>::max()) throw bridge_error("kv write: too many rows for one launch");
+    auto outs = kv_write_kernel()(
+        {ck, cv, mx::contiguous(ka, false, dev), mx::contiguous(va, false, dev),
+         mx::reshape(mx::issubdtype(at.dtype(), mx::integer) ? at : mx::astype(at, mx::int64, dev), {b}, dev),
+         r.pos, r.cos, r.sin},
+        {{1}}, {mx::int32}, {static_cast<int>(grid), 1, 1}, {threads, 1, 1},
+        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}}, std::nullopt, false, dev);
+    return outs.at(0);
   });
 }
 

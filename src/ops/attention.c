@@ -726,6 +726,15 @@ static bool gqa_step_fits(op_ctx *c, mlxb_array *q, mlxb_array *v, int64_t seq, 
   return mlxb_dim(v, 3) == h && mlxb_decode_attention_available(op_scope(c), mlxb_type(q), h);
 }
 
+/* onnxruntime-genai's shared KV buffer: the caller bound one device buffer as past and present of
+ * the same length, so the step writes its new rows into it and hands nothing back (as ORT's CUDA
+ * EP does). */
+static bool gqa_writes_in_place(op_ctx *c, mlxb_array *k, mlxb_array *v, int64_t plen) {
+  mlxb_array *pk = op_input(c, 3), *pv = op_input(c, 4);
+  if (op_output_alias(c, 1) != 3 || op_output_alias(c, 2) != 4) return false;
+  return mlxb_dim(pk, 2) == plen && mlxb_type(pk) == mlxb_type(k) && mlxb_type(pv) == mlxb_type(v);
+}
+
 static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb_array *past_b,
                     mlxb_array *total_b, int64_t plen) {
   mlxb_scope *s = op_scope(c);
@@ -742,13 +751,18 @@ static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb
                        .interleaved = attn_flag(n, "rotary_interleaved", 0)};
     rot = &rope;
   }
-  mlxb_array *present_k = NULL, *present_v = NULL;
-  if (mlxb_decode_kv_append(s, op_input(c, 3), op_input(c, 4), k, v, at, plen, rot, &present_k, &present_v))
+  mlxb_array *present_k = NULL, *present_v = NULL, *written = NULL;
+  if (gqa_writes_in_place(c, k, v, plen)) {
+    written = mlxb_decode_kv_write(s, op_input(c, 3), op_input(c, 4), k, v, at, rot);
+    present_k = mlxb_ref(s, op_input(c, 3));
+    present_v = mlxb_ref(s, op_input(c, 4));
+  } else if (mlxb_decode_kv_append(s, op_input(c, 3), op_input(c, 4), k, v, at, plen, rot, &present_k, &present_v)) {
     return op_check(c);
+  }
   float softcap = ir_attr_float(n, "softcap", 0.0f);
   int64_t window = ir_attr_int(n, "local_window_size", -1);
   mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, total_b, attn_contrib_scale(n, h), softcap,
-                                        window, rot);
+                                        window, rot, written);
   return attn_set_outputs(c, attn_from_bnsh(s, y), present_k, present_v, NULL);
 }
 

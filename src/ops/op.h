@@ -129,6 +129,11 @@ int op_read_ints(op_ctx *c, mlxb_array *a, int64_t *out, int max);
 /* Whether input i's host integers are known without evaluating anything (a constant, or a value
  * of the signature computed from shapes and constants). */
 bool op_input_known(const op_ctx *c, int i);
+/* The input of this node whose buffer the caller also bound as output k's (onnxruntime-genai's
+ * shared KV buffer: one device buffer is past and present), or -1. Only in a compiled Run that saw
+ * it; the lowering may then write that output in place and set it to the input itself, and the
+ * Run hands nothing back for it. Both must be the cluster's own input and output. */
+int op_output_alias(const op_ctx *c, int k);
 
 /* Records a failure (node and op are prefixed by the caller) and returns -1; when a bridge call
  * of this node failed already, its message is the one recorded (the cause, not a symptom). */

@@ -29,6 +29,7 @@ enum { MAX_RANK = 64 };
 
 typedef struct run_state {
   mlxb_scope *s;
+  const int *alias; /* the aliased program's map (op_output_alias), or NULL */
   mlxb_array **vals;
   seq_value *seqs;
   host_value *host;
@@ -38,6 +39,7 @@ typedef struct run_state {
 static int run_state_init_frame(run_state *r, const graph_frame *f, mlxb_scope *s) {
   r->n_values = f->g->n_values;
   r->s = s;
+  r->alias = NULL;
   r->vals = calloc((size_t)r->n_values + 1, sizeof *r->vals);
   r->seqs = calloc((size_t)r->n_values + 1, sizeof *r->seqs);
   r->host = calloc((size_t)r->n_values + 1, sizeof *r->host);
@@ -174,7 +176,7 @@ static int lower_frame(op_ctx *c, run_state *r) {
 
 static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
   op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .run_s = r->s, .vals = r->vals, .seqs = r->seqs,
-              .host = r->host, .known = known, .tracing = tracing, .checks = checks, .d = d};
+              .host = r->host, .known = known, .tracing = tracing, .checks = checks, .alias = r->alias, .d = d};
   return lower_frame(&c, r);
 }
 
@@ -491,12 +493,59 @@ int op_read_ints(op_ctx *c, mlxb_array *a, int64_t *out, int max) {
   return (int)n;
 }
 
+int op_output_alias(const op_ctx *c, int k) {
+  if (!c->alias || c->outer || k < 0 || k >= c->node->n_outputs || c->node->outputs[k] < 0) return -1;
+  const ir_graph *g = c->g;
+  int out = c->node->outputs[k];
+  for (int i = 0; i < g->n_outputs; i++) {
+    if (g->outputs[i] != out || c->alias[i] < 0) continue;
+    int in = g->inputs[c->alias[i]];
+    for (int m = 0; m < c->node->n_inputs; m++)
+      if (c->node->inputs[m] == in) return m;
+  }
+  return -1;
+}
+
 bool op_input_known(const op_ctx *c, int i) {
   if (!op_has_input(c, i)) return false;
   int v = c->node->inputs[i];
   const ir_value *val = &c->g->values[v];
   if (val->is_const && val->const_data && is_int_dtype(val->dtype)) return true;
   return (c->known && c->known[v].ints) || c->host[v].ints;
+}
+
+/* What a Run with device memory knows of its outputs before its program runs: onnxruntime-genai
+ * binds one device buffer as a KV cache's past input and present output, and a program that
+ * knows it (op_output_alias) writes the new rows in place instead of a whole present to copy. */
+typedef struct out_binding {
+  int n;           /* the cluster's outputs; 0 when the Run has no device memory (all else unused) */
+  void **dst;      /* per output: ORT's buffer, asked for before the program ran, or NULL */
+  int *alias;      /* per output: the input whose buffer dst is, or -1 */
+  bool any_alias;  /* some alias[i] >= 0 and the program was traced for them */
+  int64_t *shapes; /* per output: dtype, rank, dims as this Run wrote them (a new entry's out_shapes) */
+} out_binding;
+
+enum { OUT_SHAPE_STRIDE = OUT_SHAPE_RANK + 2 };
+
+static int out_binding_init(out_binding *ob, int n) {
+  memset(ob, 0, sizeof *ob);
+  if (!mlxb_device_memory_available() || n <= 0) return 0;
+  ob->dst = calloc((size_t)n, sizeof *ob->dst);
+  ob->alias = malloc(sizeof *ob->alias * (size_t)n);
+  ob->shapes = malloc(sizeof *ob->shapes * (size_t)n * OUT_SHAPE_STRIDE);
+  if (!ob->dst || !ob->alias || !ob->shapes) return -1;
+  for (int i = 0; i < n; i++) {
+    ob->alias[i] = -1;
+    ob->shapes[(size_t)i * OUT_SHAPE_STRIDE + 1] = -1; /* rank unknown until written */
+  }
+  ob->n = n;
+  return 0;
+}
+
+static void out_binding_free(out_binding *ob) {
+  free(ob->dst);
+  free(ob->alias);
+  free(ob->shapes);
 }
 
 /* The axis of output i that carries a padded Run's extra rows, or -1. */
@@ -517,8 +566,25 @@ static int copy_to_host(mlxb_scope *s, mlxb_array *a, int32_t declared, int axis
 
 /* Copies evaluated output i into the buffer ORT allocates for it, without the trailing rows of
  * a padded output (never a packed sub-byte one: buckets.c refuses those). */
-static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_pad *rp, rt_output_alloc_fn alloc,
-                       void *user, bool *on_device, diag *d) {
+/* Keeps output i's dtype and dims (before any padding is cut) for find_aliases' next Runs. */
+static void note_out_shape(out_binding *ob, int i, int32_t dtype, bool emulated, mlxb_array *a) {
+  if (!ob->n) return;
+  int64_t *at = ob->shapes + (size_t)i * OUT_SHAPE_STRIDE;
+  int rank = mlxb_ndim(a);
+  if (emulated || rank > OUT_SHAPE_RANK) return; /* stays unknown: never aliased */
+  at[0] = dtype;
+  at[1] = rank;
+  mlxb_shape(a, at + 2);
+}
+
+static bool same_dims(const int64_t *a, const int64_t *b, int rank) {
+  for (int k = 0; k < rank; k++)
+    if (a[k] != b[k]) return false;
+  return true;
+}
+
+static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_pad *rp, out_binding *ob,
+                       rt_output_alloc_fn alloc, void *user, bool *on_device, diag *d) {
   int axis = padded_axis(rp, i);
   int64_t dims[MAX_RANK];
   int rank = mlxb_ndim(a);
@@ -529,7 +595,19 @@ static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_p
   int32_t declared = p->g->values[p->g->outputs[i]].dtype;
   bool emulated = ir_dtype_emulated_bits(declared) != 0;
   int32_t dtype = emulated ? declared : op_onnx_dtype(mlxb_type(a));
-  if (alloc(user, i, dtype, dims, rank, &dst, d)) return -1;
+  if (ob->n && ob->dst[i]) {
+    const int64_t *known = ob->shapes + (size_t)i * OUT_SHAPE_STRIDE; /* what find_aliases asked ORT for */
+    if (known[0] != dtype || known[1] != rank || !same_dims(known + 2, dims, rank))
+      return diag_fail(d, "%s: output %d changed dtype or shape within its signature", p->name, i);
+    dst = ob->dst[i];
+  } else if (alloc(user, i, dtype, dims, rank, &dst, d)) {
+    return -1;
+  }
+  note_out_shape(ob, i, dtype, emulated, a);
+  if (ob->n && ob->alias[i] >= 0 && mlxb_holds_buffer(a, dst)) {
+    PLAN_STAT_ADD(p, inplace_outputs, 1); /* the program wrote it in place: nothing to copy */
+    return 0;
+  }
   size_t n = mlxb_size(a), item = mlxb_dtype_size(mlxb_type(a)), kept = 1;
   for (int k = 0; k < rank; k++) kept *= (size_t)dims[k];
   int rc;
@@ -547,11 +625,12 @@ static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_p
 /* Evaluates the outputs and the checks' summary (results[n], when there are checks) at once, fails
  * the Run when a check is violated, else copies the outputs into the buffers the caller hands out. */
 static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const check_list *checks, const run_pad *rp,
-                         rt_output_alloc_fn alloc, void *user, diag *d) {
+                         out_binding *ob, rt_output_alloc_fn alloc, void *user, diag *d) {
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
     if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
-    results[i] = mlxb_contiguous(s, results[i]);
+    /* an output written in place is its input's own array: a contiguous copy would hide that */
+    if (!(ob->n && ob->alias[i] >= 0)) results[i] = mlxb_contiguous(s, results[i]);
   }
   size_t n_eval = (size_t)n + (checks->n > 0);
   if (checks->n > 0 && !results[n]) return diag_fail(d, "%s: the checks were not computed", p->name);
@@ -563,7 +642,7 @@ static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const che
   if (checks->n > 0 && checks_verdict(p, s, results[n], checks, d)) return -1;
   bool on_device = false;
   int rc = 0;
-  for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, rp, alloc, user, &on_device, d);
+  for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, rp, ob, alloc, user, &on_device, d);
   /* queued device copies read MLX buffers that the scope frees next: wait for them, even on error */
   if (on_device && mlxb_device_finish(s) && !rc) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   uint64_t t2 = now_us();
@@ -605,9 +684,8 @@ done:
 }
 
 /* The trace callback of compiled programs: lowers the cluster on MLX's placeholder inputs. */
-static int trace_cluster(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
-                         int n_outputs) {
-  sig_entry *e = user;
+static int trace_cluster_with(sig_entry *e, const int *alias, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs,
+                              mlxb_array **outputs, int n_outputs) {
   plan *p = e->owner;
   diag d;
   diag_init(&d);
@@ -623,9 +701,17 @@ static int trace_cluster(void *user, mlxb_scope *s, mlxb_array *const *inputs, i
     goto done;
   }
   for (int i = 0; i < n_inputs && i < p->g->n_inputs; i++) r.vals[p->g->inputs[i]] = inputs[i];
+  r.alias = alias;
   if (lower_nodes(p, &r, e->host, true, &checks, &d)) goto done;
   for (int i = 0; i < p->g->n_outputs; i++) outputs[i] = r.vals[p->g->outputs[i]];
   outputs[p->g->n_outputs] = checks_summary(s, &checks);
+  pthread_mutex_lock(&p->lock);
+  bool mismatch = e->checks_known && e->checks.n != checks.n; /* both programs answer to one rule list */
+  pthread_mutex_unlock(&p->lock);
+  if (mismatch) {
+    diag_fail(&d, "%s: the in-place program's validity checks differ from the plain one's", p->name);
+    goto done;
+  }
   keep_trace_checks(p, &e->checks, &e->checks_known, &checks);
   PLAN_STAT_ADD(p, traces, 1);
   rc = 0;
@@ -634,6 +720,17 @@ done:
   check_list_free(&checks);
   run_state_free(&r);
   return rc;
+}
+
+static int trace_cluster(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
+                         int n_outputs) {
+  return trace_cluster_with(user, NULL, s, inputs, n_inputs, outputs, n_outputs);
+}
+
+static int trace_cluster_aliased(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs,
+                                 mlxb_array **outputs, int n_outputs) {
+  sig_entry *e = user;
+  return trace_cluster_with(e, e->alias_map, s, inputs, n_inputs, outputs, n_outputs);
 }
 
 /* Replays (tracing if needed) the entry's program; returns 1 when the cluster cannot be
@@ -649,22 +746,58 @@ static void trace_failed_locked(plan *p, sig_entry *e, const char *why) {
   PLAN_STAT_ADD(p, trace_failures, 1);
 }
 
-static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry *e, mlxb_array **results,
-                        check_list *checks, diag *d) {
+/* The entry's program for a Run whose outputs alias inputs (find_aliases), traced on first need
+ * for the first aliasing seen; NULL for another aliasing or after a failed trace (the plain
+ * program serves the Run then). Under p->lock. */
+static mlxb_program *alias_program_locked(plan *p, sig_entry *e, const int *alias) {
+  int n = p->g->n_outputs;
+  if (e->alias_uncompilable || e->uncompilable) return NULL;
+  if (!e->alias_map) {
+    e->alias_map = malloc(sizeof *e->alias_map * (size_t)n);
+    if (!e->alias_map) return NULL;
+    memcpy(e->alias_map, alias, sizeof *alias * (size_t)n);
+    char err[256] = "";
+    e->alias_program = mlxb_compile(p->cfg.device, trace_cluster_aliased, e, n + 1, false, err, sizeof err);
+    if (!e->alias_program) e->alias_uncompilable = true;
+  }
+  return memcmp(e->alias_map, alias, sizeof *alias * (size_t)n) ? NULL : e->alias_program;
+}
+
+static bool any_alias(const out_binding *ob) {
+  for (int i = 0; i < ob->n; i++)
+    if (ob->alias[i] >= 0) return true;
+  return false;
+}
+
+/* The aliases hold only for a program traced with them: any other path copies every output. */
+static void drop_aliases(out_binding *ob) {
+  for (int i = 0; i < ob->n; i++) ob->alias[i] = -1;
+  ob->any_alias = false;
+}
+
+static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry *e, out_binding *ob,
+                        mlxb_array **results, check_list *checks, diag *d) {
   pthread_mutex_lock(&p->lock);
-  if (!e->program && !e->uncompilable) {
+  mlxb_program *prog = any_alias(ob) ? alias_program_locked(p, e, ob->alias) : NULL;
+  ob->any_alias = prog != NULL;
+  if (!prog && !e->program && !e->uncompilable) {
     char err[256] = "";
     e->program = mlxb_compile(p->cfg.device, trace_cluster, e, p->g->n_outputs + 1, false, err, sizeof err);
     if (!e->program) trace_failed_locked(p, e, err);
   }
-  mlxb_program *prog = e->uncompilable ? NULL : e->program;
+  if (!prog) prog = e->uncompilable ? NULL : e->program;
   pthread_mutex_unlock(&p->lock);
+  if (!ob->any_alias) drop_aliases(ob);
   if (!prog) return 1;
   if (mlxb_program_call(s, prog, in, p->g->n_inputs, results, p->g->n_outputs + 1)) {
     pthread_mutex_lock(&p->lock);
-    trace_failed_locked(p, e, mlxb_error(s)); /* e.g. a Reshape fed by data: this cluster runs eagerly */
+    if (ob->any_alias) /* the in-place program alone fails: the plain one serves from now on */
+      e->alias_uncompilable = true;
+    else
+      trace_failed_locked(p, e, mlxb_error(s)); /* e.g. a Reshape fed by data: this cluster runs eagerly */
     pthread_mutex_unlock(&p->lock);
     mlxb_clear_error(s);
+    drop_aliases(ob);
     return 1;
   }
   pthread_mutex_lock(&p->lock); /* a program call has traced it, here or on another thread */
@@ -673,6 +806,39 @@ static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry
   if (!known) return diag_fail(d, "%s: the program's checks are unknown", p->name);
   *checks = e->checks; /* borrowed: immutable once known, and the Run holds a reference to e */
   PLAN_STAT_ADD(p, compiled_runs, 1);
+  return 0;
+}
+
+/* Input j when output buffers of `dtype` and `dims` could be its own: unpadded, in our device
+ * memory (onnxruntime-genai's shared KV buffer is such an IOBinding). */
+static bool aliasable_input(const rt_tensor *t, const run_pad *rp, int j, int32_t dtype, const int64_t *dims, int rank) {
+  if (t->dtype != dtype || t->rank != rank || !t->data || !same_dims(t->dims, dims, rank)) return false;
+  if (rp->pad > 0 && rp->v->input_axis[j] >= 0) return false;
+  int type = op_mlx_dtype(dtype);
+  if (type < 0 || type == MLXB_BOOL || ir_dtype_emulated_bits(dtype)) return false;
+  return mlxb_device_owns(t->data, tensor_bytes(t, (mlxb_dtype)type));
+}
+
+/* Before a program runs, asks ORT for each output that could share an input's buffer (same dtype
+ * and dims, by the shapes the entry's first Run wrote); one that ORT hands out at such an input's
+ * address is an alias (op_output_alias). */
+static int find_aliases(plan *p, const sig_entry *e, const rt_tensor *inputs, int n_inputs, const run_pad *rp,
+                        out_binding *ob, rt_output_alloc_fn alloc, void *user, diag *d) {
+  if (!ob->n || !e->out_shapes) return 0; /* out_shapes is immutable once the entry is listed */
+  for (int i = 0; i < ob->n; i++) {
+    const int64_t *shape = e->out_shapes + (size_t)i * OUT_SHAPE_STRIDE;
+    int rank = (int)shape[1];
+    if (rank < 0 || padded_axis(rp, i) >= 0) continue;
+    bool candidate = false;
+    for (int j = 0; j < n_inputs && !candidate; j++)
+      candidate = aliasable_input(&inputs[j], rp, j, (int32_t)shape[0], shape + 2, rank);
+    if (!candidate) continue;
+    memcpy(ob->shapes + (size_t)i * OUT_SHAPE_STRIDE, shape, sizeof *shape * OUT_SHAPE_STRIDE);
+    if (alloc(user, i, (int32_t)shape[0], shape + 2, rank, &ob->dst[i], d)) return -1;
+    for (int j = 0; j < n_inputs && ob->alias[i] < 0; j++)
+      if (inputs[j].data == ob->dst[i] && aliasable_input(&inputs[j], rp, j, (int32_t)shape[0], shape + 2, rank))
+        ob->alias[i] = j;
+  }
   return 0;
 }
 
@@ -745,6 +911,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   sig_entry *e = NULL;
   host_value *derived = NULL;
   check_list eager_checks = {0}, compiled_checks = {0}; /* the second borrows the entry's rules */
+  out_binding ob = {0};
   int rc = -1;
   uint64_t run_index = PLAN_STAT_ADD(p, runs, 1);
   run_pad rp = {0};
@@ -753,7 +920,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   PLAN_STAT_ADD(p, padded_runs, pad > 0 ? 1 : 0);
   mlxb_exclusive_begin(p->cfg.device);
   mlxb_scope *s = mlxb_scope_new(p->cfg.device);
-  if (!s || frame_init(&f, n_inputs, p->g->n_outputs, inputs, pad > 0)) {
+  if (!s || frame_init(&f, n_inputs, p->g->n_outputs, inputs, pad > 0) || out_binding_init(&ob, p->g->n_outputs)) {
     diag_fail(d, "out of memory");
     goto done;
   }
@@ -769,7 +936,8 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   e = sig_lookup(p, f.key, key_len, hash);
   PLAN_STAT_ADD(p, sig_hits, e ? 1 : 0);
   PLAN_STAT_ADD(p, sig_misses, e ? 0 : 1);
-  int compiled = e && p->compile ? run_compiled(p, s, f.in, e, f.results, &compiled_checks, d) : 1;
+  if (e && p->compile && find_aliases(p, e, inputs, n_inputs, &rp, &ob, alloc, user, d)) goto done;
+  int compiled = e && p->compile ? run_compiled(p, s, f.in, e, &ob, f.results, &compiled_checks, d) : 1;
   if (compiled < 0) goto done;
   if (compiled > 0 && run_eager(p, s, f.in, e, f.results, &eager_checks, e ? NULL : &derived, d)) goto done;
   /* the size of the graph about to run, sampled when a signature is new or was just traced */
@@ -780,9 +948,11 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   PLAN_STAT_ADD(p, graph_us, built - phase);
   trace_sink_event(p->cfg.trace, "graph", p->name, compiled > 0 ? "lowered (eager)" : "compiled program", phase,
                    built - phase);
-  if (write_outputs(p, s, f.results, compiled > 0 ? &eager_checks : &compiled_checks, &rp, alloc, user, d)) goto done;
+  if (write_outputs(p, s, f.results, compiled > 0 ? &eager_checks : &compiled_checks, &rp, &ob, alloc, user, d))
+    goto done;
   if (!e && derived) {
-    e = sig_insert(p, f.key, key_len, hash, derived);
+    e = sig_insert(p, f.key, key_len, hash, derived, ob.n ? ob.shapes : NULL);
+    if (ob.n) ob.shapes = NULL; /* the entry's now */
     derived = NULL;
   }
   rc = 0;
@@ -790,6 +960,7 @@ done:
   check_list_free(&eager_checks);
   sig_release(p, e);
   host_values_free(derived, p->g->n_values);
+  out_binding_free(&ob);
   frame_release(&f);
   mlxb_scope_free(s);
   mlxb_exclusive_end(p->cfg.device);

@@ -29,6 +29,8 @@ void check_list_free(check_list *l); /* frees the rules; accepts a zeroed list *
 /* What one input signature (dtypes and shapes of the cluster inputs) determines: the values
  * computed from shapes and constants alone, and the compiled program. Immutable once listed,
  * except `program`/`uncompilable`, which change under the plan's lock. */
+enum { OUT_SHAPE_RANK = 8 }; /* outputs of higher rank are never aliased */
+
 typedef struct sig_entry {
   struct sig_entry *next; /* LRU order, most recent first */
   struct plan *owner;
@@ -40,6 +42,14 @@ typedef struct sig_entry {
   bool uncompilable;      /* tracing failed (data-dependent host read): always eager */
   char *trace_error;      /* why tracing failed (malloc'd), or NULL */
   bool checks_known;      /* `checks` holds the rules of the traced program */
+  /* Per output: ONNX dtype, rank, then OUT_SHAPE_RANK dims of the program's results (unset: rank -1),
+   * known from the Run that made the entry: what find_aliases allocates before a program runs. */
+  int64_t *out_shapes;
+  /* The program traced for one output->input aliasing (op_output_alias), its map, and whether its
+   * trace failed (the plain program then serves every Run). */
+  mlxb_program *alias_program;
+  int *alias_map;
+  bool alias_uncompilable;
   check_list checks;      /* rules of the program's validity checks (its last output) */
   int refs;               /* 1 while listed + Runs in flight; freed at 0 */
 } sig_entry;
@@ -136,7 +146,7 @@ int frame_prepare(plan *p, graph_frame *f, diag *d);
 void sig_key_make(const rt_tensor *inputs, int n, int64_t *key, int *len, uint64_t *hash);
 sig_entry *sig_lookup(plan *p, const int64_t *key, int len, uint64_t hash); /* +1 ref or NULL */
 /* Lists a new entry (copying key, taking ownership of host); returns it with +1 ref, or NULL. */
-sig_entry *sig_insert(plan *p, const int64_t *key, int len, uint64_t hash, host_value *host);
+sig_entry *sig_insert(plan *p, const int64_t *key, int len, uint64_t hash, host_value *host, int64_t *out_shapes);
 void sig_release(plan *p, sig_entry *e); /* accepts NULL */
 void sig_cache_clear(plan *p);
 void host_values_free(host_value *h, int n);

@@ -29,6 +29,7 @@ struct op_ctx {
   bool tracing;       /* inside an MLX compile trace: nothing may be evaluated */
   bool preparing;     /* a row's prepare at Compile (frame_prepare): only constants have arrays */
   check_list *checks; /* validity checks of this lowering (op_require) */
+  const int *alias;   /* per cluster output: the cluster input sharing its buffer, or -1; NULL: none */
   diag *d;
 };
 

@@ -29,6 +29,9 @@ void sig_key_make(const rt_tensor *inputs, int n, int64_t *k, int *len, uint64_t
 
 static void entry_free(plan *p, sig_entry *e) {
   mlxb_program_free(e->program);
+  mlxb_program_free(e->alias_program);
+  free(e->alias_map);
+  free(e->out_shapes);
   free(e->trace_error);
   check_list_free(&e->checks);
   host_values_free(e->host, p->g->n_values);
@@ -59,15 +62,17 @@ sig_entry *sig_lookup(plan *p, const int64_t *key, int len, uint64_t hash) {
   return e;
 }
 
-sig_entry *sig_insert(plan *p, const int64_t *key, int len, uint64_t hash, host_value *host) {
+sig_entry *sig_insert(plan *p, const int64_t *key, int len, uint64_t hash, host_value *host, int64_t *out_shapes) {
   sig_entry *e = calloc(1, sizeof *e);
   int64_t *copy = malloc(sizeof *copy * (size_t)(len ? len : 1));
   if (!e || !copy) {
     free(e);
     free(copy);
+    free(out_shapes);
     host_values_free(host, p->g->n_values);
     return NULL;
   }
+  e->out_shapes = out_shapes;
   memcpy(copy, key, sizeof *copy * (size_t)len);
   e->owner = p;
   e->key = copy;
