@@ -32,7 +32,7 @@ mx::array mlxb_detail::evaluated_row_major(mlxb_scope *s, const mx::array &a) {
   mx::array src = a;
   src.eval();
   if (!src.flags().row_contiguous) {
-    src = mx::contiguous(src, false, scope_dev(s));
+    src = mx::contiguous(src, false, dtype_dev(s, src.dtype()));
     src.eval();
     if (!src.flags().row_contiguous) throw bridge_error("array is not row-contiguous after contiguous()");
   }
@@ -103,7 +103,7 @@ mx::array host_array(mlxb_scope *s, const void *data, const int64_t *dims, int r
   mx::Shape shape = to_shape(dims, rank);
   size_t n = 1;
   for (int d : shape) n *= static_cast<size_t>(d);
-  if (n == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
+  if (n == 0) return mx::zeros(shape, to_mx(t), dtype_dev(s, to_mx(t)));
   if (!data) throw bridge_error("null data for a non-empty array");
   if (borrow) return mx::array(const_cast<void *>(data), std::move(shape), to_mx(t), [](void *) {});
   return array_from_bytes(data, std::move(shape), t);
@@ -457,7 +457,7 @@ mlxb_array *mlxb_from_data_padded(mlxb_scope *s, const void *data, const int64_t
     split_at_axis(shape, axis, to_mx(t).size(), &outer, &row);
     size_t valid = row * static_cast<size_t>(shape[axis]), total = valid + row * static_cast<size_t>(pad);
     shape[axis] = static_cast<int>(dims[axis] + pad);
-    if (outer * total == 0) return mx::zeros(shape, to_mx(t), scope_dev(s));
+    if (outer * total == 0) return mx::zeros(shape, to_mx(t), dtype_dev(s, to_mx(t)));
     if (!data && valid) throw bridge_error("null data for a non-empty array");
     char *buf = static_cast<char *>(malloc(outer * total));
     if (!buf) throw std::bad_alloc();
@@ -494,8 +494,19 @@ mlxb_array *mlxb_arange(mlxb_scope *s, double start, double stop, double step, m
 }
 
 mlxb_array *mlxb_eye(mlxb_scope *s, int64_t n, int64_t m, int64_t k, mlxb_dtype t) {
+  /* Not mx::eye: it writes the diagonal with a scatter, which MLX's GPU refuses for 8-byte
+   * dtypes. One comparison of column minus row index against k works for every dtype on every
+   * device, with mx::eye's values: ones where j - i == k, all zeros for a k past the matrix (and,
+   * where mx::eye refuses, an empty matrix for n or m of 0). */
   return guard(s, "mlxb_eye", [&] {
-    return mx::eye(to_i32(n, "eye n"), to_i32(m, "eye m"), to_i32(k, "eye k"), to_mx(t), scope_dev(s));
+    int rows = to_i32(n, "eye n"), cols = to_i32(m, "eye m"), diag = to_i32(k, "eye k");
+    if (rows < 0 || cols < 0) throw bridge_error("negative eye dimension");
+    mx::Dtype type = to_mx(t);
+    mx::StreamOrDevice d = dtype_dev(s, type);
+    mx::array i = mx::reshape(mx::arange(0.0, static_cast<double>(rows), 1.0, mx::int32, d), {rows, 1}, d);
+    mx::array j = mx::reshape(mx::arange(0.0, static_cast<double>(cols), 1.0, mx::int32, d), {1, cols}, d);
+    /* j - i lies in [1 - rows, cols - 1]: no overflow for any k */
+    return mx::astype(mx::equal(mx::subtract(j, i, d), mx::array(diag, mx::int32), d), type, d);
   });
 }
 
@@ -622,8 +633,7 @@ int mlxb_read_i64(mlxb_scope *s, const mlxb_array *a, int64_t *dst, size_t n) {
 
 int mlxb_read_f64(mlxb_scope *s, const mlxb_array *a, double *dst, size_t n) {
   return guard_status(s, "mlxb_read_f64", [&] {
-    /* float64 work runs on the CPU only in MLX. */
-    array_copy_out(s, mx::astype(arr(a), mx::float64, mx::Device(mx::Device::cpu)), dst, n * sizeof(double));
+    array_copy_out(s, mx::astype(arr(a), mx::float64, dtype_dev(s, mx::float64)), dst, n * sizeof(double));
   });
 }
 
@@ -846,7 +856,7 @@ mlxb_array *mlxb_put_along_axis(mlxb_scope *s, const mlxb_array *x, const mlxb_a
   return guard(s, "mlxb_put_along_axis", [&] {
     const mx::array &in = arr(x);
     mx::array idx = index_bound(arr(indices), axis_dim(in, axis), 1, scope_dev(s));
-    return mx::put_along_axis(in, idx, arr(values), axis, scope_dev(s));
+    return mx::put_along_axis(in, idx, arr(values), axis, scatter_dev(s, in.dtype()));
   });
 }
 
@@ -854,7 +864,7 @@ mlxb_array *mlxb_scatter_add_axis(mlxb_scope *s, const mlxb_array *x, const mlxb
   return guard(s, "mlxb_scatter_add_axis", [&] {
     const mx::array &in = arr(x);
     mx::array idx = index_bound(arr(indices), axis_dim(in, axis), 1, scope_dev(s));
-    return mx::scatter_add_axis(in, idx, arr(values), axis, scope_dev(s));
+    return mx::scatter_add_axis(in, idx, arr(values), axis, scatter_dev(s, in.dtype()));
   });
 }
 
@@ -886,7 +896,7 @@ mlxb_array *mlxb_scatter(mlxb_scope *s, mlxb_scatter_mode mode, const mlxb_array
       int64_t win = w >= 0 && w < static_cast<int>(upd.ndim()) ? upd.shape(w) : 1;
       idx[i] = index_bound(idx[i], axis_dim(in, ax[i]), win, scope_dev(s));
     }
-    return scatter_apply(mode, in, idx, upd, ax, scope_dev(s));
+    return scatter_apply(mode, in, idx, upd, ax, scatter_dev(s, in.dtype()));
   });
 }
 
@@ -943,7 +953,10 @@ mlxb_array *mlxb_as_strided(mlxb_scope *s, const mlxb_array *x, const int64_t *d
 }
 
 mlxb_array *mlxb_contiguous(mlxb_scope *s, const mlxb_array *x) {
-  return guard(s, "mlxb_contiguous", [&] { return mx::contiguous(arr(x), false, scope_dev(s)); });
+  return guard(s, "mlxb_contiguous", [&] {
+    const mx::array &in = arr(x);
+    return mx::contiguous(in, false, dtype_dev(s, in.dtype()));
+  });
 }
 
 } /* extern "C" */

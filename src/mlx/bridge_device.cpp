@@ -334,7 +334,8 @@ mlxb_array *mlxb_borrow_device(mlxb_scope *s, const void *data, const int64_t *d
     mx::Dtype type = to_mx(t);
     size_t n = 1;
     for (int d : shape) n *= static_cast<size_t>(d);
-    if (n == 0) return mx::zeros(shape, type, scope_dev(s));
+    mx::StreamOrDevice d = dtype_dev(s, type); /* a view as float64 runs on the CPU */
+    if (n == 0) return mx::zeros(shape, type, d);
     size_t bytes = n * type.size(), offset = 0;
     device_state &st = state();
     std::lock_guard<std::mutex> g(st.lock);
@@ -344,8 +345,8 @@ mlxb_array *mlxb_borrow_device(mlxb_scope *s, const void *data, const int64_t *d
     mx::allocator::Data view(a->buffer, [](mx::allocator::Buffer) {});
     if (offset == 0 && a->bytes == bytes) return mx::array(std::move(view), std::move(shape), type);
     mx::array whole(std::move(view), mx::Shape{static_cast<int>(a->bytes)}, mx::uint8);
-    mx::array part = mx::slice(whole, {static_cast<int>(offset)}, {static_cast<int>(offset + bytes)}, scope_dev(s));
-    return mx::reshape(mx::view(part, type, scope_dev(s)), std::move(shape), scope_dev(s));
+    mx::array part = mx::slice(whole, {static_cast<int>(offset)}, {static_cast<int>(offset + bytes)}, d);
+    return mx::reshape(mx::view(part, type, d), std::move(shape), d);
   });
 }
 
@@ -365,10 +366,11 @@ mlxb_array *mlxb_pad_axis(mlxb_scope *s, const mlxb_array *a, int axis, int64_t 
     const mx::array &x = arr(a);
     if (axis < 0 || axis >= static_cast<int>(x.ndim()) || pad < 0) throw bridge_error("invalid padding axis");
     /* one copy kernel: the zero rows are a broadcast view, not a filled buffer */
+    mx::StreamOrDevice d = dtype_dev(s, x.dtype());
     mx::Shape rows = x.shape();
     rows[axis] = to_i32(pad, "padding");
-    mx::array zeros = mx::broadcast_to(mx::array(0, x.dtype()), rows, scope_dev(s));
-    return mx::concatenate({x, zeros}, axis, scope_dev(s));
+    mx::array zeros = mx::broadcast_to(mx::array(0, x.dtype()), rows, d);
+    return mx::concatenate({x, zeros}, axis, d);
   });
 }
 

@@ -58,6 +58,30 @@ inline mx::StreamOrDevice scope_dev(const mlxb_scope *s) {
   return s->device;
 }
 
+/* Where work on arrays of dtype t runs: the one place that knows which dtypes MLX's GPU cannot
+ * take. MLX has no float64 on any GPU: it refuses, when the op is built, every op on a GPU stream
+ * with a float64 input or output ("float64 is not supported on the GPU"). The runtime already
+ * lowers nodes that touch float64 on the CPU (force_cpu); this covers the bridge's own work on
+ * float64 arrays outside such nodes on a GPU scope: inputs bound, padded or wrapped, outputs made
+ * row-major and copied out (and, through scatter_dev, the scatter family). MLX orders work across
+ * its CPU and GPU streams within one graph, and on CUDA both use the same unified memory. On a CPU
+ * scope this is always the CPU, as before. */
+inline mx::StreamOrDevice dtype_dev(const mlxb_scope *s, mx::Dtype t) {
+  if (t == mx::float64) return mx::Device(mx::Device::cpu);
+  return scope_dev(s);
+}
+
+/* Where a scatter-family op (scatter*, put_along_axis, scatter_add_axis) into an array of dtype t
+ * runs: MLX's scatter also refuses 8-byte elements on a GPU stream when the op is built ("[scatter]
+ * GPU scatter does not yet support int64 for the input or updates"; its test is the item size:
+ * int64, uint64, float64, complex64), so those run on the CPU. put_along_axis and scatter_add_axis
+ * have no such check in MLX 0.32, but they follow the same rule rather than rely on 8-byte GPU
+ * scatter kernels that MLX's own scatter does not use. */
+inline mx::StreamOrDevice scatter_dev(const mlxb_scope *s, mx::Dtype t) {
+  if (t.size() == 8) return mx::Device(mx::Device::cpu);
+  return dtype_dev(s, t);
+}
+
 inline const mx::array &arr(const mlxb_array *a) {
   if (!a) throw null_arg{};
   return *reinterpret_cast<const mx::array *>(a);

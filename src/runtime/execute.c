@@ -151,8 +151,11 @@ static void node_histogram(const op_ctx *c) {
   fprintf(stderr, "[mlx ep] node %s (%s): %zu ops: %s\n", c->node->name, c->node->op_type, ops, text);
 }
 
-/* Lowers every node of c's graph in order (c->node is set per node). */
-static int lower_frame(op_ctx *c, run_state *r) {
+/* Lowers every node of c's graph in order (c->node is set per node). The scope's force_cpu is
+ * restored on return: a traced body shares its control-flow node's scope, and that node's own
+ * lowering goes on after the body's nodes; after the cluster, the outputs' float64 work finds
+ * the CPU through the bridge's dtype rule (dtype_dev), not a flag the last node left set. */
+static int lower_frame_nodes(op_ctx *c, run_state *r) {
   const graph_frame *f = c->f;
   diag *d = c->d;
   bool on_gpu = mlxb_scope_device(r->s) == MLXB_DEVICE_GPU;
@@ -172,6 +175,13 @@ static int lower_frame(op_ctx *c, run_state *r) {
     if (c->tracing && op_histogram_wanted()) node_histogram(c);
   }
   return 0;
+}
+
+static int lower_frame(op_ctx *c, run_state *r) {
+  bool forced = mlxb_scope_force_cpu(r->s, false); /* each node sets it again on a GPU */
+  int rc = lower_frame_nodes(c, r);
+  mlxb_scope_force_cpu(r->s, forced);
+  return rc;
 }
 
 static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
@@ -629,7 +639,8 @@ static int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const che
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
     if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
-    /* an output written in place is its input's own array: a contiguous copy would hide that */
+    /* an output written in place is its input's own array: a contiguous copy would hide that; a
+     * float64 output is made contiguous on the CPU, whatever the scope's device */
     if (!(ob->n && ob->alias[i] >= 0)) results[i] = mlxb_contiguous(s, results[i]);
   }
   size_t n_eval = (size_t)n + (checks->n > 0);

@@ -116,6 +116,91 @@ static void test_creation(mlxb_scope *s) {
   expect_f32(s, a, v, 6, 0, "array still readable after other scope freed");
 }
 
+/* mlxb_eye against its definition (1 where j - i == k) for every dtype family, non-square
+ * shapes and k past either side; an empty matrix for a zero dimension. */
+static void test_eye(mlxb_scope *s) {
+  const mlxb_dtype types[] = {MLXB_F32, MLXB_F16, MLXB_I64, MLXB_U64, MLXB_I32, MLXB_BOOL, MLXB_F64};
+  for (size_t t = 0; t < sizeof types / sizeof *types; t++)
+    for (int64_t n = 1; n <= 4; n++)
+      for (int64_t m = 1; m <= 4; m++)
+        for (int64_t k = -5; k <= 5; k++) {
+          mlxb_array *e = mlxb_eye(s, n, m, k, types[t]);
+          CHECK(e && mlxb_type(e) == types[t], "eye %lldx%lld k=%lld type %d (%s)", (long long)n, (long long)m,
+                (long long)k, (int)types[t], mlxb_error(s));
+          if (!e) continue;
+          int64_t want[16], dims[] = {n, m};
+          for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < m; j++) want[i * m + j] = j - i == k;
+          expect_shape(e, dims, 2, "eye shape");
+          if (types[t] == MLXB_F32 || types[t] == MLXB_F16 || types[t] == MLXB_F64) {
+            double got[16];
+            CHECK(mlxb_read_f64(s, e, got, (size_t)(n * m)) == 0, "eye read (%s)", mlxb_error(s));
+            for (int64_t i = 0; i < n * m; i++) CHECK(got[i] == (double)want[i], "eye float value %lld", (long long)i);
+          } else {
+            expect_i64(s, e, want, (size_t)(n * m), "eye values");
+          }
+        }
+  mlxb_array *empty = mlxb_eye(s, 0, 3, 0, MLXB_I64);
+  expect_shape(empty, (int64_t[]){0, 3}, 2, "eye with no rows");
+  CHECK(mlxb_eye(s, 3, 3, INT32_MAX, MLXB_F32) && mlxb_eye(s, 3, 3, INT32_MIN, MLXB_F32), "eye extreme k (%s)",
+        mlxb_error(s));
+  expect_f32(s, mlxb_eye(s, 2, 2, INT32_MIN, MLXB_F32), (float[]){0, 0, 0, 0}, 4, 0, "eye k = INT32_MIN");
+}
+
+/* The bridge's work on 8-byte dtypes that MLX's GPU refuses (float64 anywhere, the scatter family
+ * on int64/uint64/float64): the same answers on a CPU scope and, where MLX has one, a GPU scope,
+ * whose bridge runs that work on MLX's CPU device. */
+static void test_cpu_dtypes(mlxb_scope *s) {
+  double v[] = {1.5, -2, 3.25, 4, 5, 6};
+  int64_t d23[] = {2, 3}, d32[] = {3, 2};
+  mlxb_array *x = mlxb_from_data(s, v, d23, 2, MLXB_F64);
+  double got[12];
+  /* an output made row-major, read back and written out padded */
+  mlxb_array *xt = mlxb_contiguous(s, mlxb_transpose(s, x, (int[]){1, 0}, 2));
+  expect_shape(xt, d32, 2, "f64 contiguous shape");
+  CHECK(xt && mlxb_read(s, xt, got, 6 * sizeof(double)) == 0, "f64 contiguous read (%s)", mlxb_error(s));
+  CHECK(got[0] == 1.5 && got[1] == 4 && got[2] == -2 && got[5] == 6, "f64 contiguous values");
+  CHECK(mlxb_read_prefix(s, mlxb_transpose(s, x, (int[]){1, 0}, 2), 0, 2, got, 4 * sizeof(double)) == 0,
+        "f64 strided read_prefix (%s)", mlxb_error(s));
+  CHECK(got[0] == 1.5 && got[1] == 4 && got[2] == -2 && got[3] == 5, "f64 read_prefix values");
+  mlxb_array *padded = mlxb_pad_axis(s, x, 0, 1);
+  expect_shape(padded, (int64_t[]){3, 3}, 2, "f64 pad_axis shape");
+  CHECK(padded && mlxb_read(s, padded, got, 9 * sizeof(double)) == 0, "f64 pad_axis read (%s)", mlxb_error(s));
+  CHECK(got[5] == 6 && got[6] == 0 && got[8] == 0, "f64 pad_axis values");
+  mlxb_array *fp = mlxb_from_data_padded(s, v, d23, 2, MLXB_F64, 1, 1);
+  CHECK(fp && mlxb_read(s, fp, got, 8 * sizeof(double)) == 0, "f64 from_data_padded (%s)", mlxb_error(s));
+  CHECK(got[2] == 3.25 && got[3] == 0 && got[4] == 4, "f64 from_data_padded values");
+  int64_t d03[] = {0, 3};
+  mlxb_array *none = mlxb_from_data(s, NULL, d03, 2, MLXB_F64);
+  CHECK(none && mlxb_size(none) == 0 && mlxb_read(s, none, NULL, 0) == 0, "empty f64 (%s)", mlxb_error(s));
+  CHECK(mlxb_from_data_padded(s, NULL, d03, 2, MLXB_F64, 0, 0) != NULL, "empty padded f64 (%s)", mlxb_error(s));
+
+  /* the scatter family into 8-byte dtypes */
+  int64_t d4[] = {4}, d2[] = {2}, d21[] = {2, 1};
+  int64_t base[] = {10, 20, 30, 40}, idx[] = {3, 1}, upd[] = {-7, INT64_MAX};
+  mlxb_array *bi = mlxb_from_data(s, base, d4, 1, MLXB_I64), *ii = mlxb_from_data(s, idx, d2, 1, MLXB_I64);
+  mlxb_array *ui = mlxb_from_data(s, upd, d21, 2, MLXB_I64);
+  const mlxb_array *ix[] = {ii};
+  expect_i64(s, mlxb_scatter(s, MLXB_SCATTER_SET, bi, ix, 1, ui, (int[]){0}), (int64_t[]){10, INT64_MAX, 30, -7}, 4,
+             "i64 scatter");
+  expect_i64(s, mlxb_scatter(s, MLXB_SCATTER_MAX, bi, ix, 1, ui, (int[]){0}), (int64_t[]){10, INT64_MAX, 30, 40}, 4,
+             "i64 scatter_max");
+  mlxb_array *u1 = mlxb_from_data(s, upd, d2, 1, MLXB_I64);
+  expect_i64(s, mlxb_put_along_axis(s, bi, ii, u1, 0), (int64_t[]){10, INT64_MAX, 30, -7}, 4, "i64 put_along_axis");
+  expect_i64(s, mlxb_scatter_add_axis(s, bi, ii, mlxb_from_data(s, (int64_t[]){1, 2}, d2, 1, MLXB_I64), 0),
+             (int64_t[]){10, 22, 30, 41}, 4, "i64 scatter_add_axis");
+  uint64_t ub[] = {0, 0, 0, 0}, uu[] = {UINT64_MAX, 5}, ugot[4];
+  mlxb_array *su = mlxb_scatter(s, MLXB_SCATTER_SET, mlxb_from_data(s, ub, d4, 1, MLXB_U64), ix, 1,
+                                mlxb_from_data(s, uu, d21, 2, MLXB_U64), (int[]){0});
+  CHECK(su && mlxb_read(s, su, ugot, sizeof ugot) == 0 && ugot[1] == 5 && ugot[3] == UINT64_MAX,
+        "u64 scatter (%s)", mlxb_error(s));
+  mlxb_array *sf = mlxb_scatter(s, MLXB_SCATTER_ADD, mlxb_from_data(s, v, d4, 1, MLXB_F64), ix, 1,
+                                mlxb_from_data(s, (double[]){0.25, 0.5}, d21, 2, MLXB_F64), (int[]){0});
+  CHECK(sf && mlxb_read(s, sf, got, 4 * sizeof(double)) == 0 && got[1] == -1.5 && got[3] == 4.25 && got[0] == 1.5,
+        "f64 scatter_add (%s)", mlxb_error(s));
+  CHECK(mlxb_ok(s), "dtype rules: %s", mlxb_error(s));
+}
+
 static void test_elementwise(mlxb_scope *s) {
   int64_t d4[] = {4};
   mlxb_array *x = f32(s, (float[]){-1.5f, 0, 2.5f, 4}, d4, 1);
@@ -392,6 +477,8 @@ int main(void) {
   CHECK(s != NULL, "scope_new");
   if (!s) return 1;
   test_creation(s);
+  test_eye(s);
+  test_cpu_dtypes(s);
   test_elementwise(s);
   test_reduce(s);
   test_shapes(s);
@@ -399,6 +486,16 @@ int main(void) {
   test_threads(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
+  if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
+    mlxb_scope *g = mlxb_scope_new(MLXB_DEVICE_GPU);
+    CHECK(g != NULL, "gpu scope_new");
+    if (g) {
+      test_eye(g);
+      test_cpu_dtypes(g);
+      CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
+      mlxb_scope_free(g);
+    }
+  }
   test_errors();
   printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
