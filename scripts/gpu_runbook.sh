@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU checks, by named steps, everything logged under $OUT (the device
+# tool hands back at most 8 files: log.txt, faillog.txt, and what the steps name). Run on the GPU
+# machine after scripts/gpu_check.sh WHEEL_DIR has unpacked MLX there (any earlier call of the same
+# lease; GPU_BUILD_ONLY=1 is enough), with the same WHEEL_DIR:
+#   STEPS="bridge focus profile" scripts/gpu_runbook.sh WHEEL_DIR
+# Steps (in this order when named):
+#   bridge   build/test_bridge's checks on a GPU scope (float64 and scatter rules, eye)
+#   focus    the tests that pin GPU-only paths: device memory (shared KV buffer in place), every
+#            GroupQueryAttention test, MatMulNBits, Cast, and the float64/scatter families
+#   profile  bench/decode_kernels.py for the IOBinding and the shared-buffer loops
+#   bench    bench/gpu_session.sh's decoder step (engines as ENGINES, default without ORT's CUDA EP)
+#   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
+#            they happen; SUITE_TIMEOUT seconds (default 420)
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+wheels=$1
+OUT=${OUT:-/tmp/gpu-runbook}
+mkdir -p "$OUT"
+log=$OUT/log.txt
+export PYTHONUNBUFFERED=1 ORT_EP_MLX_FAILLOG=$OUT/faillog.txt
+GPU_BUILD_ONLY=1 "$root/scripts/gpu_check.sh" "$wheels" > /tmp/gpu_runbook_build.txt 2>&1 || {
+  tail -30 /tmp/gpu_runbook_build.txt
+  exit 1
+}
+eval "$(tail -1 /tmp/gpu_runbook_build.txt)"
+export PYTHONPATH ORT_EP_MLX_LIBRARY ORT_EP_MLX_DEVICE_MEMORY=${ORT_EP_MLX_DEVICE_MEMORY:-1}
+export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-/tmp/mlx-ptx-cache}
+cd "$root"
+step() { case " ${STEPS:-bridge focus} " in *" $1 "*) echo "== $1 $(date +%T)" >> "$log"; return 0 ;; esac; return 1; }
+pytest_q() { timeout "$1" python3 -m pytest -q -p no:cacheprovider "${@:2}" 2>&1 | tail -4 >> "$log"; }
+{ head -3 /tmp/gpu_runbook_build.txt; git log --oneline -1 2>/dev/null; nvidia-smi -L; } >> "$log"
+
+if step bridge; then
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  timeout 120 build-gpu/test_bridge 2>&1 | tail -5 >> "$log"
+fi
+if step focus; then
+  pytest_q 200 tests/test_device_memory.py tests/test_ops_attention.py -k "gqa or device or shared or copy or iobinding or plain"
+  pytest_q 200 -n 8 tests/test_ops_contrib_quant.py tests/test_ops_cast.py
+  pytest_q 200 -n 8 tests/test_ops_pool.py tests/test_ops_shape.py tests/test_ops_matmul.py -k "unpool or eye or float64 or gemm or einsum or dropout or other_dtypes"
+fi
+if step profile; then
+  for mode in io shared; do timeout 200 python3 bench/decode_kernels.py --mode "$mode" --top 15 >> "$log" 2>&1; done
+fi
+if step bench; then
+  ENGINES=${ENGINES:-mlx_ep,mlx_ep_io,mlx_direct,torch} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \
+    > /tmp/gpu_runbook_bench.txt 2>&1
+  grep -E "median|tok/s|NOT met|met;" /tmp/gpu_runbook_bench.txt >> "$log"
+fi
+if step suite; then
+  pytest_q "${SUITE_TIMEOUT:-420}" -n 14 --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py tests
+fi
+echo "== done $(date +%T)" >> "$log"
+tail -40 "$log"
