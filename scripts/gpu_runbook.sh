@@ -9,6 +9,8 @@
 #   focus    the tests that pin GPU-only paths: device memory (shared KV buffer in place), every
 #            GroupQueryAttention test, MatMulNBits, Cast, and the float64/scatter families
 #   profile  bench/decode_kernels.py for the IOBinding and the shared-buffer loops
+#   graphs   bench/decode_probe.py's IOBinding and shared loops with MLX's CUDA graphs on and off
+#            (MLX_USE_CUDA_GRAPHS): whether graph capture helps a step of ~750 small kernels
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES, default without ORT's CUDA EP)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420)
@@ -42,6 +44,14 @@ if step focus; then
 fi
 if step profile; then
   for mode in io shared; do timeout 200 python3 bench/decode_kernels.py --mode "$mode" --top 15 >> "$log" 2>&1; done
+fi
+if step graphs; then
+  for g in 1 0 1 0; do
+    for mode in io shared; do
+      echo "MLX_USE_CUDA_GRAPHS=$g $mode" >> "$log"
+      MLX_USE_CUDA_GRAPHS=$g timeout 120 python3 bench/decode_probe.py --mode "$mode" --steps 64 2>&1 | grep "loop 1" >> "$log"
+    done
+  done
 fi
 if step bench; then
   ENGINES=${ENGINES:-mlx_ep,mlx_ep_io,mlx_direct,torch} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \
