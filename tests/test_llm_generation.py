@@ -125,3 +125,34 @@ def test_legacy_seqlens_layout():
         assert err <= 1e-3, f"step {step}: logits differ by {err:.2e} (relative)"
         past_mlx, past_cpu = next_past(TINY, got), next_past(TINY, want)
         tokens = want[0][:, -1, :].argmax(-1)[:, None].astype(np.int64)
+
+
+def _decode_report(cfg, tmp_path, name):
+    """The run report after a prefill and two decode steps of a decoder with config cfg."""
+    model = make_llm(cfg, weights="int4", block_size=32)
+    report = tmp_path / f"{name}.txt"
+    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
+    feeds = step_feeds(cfg, np.arange(1, 6, dtype=np.int64).reshape(1, 5), empty_past(cfg))
+    for _ in range(3):
+        outs = sess.run(None, feeds)
+        token = outs[0][:, -1].argmax(-1).reshape(1, 1)
+        feeds = step_feeds(cfg, token, next_past(cfg, outs))
+    del sess
+    return dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text()))
+
+
+def test_repeated_checks_counted_once(tmp_path):
+    """Every attention layer checks the same seqlens_k and rotary positions: those validity checks
+    are built once per decoder, not once per layer (the run report's `checks` does not grow with
+    the layer count), and a position past the rotary cache still fails the Run naming the first
+    layer's node."""
+    two = _decode_report(dataclasses.replace(TINY, layers=2), tmp_path, "two")
+    six = _decode_report(dataclasses.replace(TINY, layers=6), tmp_path, "six")
+    assert two["checks"] > 0 and six["checks"] == two["checks"], (two, six)
+    cfg = dataclasses.replace(TINY, layers=3)
+    model = make_llm(cfg, weights="int4", block_size=32)
+    sess = mlx_ep.session(model, strict=True)
+    past = {k: np.zeros((1, cfg.kv_heads, 4, cfg.head_dim), np.float32) for k in empty_past(cfg)}
+    feeds = step_feeds(cfg, np.array([[7]], np.int64), past, np.ones((1, 1000), np.int64))
+    with pytest.raises(Exception, match=r"node ./model/layers\.0/attn/GroupQueryAttention.*rotary position 999 out of range"):
+        sess.run(None, feeds)

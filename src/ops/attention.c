@@ -5,6 +5,7 @@
  * float32, then the weighted sum of V. Plain float32 self-attention goes through MLX's fused
  * scaled_dot_product_attention, whose semantics match there. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -667,12 +668,21 @@ static mlxb_array *gqa_rope_positions(op_ctx *c, int64_t b, int64_t seq, int64_t
     return op_fail(c, "cos_cache/sin_cache must be [max_position, <= head_size / 2]"), NULL;
   if (pos && (mlxb_ndim(pos) != 2 || mlxb_dim(pos, 1) != seq))
     return op_fail(c, "position_ids must be [batch, sequence]"), NULL;
+  /* what the positions are, for checking them once per decoder rather than once per layer */
+  char data[96];
+  const ir_node *n = op_node(c);
+  if (pos)
+    snprintf(data, sizeof data, "v%d", n->inputs[9]);
+  else if (past_b) /* seqlens_k + 1 - S, plus 0..S-1 */
+    snprintf(data, sizeof data, "v%d+1-%lld+iota", n->inputs[5], (long long)seq);
+  else
+    snprintf(data, sizeof data, "iota%lld", (long long)seq);
   if (!pos && past_b && seq == 1) pos = mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2);
   if (!pos) {
     pos = op_util_iota(s, 0, seq, 1, 2, MLXB_I64);
     if (past_b) pos = mlxb_binary(s, MLXB_ADD, pos, mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2));
   }
-  return op_util_require_range(c, pos, 0, mlxb_dim(cos, 0), "rotary position") ? NULL : pos;
+  return op_util_require_range_once(c, data, pos, 0, mlxb_dim(cos, 0), "rotary position") ? NULL : pos;
 }
 
 static int gqa_rotary(op_ctx *c, mlxb_array **q, mlxb_array **k, mlxb_array *past_b, int64_t seq) {
@@ -792,7 +802,9 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   bool first = seq == tsl;
   /* each batch's total length seqlens_k + 1 fits the present buffer and holds the new rows */
   int64_t plen0 = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
-  if (op_util_require_range(c, seqlens, first ? 0 : seq - 1, plen0, "seqlens_k")) return -1;
+  char seqlens_data[32];
+  snprintf(seqlens_data, sizeof seqlens_data, "v%d", n->inputs[5]);
+  if (op_util_require_range_once(c, seqlens_data, seqlens, first ? 0 : seq - 1, plen0, "seqlens_k")) return -1;
   mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, op_util_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
   mlxb_array *after = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
   mlxb_array *past_b = pk && !first ? after : NULL;

@@ -87,6 +87,14 @@ bool op_inputs_const(const op_ctx *c, const int *inputs, int n);
  * MLX), so a violated check only decides the error. 0, or -1 on a bridge error. */
 int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* op_require for a check that nodes repeat on the same data (each of a decoder's attention layers
+ * checks the same seqlens_k): the first with `key` is kept and later ones add nothing, so its rule
+ * names the first node. The caller's key must fix the data and the rule (the graph value checked
+ * and every bound). op_require_seen tells whether the key is kept already, so a caller can skip
+ * building `ok`. Outside control-flow bodies only; inside one every check is its own. */
+int op_require_once(op_ctx *c, const char *key, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+bool op_require_seen(const op_ctx *c, const char *key);
 /* ---- control-flow bodies (If, Loop, Scan rows flagged OP_FLAG_BODIES) ----------------------
  * op_lower_body lowers the node's body `attr` into the same MLX graph: `inputs` bind the body's
  * formal inputs in order (n_inputs of them), values of enclosing graphs the body refers to are

@@ -1,6 +1,7 @@
 /* Helpers shared by the op families (see op_util.h): small, stateless, and failing the way a
  * lowering does, through op_fail or the scope's sticky error. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,7 +292,7 @@ static void int_dtype_range(mlxb_dtype t, int64_t *lo, int64_t *hi) {
   }
 }
 
-int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, const char *what) {
+static int require_range(op_ctx *c, const char *key, mlxb_array *x, int64_t lo, int64_t hi, const char *what) {
   mlxb_scope *s = op_scope(c);
   if (!x) return op_fail(c, "%s: no array", what);
   if (mlxb_size(x) == 0) return 0;
@@ -305,7 +306,19 @@ int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, cons
     ok = ok ? mlxb_binary(s, MLXB_LOGICAL_AND, ok, below) : below;
   }
   if (!ok) return op_check(c); /* the dtype holds no value outside the range */
+  if (key) return op_require_once(c, key, ok, x, "%s {} out of range [%lld, %lld)", what, (long long)lo, (long long)hi);
   return op_require(c, ok, x, "%s {} out of range [%lld, %lld)", what, (long long)lo, (long long)hi);
+}
+
+int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, const char *what) {
+  return require_range(c, NULL, x, lo, hi, what);
+}
+
+int op_util_require_range_once(op_ctx *c, const char *data, mlxb_array *x, int64_t lo, int64_t hi, const char *what) {
+  char key[256];
+  snprintf(key, sizeof key, "range|%s|%s|%lld|%lld", data, what, (long long)lo, (long long)hi);
+  if (op_require_seen(c, key)) return 0; /* built nothing: an earlier node checks the same */
+  return require_range(c, key, x, lo, hi, what);
 }
 
 /* ---- host tables ------------------------------------------------------------------------- */

@@ -79,6 +79,10 @@ mlxb_array *op_util_float_array(mlxb_scope *s, const float *v, const int64_t *di
 /* Requires lo <= x < hi for every element of the integer array x (op_require), with the rule
  * "<what> {} out of range [lo, hi)". A bound the dtype of x cannot cross is not compared. */
 int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, const char *what);
+/* The same for a check that several nodes repeat on the same data (op_require_once): `data` names
+ * what x is (its graph value and the transformation, e.g. "v12+1-S1"), so that two calls with
+ * equal data, bounds and `what` check the same values; the later ones build nothing. */
+int op_util_require_range_once(op_ctx *c, const char *data, mlxb_array *x, int64_t lo, int64_t hi, const char *what);
 
 /* ---- outputs ------------------------------------------------------------------------------ */
 /* Sets output i only when the node has it (optional outputs are often left out). 0 or -1. */

@@ -325,8 +325,7 @@ static void keep_trace_checks(plan *p, check_list *into, bool *known, check_list
   pthread_mutex_lock(&p->lock);
   if (!*known) {
     *into = *checks;
-    free(into->flags);
-    into->flags = NULL;
+    check_list_keep_rules(into);
     *known = true;
     memset(checks, 0, sizeof *checks);
   }
@@ -955,6 +954,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   if (!e || __atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED) != traces_before)
     stat_max(compiled > 0 ? &p->stats.eager_ops : &p->stats.program_ops,
              graph_size_sampled(p, f.results, compiled > 0));
+  stat_max(&p->stats.checks, (uint64_t)(compiled > 0 ? eager_checks.n : compiled_checks.n));
   uint64_t built = now_us();
   PLAN_STAT_ADD(p, graph_us, built - phase);
   trace_sink_event(p->cfg.trace, "graph", p->name, compiled > 0 ? "lowered (eager)" : "compiled program", phase,

@@ -82,43 +82,82 @@ int op_check(op_ctx *c) {
  * (and an extra output of a compiled program). Only when a flag is set is the rule's message, kept
  * per Run or per compiled signature, formatted into the Run's error. */
 
+void check_list_keep_rules(check_list *l) {
+  for (int i = 0; l->keys && i < l->n; i++) free(l->keys[i]);
+  free(l->keys);
+  free(l->flags);
+  l->keys = NULL;
+  l->flags = NULL;
+}
+
 void check_list_free(check_list *l) {
+  check_list_keep_rules(l);
   for (int i = 0; i < l->n; i++) free(l->rules[i]);
   free(l->rules);
-  free(l->flags);
   memset(l, 0, sizeof *l);
 }
 
-int check_list_push(check_list *l, mlxb_array *flag, char *rule) {
+static int check_list_push_keyed(check_list *l, mlxb_array *flag, char *rule, char *key) {
   if (l->n == l->cap) {
     int cap = l->cap ? 2 * l->cap : 8;
     char **r = realloc(l->rules, sizeof *r * (size_t)cap);
     if (r) l->rules = r;
     mlxb_array **f = realloc(l->flags, sizeof *f * (size_t)cap);
     if (f) l->flags = f;
-    if (!r || !f) return -1;
+    char **k = realloc(l->keys, sizeof *k * (size_t)cap);
+    if (k) l->keys = k;
+    if (!r || !f || !k) return -1;
     l->cap = cap;
   }
   l->rules[l->n] = rule;
+  l->keys[l->n] = key;
   l->flags[l->n++] = flag;
   return 0;
 }
 
-int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...) {
+int check_list_push(check_list *l, mlxb_array *flag, char *rule) { return check_list_push_keyed(l, flag, rule, NULL); }
+
+static bool check_list_has(const check_list *l, const char *key) {
+  for (int i = 0; l->keys && i < l->n; i++)
+    if (l->keys[i] && !strcmp(l->keys[i], key)) return true;
+  return false;
+}
+
+static int require_keyed(op_ctx *c, const char *key, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt,
+                         va_list ap) {
   mlxb_array *flag = mlxb_violation(c->s, ok, bad_value);
   if (!flag) return op_check(c);
   char rule[512];
   int head = snprintf(rule, sizeof rule, "node '%s' (%s): ", c->node->name, c->node->op_type);
-  va_list ap;
-  va_start(ap, rule_fmt);
   if (head > 0 && (size_t)head < sizeof rule) vsnprintf(rule + head, sizeof rule - (size_t)head, rule_fmt, ap);
-  va_end(ap);
-  char *kept = strdup(rule);
-  if (!kept || check_list_push(c->checks, flag, kept)) {
+  char *kept = strdup(rule), *kept_key = key ? strdup(key) : NULL;
+  if (!kept || (key && !kept_key) || check_list_push_keyed(c->checks, flag, kept, kept_key)) {
     free(kept);
+    free(kept_key);
     return op_fail(c, "out of memory");
   }
   return 0;
+}
+
+int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...) {
+  va_list ap;
+  va_start(ap, rule_fmt);
+  int rc = require_keyed(c, NULL, ok, bad_value, rule_fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* Inside a body a check may count only where a branch is taken (op_lower_body's `when`), so
+ * bodies never share theirs: a skipped unconditional check would be lost. */
+bool op_require_seen(const op_ctx *c, const char *key) { return !c->outer && check_list_has(c->checks, key); }
+
+int op_require_once(op_ctx *c, const char *key, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...) {
+  if (op_require_seen(c, key)) return 0;
+  va_list ap;
+  va_start(ap, rule_fmt);
+  int rc = require_keyed(c, c->outer ? NULL : key, ok, bad_value, rule_fmt, ap);
+  va_end(ap);
+  return rc;
 }
 
 /* The Run's checks as one int64 [2n] array; a placeholder [0] when there are none. */

@@ -22,9 +22,12 @@ typedef struct host_value {
 typedef struct check_list {
   char **rules;         /* "node 'g' (Gather): index {} out of range [-5, 5)"; {} = the bad value */
   mlxb_array **flags;   /* per check: int64 [2] (mlxb_violation); NULL once the rules are kept */
+  char **keys;          /* per check: what makes it the same check (op_require_once), or NULL */
   int n, cap;
 } check_list;
 void check_list_free(check_list *l); /* frees the rules; accepts a zeroed list */
+/* Keeps only the rules (what a traced program's list needs once its flags are outputs). */
+void check_list_keep_rules(check_list *l);
 
 /* What one input signature (dtypes and shapes of the cluster inputs) determines: the values
  * computed from shapes and constants alone, and the compiled program. Immutable once listed,
