@@ -1,7 +1,7 @@
 """The C program (register, session, Run, release, unregister) under valgrind: no memory the EP
 allocates may be lost. Skipped where valgrind is missing. The second test adds models whose rows
-have a prepare stage (tree ensembles, MatMulNBits with constant weights): their plans' prepared
-states must be released with the plans."""
+have a prepare stage (tree ensembles, SVMs, LabelEncoder, MatMulNBits with constant weights): their
+plans' prepared states must be released with the plans."""
 import os
 import re
 import shutil
@@ -30,10 +30,12 @@ def test_c_program_leaks_nothing():
 
 
 def prepared_models(tmp_path):
-    """Models whose nodes have prepared states: every kind of tree table, and MatMulNBits."""
+    """Models whose nodes have prepared states: every kind of tree table, both SVMs in their kernel and
+    liblinear forms (with probabilities), LabelEncoder with float and int64 keys, and MatMulNBits."""
     import numpy as np
     from ml_parity import F, I64, ml_model
     from test_ops_contrib_quant import nbits_model
+    from test_ops_ml_svm import kernel_attrs, svc_attrs
     from test_ops_ml_trees import ALL_MODES, random_tree, v3_attrs, v5_attrs
 
     rng = np.random.default_rng(0)
@@ -50,6 +52,21 @@ def prepared_models(tmp_path):
         "tree_classifier": ml_model("TreeEnsembleClassifier", {**v3_attrs(classes, True), "base_values": [0.1, 0.2, 0.3],
                                                                "classlabels_int64s": [1, 2, 3]},
                                     {"x": x}, [("y", I64), ("z", F)]),
+        "svm_regressor": ml_model("SVMRegressor", {**kernel_attrs("RBF"), "n_supports": 2, "rho": [0.25],
+                                                   "support_vectors": [0.1, 0.2, 0.3, -0.1, 0.5, 0.0],
+                                                   "coefficients": [0.5, -1.0]}, {"x": x}, [("y", F)]),
+        "svm_regressor_linear": ml_model("SVMRegressor", {**kernel_attrs("LINEAR"), "coefficients": [0.5, -1.0, 2.0],
+                                                          "rho": [0.1]}, {"x": x}, [("y", F)]),
+        "svm_classifier": ml_model("SVMClassifier", svc_attrs(3, [2, 1, 2], 3, "POLY", "NONE", True, seed=1),
+                                   {"x": x}, [("y", I64), ("z", F)]),
+        "svm_classifier_linear": ml_model("SVMClassifier", {"coefficients": [0.5, 1.0, 0.25, 0.1, 0.2, 0.3],
+                                                            "rho": [-0.4], "classlabels_ints": [0, 1],
+                                                            "kernel_params": [0.0, 0.0, 0.0]},
+                                          {"x": x}, [("y", I64), ("z", F)]),
+        "label_encoder": ml_model("LabelEncoder", {"keys_floats": [0.5, float("nan"), 2.0, 0.5],
+                                                   "values_int64s": [3, 4, 5, 6]}, {"x": x}, [("y", I64)], opset=4),
+        "label_encoder_ints": ml_model("LabelEncoder", {"keys_int64s": [1, 5, 0], "values_floats": [0.5, 1.5, 2.5]},
+                                       {"x": np.zeros((4, 3), np.int64)}, [("y", F)], opset=2),
         "matmul_nbits": nbits_model(64, 8, 4, 32, zp="u8")[0],
     }
     paths = []

@@ -63,9 +63,13 @@ def test_data_dependent_reshape_is_never_baked(tmp_path):
     for f, y in zip(feeds, outs):
         np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(f["shape"]))
     assert st["compiled_runs"] == 0 and st["eager_runs"] == 5 and st["host_reads"] == 5
-    # The signature traced once, failed and runs eagerly: counted, and the reason is reported.
-    assert st["trace_failures"] == 1
-    assert "first trace failure (that signature runs eagerly): " in (tmp_path / "report.txt").read_text()
+    # The signature traced once, failed and runs eagerly: counted, and the reason is reported. The
+    # failure is by design (Reshape refuses to read data in a trace: op_trace_refuse), so it falls back
+    # in every build; only other trace failures count as unexpected (a debug build fails the Run on those).
+    assert st["trace_failures"] == 1 and st["unexpected_trace_failures"] == 0
+    text = (tmp_path / "report.txt").read_text()
+    assert "first trace failure (that signature runs eagerly): by design: " in text
+    assert "input 1 is read on the host but depends on data" in text
 
 
 def test_lru_evicts(tmp_path):

@@ -7,6 +7,7 @@
 void diag_init(diag *d) {
   d->msg[0] = '\0';
   d->failed = 0;
+  d->trace_refusal = false;
 }
 
 int diag_vfail(diag *d, const char *fmt, va_list ap) {

@@ -5,10 +5,12 @@
 #define EP_MLX_DIAG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 
 typedef struct diag {
   char msg[1024]; /* NUL-terminated message of the first failure */
   int failed;     /* nonzero once a failure has been recorded */
+  bool trace_refusal; /* that failure is a lowering refusing a compile trace by design (op_trace_refuse) */
 } diag;
 
 void diag_init(diag *d);

@@ -86,8 +86,8 @@ static int lower_if_select(op_ctx *c, int n) {
     return -1;
   for (int i = 0; i < n; i++) {
     if (!same_shape(a[i], b[i]))
-      return op_fail(c, "output %d differs in shape or dtype between the branches: a condition computed from data is "
-                        "traced only when they agree (this input signature runs eagerly)", i);
+      return op_trace_refuse(c, "output %d differs in shape or dtype between the branches: a condition computed from "
+                                "data is traced only when they agree (this input signature runs eagerly)", i);
     a[i] = mlxb_where(s, cond, a[i], b[i]);
   }
   return set_outputs(c, a, n);
@@ -327,17 +327,17 @@ static int loop_unrolled(op_ctx *c, loop_run *r, mlxb_array *cond, bool early_ex
   mlxb_scope *s = op_scope(c);
   mlxb_array *out[CF_MAX_VALUES];
   if (r->trip > LOOP_TRACE_MAX)
-    return op_fail(c, "%lld iterations are more than a trace unrolls (%d): this input signature runs eagerly",
-                   (long long)r->trip, LOOP_TRACE_MAX);
+    return op_trace_refuse(c, "%lld iterations are more than a trace unrolls (%d): this input signature runs eagerly",
+                           (long long)r->trip, LOOP_TRACE_MAX);
   if (early_exit && r->scans)
-    return op_fail(c, "the loop may exit early and has scan outputs, whose length depends on data: this input "
-                      "signature runs eagerly");
+    return op_trace_refuse(c, "the loop may exit early and has scan outputs, whose length depends on data: this input "
+                              "signature runs eagerly");
   for (int64_t i = 0; i < r->trip; i++) {
     if (loop_step(c, r, i, cond, out, early_exit ? cond : NULL, NULL)) return -1;
     for (int k = 0; k < r->carried; k++) {
       if (early_exit && !same_shape(out[1 + k], r->state[1 + k]))
-        return op_fail(c, "loop-carried value %d changes shape in a loop that may exit early: this input "
-                          "signature runs eagerly", k);
+        return op_trace_refuse(c, "loop-carried value %d changes shape in a loop that may exit early: this input "
+                                  "signature runs eagerly", k);
       r->state[1 + k] = early_exit ? mlxb_where(s, cond, out[1 + k], r->state[1 + k]) : out[1 + k];
     }
     if (scan_push(c, &r->lists, out + 1 + r->carried)) return -1;
@@ -406,14 +406,14 @@ static int lower_loop(op_ctx *c, const op_def *def) {
   int rc = -1;
   if (op_has_input(c, 0)) {
     if (tracing && !op_input_known(c, 0)) {
-      op_fail(c, "the trip count depends on data: this input signature runs eagerly");
+      op_trace_refuse(c, "the trip count depends on data: this input signature runs eagerly");
       goto done;
     }
     if (op_util_input_int(c, 0, &r.trip)) goto done;
   }
   if (tracing) {
     if (r.trip == INT64_MAX) {
-      op_fail(c, "no trip count: the loop ends on data, and this input signature runs eagerly");
+      op_trace_refuse(c, "no trip count: the loop ends on data, and this input signature runs eagerly");
       goto done;
     }
     mlxb_array *cond = op_has_input(c, 1) ? cond_scalar(c, op_input(c, 1)) : mlxb_scalar_i64(op_scope(c), 1, MLXB_BOOL);
@@ -514,8 +514,8 @@ static int lower_scan(op_ctx *c, const op_def *def) {
   if (steps > LOOP_MAX_ITERS)
     return op_fail(c, "%lld steps are more than the EP runs (%lld)", (long long)steps, (long long)LOOP_MAX_ITERS);
   if (op_tracing(c) && steps > LOOP_TRACE_MAX)
-    return op_fail(c, "%lld steps are more than a trace unrolls (%d): this input signature runs eagerly",
-                   (long long)steps, LOOP_TRACE_MAX);
+    return op_trace_refuse(c, "%lld steps are more than a trace unrolls (%d): this input signature runs eagerly",
+                           (long long)steps, LOOP_TRACE_MAX);
   mlxb_array *state[CF_MAX_VALUES], *in[CF_MAX_VALUES], *out[CF_MAX_VALUES];
   for (int k = 0; k < a.states; k++) state[k] = op_input(c, k);
   scan_lists lists = {.k = a.outputs};
@@ -655,8 +655,8 @@ static int lower_scan8(op_ctx *c, const op_def *def) {
     goto done;
   }
   if (op_tracing(c) && batch * steps > LOOP_TRACE_MAX) {
-    op_fail(c, "%lld iterations are more than a trace unrolls (%d): this input signature runs eagerly",
-            (long long)(batch * steps), LOOP_TRACE_MAX);
+    op_trace_refuse(c, "%lld iterations are more than a trace unrolls (%d): this input signature runs eagerly",
+                    (long long)(batch * steps), LOOP_TRACE_MAX);
     goto done;
   }
   lens = malloc(sizeof *lens * (size_t)(batch + 1));
@@ -670,7 +670,7 @@ static int lower_scan8(op_ctx *c, const op_def *def) {
   for (int64_t b = 0; b < batch; b++) lens[b] = steps;
   if (op_has_input(c, 0)) {
     if (op_tracing(c) && !op_input_known(c, 0)) {
-      op_fail(c, "sequence_lens depends on data: this input signature runs eagerly");
+      op_trace_refuse(c, "sequence_lens depends on data: this input signature runs eagerly");
       goto done;
     }
     int64_t n = mlxb_size(op_input(c, 0));

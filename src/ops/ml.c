@@ -358,22 +358,34 @@ static mlxb_array *ml_lower_bound(mlxb_scope *s, mlxb_array *keys, int64_t m, ml
   return pos;
 }
 
-/* y = the value of the key equal to x, or the default: keys sorted on the host, found by
- * bisection. Duplicate keys keep their first value (ORT's map emplace); a NaN key matches NaN
- * input from opset 4 only (NaN never equals itself in opset 2's map). */
-static int lower_label_encoder(op_ctx *c, const op_def *def) {
+/* A LabelEncoder as prepare leaves it (prepare_label_encoder): the keys sorted on the host
+ * without NaN and later duplicates, with their values, kept with the plan's constants; the
+ * default and the value of a NaN key. Built once at Compile. */
+typedef struct label_prepared {
+  int64_t m;            /* distinct non-NaN keys */
+  mlxb_array *keys, *values; /* [m] in the key and value dtypes; NULL when m == 0 */
+  double dr, nan_r;     /* default and NaN-key values (float outputs) */
+  int64_t di, nan_i;    /* the same for int64 outputs */
+  bool nan_key;         /* a NaN key matches NaN input (opset 4 and later) */
+} label_prepared;
+
+static void label_release(void *state) { free(state); }
+
+/* The keys sorted on the host for the bisection: duplicate keys keep their first value (ORT's map
+ * emplace); a NaN key matches NaN input from opset 4 only (NaN never equals itself in opset 2's
+ * map). */
+static int prepare_label_encoder(op_ctx *c, const op_def *def, void **state) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
-  mlxb_array *x = op_input(c, 0);
   int32_t kt = op_input_dtype(c, 0), vt = op_output_dtype(c, 0);
   bool nan_matches = n->since_version >= 4;
+  label_prepared *lp = calloc(1, sizeof *lp);
+  if (!lp) return op_fail(c, "out of memory");
+  *state = lp;
   ml_list keys, vals;
-  double dr;
-  int64_t di;
   if (!ml_list_find(n, "keys", kt, &keys) || !ml_list_find(n, "values", vt, &vals) || keys.n != vals.n ||
-      !ml_label_default(n, vt, &dr, &di))
+      !ml_label_default(n, vt, &lp->dr, &lp->di))
     return op_fail(c, "keys, values or default no longer match the claim");
-  if (mlxb_ndim(x) > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d", mlxb_ndim(x));
   ml_key *k = malloc(sizeof *k * (size_t)(keys.n + 1));
   int64_t *kint = malloc(sizeof(int64_t) * (size_t)(keys.n + 1)), *vint = malloc(sizeof(int64_t) * (size_t)(keys.n + 1));
   double *kreal = malloc(sizeof(double) * (size_t)(keys.n + 1)), *vreal = malloc(sizeof(double) * (size_t)(keys.n + 1));
@@ -396,26 +408,47 @@ static int lower_label_encoder(op_ctx *c, const op_def *def) {
     else vreal[m] = ml_list_real(&vals, k[i].pos);
     m++;
   }
-  mlxb_dtype kd = (mlxb_dtype)op_mlx_dtype(kt), vd = (mlxb_dtype)op_mlx_dtype(vt);
-  mlxb_array *y = vt == ONNX_INT64 ? mlxb_scalar_i64(s, di, MLXB_I64) : mlxb_scalar_f64(s, dr, vd);
+  lp->m = m;
+  if (nan_pos >= 0) {
+    lp->nan_key = true;
+    if (vals.is_int) lp->nan_i = vals.ints[nan_pos];
+    else lp->nan_r = ml_list_real(&vals, nan_pos);
+  }
+  if (m > 0) {
+    mlxb_dtype kd = (mlxb_dtype)op_mlx_dtype(kt), vd = (mlxb_dtype)op_mlx_dtype(vt);
+    lp->keys = op_prepare_keep(c, keys.is_int ? ml_vec_i64(s, kint, m) : ml_host_reals(s, kreal, &m, 1, kd));
+    lp->values = op_prepare_keep(c, vals.is_int ? ml_vec_i64(s, vint, m) : ml_host_reals(s, vreal, &m, 1, vd));
+    if (!lp->keys || !lp->values) rc = -1;
+  }
+done:
+  free(k), free(kint), free(vint), free(kreal), free(vreal);
+  return rc;
+}
+
+/* y = the value of the key equal to x (found by bisection over the prepared keys), or the default. */
+static int lower_label_encoder(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const label_prepared *lp = op_prepared(c);
+  if (!lp) return op_fail(c, "the keys were not prepared");
+  mlxb_array *x = op_input(c, 0);
+  int32_t vt = op_output_dtype(c, 0);
+  mlxb_dtype vd = (mlxb_dtype)op_mlx_dtype(vt);
+  if (mlxb_ndim(x) > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d", mlxb_ndim(x));
+  int64_t m = lp->m;
+  mlxb_array *y = vt == ONNX_INT64 ? mlxb_scalar_i64(s, lp->di, MLXB_I64) : mlxb_scalar_f64(s, lp->dr, vd);
   int64_t dims[OP_UTIL_MAX_RANK];
   mlxb_shape(x, dims);
   y = mlxb_broadcast_to(s, y, dims, mlxb_ndim(x));
   if (m > 0) {
-    mlxb_array *karr = keys.is_int ? ml_vec_i64(s, kint, m) : ml_host_reals(s, kreal, &m, 1, kd);
-    mlxb_array *varr = vals.is_int ? ml_vec_i64(s, vint, m) : ml_host_reals(s, vreal, &m, 1, vd);
-    mlxb_array *at = mlxb_clip(s, ml_lower_bound(s, karr, m, x), mlxb_scalar_i64(s, 0, MLXB_I32), mlxb_scalar_i64(s, m - 1, MLXB_I32));
-    mlxb_array *hit = mlxb_binary(s, MLXB_EQUAL, mlxb_take(s, karr, at, 0), x);
-    y = mlxb_where(s, hit, mlxb_take(s, varr, at, 0), y);
+    mlxb_array *at = mlxb_clip(s, ml_lower_bound(s, lp->keys, m, x), mlxb_scalar_i64(s, 0, MLXB_I32), mlxb_scalar_i64(s, m - 1, MLXB_I32));
+    mlxb_array *hit = mlxb_binary(s, MLXB_EQUAL, mlxb_take(s, lp->keys, at, 0), x);
+    y = mlxb_where(s, hit, mlxb_take(s, lp->values, at, 0), y);
   }
-  if (nan_pos >= 0) {
-    mlxb_array *nv = vals.is_int ? mlxb_scalar_i64(s, vals.ints[nan_pos], MLXB_I64) : mlxb_scalar_f64(s, ml_list_real(&vals, nan_pos), vd);
+  if (lp->nan_key) {
+    mlxb_array *nv = vt == ONNX_INT64 ? mlxb_scalar_i64(s, lp->nan_i, MLXB_I64) : mlxb_scalar_f64(s, lp->nan_r, vd);
     y = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, x), nv, y);
   }
-  rc = op_set_output(c, 0, y);
-done:
-  free(k), free(kint), free(vint), free(kreal), free(vreal);
-  return rc;
+  return op_set_output(c, 0, y);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
@@ -445,7 +478,8 @@ static const op_def defs[] = {
            .doc = "float/double/int64 X of rank <= 2 (truncated to int64), cats_int64s; unknown categories give "
                   "zeros (ORT fails when zeros=0). Declined: cats_strings"),
     OP_ROW(ML, "LabelEncoder", 2, 4, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64 | DT(ONNX_INT64),
-           .claim = claim_label_encoder, .lower = lower_label_encoder,
+           .claim = claim_label_encoder, .lower = lower_label_encoder, .prepare = prepare_label_encoder,
+           .release = label_release,
            .doc = "int64/float/double keys to int64/float/double values from *_int64s/*_floats lists or (opset 4) "
                   "keys_tensor/values_tensor/default_tensor; duplicate keys keep the first value; NaN keys match NaN "
                   "from opset 4. Declined: string keys or values, opset 1"),

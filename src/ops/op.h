@@ -146,6 +146,12 @@ int op_output_alias(const op_ctx *c, int k);
 /* Records a failure (node and op are prefixed by the caller) and returns -1; when a bridge call
  * of this node failed already, its message is the one recorded (the cause, not a symptom). */
 int op_fail(op_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* op_fail for a lowering that cannot be traced by design (called inside a compile trace only): a
+ * value it must read on the host depends on data, a loop longer than a trace unrolls, unseeded
+ * random draws, If branches of different shapes under a condition from data. The runtime then
+ * runs that input signature eagerly in every build; any other failure of a trace is unexpected
+ * and fails the Run in a debug build (built without NDEBUG). -1. */
+int op_trace_refuse(op_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* -1 with the bridge's message when the scope has an error, else 0. */
 int op_check(op_ctx *c);
 

@@ -15,7 +15,7 @@ static int rand_seed(op_ctx *c, uint64_t *seed, bool *seeded) {
   const ir_attr *a = ir_node_attr(op_node(c), "seed");
   *seed = 0;
   *seeded = a && a->type == IR_ATTR_FLOAT;
-  if (!*seeded) return mlxb_in_trace() ? op_fail(c, "unseeded random values cannot be compiled") : 0;
+  if (!*seeded) return mlxb_in_trace() ? op_trace_refuse(c, "unseeded random values cannot be compiled") : 0;
   float f = a->f;
   uint32_t bits;
   memcpy(&bits, &f, sizeof bits);

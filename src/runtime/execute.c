@@ -367,7 +367,12 @@ static int trace_body(void *user, mlxb_scope *s, mlxb_array *const *inputs, int 
   PLAN_STAT_ADD(p, body_traces, 1);
   rc = 0;
 done:
-  if (rc) mlxb_set_error(s, d.msg);
+  if (rc) {
+    pthread_mutex_lock(&p->lock);
+    bp->trace_refused = d.trace_refusal;
+    pthread_mutex_unlock(&p->lock);
+    mlxb_set_error(s, d.msg);
+  }
   check_list_free(&checks);
   run_state_free(&r);
   return rc;
@@ -392,10 +397,26 @@ static body_program *body_program_find_locked(plan *p, graph_frame *f, const int
   return bp;
 }
 
-static void body_trace_failed_locked(plan *p, body_program *bp) {
-  if (bp->uncompilable) return;
+/* Whether a failed trace fails the Run: never when a lowering refused the trace by design
+ * (op_trace_refuse: that signature runs eagerly in every build); otherwise only in a debug build
+ * (without NDEBUG), where an unexpected trace failure is a bug to see, not a slow path to hide. */
+static bool trace_failure_is_fatal(bool refused) {
+#ifdef NDEBUG
+  (void)refused;
+  return false;
+#else
+  return !refused;
+#endif
+}
+
+/* Marks bp uncompilable (lowered per iteration from then on); true when the failure is fatal
+ * (trace_failure_is_fatal). Under p->lock. */
+static bool body_trace_failed_locked(plan *p, body_program *bp) {
+  if (bp->uncompilable) return false;
   bp->uncompilable = true;
   PLAN_STAT_ADD(p, body_trace_failures, 1);
+  if (!bp->trace_refused) PLAN_STAT_ADD(p, unexpected_trace_failures, 1);
+  return trace_failure_is_fatal(bp->trace_refused);
 }
 
 enum { BODY_CALL_MAX_INPUTS = 1024 };
@@ -428,19 +449,26 @@ int op_call_body(op_ctx *c, const char *attr, mlxb_array *const *inputs, int n_i
   }
   pthread_mutex_lock(&p->lock);
   body_program *bp = body_program_find_locked(p, f, key, key_len);
+  bool fatal = false;
+  char err[1024] = "";
   if (bp && !bp->program && !bp->uncompilable) {
-    char err[256] = "";
     bp->program = mlxb_compile(p->cfg.device, trace_body, bp, g->n_outputs + 1, false, err, sizeof err);
-    if (!bp->program) body_trace_failed_locked(p, bp);
+    if (!bp->program) fatal = body_trace_failed_locked(p, bp);
   }
   mlxb_program *prog = bp && !bp->uncompilable ? bp->program : NULL;
   pthread_mutex_unlock(&p->lock);
+  if (fatal) {
+    rc = op_fail(c, "body '%s': unexpected trace failure (a debug build fails on it): %s", attr, err);
+    goto done;
+  }
   if (!prog) goto done;
   if (mlxb_program_call(c->s, prog, ins, n, outs, n_outputs + 1)) {
     pthread_mutex_lock(&p->lock); /* e.g. a host read inside the body: it is lowered per iteration */
-    body_trace_failed_locked(p, bp);
+    fatal = body_trace_failed_locked(p, bp);
     pthread_mutex_unlock(&p->lock);
+    snprintf(err, sizeof err, "%s", mlxb_error(c->s));
     mlxb_clear_error(c->s);
+    if (fatal) rc = op_fail(c, "body '%s': unexpected trace failure (a debug build fails on it): %s", attr, err);
     goto done;
   }
   pthread_mutex_lock(&p->lock);
@@ -487,13 +515,13 @@ mlxb_scope *op_swap_scope(op_ctx *c, mlxb_scope *s) {
 }
 
 int op_eval(op_ctx *c, mlxb_array *const *arrays, int n) {
-  if (c->tracing) return op_fail(c, "evaluation inside a trace");
+  if (c->tracing) return op_trace_refuse(c, "evaluation inside a trace");
   if (n > 0 && mlxb_eval(c->s, arrays, (size_t)n)) return op_check(c);
   return 0;
 }
 
 int op_read_ints(op_ctx *c, mlxb_array *a, int64_t *out, int max) {
-  if (c->tracing) return op_fail(c, "a value is read on the host but depends on data");
+  if (c->tracing) return op_trace_refuse(c, "a value is read on the host but depends on data");
   if (!a) return op_check(c) ? -1 : op_fail(c, "no value to read");
   size_t n = mlxb_size(a);
   if (n > (size_t)max) return op_fail(c, "%zu values to read (at most %d)", n, max);
@@ -726,7 +754,12 @@ static int trace_cluster_with(sig_entry *e, const int *alias, mlxb_scope *s, mlx
   PLAN_STAT_ADD(p, traces, 1);
   rc = 0;
 done:
-  if (rc) mlxb_set_error(s, d.msg);
+  if (rc) {
+    pthread_mutex_lock(&p->lock);
+    e->trace_refused = d.trace_refusal;
+    pthread_mutex_unlock(&p->lock);
+    mlxb_set_error(s, d.msg);
+  }
   check_list_free(&checks);
   run_state_free(&r);
   return rc;
@@ -746,14 +779,20 @@ static int trace_cluster_aliased(void *user, mlxb_scope *s, mlxb_array *const *i
 /* Replays (tracing if needed) the entry's program; returns 1 when the cluster cannot be
  * compiled and the caller should run it eagerly, 0 on success, -1 on error. */
 /* Marks e uncompilable (it runs eagerly from then on) and keeps why: on e, in the plan's first
- * failure and in its trace_failures count (the run report shows them). Called under p->lock. */
-static void trace_failed_locked(plan *p, sig_entry *e, const char *why) {
-  if (e->uncompilable) return; /* another thread's call failed first */
+ * failure (marked by design or unexpected) and in its trace_failures and unexpected_trace_failures
+ * counts (the run report shows them). True when the failure is fatal (trace_failure_is_fatal):
+ * the caller then fails the Run with *why. Called under p->lock. */
+static bool trace_failed_locked(plan *p, sig_entry *e, const char *why) {
+  if (e->uncompilable) return false; /* another thread's call failed first */
   e->uncompilable = true;
-  e->trace_error = strdup(why && *why ? why : "unknown error");
+  why = why && *why ? why : "unknown error";
+  e->trace_error = strdup(why);
   if (!p->first_trace_error[0])
-    snprintf(p->first_trace_error, sizeof p->first_trace_error, "%s", why && *why ? why : "unknown error");
+    snprintf(p->first_trace_error, sizeof p->first_trace_error, "%s: %s", e->trace_refused ? "by design" : "unexpected",
+             why);
   PLAN_STAT_ADD(p, trace_failures, 1);
+  if (!e->trace_refused) PLAN_STAT_ADD(p, unexpected_trace_failures, 1);
+  return trace_failure_is_fatal(e->trace_refused);
 }
 
 /* The entry's program for a Run whose outputs alias inputs (find_aliases), traced on first need
@@ -790,24 +829,28 @@ static int run_compiled(plan *p, mlxb_scope *s, mlxb_array *const *in, sig_entry
   pthread_mutex_lock(&p->lock);
   mlxb_program *prog = any_alias(ob) ? alias_program_locked(p, e, ob->alias) : NULL;
   ob->any_alias = prog != NULL;
+  bool fatal = false;
+  char err[1024] = "";
   if (!prog && !e->program && !e->uncompilable) {
-    char err[256] = "";
     e->program = mlxb_compile(p->cfg.device, trace_cluster, e, p->g->n_outputs + 1, false, err, sizeof err);
-    if (!e->program) trace_failed_locked(p, e, err);
+    if (!e->program) fatal = trace_failed_locked(p, e, err);
   }
   if (!prog) prog = e->uncompilable ? NULL : e->program;
   pthread_mutex_unlock(&p->lock);
+  if (fatal) return diag_fail(d, "%s: unexpected trace failure (a debug build fails on it): %s", p->name, err);
   if (!ob->any_alias) drop_aliases(ob);
   if (!prog) return 1;
   if (mlxb_program_call(s, prog, in, p->g->n_inputs, results, p->g->n_outputs + 1)) {
+    snprintf(err, sizeof err, "%s", mlxb_error(s));
     pthread_mutex_lock(&p->lock);
     if (ob->any_alias) /* the in-place program alone fails: the plain one serves from now on */
       e->alias_uncompilable = true;
-    else
-      trace_failed_locked(p, e, mlxb_error(s)); /* e.g. a Reshape fed by data: this cluster runs eagerly */
+    else /* e.g. a Reshape fed by data (by design): this cluster runs eagerly */
+      fatal = trace_failed_locked(p, e, err);
     pthread_mutex_unlock(&p->lock);
     mlxb_clear_error(s);
     drop_aliases(ob);
+    if (fatal) return diag_fail(d, "%s: unexpected trace failure (a debug build fails on it): %s", p->name, err);
     return 1;
   }
   pthread_mutex_lock(&p->lock); /* a program call has traced it, here or on another thread */

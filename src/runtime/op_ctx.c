@@ -71,6 +71,17 @@ int op_fail(op_ctx *c, const char *fmt, ...) {
   return -1;
 }
 
+int op_trace_refuse(op_ctx *c, const char *fmt, ...) {
+  if (!mlxb_ok(c->s)) return op_check(c); /* a bridge call failed first: that is the cause */
+  if (c->d->failed) return -1;            /* so did something else: the refusal is not the cause */
+  va_list ap;
+  va_start(ap, fmt);
+  diag_vfail(c->d, fmt, ap);
+  va_end(ap);
+  c->d->trace_refusal = true;
+  return -1;
+}
+
 int op_check(op_ctx *c) {
   if (mlxb_ok(c->s)) return 0;
   return diag_fail(c->d, "%s", mlxb_error(c->s));
@@ -228,7 +239,7 @@ int op_input_ints(op_ctx *c, int i, int64_t *out, int max) {
   }
   host_value *h = &c->host[v];
   if (!h->ints) {
-    if (c->tracing) return op_fail(c, "input %d is read on the host but depends on data", i);
+    if (c->tracing) return op_trace_refuse(c, "input %d is read on the host but depends on data", i);
     PLAN_STAT_ADD(c->plan, host_reads, 1);
     mlxb_array *a = c->vals[v];
     if (!a) return op_fail(c, "input %d has no value", i);
@@ -251,7 +262,7 @@ int op_input_ints(op_ctx *c, int i, int64_t *out, int max) {
 int op_input_doubles(op_ctx *c, int i, double *out, int max) {
   mlxb_array *a = op_input(c, i);
   if (!a) return op_fail(c, "input %d is absent", i);
-  if (c->tracing) return op_fail(c, "input %d is read on the host inside a trace", i);
+  if (c->tracing) return op_trace_refuse(c, "input %d is read on the host inside a trace", i);
   PLAN_STAT_ADD(c->plan, host_reads, 1);
   size_t n = mlxb_size(a);
   if (n > (size_t)max) return op_fail(c, "input %d has %zu values (at most %d)", i, n, max);

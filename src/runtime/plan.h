@@ -44,6 +44,8 @@ typedef struct plan_stats {
   uint64_t evictions;     /* signatures dropped by the LRU */
   uint64_t traces;        /* MLX traces of the cluster (compile mode) */
   uint64_t trace_failures; /* signatures whose trace failed (they run eagerly from then on) */
+  uint64_t unexpected_trace_failures; /* trace failures (cluster or body) no lowering refused by design
+                                         (op_trace_refuse): a debug build fails the Run on them */
   uint64_t compiled_runs; /* Runs that replayed a compiled program */
   uint64_t eager_runs;    /* Runs that built the graph node by node */
   uint64_t host_reads;    /* values evaluated to read them on the host */

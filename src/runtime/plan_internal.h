@@ -44,6 +44,7 @@ typedef struct sig_entry {
   mlxb_program *program;  /* NULL until first compiled Run */
   bool uncompilable;      /* tracing failed (data-dependent host read): always eager */
   char *trace_error;      /* why tracing failed (malloc'd), or NULL */
+  bool trace_refused;     /* the last trace failed by a lowering's refusal (op_trace_refuse; under lock) */
   bool checks_known;      /* `checks` holds the rules of the traced program */
   /* Per output: ONNX dtype, rank, then OUT_SHAPE_RANK dims of the program's results (unset: rank -1),
    * known from the Run that made the entry: what find_aliases allocates before a program runs. */
@@ -98,6 +99,7 @@ typedef struct body_program {
   int64_t *key;           /* per program input: dtype, rank, dims... */
   mlxb_program *program;  /* NULL until first called */
   bool uncompilable;      /* the body cannot be traced for this signature: lowered per iteration */
+  bool trace_refused;     /* its trace failed by a lowering's refusal (op_trace_refuse; under lock) */
   bool checks_known;      /* `checks` holds the rules of the traced program */
   check_list checks;      /* rules of the program's validity checks (its last output) */
 } body_program;

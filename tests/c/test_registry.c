@@ -1,11 +1,15 @@
 /* Checks facts of the op registry that no ORT session can reach: every row declares a sane arity
  * (a row that forgets it gets {0, 0} and would decline its op), and the generic claim enforces it
  * on hand-built nodes (ORT rejects such nodes itself before an EP sees them, so the Python tests
- * cannot build them). Prints one line per failed check, exits 1 on failure. */
+ * cannot build them); and how the op interface classifies a failed trace (op_trace_refuse: by
+ * design, versus any other failure: unexpected, fatal in a debug build), which a release build's
+ * Python tests see only through the run report. Prints one line per failed check, exits 1 on
+ * failure. */
 #include <stdio.h>
 #include <string.h>
 
 #include "ops/op.h"
+#include "runtime/run_internal.h"
 
 #include "check.h"
 
@@ -59,9 +63,45 @@ static void test_claim_checks_arity(void) {
   CHECK(strstr(why, "2 outputs listed, the op takes at most 1") != NULL, "reason: %s", why);
 }
 
+/* A trace failure counts as by design only when a refusal (op_trace_refuse, or the host reads that
+ * refuse inside a trace) is the failure recorded: not after another failure, nor over a bridge error. */
+static void test_trace_refusal_classification(void) {
+  mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
+  CHECK(s != NULL, "a scope");
+  if (!s) return;
+  diag d;
+  op_ctx c = {.s = s, .run_s = s, .tracing = true, .d = &d};
+
+  diag_init(&d);
+  CHECK(op_trace_refuse(&c, "refused %d", 7) == -1 && d.failed && d.trace_refusal, "a refusal is by design");
+  CHECK(strcmp(d.msg, "refused 7") == 0, "message: %s", d.msg);
+
+  diag_init(&d);
+  CHECK(op_eval(&c, NULL, 0) == -1 && d.trace_refusal, "evaluation inside a trace is refused by design: %s", d.msg);
+  diag_init(&d);
+  CHECK(op_read_ints(&c, NULL, NULL, 0) == -1 && d.trace_refusal, "a host read inside a trace is refused: %s", d.msg);
+
+  diag_init(&d);
+  CHECK(op_fail(&c, "a lowering bug") == -1 && !d.trace_refusal, "op_fail is unexpected");
+  CHECK(op_trace_refuse(&c, "refused") == -1 && !d.trace_refusal, "a refusal after another failure is not the cause");
+  CHECK(strcmp(d.msg, "a lowering bug") == 0, "the first failure stays: %s", d.msg);
+
+  diag_init(&d);
+  mlxb_set_error(s, "bridge failure");
+  CHECK(op_trace_refuse(&c, "refused") == -1 && !d.trace_refusal, "a bridge error first is unexpected");
+  CHECK(strstr(d.msg, "bridge failure") != NULL, "the bridge's message is the cause: %s", d.msg);
+  mlxb_clear_error(s);
+
+  c.tracing = false; /* outside a trace nothing is refused: an empty eval succeeds */
+  diag_init(&d);
+  CHECK(op_eval(&c, NULL, 0) == 0 && !d.failed, "op_eval outside a trace: %s", d.msg);
+  mlxb_scope_free(s);
+}
+
 int main(void) {
   test_rows_declare_arity();
   test_claim_checks_arity();
+  test_trace_refusal_classification();
   printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
