@@ -43,4 +43,42 @@ mlxb_array *checks_summary(mlxb_scope *s, const check_list *l);
 int checks_verdict(const plan *p, mlxb_scope *s, mlxb_array *summary, const check_list *l, diag *d);
 bool is_int_dtype(int32_t t);
 
+/* ---- a Run's outputs (outputs.c) ---------------------------------------------------------- */
+/* A Run's padding: how much, and which inputs and outputs carry it (NULL variant when pad is 0). */
+typedef struct run_pad {
+  int64_t pad;
+  const bucket_variant *v;
+} run_pad;
+
+static inline size_t rt_tensor_bytes(const rt_tensor *t, mlxb_dtype type) {
+  size_t n = mlxb_dtype_size(type);
+  for (int k = 0; k < t->rank; k++) n *= (size_t)(t->dims[k] > 0 ? t->dims[k] : 0);
+  return n;
+}
+
+/* What a Run with device memory knows of its outputs before its program runs: onnxruntime-genai
+ * binds one device buffer as a KV cache's past input and present output, and a program that
+ * knows it (op_output_alias) writes the new rows in place instead of a whole present to copy. */
+typedef struct out_binding {
+  int n;           /* the cluster's outputs; 0 when the Run has no device memory (all else unused) */
+  void **dst;      /* per output: ORT's buffer, asked for before the program ran, or NULL */
+  int *alias;      /* per output: the input whose buffer dst is, or -1 */
+  bool any_alias;  /* some alias[i] >= 0 and the program was traced for them */
+  int64_t *shapes; /* per output: dtype, rank, dims as this Run wrote them (a new entry's out_shapes) */
+} out_binding;
+
+enum { OUT_SHAPE_STRIDE = OUT_SHAPE_RANK + 2 };
+
+int out_binding_init(out_binding *ob, int n); /* n outputs; nothing to do without device memory */
+void out_binding_free(out_binding *ob);
+bool out_binding_any_alias(const out_binding *ob);
+void out_binding_drop_aliases(out_binding *ob); /* the aliases hold only for a program traced with them */
+/* Before a program runs: asks ORT for the outputs that could be an input's own buffer. 0 or -1. */
+int find_aliases(plan *p, const sig_entry *e, const rt_tensor *inputs, int n_inputs, const run_pad *rp,
+                 out_binding *ob, rt_output_alloc_fn alloc, void *user, diag *d);
+/* Evaluates results[0..n) (and the checks' summary results[n]), fails the Run on a violated
+ * check, else copies every output out (nothing for one written in place). 0 or -1. */
+int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const check_list *checks, const run_pad *rp,
+                  out_binding *ob, rt_output_alloc_fn alloc, void *user, diag *d);
+
 #endif

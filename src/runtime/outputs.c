@@ -1,0 +1,183 @@
+/* A Run's outputs: evaluated with the validity checks, then copied into the buffers ORT hands out
+ * (host memory, or the EP's device memory on the device), without the rows a decode bucket
+ * padded; and, with device memory, the outputs a caller bound to an input's own buffer, which a
+ * program traced for them writes in place (find_aliases, op_output_alias). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/trace.h"
+#include "runtime/emulated.h"
+#include "runtime/run_internal.h"
+
+enum { MAX_RANK = 64 };
+
+int out_binding_init(out_binding *ob, int n) {
+  memset(ob, 0, sizeof *ob);
+  if (!mlxb_device_memory_available() || n <= 0) return 0;
+  ob->dst = calloc((size_t)n, sizeof *ob->dst);
+  ob->alias = malloc(sizeof *ob->alias * (size_t)n);
+  ob->shapes = malloc(sizeof *ob->shapes * (size_t)n * OUT_SHAPE_STRIDE);
+  if (!ob->dst || !ob->alias || !ob->shapes) return -1;
+  for (int i = 0; i < n; i++) {
+    ob->alias[i] = -1;
+    ob->shapes[(size_t)i * OUT_SHAPE_STRIDE + 1] = -1; /* rank unknown until written */
+  }
+  ob->n = n;
+  return 0;
+}
+
+void out_binding_free(out_binding *ob) {
+  free(ob->dst);
+  free(ob->alias);
+  free(ob->shapes);
+}
+
+/* The axis of output i that carries a padded Run's extra rows, or -1. */
+static int padded_axis(const run_pad *rp, int i) {
+  return rp->pad > 0 ? rp->v->output_axis[i] : -1;
+}
+
+/* Copies evaluated `a` into host memory: packed for an emulated dtype, the first `keep` rows of
+ * `axis` when axis >= 0. */
+static int copy_to_host(mlxb_scope *s, mlxb_array *a, int32_t declared, int axis, int64_t keep, void *dst,
+                        size_t bytes) {
+  size_t n = mlxb_size(a);
+  if (ir_dtype_emulated_bits(declared))
+    return n ? emulated_download(s, declared, a, dst, ir_dtype_storage_bytes(declared, (int64_t)n)) : 0;
+  if (axis >= 0) return mlxb_read_prefix(s, a, axis, keep, dst, bytes);
+  return n ? mlxb_read(s, a, dst, bytes) : 0;
+}
+
+/* Copies evaluated output i into the buffer ORT allocates for it, without the trailing rows of
+ * a padded output (never a packed sub-byte one: buckets.c refuses those). */
+/* Keeps output i's dtype and dims (before any padding is cut) for find_aliases' next Runs. */
+static void note_out_shape(out_binding *ob, int i, int32_t dtype, bool emulated, mlxb_array *a) {
+  if (!ob->n) return;
+  int64_t *at = ob->shapes + (size_t)i * OUT_SHAPE_STRIDE;
+  int rank = mlxb_ndim(a);
+  if (emulated || rank > OUT_SHAPE_RANK) return; /* stays unknown: never aliased */
+  at[0] = dtype;
+  at[1] = rank;
+  mlxb_shape(a, at + 2);
+}
+
+static bool same_dims(const int64_t *a, const int64_t *b, int rank) {
+  for (int k = 0; k < rank; k++)
+    if (a[k] != b[k]) return false;
+  return true;
+}
+
+static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_pad *rp, out_binding *ob,
+                       rt_output_alloc_fn alloc, void *user, bool *on_device, diag *d) {
+  int axis = padded_axis(rp, i);
+  int64_t dims[MAX_RANK];
+  int rank = mlxb_ndim(a);
+  if (rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, rank);
+  mlxb_shape(a, dims);
+  if (axis >= 0) dims[axis] = dims[axis] > rp->pad ? dims[axis] - rp->pad : 0;
+  void *dst = NULL;
+  int32_t declared = p->g->values[p->g->outputs[i]].dtype;
+  bool emulated = ir_dtype_emulated_bits(declared) != 0;
+  int32_t dtype = emulated ? declared : op_onnx_dtype(mlxb_type(a));
+  if (ob->n && ob->dst[i]) {
+    const int64_t *known = ob->shapes + (size_t)i * OUT_SHAPE_STRIDE; /* what find_aliases asked ORT for */
+    if (known[0] != dtype || known[1] != rank || !same_dims(known + 2, dims, rank))
+      return diag_fail(d, "%s: output %d changed dtype or shape within its signature", p->name, i);
+    dst = ob->dst[i];
+  } else if (alloc(user, i, dtype, dims, rank, &dst, d)) {
+    return -1;
+  }
+  note_out_shape(ob, i, dtype, emulated, a);
+  if (ob->n && ob->alias[i] >= 0 && mlxb_holds_buffer(a, dst)) {
+    PLAN_STAT_ADD(p, inplace_outputs, 1); /* the program wrote it in place: nothing to copy */
+    return 0;
+  }
+  size_t n = mlxb_size(a), item = mlxb_dtype_size(mlxb_type(a)), kept = 1;
+  for (int k = 0; k < rank; k++) kept *= (size_t)dims[k];
+  int rc;
+  if (!emulated && n && mlxb_device_owns(dst, kept * item)) {
+    *on_device = true; /* ORT's buffer is our device memory: copied on the GPU */
+    PLAN_STAT_ADD(p, device_outputs, 1);
+    rc = mlxb_write_device(s, a, axis, axis >= 0 ? dims[axis] : 0, dst, kept * item);
+  } else {
+    PLAN_STAT_ADD(p, host_outputs, 1);
+    rc = copy_to_host(s, a, declared, axis, axis >= 0 ? dims[axis] : 0, dst, kept * item);
+  }
+  return rc ? diag_fail(d, "%s: %s", p->name, mlxb_error(s)) : 0;
+}
+
+/* Evaluates the outputs and the checks' summary (results[n], when there are checks) at once, fails
+ * the Run when a check is violated, else copies the outputs into the buffers the caller hands out. */
+int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const check_list *checks, const run_pad *rp,
+                         out_binding *ob, rt_output_alloc_fn alloc, void *user, diag *d) {
+  int n = p->g->n_outputs;
+  for (int i = 0; i < n; i++) {
+    if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
+    /* an output written in place is its input's own array: a contiguous copy would hide that; a
+     * float64 output is made contiguous on the CPU, whatever the scope's device */
+    if (!(ob->n && ob->alias[i] >= 0)) results[i] = mlxb_contiguous(s, results[i]);
+  }
+  size_t n_eval = (size_t)n + (checks->n > 0);
+  if (checks->n > 0 && !results[n]) return diag_fail(d, "%s: the checks were not computed", p->name);
+  uint64_t t0 = trace_now_us();
+  if (mlxb_eval(s, results, n_eval)) return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  uint64_t t1 = trace_now_us();
+  PLAN_STAT_ADD(p, eval_us, t1 - t0);
+  trace_sink_event(p->cfg.trace, "eval", p->name, NULL, t0, t1 - t0);
+  if (checks->n > 0 && checks_verdict(p, s, results[n], checks, d)) return -1;
+  bool on_device = false;
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, rp, ob, alloc, user, &on_device, d);
+  /* queued device copies read MLX buffers that the scope frees next: wait for them, even on error */
+  if (on_device && mlxb_device_finish(s) && !rc) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  uint64_t t2 = trace_now_us();
+  PLAN_STAT_ADD(p, copy_us, t2 - t1);
+  trace_sink_event(p->cfg.trace, "copy out", p->name, on_device ? "device" : "host", t1, t2 - t1);
+  return rc;
+}
+
+bool out_binding_any_alias(const out_binding *ob) {
+  for (int i = 0; i < ob->n; i++)
+    if (ob->alias[i] >= 0) return true;
+  return false;
+}
+
+/* The aliases hold only for a program traced with them: any other path copies every output. */
+void out_binding_drop_aliases(out_binding *ob) {
+  for (int i = 0; i < ob->n; i++) ob->alias[i] = -1;
+  ob->any_alias = false;
+}
+
+/* Input j when output buffers of `dtype` and `dims` could be its own: unpadded, in our device
+ * memory (onnxruntime-genai's shared KV buffer is such an IOBinding). */
+static bool aliasable_input(const rt_tensor *t, const run_pad *rp, int j, int32_t dtype, const int64_t *dims, int rank) {
+  if (t->dtype != dtype || t->rank != rank || !t->data || !same_dims(t->dims, dims, rank)) return false;
+  if (rp->pad > 0 && rp->v->input_axis[j] >= 0) return false;
+  int type = op_mlx_dtype(dtype);
+  if (type < 0 || type == MLXB_BOOL || ir_dtype_emulated_bits(dtype)) return false;
+  return mlxb_device_owns(t->data, rt_tensor_bytes(t, (mlxb_dtype)type));
+}
+
+/* Before a program runs, asks ORT for each output that could share an input's buffer (same dtype
+ * and dims, by the shapes the entry's first Run wrote); one that ORT hands out at such an input's
+ * address is an alias (op_output_alias). */
+int find_aliases(plan *p, const sig_entry *e, const rt_tensor *inputs, int n_inputs, const run_pad *rp,
+                        out_binding *ob, rt_output_alloc_fn alloc, void *user, diag *d) {
+  if (!ob->n || !e->out_shapes) return 0; /* out_shapes is immutable once the entry is listed */
+  for (int i = 0; i < ob->n; i++) {
+    const int64_t *shape = e->out_shapes + (size_t)i * OUT_SHAPE_STRIDE;
+    int rank = (int)shape[1];
+    if (rank < 0 || padded_axis(rp, i) >= 0) continue;
+    bool candidate = false;
+    for (int j = 0; j < n_inputs && !candidate; j++)
+      candidate = aliasable_input(&inputs[j], rp, j, (int32_t)shape[0], shape + 2, rank);
+    if (!candidate) continue;
+    memcpy(ob->shapes + (size_t)i * OUT_SHAPE_STRIDE, shape, sizeof *shape * OUT_SHAPE_STRIDE);
+    if (alloc(user, i, (int32_t)shape[0], shape + 2, rank, &ob->dst[i], d)) return -1;
+    for (int j = 0; j < n_inputs && ob->alias[i] < 0; j++)
+      if (inputs[j].data == ob->dst[i] && aliasable_input(&inputs[j], rp, j, (int32_t)shape[0], shape + 2, rank))
+        ob->alias[i] = j;
+  }
+  return 0;
+}
