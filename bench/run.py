@@ -687,11 +687,12 @@ def render(results: dict, args) -> str:
         if "error" in r:
             lines.append(f"| {label} | error: {r['error']} |  |  |  |  |  |  |  |")
             continue
-        e, c, m = r["mlx_ep"], r["ort_cpu"], r["mlx_direct"]
-        fmt = lambda x: f"{x['median_ms']:.3f} [{x['p10_ms']:.3f}-{x['p90_ms']:.3f}]" + tok_s(w, x)  # noqa: E731
-        lines.append(f"| {label} | {fmt(e)} | {fmt(c)} | {fmt(m)} | {throughput(r):.2f}x | "
-                     f"{e['median_ms'] / c['median_ms']:.2f} | {e['create_ms']:.1f} | {e['first_run_ms']:.1f} | "
-                     f"{e['peak_rss_mb']:.0f} |")
+        e, c, m = r.get("mlx_ep"), r.get("ort_cpu"), r.get("mlx_direct")  # --engines may leave some out
+        fmt = lambda x: "n/a" if x is None else f"{x['median_ms']:.3f} [{x['p10_ms']:.3f}-{x['p90_ms']:.3f}]" + tok_s(w, x)  # noqa: E731
+        ratio = f"{throughput(r):.2f}x" if e and m else "n/a"
+        vs_cpu = f"{e['median_ms'] / c['median_ms']:.2f}" if e and c else "n/a"
+        ep_cols = f"{e['create_ms']:.1f} | {e['first_run_ms']:.1f} | {e['peak_rss_mb']:.0f}" if e else "n/a | n/a | n/a"
+        lines.append(f"| {label} | {fmt(e)} | {fmt(c)} | {fmt(m)} | {ratio} | {vs_cpu} | {ep_cols} |")
     lines += [""] + [f"- {line}" for line in loop_report_lines(results, args)] + acceptance_lines(results, args)
     return "\n".join(lines) + "\n"
 
@@ -725,7 +726,7 @@ def acceptance_lines(results: dict, args) -> list[str]:
     ok = {w: r for w, r in results.items() if "error" not in r}
     # tiny_add is the one-node overhead probe, not one of the workloads: ORT's own per-Run
     # cost (about 9 µs) is a large share of its Run, whatever the EP does.
-    judged = {w: r for w, r in ok.items() if w != "tiny_add"}
+    judged = {w: r for w, r in ok.items() if w != "tiny_add" and "mlx_ep" in r and "mlx_direct" in r}
     out = []
     if judged:
         worst = min(judged, key=lambda w: throughput(judged[w]))
@@ -738,7 +739,7 @@ def acceptance_lines(results: dict, args) -> list[str]:
                    f"{throughput(judged[worst]):.2f}x ({workload_label(worst, args.decoder_config, args.io_dtype)}).")
     probes = (("mlp10", "10-node MLP (mlp10)"), ("tiny_add", "one-node graph (tiny_add)"))
     for w, what in probes:
-        if w not in ok:
+        if w not in ok or "mlx_ep" not in ok[w] or "mlx_direct" not in ok[w]:
             continue
         over, lo, hi = overhead_us(ok[w])
         line = (f"- per-Run EP overhead on the {what}, MLX EP minus MLX direct: {over:.1f} µs "
