@@ -207,6 +207,12 @@ static mnb_prepared mnb_mlx_weights(mlxb_scope *s, const mnb_attrs *a, mlxb_arra
   return m;
 }
 
+/* The arrays Compile kept (prepare_matmul_nbits), else derived for this Run. */
+static mnb_prepared mnb_weights(op_ctx *c, const mnb_attrs *a, mlxb_array *scales, mlxb_array *zp) {
+  const mnb_prepared *kept = op_prepared(c);
+  return kept ? *kept : mnb_mlx_weights(op_scope(c), a, op_input(c, MNB_B), scales, zp);
+}
+
 /* For many rows MLX's float32 quantized matmul is slower on the GPU than dequantizing the weights
  * and one GEMM (H200, 128 rows: K 4864 N 896 0.41 vs 0.10 ms, K 896 N 151936 1.70 vs 0.68 ms,
  * docs/PERFORMANCE_GPU.md); one row stays on the quantized kernel (1.5-3x faster there). Both
@@ -225,8 +231,7 @@ static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_arra
                                         mlxb_array *zp) {
   mlxb_scope *s = op_scope(c);
   int group = mnb_group(a);
-  const mnb_prepared *kept = op_prepared(c);
-  mnb_prepared m = kept ? *kept : mnb_mlx_weights(s, a, op_input(c, MNB_B), scales, zp);
+  mnb_prepared m = mnb_weights(c, a, scales, zp);
   mlxb_array *w = m.w, *sc = m.scales, *biases = m.biases;
   if (mnb_prefers_dequantized(s, a, x)) {
     mlxb_array *dense = mlxb_dequantize(s, w, sc, biases, group, (int)a->bits, MLXB_F32);
@@ -250,8 +255,7 @@ static bool mnb_takes_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool in
 
 static mlxb_array *mnb_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales, mlxb_array *zp) {
   mlxb_scope *s = op_scope(c);
-  const mnb_prepared *kept = op_prepared(c);
-  mnb_prepared m = kept ? *kept : mnb_mlx_weights(s, a, op_input(c, MNB_B), scales, zp);
+  mnb_prepared m = mnb_weights(c, a, scales, zp);
   int64_t rows = (int64_t)mlxb_size(x) / a->k;
   mlxb_array *x2 = pad_last(s, op_util_reshape2(s, x, rows, a->k), a->k_blocks * a->block);
   return mlxb_qgemv(s, x2, m.w, m.scales, m.biases, mnb_group(a), (int)a->bits);

@@ -770,7 +770,10 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   sig_entry *e = NULL;
   host_value *derived = NULL;
   check_list eager_checks = {0}, compiled_checks = {0}; /* the second borrows the entry's rules */
-  out_binding ob = {0};
+  out_binding ob; /* set up below: only its pointers matter until then */
+  ob.dst = ob.dst_stack;
+  ob.alias = ob.alias_stack;
+  ob.shapes = ob.shapes_stack;
   int rc = -1;
   uint64_t run_index = PLAN_STAT_ADD(p, runs, 1);
   run_pad rp = {0};
@@ -779,7 +782,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   PLAN_STAT_ADD(p, padded_runs, pad > 0 ? 1 : 0);
   mlxb_exclusive_begin(p->cfg.device);
   mlxb_scope *s = mlxb_scope_new(p->cfg.device);
-  if (!s || frame_init(&f, n_inputs, p->g->n_outputs, inputs, pad > 0) || out_binding_init(&ob, p->g->n_outputs)) {
+  if (!s || frame_init(&f, n_inputs, p->g->n_outputs, inputs, pad > 0)) {
     diag_fail(d, "out of memory");
     goto done;
   }
@@ -793,6 +796,10 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   trace_sink_event(p->cfg.trace, "bind", p->name, pad > 0 ? "padded" : NULL, phase, bound - phase);
   phase = bound;
   e = sig_lookup(p, f.key, key_len, hash);
+  if (out_binding_init(&ob, p->g->n_outputs, !e)) {
+    diag_fail(d, "out of memory");
+    goto done;
+  }
   PLAN_STAT_ADD(p, sig_hits, e ? 1 : 0);
   PLAN_STAT_ADD(p, sig_misses, e ? 0 : 1);
   if (e && p->compile && find_aliases(p, e, inputs, n_inputs, &rp, &ob, alloc, user, d)) goto done;
@@ -811,8 +818,7 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   if (write_outputs(p, s, f.results, compiled > 0 ? &eager_checks : &compiled_checks, &rp, &ob, alloc, user, d))
     goto done;
   if (!e && derived) {
-    e = sig_insert(p, f.key, key_len, hash, derived, ob.n ? ob.shapes : NULL);
-    if (ob.n) ob.shapes = NULL; /* the entry's now */
+    e = sig_insert(p, f.key, key_len, hash, derived, out_binding_take_shapes(&ob));
     derived = NULL;
   }
   rc = 0;

@@ -12,25 +12,42 @@
 
 enum { MAX_RANK = 64 };
 
-int out_binding_init(out_binding *ob, int n) {
-  memset(ob, 0, sizeof *ob);
+static void *stack_or_heap(void *stack, size_t bytes, bool fits) { return fits ? stack : malloc(bytes); }
+
+int out_binding_init(out_binding *ob, int n, bool record) {
+  ob->n = 0;
+  ob->dst = NULL;
+  ob->alias = NULL;
+  ob->shapes = NULL;
   if (!mlxb_device_memory_available() || n <= 0) return 0;
-  ob->dst = calloc((size_t)n, sizeof *ob->dst);
-  ob->alias = malloc(sizeof *ob->alias * (size_t)n);
-  ob->shapes = malloc(sizeof *ob->shapes * (size_t)n * OUT_SHAPE_STRIDE);
+  bool fits = n <= OUT_BINDING_STACK;
+  ob->dst = stack_or_heap(ob->dst_stack, sizeof *ob->dst * (size_t)n, fits);
+  ob->alias = stack_or_heap(ob->alias_stack, sizeof *ob->alias * (size_t)n, fits);
+  ob->shapes = stack_or_heap(ob->shapes_stack, sizeof *ob->shapes * (size_t)n * OUT_SHAPE_STRIDE, fits);
   if (!ob->dst || !ob->alias || !ob->shapes) return -1;
   for (int i = 0; i < n; i++) {
+    ob->dst[i] = NULL;
     ob->alias[i] = -1;
     ob->shapes[(size_t)i * OUT_SHAPE_STRIDE + 1] = -1; /* rank unknown until written */
   }
   ob->n = n;
+  ob->record = record;
+  ob->any_alias = false;
   return 0;
 }
 
 void out_binding_free(out_binding *ob) {
-  free(ob->dst);
-  free(ob->alias);
-  free(ob->shapes);
+  if (ob->dst != ob->dst_stack) free(ob->dst);
+  if (ob->alias != ob->alias_stack) free(ob->alias);
+  if (ob->shapes != ob->shapes_stack) free(ob->shapes);
+}
+
+int64_t *out_binding_take_shapes(const out_binding *ob) {
+  if (!ob->n || !ob->record) return NULL;
+  size_t bytes = sizeof *ob->shapes * (size_t)ob->n * OUT_SHAPE_STRIDE;
+  int64_t *copy = malloc(bytes);
+  if (copy) memcpy(copy, ob->shapes, bytes);
+  return copy;
 }
 
 /* The axis of output i that carries a padded Run's extra rows, or -1. */
@@ -53,7 +70,7 @@ static int copy_to_host(mlxb_scope *s, mlxb_array *a, int32_t declared, int axis
  * a padded output (never a packed sub-byte one: buckets.c refuses those). */
 /* Keeps output i's dtype and dims (before any padding is cut) for find_aliases' next Runs. */
 static void note_out_shape(out_binding *ob, int i, int32_t dtype, bool emulated, mlxb_array *a) {
-  if (!ob->n) return;
+  if (!ob->n || !ob->record) return;
   int64_t *at = ob->shapes + (size_t)i * OUT_SHAPE_STRIDE;
   int rank = mlxb_ndim(a);
   if (emulated || rank > OUT_SHAPE_RANK) return; /* stays unknown: never aliased */

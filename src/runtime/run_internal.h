@@ -59,18 +59,26 @@ static inline size_t rt_tensor_bytes(const rt_tensor *t, mlxb_dtype type) {
 /* What a Run with device memory knows of its outputs before its program runs: onnxruntime-genai
  * binds one device buffer as a KV cache's past input and present output, and a program that
  * knows it (op_output_alias) writes the new rows in place instead of a whole present to copy. */
+enum { OUT_SHAPE_STRIDE = OUT_SHAPE_RANK + 2, OUT_BINDING_STACK = 64 };
+
 typedef struct out_binding {
   int n;           /* the cluster's outputs; 0 when the Run has no device memory (all else unused) */
+  bool record;     /* a Run of a new signature: keep the shapes it writes (out_binding_take_shapes) */
   void **dst;      /* per output: ORT's buffer, asked for before the program ran, or NULL */
   int *alias;      /* per output: the input whose buffer dst is, or -1 */
   bool any_alias;  /* some alias[i] >= 0 and the program was traced for them */
-  int64_t *shapes; /* per output: dtype, rank, dims as this Run wrote them (a new entry's out_shapes) */
+  int64_t *shapes; /* per output: dtype, rank, dims (known from the entry, or as this Run wrote them) */
+  /* the arrays above for clusters of usual size: a Run that hits its signature allocates nothing */
+  void *dst_stack[OUT_BINDING_STACK];
+  int alias_stack[OUT_BINDING_STACK];
+  int64_t shapes_stack[OUT_BINDING_STACK * OUT_SHAPE_STRIDE];
 } out_binding;
 
-enum { OUT_SHAPE_STRIDE = OUT_SHAPE_RANK + 2 };
-
-int out_binding_init(out_binding *ob, int n); /* n outputs; nothing to do without device memory */
+/* n outputs; record for a Run whose signature is new. Nothing to do without device memory. */
+int out_binding_init(out_binding *ob, int n, bool record);
 void out_binding_free(out_binding *ob);
+/* The shapes a recording Run wrote, malloc'd for a new signature entry (NULL: none, or no memory). */
+int64_t *out_binding_take_shapes(const out_binding *ob);
 bool out_binding_any_alias(const out_binding *ob);
 void out_binding_drop_aliases(out_binding *ob); /* the aliases hold only for a program traced with them */
 /* Before a program runs: asks ORT for the outputs that could be an input's own buffer. 0 or -1. */
