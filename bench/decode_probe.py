@@ -111,7 +111,9 @@ def main():
     ap.add_argument("--io-device", default="cuda")
     ap.add_argument("--loops", type=int, default=2)
     ap.add_argument("--max-len", type=int, default=1024, help="shared mode: the KV buffer's rows")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an EP option (repeatable)")
     args = ap.parse_args()
+    extra_options = dict(o.split("=", 1) for o in args.option)
     cfg = decoder_config(args.config)
     t0 = time.perf_counter()
     model = make_llm(cfg, weights="int4", io_dtype=args.dtype, block_size=32)
@@ -122,7 +124,7 @@ def main():
         fd, report = tempfile.mkstemp(suffix=".txt")
         os.close(fd)
         t0 = time.perf_counter()
-        sess = mlx_ep.session(model, options={"report": report}, strict=False)
+        sess = mlx_ep.session(model, options={"report": report, **extra_options}, strict=False)
         create = time.perf_counter() - t0
         for rep in range(args.loops):
             if mode == "shared":

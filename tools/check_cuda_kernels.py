@@ -44,10 +44,15 @@ KERNELS = {
         [("cache_k", "T"), ("cache_v", "T"), ("k", "T"), ("v", "T"), ("at_pos", "int64_t"), ("rope_pos", "int64_t"),
          ("cos", "T"), ("sin", "T")], [("done", "int32_t")],
         [dict(T="__half", HEAD=64, ROT=64, INTER=False), dict(T="float", HEAD=128, ROT=0, INTER=True)]),
-    "qgemv_source": (None,
+    "qgemv_source": ("qgemv_header",
         [("x", "T"), ("w", "uint32_t"), ("scales", "float"), ("biases", "float")], [("out", "T")],
-        [dict(T="__half", BITS=4, GROUP=32, WARPS=4), dict(T="float", BITS=2, GROUP=64, WARPS=4),
-         dict(T="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4)]),
+        [dict(T="__half", BITS=4, GROUP=32, WARPS=4, LANES=8), dict(T="float", BITS=2, GROUP=32, WARPS=4, LANES=16),
+         dict(T="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4, LANES=32)]),
+    "rms_norm_source": (None,
+        [("x", "T"), ("skip", "T"), ("bias", "T"), ("gamma", "T"), ("eps", "float")], [("y", "T"), ("sum", "T")],
+        [dict(T="__half", HAS_SKIP=True, HAS_BIAS=False, WRITE_SUM=True),
+         dict(T="__nv_bfloat16", HAS_SKIP=False, HAS_BIAS=True, WRITE_SUM=False),
+         dict(T="float", HAS_SKIP=True, HAS_BIAS=True, WRITE_SUM=True)]),
 }
 
 

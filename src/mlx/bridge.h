@@ -259,6 +259,14 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
 mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const mlxb_array *cache_v,
                                   const mlxb_array *k, const mlxb_array *v, const mlxb_array *at_positions,
                                   const mlxb_rope *rope);
+/* RMS normalization of rows in one kernel (SkipSimplifiedLayerNormalization's float32 arithmetic):
+ * v = x + skip + bias in float32 (skip [R or a divisor of R, H] repeating over the rows, bias [H];
+ * either may be NULL), y = v * rsqrt(mean(v^2) + eps) * gamma rounded once to x's dtype, and
+ * *sum = v rounded to it when want_sum. x [R, H] float32/float16/bfloat16; MLX's CUDA backend only
+ * (mlxb_rms_norm_fused_available). 0 ok, -1 error. */
+bool mlxb_rms_norm_fused_available(const mlxb_scope *s, mlxb_dtype t);
+int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *skip, const mlxb_array *bias,
+                        const mlxb_array *gamma, float eps, bool want_sum, mlxb_array **y, mlxb_array **sum);
 /* Whether evaluated `a` is the array of device buffer `data` (one of ours) from its first byte. */
 bool mlxb_holds_buffer(const mlxb_array *a, const void *data);
 /* q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; mask_mode "" or "causal"; mask and sinks may be NULL. */

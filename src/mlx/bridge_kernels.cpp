@@ -22,13 +22,27 @@
 
 #include "mlx/fast.h"
 
+#include <cstdio>
 #include <limits>
+#include <string>
 
 using namespace mlxb_detail;
 
 namespace {
 
 enum { DECODE_WARPS = 8, DECODE_MAX_HEAD = 256 };
+
+/* MLX keeps compiled kernels on disk by kernel name (MLX_PTX_CACHE_DIR, by default under the temp
+ * directory) and never looks at the source again: a name carries a hash of its source, so a cache
+ * written by another build of this library cannot hand back an older kernel. */
+std::string versioned(const char *base, const char *source, const char *header) {
+  uint32_t h = 2166136261u;
+  for (const char *text : {header, source})
+    for (const char *p = text; *p; p++) h = (h ^ static_cast<unsigned char>(*p)) * 16777619u;
+  char suffix[16];
+  std::snprintf(suffix, sizeof suffix, "_%08x", h);
+  return std::string(base) + suffix;
+}
 
 const char *decode_attention_source = R"(
   constexpr int EPL = (HEAD + 31) / 32;
@@ -110,7 +124,7 @@ __device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, i
 
 const mx::fast::CustomKernelFunction &decode_attention_kernel() {
   static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel("ort_ep_mlx_decode_attention",
+      mx::fast::cuda_kernel(versioned("ort_ep_mlx_decode_attention", decode_attention_source, rope_header),
                             {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order"},
                             {"out"}, decode_attention_source, rope_header, true, 0);
   return kernel;
@@ -144,58 +158,158 @@ const char *kv_append_source = R"(
 
 const mx::fast::CustomKernelFunction &kv_append_kernel() {
   static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel("ort_ep_mlx_kv_append", {"past_k", "past_v", "k", "v", "at_pos", "plen", "rope_pos", "cos", "sin"},
+      mx::fast::cuda_kernel(versioned("ort_ep_mlx_kv_append", kv_append_source, rope_header), {"past_k", "past_v", "k", "v", "at_pos", "plen", "rope_pos", "cos", "sin"},
                             {"out_k", "out_v"}, kv_append_source, rope_header, true, 0);
   return kernel;
 }
 
-/* One warp per (row m, output n): the lanes walk weight row n in 16-byte chunks (four packed words,
- * one load each), dequantize each value as scale * q + bias and accumulate x * w in float32; the
- * warp's sum is rounded once to T. A row that is not a whole number of aligned chunks takes the
- * word-at-a-time loop for its tail. */
+/* LANES lanes per (row m, output n), LANES a power of two up to a warp (chosen from the row length:
+ * short rows take fewer lanes, so a lane reads several chunks and loads stay in flight): each lane
+ * walks weight row n in 16-byte chunks (four packed words) and the matching activations in 16-byte
+ * loads, turns each value into float32 exactly (the bits under an exponent of 2^23), and keeps
+ * sum(x * q) and sum(x) per chunk, so a chunk inside one quantization group costs one scale and one
+ * bias: scale * sum(x * q) + bias * sum(x), the float32 sum of x * (scale * q + bias) reordered.
+ * The lanes' sums meet by shuffles and the result is rounded once to T. A row whose start is not
+ * 16-byte aligned (a view) takes the word-at-a-time loop. */
+const char *qgemv_header = R"(
+// 8 consecutive activations as float32, read with 16-byte loads (p 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void ort_ep_mlx_load8(const T* p, float* f) {
+  constexpr int LOADS = (8 * sizeof(T) + 15) / 16;
+  uint4 raw[LOADS];
+#pragma unroll
+  for (int i = 0; i < LOADS; i++) raw[i] = reinterpret_cast<const uint4*>(p)[i];
+  const T* v = reinterpret_cast<const T*>(raw);
+#pragma unroll
+  for (int j = 0; j < 8; j++) f[j] = static_cast<float>(v[j]);
+}
+)";
+
 const char *qgemv_source = R"(
   constexpr int VPW = 32 / BITS;
   constexpr unsigned MASK = (1u << BITS) - 1u;
+  constexpr int VPC = 4 * VPW;
+  constexpr bool CHUNK_IN_GROUP = GROUP % VPC == 0;
   const int N = w_shape[0], WORDS = w_shape[1], G = scales_shape[1];
   const int K = WORDS * VPW;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n = blockIdx.x * WARPS + warp;
+  const int lane = threadIdx.x % LANES;
+  const int n = blockIdx.x * (WARPS * 32 / LANES) + threadIdx.x / LANES;
   const int m = blockIdx.y;
-  if (n >= N) return;
+  const bool live = n < N;
+  const int nn = live ? n : 0;
   const T* xr = x + (size_t)m * K;
-  const uint32_t* wr = w + (size_t)n * WORDS;
-  const float* sr = scales + (size_t)n * G;
-  const float* br = biases + (size_t)n * G;
+  const uint32_t* wr = w + (size_t)nn * WORDS;
+  const float* sr = scales + (size_t)nn * G;
+  const float* br = biases + (size_t)nn * G;
   float sum = 0.0f;
-  auto word_dot = [&](uint32_t word, int i) {
-    const int k0 = i * VPW;
-    const float sc = sr[k0 / GROUP], bi = br[k0 / GROUP];
+  const bool aligned = ((reinterpret_cast<unsigned long long>(wr) | reinterpret_cast<unsigned long long>(xr)) & 15ull) == 0;
+  const int chunks = live && aligned ? WORDS / 4 : 0;
+#pragma unroll 2
+  for (int c = lane; c < chunks; c += LANES) {
+    const uint4 q4 = reinterpret_cast<const uint4*>(wr)[c];
+    const uint32_t words[4] = {q4.x, q4.y, q4.z, q4.w};
+    float acc = 0.0f, xs = 0.0f;
     float part = 0.0f;
 #pragma unroll
-    for (int j = 0; j < VPW; j++) {
-      const float q = static_cast<float>((word >> (j * BITS)) & MASK);
-      part = fmaf(static_cast<float>(xr[k0 + j]), fmaf(sc, q, bi), part);
+    for (int i = 0; i < 4; i++) {
+      const int k0 = (4 * c + i) * VPW;
+      float xf[VPW];
+      if constexpr (VPW % 8 == 0) {
+        for (int j = 0; j < VPW; j += 8) ort_ep_mlx_load8(xr + k0 + j, xf + j);
+      } else {
+        for (int j = 0; j < VPW; j++) xf[j] = static_cast<float>(xr[k0 + j]);
+      }
+      float a = 0.0f, s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < VPW; j++) {
+        const float q = __uint_as_float(((words[i] >> (j * BITS)) & MASK) | 0x4B000000u) - 8388608.0f;
+        a = fmaf(xf[j], q, a);
+        s += xf[j];
+      }
+      if (CHUNK_IN_GROUP) {
+        acc += a; xs += s;
+      } else {
+        part = fmaf(sr[k0 / GROUP], a, fmaf(br[k0 / GROUP], s, part));
+      }
     }
-    sum += part;
-  };
-  const bool aligned = (reinterpret_cast<unsigned long long>(wr) & 15ull) == 0;
-  const int chunks = aligned ? WORDS / 4 : 0;
-#pragma unroll 2
-  for (int c = lane; c < chunks; c += 32) {
-    const uint4 q4 = reinterpret_cast<const uint4*>(wr)[c];
-    word_dot(q4.x, 4 * c);
-    word_dot(q4.y, 4 * c + 1);
-    word_dot(q4.z, 4 * c + 2);
-    word_dot(q4.w, 4 * c + 3);
+    if (CHUNK_IN_GROUP) {
+      const int g = (4 * c * VPW) / GROUP;
+      sum += fmaf(sr[g], acc, br[g] * xs) + part;
+    } else {
+      sum += part;
+    }
   }
-  for (int i = 4 * chunks + lane; i < WORDS; i += 32) word_dot(wr[i], i);
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) out[(size_t)m * N + n] = static_cast<T>(sum);
+  if (live) {
+    for (int i = 4 * chunks + lane; i < WORDS; i += LANES) {
+      const int k0 = i * VPW;
+      const float sc = sr[k0 / GROUP], bi = br[k0 / GROUP];
+      float part = 0.0f;
+#pragma unroll
+      for (int j = 0; j < VPW; j++) {
+        const float q = static_cast<float>((wr[i] >> (j * BITS)) & MASK);
+        part = fmaf(static_cast<float>(xr[k0 + j]), fmaf(sc, q, bi), part);
+      }
+      sum += part;
+    }
+  }
+#pragma unroll
+  for (int off = LANES / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (live && lane == 0) out[(size_t)m * N + n] = static_cast<T>(sum);
 )";
 
 const mx::fast::CustomKernelFunction &qgemv_kernel() {
   static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
-      "ort_ep_mlx_qgemv", {"x", "w", "scales", "biases"}, {"out"}, qgemv_source, "", true, 0);
+      versioned("ort_ep_mlx_qgemv", qgemv_source, qgemv_header), {"x", "w", "scales", "biases"}, {"out"}, qgemv_source,
+      qgemv_header, true, 0);
+  return kernel;
+}
+
+/* RMS norm of rows with the residual add: one block per row keeps the row's float32 values
+ * v = x (+ skip) (+ bias) in a strided loop, sums v * v across the block (shuffles, then one
+ * shared-memory slot per warp) and writes y = v * rsqrt(sum / H + eps) * gamma rounded once to
+ * T, and the residual v rounded to T when asked. Skip rows repeat every skip_shape[0] rows (a
+ * skip broadcast over the batch). What SkipSimplifiedLayerNormalization and
+ * SimplifiedLayerNormalization compute in float32, in one kernel instead of five (casts in and
+ * out, the add, the norm). */
+const char *rms_norm_source = R"(
+  const int H = x_shape[1], RS = skip_shape[0];
+  const int r = blockIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const T* xr = x + (size_t)r * H;
+  const T* sr = skip + (size_t)(r % RS) * H;
+  auto value = [&](int i) {
+    float v = static_cast<float>(xr[i]);
+    if (HAS_SKIP) v += static_cast<float>(sr[i]);
+    if (HAS_BIAS) v += static_cast<float>(bias[i]);
+    return v;
+  };
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float v = value(i);
+    ss += v * v;
+  }
+  __shared__ float partial[32];
+  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if (lane == 0) partial[warp] = ss;
+  __syncthreads();
+  if (warp == 0) {
+    ss = lane < warps ? partial[lane] : 0.0f;
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) partial[0] = ss;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(partial[0] / static_cast<float>(H) + eps[0]);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float v = value(i);
+    y[(size_t)r * H + i] = static_cast<T>(v * inv * static_cast<float>(gamma[i]));
+    if (WRITE_SUM) sum[(size_t)r * H + i] = static_cast<T>(v);
+  }
+)";
+
+const mx::fast::CustomKernelFunction &rms_norm_kernel() {
+  static const mx::fast::CustomKernelFunction kernel =
+      mx::fast::cuda_kernel(versioned("ort_ep_mlx_rms_norm", rms_norm_source, ""),
+                            {"x", "skip", "bias", "gamma", "eps"}, {"y", "sum"}, rms_norm_source, "", true, 0);
   return kernel;
 }
 
@@ -226,7 +340,7 @@ const char *kv_write_source = R"(
 /* ensure_row_contiguous off: a copy of a cache would take the writes instead of the cache. */
 const mx::fast::CustomKernelFunction &kv_write_kernel() {
   static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel("ort_ep_mlx_kv_write", {"cache_k", "cache_v", "k", "v", "at_pos", "rope_pos", "cos", "sin"},
+      mx::fast::cuda_kernel(versioned("ort_ep_mlx_kv_write", kv_write_source, rope_header), {"cache_k", "cache_v", "k", "v", "at_pos", "rope_pos", "cos", "sin"},
                             {"done"}, kv_write_source, rope_header, false, 0);
   return kernel;
 }
@@ -386,14 +500,52 @@ mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, 
         sa.shape(0) != n || sa.shape(1) != k / group_size || m < 1 || m > 65535 || n < 1)
       throw bridge_error("quantized GEMV: shapes do not fit");
     enum { WARPS = 4 }; /* small blocks: a 896-row projection still spreads over every multiprocessor */
-    int threads = WARPS * 32;
-    int64_t blocks = (static_cast<int64_t>(n) + WARPS - 1) / WARPS;
+    int64_t chunks = static_cast<int64_t>(k) * bits / 128;
+    int lanes = chunks >= 96 ? 32 : chunks >= 48 ? 16 : 8;
+    int threads = WARPS * 32, rows_per_block = threads / lanes;
+    int64_t blocks = (static_cast<int64_t>(n) + rows_per_block - 1) / rows_per_block;
     if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
     auto dev = scope_dev(s);
     auto outs = qgemv_kernel()({xa, wa, sa, ba}, {{m, n}}, {xa.dtype()}, {static_cast<int>(blocks * threads), m, 1},
                                {threads, 1, 1},
-                               {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)}},
+                               {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)},
+                                {"LANES", lanes}},
                                std::nullopt, false, dev);
     return outs.at(0);
+  });
+}
+
+bool mlxb_rms_norm_fused_available(const mlxb_scope *s, mlxb_dtype t) {
+  return s && is_cuda_gpu(s) && (t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16);
+}
+
+int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *skip, const mlxb_array *bias,
+                        const mlxb_array *gamma, float eps, bool want_sum, mlxb_array **y, mlxb_array **sum) {
+  if (y) *y = nullptr;
+  if (sum) *sum = nullptr;
+  return guard_status(s, "mlxb_rms_norm_fused", [&] {
+    if (!y || (want_sum && !sum) || !x || !gamma) throw null_arg{};
+    const mx::array &xa = arr(x), &ga = arr(gamma);
+    if (!mlxb_rms_norm_fused_available(s, from_mx(xa.dtype())))
+      throw bridge_error("fused RMS norm: not available for this dtype or device");
+    if (xa.ndim() != 2 || ga.ndim() != 1 || ga.shape(0) != xa.shape(1) || xa.shape(0) < 1 || xa.shape(1) < 1)
+      throw bridge_error("fused RMS norm takes x [R, H] and gamma [H]");
+    int rows = xa.shape(0), h = xa.shape(1);
+    mx::Dtype t = xa.dtype();
+    auto dev = scope_dev(s);
+    mx::array sk = skip ? arr(skip) : xa, bi = bias ? arr(bias) : ga;
+    if (sk.ndim() != 2 || sk.shape(1) != h || sk.shape(0) < 1 || rows % sk.shape(0) || bi.ndim() != 1 ||
+        bi.shape(0) != h)
+      throw bridge_error("fused RMS norm: skip [R or a divisor of R, H] and bias [H]");
+    int threads = h >= 1024 ? 256 : 128;
+    if (rows > std::numeric_limits<int>::max() / threads) throw bridge_error("fused RMS norm: too many rows");
+    auto outs = rms_norm_kernel()(
+        {xa, mx::astype(sk, t, dev), mx::astype(bi, t, dev), mx::astype(ga, t, dev),
+         mx::array({eps}, {1}, mx::float32)},
+        {{rows, h}, want_sum ? mx::Shape{rows, h} : mx::Shape{1}}, {t, t}, {rows * threads, 1, 1}, {threads, 1, 1},
+        {{"T", t}, {"HAS_SKIP", skip != nullptr}, {"HAS_BIAS", bias != nullptr}, {"WRITE_SUM", want_sum}},
+        std::nullopt, false, dev);
+    *y = scope_keep(s, outs.at(0));
+    if (want_sum) *sum = scope_keep(s, outs.at(1));
   });
 }
