@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mlx/bridge.h"
+#include "mlx/fast.h"
 #include "mlx/mlx.h"
 
 namespace mx = mlx::core;
@@ -213,6 +214,28 @@ inline std::vector<mx::array> to_arrays(const mlxb_array *const *xs, int n) {
 
 /* a evaluated, as a row-major buffer (copied only when a is a strided view); bridge.cpp. */
 mx::array evaluated_row_major(mlxb_scope *s, const mx::array &a);
+
+/* One of our CUDA kernels (bridge_kernels.cpp) in MLX's custom-kernel form: the body reads its
+ * inputs and writes its outputs by these names, and <input>_shape[] where it needs a shape. */
+struct cuda_kernel_spec {
+  const char *name; /* base name; a hash of what is compiled is appended */
+  std::vector<std::string> inputs, outputs;
+  const char *source;
+  const char *header;
+  bool row_contiguous; /* inputs made row-major before the launch */
+};
+using cuda_template_args = std::vector<std::pair<std::string, mx::fast::TemplateArg>>;
+
+/* Launches kernel k on s's GPU (bridge_kernel_cache.cpp): compiled once per machine and kept on disk
+ * when NVRTC and the CUDA headers are at hand, else through MLX's per-process JIT. grid counts
+ * threads, as in MLX's custom kernels. */
+std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vector<mx::array> &inputs,
+                                       const std::vector<mx::Shape> &out_shapes,
+                                       const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
+                                       std::tuple<int, int, int> block, const cuda_template_args &targs,
+                                       const mlxb_scope *s);
+/* base + a hash of the kernel's text: MLX keys its compiled kernels by name alone. */
+std::string versioned_kernel_name(const char *base, const char *source, const char *header);
 
 } // namespace mlxb_detail
 

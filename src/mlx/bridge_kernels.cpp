@@ -22,6 +22,7 @@
 
 #include "mlx/fast.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -32,17 +33,6 @@ namespace {
 
 enum { DECODE_WARPS = 8, DECODE_MAX_HEAD = 256 };
 
-/* MLX keeps compiled kernels on disk by kernel name (MLX_PTX_CACHE_DIR, by default under the temp
- * directory) and never looks at the source again: a name carries a hash of its source, so a cache
- * written by another build of this library cannot hand back an older kernel. */
-std::string versioned(const char *base, const char *source, const char *header) {
-  uint32_t h = 2166136261u;
-  for (const char *text : {header, source})
-    for (const char *p = text; *p; p++) h = (h ^ static_cast<unsigned char>(*p)) * 16777619u;
-  char suffix[16];
-  std::snprintf(suffix, sizeof suffix, "_%08x", h);
-  return std::string(base) + suffix;
-}
 
 const char *decode_attention_source = R"(
   constexpr int EPL = (HEAD + 31) / 32;
@@ -122,13 +112,9 @@ __device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, i
 }
 )";
 
-const mx::fast::CustomKernelFunction &decode_attention_kernel() {
-  static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel(versioned("ort_ep_mlx_decode_attention", decode_attention_source, rope_header),
-                            {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order"},
-                            {"out"}, decode_attention_source, rope_header, true, 0);
-  return kernel;
-}
+const cuda_kernel_spec decode_attention_kernel = {
+    "ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order"}, {"out"},
+    decode_attention_source, rope_header, true};
 
 const char *kv_append_source = R"(
   const int B = k_shape[0], HKV = k_shape[1], P = past_k_shape[2], PLEN = plen[0];
@@ -156,12 +142,9 @@ const char *kv_append_source = R"(
   out_v[idx] = vv;
 )";
 
-const mx::fast::CustomKernelFunction &kv_append_kernel() {
-  static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel(versioned("ort_ep_mlx_kv_append", kv_append_source, rope_header), {"past_k", "past_v", "k", "v", "at_pos", "plen", "rope_pos", "cos", "sin"},
-                            {"out_k", "out_v"}, kv_append_source, rope_header, true, 0);
-  return kernel;
-}
+const cuda_kernel_spec kv_append_kernel = {
+    "ort_ep_mlx_kv_append", {"past_k", "past_v", "k", "v", "at_pos", "plen", "rope_pos", "cos", "sin"},
+    {"out_k", "out_v"}, kv_append_source, rope_header, true};
 
 /* LANES lanes per (row m, output n), LANES a power of two up to a warp (chosen from the row length:
  * short rows take fewer lanes, so a lane reads several chunks and loads stay in flight): each lane
@@ -257,12 +240,8 @@ const char *qgemv_source = R"(
   if (live && lane == 0) out[(size_t)m * N + n] = static_cast<T>(sum);
 )";
 
-const mx::fast::CustomKernelFunction &qgemv_kernel() {
-  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
-      versioned("ort_ep_mlx_qgemv", qgemv_source, qgemv_header), {"x", "w", "scales", "biases"}, {"out"}, qgemv_source,
-      qgemv_header, true, 0);
-  return kernel;
-}
+const cuda_kernel_spec qgemv_kernel = {
+    "ort_ep_mlx_qgemv", {"x", "w", "scales", "biases"}, {"out"}, qgemv_source, qgemv_header, true};
 
 /* RMS norm of rows with the residual add: one block per row keeps the row's float32 values
  * v = x (+ skip) (+ bias) in a strided loop, sums v * v across the block (shuffles, then one
@@ -306,12 +285,8 @@ const char *rms_norm_source = R"(
   }
 )";
 
-const mx::fast::CustomKernelFunction &rms_norm_kernel() {
-  static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel(versioned("ort_ep_mlx_rms_norm", rms_norm_source, ""),
-                            {"x", "skip", "bias", "gamma", "eps"}, {"y", "sum"}, rms_norm_source, "", true, 0);
-  return kernel;
-}
+const cuda_kernel_spec rms_norm_kernel = {
+    "ort_ep_mlx_rms_norm", {"x", "skip", "bias", "gamma", "eps"}, {"y", "sum"}, rms_norm_source, "", true};
 
 /* KV write: the shared buffer's in-place form of the append. One thread per (sequence, head,
  * channel) of the new rows writes row at_b of the caches, which are the step's past and present
@@ -338,12 +313,9 @@ const char *kv_write_source = R"(
 )";
 
 /* ensure_row_contiguous off: a copy of a cache would take the writes instead of the cache. */
-const mx::fast::CustomKernelFunction &kv_write_kernel() {
-  static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel(versioned("ort_ep_mlx_kv_write", kv_write_source, rope_header), {"cache_k", "cache_v", "k", "v", "at_pos", "rope_pos", "cos", "sin"},
-                            {"done"}, kv_write_source, rope_header, false, 0);
-  return kernel;
-}
+const cuda_kernel_spec kv_write_kernel = {
+    "ort_ep_mlx_kv_write", {"cache_k", "cache_v", "k", "v", "at_pos", "rope_pos", "cos", "sin"}, {"done"},
+    kv_write_source, rope_header, false};
 
 /* The rope's arrays for a kernel (a one-element stand-in when there is none: the kernels' inputs
  * are fixed) and its template arguments. */
@@ -400,15 +372,14 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
     mx::array params = mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32);
     rope_inputs r = rope_for(rope, b, d, t, dev);
     int threads = DECODE_WARPS * 32;
-    auto outs = decode_attention_kernel()(
+    auto outs = run_cuda_kernel(decode_attention_kernel,
         {mx::reshape(qa, {b * hq * d}, dev), kk, vv, lens, params, r.pos, r.cos, r.sin,
          after ? arr(after) : mx::zeros({1}, mx::int32, dev)},
         {qa.shape()}, {t},
         {b * hq * threads, 1, 1}, {threads, 1, 1},
         {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)},
          {"WINDOW", static_cast<int>(window > 0 && window < len ? window : 0)}, {"ROT", r.dims},
-         {"INTER", r.interleaved}},
-        std::nullopt, false, dev);
+         {"INTER", r.interleaved}}, s);
     return outs.at(0);
   });
 }
@@ -436,14 +407,13 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
     int64_t n = static_cast<int64_t>(b) * hkv * plen * d;
     if (n > std::numeric_limits<int>::max()) throw bridge_error("kv append: cache too large for one launch");
     mx::Shape shape = {b, hkv, static_cast<int>(plen), d};
-    auto outs = kv_append_kernel()(
+    auto outs = run_cuda_kernel(kv_append_kernel,
         {mx::astype(pk, t, dev), mx::astype(pv, t, dev), ka, mx::astype(va, t, dev),
          mx::reshape(mx::issubdtype(at.dtype(), mx::integer) ? at : mx::astype(at, mx::int64, dev), {b}, dev),
          mx::array({static_cast<int>(plen)}, {1}, mx::int32),
          r.pos, r.cos, r.sin},
         {shape, shape}, {t, t}, {static_cast<int>(n), 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}},
-        std::nullopt, false, dev);
+        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}}, s);
     *present_k = scope_keep(s, outs.at(0));
     *present_v = scope_keep(s, outs.at(1));
   });
@@ -469,12 +439,12 @@ mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const
     int64_t n = static_cast<int64_t>(b) * hkv * d;
     int64_t grid = (n + threads - 1) / threads * threads;
     if (grid > std::numeric_limits<int>::max()) throw bridge_error("kv write: too many rows for one launch");
-    auto outs = kv_write_kernel()(
+    auto outs = run_cuda_kernel(kv_write_kernel,
         {ck, cv, mx::contiguous(ka, false, dev), mx::contiguous(va, false, dev),
          mx::reshape(mx::issubdtype(at.dtype(), mx::integer) ? at : mx::astype(at, mx::int64, dev), {b}, dev),
          r.pos, r.cos, r.sin},
         {{1}}, {mx::int32}, {static_cast<int>(grid), 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}}, std::nullopt, false, dev);
+        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}}, s);
     return outs.at(0);
   });
 }
@@ -506,11 +476,10 @@ mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, 
     int64_t blocks = (static_cast<int64_t>(n) + rows_per_block - 1) / rows_per_block;
     if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
     auto dev = scope_dev(s);
-    auto outs = qgemv_kernel()({xa, wa, sa, ba}, {{m, n}}, {xa.dtype()}, {static_cast<int>(blocks * threads), m, 1},
+    auto outs = run_cuda_kernel(qgemv_kernel, {xa, wa, sa, ba}, {{m, n}}, {xa.dtype()}, {static_cast<int>(blocks * threads), m, 1},
                                {threads, 1, 1},
                                {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)},
-                                {"LANES", lanes}},
-                               std::nullopt, false, dev);
+                                {"LANES", lanes}}, s);
     return outs.at(0);
   });
 }
@@ -537,14 +506,15 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
     if (sk.ndim() != 2 || sk.shape(1) != h || sk.shape(0) < 1 || rows % sk.shape(0) || bi.ndim() != 1 ||
         bi.shape(0) != h)
       throw bridge_error("fused RMS norm: skip [R or a divisor of R, H] and bias [H]");
-    int threads = h >= 1024 ? 256 : 128;
+    /* a thread per element up to a full block: one row (a decode step) is one block, and its loads
+     * are all in flight at once rather than a few per thread in turn */
+    int threads = std::min(1024, (h + 31) / 32 * 32);
     if (rows > std::numeric_limits<int>::max() / threads) throw bridge_error("fused RMS norm: too many rows");
-    auto outs = rms_norm_kernel()(
+    auto outs = run_cuda_kernel(rms_norm_kernel,
         {xa, mx::astype(sk, t, dev), mx::astype(bi, t, dev), mx::astype(ga, t, dev),
          mx::array({eps}, {1}, mx::float32)},
         {{rows, h}, want_sum ? mx::Shape{rows, h} : mx::Shape{1}}, {t, t}, {rows * threads, 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HAS_SKIP", skip != nullptr}, {"HAS_BIAS", bias != nullptr}, {"WRITE_SUM", want_sum}},
-        std::nullopt, false, dev);
+        {{"T", t}, {"HAS_SKIP", skip != nullptr}, {"HAS_BIAS", bias != nullptr}, {"WRITE_SUM", want_sum}}, s);
     *y = scope_keep(s, outs.at(0));
     if (want_sum) *sum = scope_keep(s, outs.at(1));
   });

@@ -1,0 +1,347 @@
+/* How our CUDA kernels (bridge_kernels.cpp) reach the GPU. MLX's custom-kernel API compiles a
+ * kernel with NVRTC at its first use in every process and, unlike its own kernels, keeps nothing on
+ * disk: each new process paid about a second per kernel variant in its first decode step. So each
+ * variant is compiled here instead, once per machine: the kernel's full source (the same body MLX
+ * would wrap, with its template arguments and input dtypes written in, shapes passed as int
+ * arguments) goes through the NVRTC that MLX's CUDA backend already loaded, for the GPU's own
+ * architecture, and the cubin is kept in MLX's kernel cache directory under a name carrying a hash
+ * of that source; MLX then launches it as a precompiled kernel. Whatever goes wrong on that path (no
+ * NVRTC, no CUDA headers, a compile error) sends the kernel to MLX's JIT as before, for the rest of
+ * the process. ORT_EP_MLX_KERNEL_CACHE=0 always takes MLX's JIT. */
+#include "mlx/bridge_internal.h"
+
+#include "mlx/fast.h"
+#include "mlx/version.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+namespace fs = std::filesystem;
+
+namespace mlxb_detail {
+
+namespace {
+
+uint64_t fnv1a(const std::string &text, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string hex(uint64_t v, int digits) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%0*llx", digits, static_cast<unsigned long long>(v));
+  return buf;
+}
+
+/* ---- NVRTC and the CUDA driver, from the libraries MLX's CUDA backend loaded ------------------ */
+struct nvrtc_api {
+  using program = void *;
+  int (*create)(program *, const char *, const char *, int, const char *const *, const char *const *) = nullptr;
+  int (*compile)(program, int, const char *const *) = nullptr;
+  int (*log_size)(program, size_t *) = nullptr;
+  int (*log)(program, char *) = nullptr;
+  int (*cubin_size)(program, size_t *) = nullptr;
+  int (*cubin)(program, char *) = nullptr;
+  int (*destroy)(program *) = nullptr;
+};
+
+void *loaded_library(std::initializer_list<const char *> names) {
+  for (const char *n : names)
+    if (void *h = dlopen(n, RTLD_NOW | RTLD_NOLOAD)) return h;
+  return nullptr;
+}
+
+template <typename F>
+bool bind(void *lib, const char *symbol, F &out) {
+  out = reinterpret_cast<F>(dlsym(lib, symbol));
+  return out != nullptr;
+}
+
+const nvrtc_api *nvrtc() {
+  static const nvrtc_api *api = []() -> const nvrtc_api * {
+    void *lib = loaded_library({"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"});
+    static nvrtc_api a;
+    if (!lib || !bind(lib, "nvrtcCreateProgram", a.create) || !bind(lib, "nvrtcCompileProgram", a.compile) ||
+        !bind(lib, "nvrtcGetProgramLogSize", a.log_size) || !bind(lib, "nvrtcGetProgramLog", a.log) ||
+        !bind(lib, "nvrtcGetCUBINSize", a.cubin_size) || !bind(lib, "nvrtcGetCUBIN", a.cubin) ||
+        !bind(lib, "nvrtcDestroyProgram", a.destroy))
+      return nullptr;
+    return &a;
+  }();
+  return api;
+}
+
+/* "sm_90" for the GPU with this ordinal, "" when the driver cannot say. */
+std::string gpu_arch(int ordinal) {
+  enum { CC_MAJOR = 75, CC_MINOR = 76 }; /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_* */
+  void *lib = loaded_library({"libcuda.so.1", "libcuda.so"});
+  int (*init)(unsigned) = nullptr;
+  int (*get)(int *, int) = nullptr;
+  int (*attr)(int *, int, int) = nullptr;
+  if (!lib || !bind(lib, "cuInit", init) || !bind(lib, "cuDeviceGet", get) || !bind(lib, "cuDeviceGetAttribute", attr))
+    return "";
+  int dev = 0, major = 0, minor = 0;
+  if (init(0) || get(&dev, ordinal) || attr(&major, CC_MAJOR, dev) || attr(&minor, CC_MINOR, dev) || major <= 0)
+    return "";
+  return "sm_" + std::to_string(major) + std::to_string(minor);
+}
+
+/* Where cuda_fp16.h is: CUDA_HOME, CUDA_PATH, /usr/local/cuda (where MLX's JIT looks too), then the
+ * headers of the nvidia-cuda-runtime wheel beside MLX's. "" when none has it. */
+std::string cuda_include_dir() {
+  std::vector<fs::path> candidates;
+  for (const char *env : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char *v = std::getenv(env); v && *v) candidates.push_back(fs::path(v) / "include");
+  candidates.push_back("/usr/local/cuda/include");
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void *>(&mx::version), &info) && info.dli_fname) {
+    fs::path site = fs::path(info.dli_fname).parent_path().parent_path().parent_path(); /* .../mlx/lib/libmlx.so */
+    for (const char *sub : {"nvidia/cu13/include", "nvidia/cuda_runtime/include", "nvidia/cu12/include"})
+      candidates.push_back(site / sub);
+  }
+  std::error_code ec;
+  for (const auto &dir : candidates)
+    if (fs::exists(dir / "cuda_fp16.h", ec)) return dir.string();
+  return "";
+}
+
+/* MLX's kernel cache directory (MLX_PTX_CACHE_DIR, else <temp>/mlx/<version>/ptx); "" if unusable. */
+fs::path cache_dir() {
+  std::error_code ec;
+  fs::path dir;
+  if (const char *v = std::getenv("MLX_PTX_CACHE_DIR"); v && *v) {
+    dir = v;
+  } else {
+    dir = fs::temp_directory_path(ec);
+    if (ec) return {};
+    dir = dir / "mlx" / mx::version() / "ptx";
+  }
+  fs::create_directories(dir, ec);
+  return fs::is_directory(dir, ec) ? dir : fs::path();
+}
+
+bool read_file(const fs::path &path, std::string &out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream text;
+  text << f.rdbuf();
+  out = text.str();
+  return !out.empty();
+}
+
+/* Written beside its final name and renamed, so a concurrent process never reads half a file. */
+void write_file(const fs::path &path, const std::string &data) {
+  fs::path tmp = path;
+  tmp += ".tmp" + std::to_string(static_cast<long>(getpid()));
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f || !f.write(data.data(), static_cast<std::streamsize>(data.size()))) return;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+std::string nvrtc_compile(const std::string &name, const std::string &source, const std::string &arch,
+                          const std::string &include_dir) {
+  const nvrtc_api *api = nvrtc();
+  if (!api) throw bridge_error("NVRTC is not loaded");
+  nvrtc_api::program prog = nullptr;
+  if (api->create(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr) || !prog)
+    throw bridge_error("nvrtcCreateProgram failed");
+  std::string arch_opt = "--gpu-architecture=" + arch, include_opt = "--include-path=" + include_dir;
+  const char *opts[] = {arch_opt.c_str(), include_opt.c_str(), "--std=c++17"};
+  int rc = api->compile(prog, 3, opts);
+  std::string cubin;
+  size_t size = 0;
+  if (rc == 0 && api->cubin_size(prog, &size) == 0 && size > 0) {
+    cubin.resize(size);
+    if (api->cubin(prog, cubin.data())) cubin.clear();
+  }
+  std::string log;
+  if (cubin.empty() && api->log_size(prog, &size) == 0 && size > 1) {
+    log.resize(size);
+    api->log(prog, log.data());
+  }
+  api->destroy(&prog);
+  if (cubin.empty()) throw bridge_error("NVRTC could not compile " + name + ": " + log);
+  return cubin;
+}
+
+/* ---- the generated source --------------------------------------------------------------------- */
+const char *cuda_type(mx::Dtype t) {
+  switch (t) {
+    case mx::bool_: return "bool";
+    case mx::uint8: return "uint8_t";
+    case mx::uint16: return "uint16_t";
+    case mx::uint32: return "uint32_t";
+    case mx::uint64: return "uint64_t";
+    case mx::int8: return "int8_t";
+    case mx::int16: return "int16_t";
+    case mx::int32: return "int32_t";
+    case mx::int64: return "int64_t";
+    case mx::float16: return "__half";
+    case mx::bfloat16: return "__nv_bfloat16";
+    case mx::float32: return "float";
+    case mx::float64: return "double";
+    default: throw bridge_error("CUDA kernel: no CUDA type for this dtype");
+  }
+}
+
+const char *prelude = R"(#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+)";
+
+bool reads_shape(const cuda_kernel_spec &k, const std::string &input) {
+  return std::strstr(k.source, (input + "_shape").c_str()) != nullptr;
+}
+
+/* The kernel under the name `name`: pointers to the inputs, pointers to the outputs, then for each
+ * input whose shape the body reads, its dimensions as ints (the order in which MLX passes a
+ * precompiled kernel's arguments), gathered back into <input>_shape[] for the body. */
+std::string full_source(const cuda_kernel_spec &k, const std::string &name, const std::vector<mx::array> &inputs,
+                        const std::vector<mx::Dtype> &out_dtypes, const cuda_template_args &targs,
+                        std::vector<mx::fast::ScalarArg> &scalars) {
+  std::string params, shapes;
+  for (size_t i = 0; i < inputs.size(); i++)
+    params += std::string(i ? ", " : "") + "const " + cuda_type(inputs[i].dtype()) + "* " + k.inputs[i];
+  for (size_t i = 0; i < out_dtypes.size(); i++) params += std::string(", ") + cuda_type(out_dtypes[i]) + "* " + k.outputs[i];
+  for (size_t i = 0; i < inputs.size(); i++) {
+    if (!reads_shape(k, k.inputs[i]) || inputs[i].ndim() == 0) continue;
+    shapes += "  const int " + k.inputs[i] + "_shape[] = {";
+    for (int d = 0; d < static_cast<int>(inputs[i].ndim()); d++) {
+      std::string dim = k.inputs[i] + "_shape_" + std::to_string(d);
+      params += ", int " + dim;
+      shapes += (d ? ", " : "") + dim;
+      scalars.emplace_back(static_cast<int>(inputs[i].shape(d)));
+    }
+    shapes += "};\n";
+  }
+  std::string src = std::string(prelude) + k.header + "\nextern \"C\" __global__ void " + name + "(" + params + ") {\n";
+  src += shapes;
+  for (const auto &[arg, value] : targs) {
+    if (auto *i = std::get_if<int>(&value)) src += "  constexpr int " + arg + " = " + std::to_string(*i) + ";\n";
+    else if (auto *b = std::get_if<bool>(&value)) src += "  constexpr bool " + arg + " = " + (*b ? "true" : "false") + ";\n";
+    else src += "  using " + arg + " = " + cuda_type(std::get<mx::Dtype>(value)) + ";\n";
+  }
+  return src + k.source + "\n}\n";
+}
+
+/* ---- the cache -------------------------------------------------------------------------------- */
+struct kernel_cache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::string> cubins;               /* kernel name -> cubin */
+  std::map<const cuda_kernel_spec *, mx::fast::CustomKernelFunction> jit; /* the fallback */
+  std::map<int, std::string> arch;                                   /* GPU ordinal -> "sm_90" */
+  std::string include_dir;
+  fs::path dir;
+  bool broken = false; /* a failure: MLX's JIT for the rest of the process */
+  bool probed = false;
+};
+
+kernel_cache &cache() {
+  static kernel_cache *c = new kernel_cache(); /* never destroyed: kernels may run at exit */
+  return *c;
+}
+
+bool precompiling_enabled() {
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_KERNEL_CACHE");
+    return !(v && (!std::strcmp(v, "0") || !std::strcmp(v, "off")));
+  }();
+  return on;
+}
+
+/* "sm_90" for GPU `ordinal` when this path is open, else "". Under c.mu. */
+const std::string &arch_for(kernel_cache &c, int ordinal) {
+  static const std::string none;
+  if (c.broken) return none;
+  if (!c.probed) {
+    c.probed = true;
+    c.include_dir = cuda_include_dir();
+    c.dir = cache_dir();
+    c.broken = c.include_dir.empty() || !nvrtc();
+    if (c.broken) return none;
+  }
+  auto it = c.arch.find(ordinal);
+  if (it == c.arch.end()) it = c.arch.emplace(ordinal, gpu_arch(ordinal)).first;
+  return it->second;
+}
+
+/* The cubin of kernel `name` from memory, disk or NVRTC; nullptr after a failure. Under c.mu. */
+const std::string *cubin_for(kernel_cache &c, const std::string &name, const std::string &source,
+                             const std::string &arch) {
+  if (auto it = c.cubins.find(name); it != c.cubins.end()) return &it->second;
+  std::string cubin;
+  fs::path file = c.dir.empty() ? fs::path() : c.dir / (name + ".cubin");
+  if (file.empty() || !read_file(file, cubin)) {
+    try {
+      cubin = nvrtc_compile(name, source, arch, c.include_dir);
+    } catch (const std::exception &) {
+      c.broken = true;
+      return nullptr;
+    }
+    if (!file.empty()) write_file(file, cubin);
+  }
+  return &c.cubins.emplace(name, std::move(cubin)).first->second;
+}
+
+} // namespace
+
+std::string versioned_kernel_name(const char *base, const char *source, const char *header) {
+  uint64_t h = fnv1a(source, fnv1a(header));
+  return std::string(base) + "_" + hex(h & 0xffffffffu, 8);
+}
+
+std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vector<mx::array> &inputs,
+                                       const std::vector<mx::Shape> &out_shapes,
+                                       const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
+                                       std::tuple<int, int, int> block, const cuda_template_args &targs,
+                                       const mlxb_scope *s) {
+  auto dev = scope_dev(s);
+  kernel_cache &c = cache();
+  if (precompiling_enabled() && !s->force_cpu && s->device.type == mx::Device::gpu) {
+    std::vector<mx::fast::ScalarArg> scalars, unused;
+    std::lock_guard<std::mutex> lock(c.mu);
+    const std::string &arch = arch_for(c, s->device.index);
+    const std::string *cubin = nullptr;
+    std::string name;
+    if (!arch.empty()) {
+      name = std::string(k.name) + "_" + hex(fnv1a(full_source(k, "K", inputs, out_dtypes, targs, unused)), 16) + "_" + arch;
+      cubin = cubin_for(c, name, full_source(k, name, inputs, out_dtypes, targs, scalars), arch);
+    }
+    if (cubin)
+      return mx::fast::precompiled_cuda_kernel(name, *cubin, inputs, out_shapes, out_dtypes, scalars, grid, block, 0,
+                                               std::nullopt, k.row_contiguous, dev);
+  }
+  mx::fast::CustomKernelFunction *fn = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.jit.find(&k);
+    if (it == c.jit.end())
+      it = c.jit.emplace(&k, mx::fast::cuda_kernel(versioned_kernel_name(k.name, k.source, k.header), k.inputs,
+                                                    k.outputs, k.source, k.header, k.row_contiguous, 0))
+               .first;
+    fn = &it->second;
+  }
+  return (*fn)(inputs, out_shapes, out_dtypes, grid, block, targs, std::nullopt, false, dev);
+}
+
+} // namespace mlxb_detail
