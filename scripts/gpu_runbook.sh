@@ -26,7 +26,7 @@ GPU_BUILD_ONLY=1 "$root/scripts/gpu_check.sh" "$wheels" > /tmp/gpu_runbook_build
   exit 1
 }
 eval "$(tail -1 /tmp/gpu_runbook_build.txt)"
-export PYTHONPATH ORT_EP_MLX_LIBRARY ORT_EP_MLX_DEVICE_MEMORY=${ORT_EP_MLX_DEVICE_MEMORY:-1}
+export PYTHONPATH ORT_EP_MLX_LIBRARY ORT_EP_MLX_KERNEL_CACHE ORT_EP_MLX_DEVICE_MEMORY=${ORT_EP_MLX_DEVICE_MEMORY:-1}
 export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-/tmp/mlx-ptx-cache}
 cd "$root"
 step() { case " ${STEPS:-bridge focus} " in *" $1 "*) echo "== $1 $(date +%T)" >> "$log"; return 0 ;; esac; return 1; }

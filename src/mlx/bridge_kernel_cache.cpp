@@ -7,7 +7,8 @@
  * architecture, and the cubin is kept in MLX's kernel cache directory under a name carrying a hash
  * of that source; MLX then launches it as a precompiled kernel. Whatever goes wrong on that path (no
  * NVRTC, no CUDA headers, a compile error) sends the kernel to MLX's JIT as before, for the rest of
- * the process. ORT_EP_MLX_KERNEL_CACHE=0 always takes MLX's JIT. */
+ * the process. ORT_EP_MLX_KERNEL_CACHE=1 turns this path on; it has not yet run on a GPU, so by
+ * default every kernel goes through MLX's JIT as before. */
 #include "mlx/bridge_internal.h"
 
 #include "mlx/fast.h"
@@ -199,6 +200,9 @@ const char *cuda_type(mx::Dtype t) {
 
 const char *prelude = R"(#include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#if !defined(__CUDACC_RTC__)
+#include <cstdint>
+#else
 typedef signed char int8_t;
 typedef short int16_t;
 typedef int int32_t;
@@ -207,6 +211,7 @@ typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
+#endif
 )";
 
 bool reads_shape(const cuda_kernel_spec &k, const std::string &input) {
@@ -261,10 +266,11 @@ kernel_cache &cache() {
   return *c;
 }
 
+/* Opt-in until it has run on a GPU (docs/ARCHITECTURE.md, "Where it has been run"). */
 bool precompiling_enabled() {
   static const bool on = [] {
     const char *v = std::getenv("ORT_EP_MLX_KERNEL_CACHE");
-    return !(v && (!std::strcmp(v, "0") || !std::strcmp(v, "off")));
+    return v && (!std::strcmp(v, "1") || !std::strcmp(v, "on"));
   }();
   return on;
 }
