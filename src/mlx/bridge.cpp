@@ -735,8 +735,8 @@ mlxb_array *mlxb_reshape(mlxb_scope *s, const mlxb_array *x, const int64_t *dims
 mlxb_array *mlxb_transpose(mlxb_scope *s, const mlxb_array *x, const int *perm, int n) {
   return guard(s, "mlxb_transpose", [&] {
     const mx::array &in = arr(x);
-    if (!perm && n == 0) return mx::transpose(in, scope_dev(s));
-    return mx::transpose(in, to_ints(perm, n), scope_dev(s));
+    if (!perm && n == 0) return mx::transpose(in, dtype_dev(s, in.dtype()));
+    return mx::transpose(in, to_ints(perm, n), dtype_dev(s, in.dtype()));
   });
 }
 
