@@ -86,21 +86,7 @@ def wrap(index, source_name, header, inputs, outputs, args, body):
     return "namespace mlx::core::cu {\n" + "\n".join(lines) + "\n" + body + "\n}\n}\n"
 
 
-CACHE_PRELUDE = """#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#if !defined(__CUDACC_RTC__)
-#include <cstdint>
-#else
-typedef signed char int8_t;
-typedef short int16_t;
-typedef int int32_t;
-typedef long long int64_t;
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-#endif
-"""
+CACHE_SOURCE = os.path.join(ROOT, "src", "mlx", "bridge_kernel_cache.cpp")  # its `prelude` string
 
 
 def wrap_precompiled(index, source_name, inputs, outputs, args, body, rank=4):
@@ -139,6 +125,7 @@ def main():
         print("nvcc not found", file=sys.stderr)
         return 2
     strings = raw_strings(open(SOURCE).read())
+    cache_prelude = raw_strings(open(CACHE_SOURCE).read())["prelude"]
     missing = [k for k in KERNELS if k not in strings]
     unknown = [k for k in strings if k.endswith("_source") and k not in KERNELS]
     if missing or unknown:
@@ -150,7 +137,7 @@ def main():
             head = strings[header] if header else ""
             jit = PRELUDE + head + "".join(wrap(i, source_name, header, inputs, outputs, inst, strings[source_name])
                                            for i, inst in enumerate(instances))
-            pre = CACHE_PRELUDE + head + "".join(wrap_precompiled(i, source_name, inputs, outputs, inst,
+            pre = cache_prelude + head + "".join(wrap_precompiled(i, source_name, inputs, outputs, inst,
                                                                   strings[source_name])
                                                  for i, inst in enumerate(instances))
             for form, unit in (("jit", jit), ("precompiled", pre)):
