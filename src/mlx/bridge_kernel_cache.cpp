@@ -227,7 +227,8 @@ std::string full_source(const cuda_kernel_spec &k, const std::string &name, cons
   std::string params, shapes;
   for (size_t i = 0; i < inputs.size(); i++)
     params += std::string(i ? ", " : "") + "const " + cuda_type(inputs[i].dtype()) + "* " + k.inputs[i];
-  for (size_t i = 0; i < out_dtypes.size(); i++) params += std::string(", ") + cuda_type(out_dtypes[i]) + "* " + k.outputs[i];
+  for (size_t i = 0; i < out_dtypes.size(); i++)
+    params += std::string(", ") + cuda_type(out_dtypes[i]) + "* " + k.outputs[i];
   for (size_t i = 0; i < inputs.size(); i++) {
     if (!reads_shape(k, k.inputs[i]) || inputs[i].ndim() == 0) continue;
     shapes += "  const int " + k.inputs[i] + "_shape[] = {";
@@ -243,7 +244,8 @@ std::string full_source(const cuda_kernel_spec &k, const std::string &name, cons
   src += shapes;
   for (const auto &[arg, value] : targs) {
     if (auto *i = std::get_if<int>(&value)) src += "  constexpr int " + arg + " = " + std::to_string(*i) + ";\n";
-    else if (auto *b = std::get_if<bool>(&value)) src += "  constexpr bool " + arg + " = " + (*b ? "true" : "false") + ";\n";
+    else if (auto *b = std::get_if<bool>(&value))
+      src += "  constexpr bool " + arg + " = " + (*b ? "true" : "false") + ";\n";
     else src += "  using " + arg + " = " + cuda_type(std::get<mx::Dtype>(value)) + ";\n";
   }
   return src + k.source + "\n}\n";
@@ -297,7 +299,8 @@ const std::string *cubin_for(kernel_cache &c, const std::string &name, const std
   if (auto it = c.cubins.find(name); it != c.cubins.end()) return &it->second;
   std::string cubin;
   fs::path file = c.dir.empty() ? fs::path() : c.dir / (name + ".cubin");
-  if (file.empty() || !read_file(file, cubin)) {
+  bool kept = !file.empty() && read_file(file, cubin) && cubin.compare(0, 4, "\x7f" "ELF") == 0;
+  if (!kept) {
     try {
       cubin = nvrtc_compile(name, source, arch, c.include_dir);
     } catch (const std::exception &) {
@@ -330,7 +333,8 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
     const std::string *cubin = nullptr;
     std::string name;
     if (!arch.empty()) {
-      name = std::string(k.name) + "_" + hex(fnv1a(full_source(k, "K", inputs, out_dtypes, targs, unused)), 16) + "_" + arch;
+      uint64_t h = fnv1a(full_source(k, "K", inputs, out_dtypes, targs, unused));
+      name = std::string(k.name) + "_" + hex(h, 16) + "_" + arch;
       cubin = cubin_for(c, name, full_source(k, name, inputs, out_dtypes, targs, scalars), arch);
     }
     if (cubin)

@@ -475,11 +475,11 @@ mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, 
     int threads = WARPS * 32, rows_per_block = threads / lanes;
     int64_t blocks = (static_cast<int64_t>(n) + rows_per_block - 1) / rows_per_block;
     if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
-    auto dev = scope_dev(s);
-    auto outs = run_cuda_kernel(qgemv_kernel, {xa, wa, sa, ba}, {{m, n}}, {xa.dtype()}, {static_cast<int>(blocks * threads), m, 1},
-                               {threads, 1, 1},
-                               {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)},
-                                {"LANES", lanes}}, s);
+    auto outs = run_cuda_kernel(qgemv_kernel, {xa, wa, sa, ba}, {{m, n}}, {xa.dtype()},
+                                {static_cast<int>(blocks * threads), m, 1}, {threads, 1, 1},
+                                {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size},
+                                 {"WARPS", static_cast<int>(WARPS)}, {"LANES", lanes}},
+                                s);
     return outs.at(0);
   });
 }
