@@ -9,6 +9,9 @@
 #   focus    the tests that pin GPU-only paths: device memory (shared KV buffer in place), every
 #            GroupQueryAttention test, MatMulNBits, Cast, and the float64/scatter families
 #   profile  bench/decode_kernels.py for the IOBinding and the shared-buffer loops
+#   kcache   the EP's kernel cache (ORT_EP_MLX_KERNEL_CACHE): two fresh processes' first decode steps
+#            (the second should find every kernel compiled), the cubins kept, the tests of the
+#            kernels' ops (norms, MatMulNBits, GroupQueryAttention, device memory) with it on
 #   graphs   bench/decode_probe.py's IOBinding and shared loops with MLX's CUDA graphs on and off
 #            (MLX_USE_CUDA_GRAPHS): whether graph capture helps a step of ~750 small kernels
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES, default without ORT's CUDA EP)
@@ -44,6 +47,15 @@ if step focus; then
 fi
 if step profile; then
   for mode in io shared; do timeout 200 python3 bench/decode_kernels.py --mode "$mode" --top 15 >> "$log" 2>&1; done
+fi
+if step kcache; then
+  for i in 1 2; do
+    ORT_EP_MLX_KERNEL_CACHE=1 timeout 60 python3 bench/decode_probe.py --mode shared --steps 16 --loops 1 2>&1 |
+      grep -E "loop" >> "$log"
+  done
+  echo "cubins kept: $(ls "$MLX_PTX_CACHE_DIR" | grep -c 'ort_ep_mlx.*cubin$')" >> "$log"
+  ORT_EP_MLX_KERNEL_CACHE=1 pytest_q 200 -n 8 tests/test_ops_contrib_norm.py tests/test_ops_contrib_quant.py \
+    tests/test_device_memory.py tests/test_ops_attention.py -k "simplified or skip or nbits or gqa or device or shared"
 fi
 if step graphs; then
   for g in 1 0 1 0; do
