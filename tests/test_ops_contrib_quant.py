@@ -5,11 +5,13 @@ tolerance is relative to the output's magnitude: both sides sum K products in di
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+import onnxruntime_ep_mlx as mlx_ep
 from parity import claim_report, make_model, onnx_type, run_cpu, run_mlx_each
 
 MS = "com.microsoft"
@@ -153,6 +155,57 @@ def test_matmul_nbits_constant_a_zero_block():
 def test_matmul_nbits_empty_a(block, acc):
     compare(*nbits_model(64, 8, 4, block, acc, a_shape=(0,)))
     compare(*nbits_model(64, 8, 4, block, acc, a_shape=(2, 0)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("rows", [1, 3, 12])
+def test_matmul_nbits_siblings(tmp_path, dtype, rows):
+    """Q/K/V- and gate/up-like MatMulNBits reading one A: at up to 8 rows the first of each group
+    (three at most, in node order) computes its siblings' results too (one GEMV launch on MLX's
+    CUDA backend; counted as `sibling_results` in the run report), each equal to what the node
+    computes alone. A node with a bias computes alone, and so does everything at 12 rows."""
+    k, block, bits = 64, 32, 4
+    rng = np.random.default_rng(7)
+    kb = k // block
+    t = onnx_type(np.zeros(1, dtype))
+    nodes, consts = [], []
+    for name, n, zp, bias in (("q", 48, "u8", False), ("k", 16, None, False), ("v", 16, "u8", False),
+                              ("g", 32, None, False), ("u", 32, "float", False), ("b", 16, None, True)):
+        consts.append((f"B_{name}", rng.integers(0, 256, size=(n, kb, block * bits // 8), dtype=np.uint8)))
+        consts.append((f"s_{name}", (rng.random((n, kb)) * 0.02 + 0.005).astype(dtype)))
+        ins = ["A", f"B_{name}", f"s_{name}", "", "", ""]
+        if zp is not None:
+            z = rng.integers(0, 2 ** bits, size=(n, kb)).astype(np.uint8)
+            consts.append((f"z_{name}", pack_zero_points(z, bits) if zp == "u8" else (z + 0.25).astype(dtype)))
+            ins[3] = f"z_{name}"
+        if bias:
+            consts.append((f"bias_{name}", rng.standard_normal(n).astype(dtype)))
+            ins[5] = f"bias_{name}"
+        while ins[-1] == "":
+            ins.pop()
+        nodes.append(helper.make_node("MatMulNBits", ins, [f"Y_{name}"], domain=MS, K=k, N=n, bits=bits,
+                                      block_size=block))
+    # one consumer of all: one cluster (unconnected nodes would each be a cluster of their own)
+    nodes.append(helper.make_node("Concat", [f"Y_{name}" for name in "qkvgub"], ["Y"], axis=-1))
+    model = make_model(nodes, [("A", t, [1, rows, k])], [("Y", t, None)], consts, domains=[(MS, 1)])
+    feeds = {"A": rng.standard_normal((1, rows, k)).astype(dtype)}
+    want = run_cpu(model, feeds)
+    report = tmp_path / "report.txt"
+    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
+    (w,) = want
+    scale = float(np.abs(w.astype(np.float64)).max())
+    rtol, atol = (1e-2, 1e-3 * scale) if dtype == np.float16 else (1e-5, 2e-6 * scale)
+    for run in range(3):  # eager, traced, replayed
+        (g,) = sess.run(None, feeds)
+        assert g.dtype == w.dtype and g.shape == w.shape == (1, rows, 160)
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
+                                   err_msg=f"run {run + 1}")
+    del sess
+    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+    if rows <= 8:  # per lowering: q leaves k's and v's, g leaves u's
+        assert stats["sibling_results"] > 0 and stats["sibling_results"] % 3 == 0, stats
+    else:
+        assert stats["sibling_results"] == 0, stats
 
 
 @pytest.mark.parametrize("cond", [True, False])

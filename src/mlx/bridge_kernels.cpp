@@ -153,7 +153,9 @@ const cuda_kernel_spec kv_append_kernel = {
  * sum(x * q) and sum(x) per chunk, so a chunk inside one quantization group costs one scale and one
  * bias: scale * sum(x * q) + bias * sum(x), the float32 sum of x * (scale * q + bias) reordered.
  * The lanes' sums meet by shuffles and the result is rounded once to T. A row whose start is not
- * 16-byte aligned (a view) takes the word-at-a-time loop. */
+ * 16-byte aligned (a view) takes the word-at-a-time loop. Up to SETS = 3 weight sets of one K
+ * (sibling projections of one input: Q, K and V) share the launch, rows numbered across the sets,
+ * each set writing its own output. */
 const char *qgemv_header = R"(
 // 8 consecutive activations as float32, read with 16-byte loads (p 16-byte aligned).
 template <typename T>
@@ -173,13 +175,20 @@ const char *qgemv_source = R"(
   constexpr unsigned MASK = (1u << BITS) - 1u;
   constexpr int VPC = 4 * VPW;
   constexpr bool CHUNK_IN_GROUP = GROUP % VPC == 0;
-  const int N = w_shape[0], WORDS = w_shape[1], G = scales_shape[1];
+  const int N0 = w0_shape[0], WORDS = w0_shape[1], G = scales0_shape[1];
+  const int N1 = SETS > 1 ? w1_shape[0] : 0, N2 = SETS > 2 ? w2_shape[0] : 0;
   const int K = WORDS * VPW;
   const int lane = threadIdx.x % LANES;
-  const int n = blockIdx.x * (WARPS * 32 / LANES) + threadIdx.x / LANES;
+  const int row = blockIdx.x * (WARPS * 32 / LANES) + threadIdx.x / LANES;
   const int m = blockIdx.y;
-  const bool live = n < N;
-  const int nn = live ? n : 0;
+  const bool live = row < N0 + N1 + N2;
+  const int set = !live || row < N0 ? 0 : row < N0 + N1 ? 1 : 2;
+  const int N = set == 0 ? N0 : set == 1 ? N1 : N2;
+  const int nn = !live ? 0 : set == 0 ? row : set == 1 ? row - N0 : row - N0 - N1;
+  const uint32_t* w = set == 0 ? w0 : set == 1 ? w1 : w2;
+  const float* scales = set == 0 ? scales0 : set == 1 ? scales1 : scales2;
+  const float* biases = set == 0 ? biases0 : set == 1 ? biases1 : biases2;
+  T* out = set == 0 ? out0 : set == 1 ? out1 : out2;
   const T* xr = x + (size_t)m * K;
   const uint32_t* wr = w + (size_t)nn * WORDS;
   const float* sr = scales + (size_t)nn * G;
@@ -237,11 +246,16 @@ const char *qgemv_source = R"(
   }
 #pragma unroll
   for (int off = LANES / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (live && lane == 0) out[(size_t)m * N + n] = static_cast<T>(sum);
+  if (live && lane == 0) out[(size_t)m * N + nn] = static_cast<T>(sum);
 )";
 
 const cuda_kernel_spec qgemv_kernel = {
-    "ort_ep_mlx_qgemv", {"x", "w", "scales", "biases"}, {"out"}, qgemv_source, qgemv_header, true};
+    "ort_ep_mlx_qgemv",
+    {"x", "w0", "scales0", "biases0", "w1", "scales1", "biases1", "w2", "scales2", "biases2"},
+    {"out0", "out1", "out2"},
+    qgemv_source,
+    qgemv_header,
+    true};
 
 /* RMS norm of rows with the residual add: one block per row keeps the row's float32 values
  * v = x (+ skip) (+ bias) in a strided loop, sums v * v across the block (shuffles, then one
@@ -456,32 +470,57 @@ bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group
   return float_type && packing && group_size >= 32 && group_size % 32 == 0;
 }
 
-mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
-                       const mlxb_array *biases, int group_size, int bits) {
-  return guard(s, "mlxb_qgemv", [&] {
-    const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
+int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
+                    const mlxb_array *const *scales, const mlxb_array *const *biases, int group_size, int bits,
+                    mlxb_array **out) {
+  for (int i = 0; out && i < n_sets && i < MLXB_QGEMV_MAX_SETS; i++) out[i] = nullptr;
+  return guard_status(s, "mlxb_qgemv", [&] {
+    if (!x || !w || !scales || !biases || !out) throw null_arg{};
+    if (n_sets < 1 || n_sets > MLXB_QGEMV_MAX_SETS) throw bridge_error("quantized GEMV: 1 to 3 weight sets");
+    const mx::array &xa = arr(x);
     if (!mlxb_qgemv_available(s, from_mx(xa.dtype()), bits, group_size))
       throw bridge_error("quantized GEMV: not available for this dtype, packing or device");
-    if (xa.ndim() != 2 || wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
-        sa.dtype() != mx::float32 || ba.dtype() != mx::float32)
-      throw bridge_error("quantized GEMV takes x [M, K], uint32 w [N, K * bits / 32], float32 scales and biases");
-    int m = xa.shape(0), k = xa.shape(1), n = wa.shape(0);
-    if (static_cast<int64_t>(wa.shape(1)) * 32 != static_cast<int64_t>(k) * bits || k % group_size ||
-        sa.shape(0) != n || sa.shape(1) != k / group_size || m < 1 || m > 65535 || n < 1)
-      throw bridge_error("quantized GEMV: shapes do not fit");
+    if (xa.ndim() != 2) throw bridge_error("quantized GEMV takes x [M, K]");
+    int m = xa.shape(0), k = xa.shape(1);
+    if (m < 1 || m > 65535 || k % group_size) throw bridge_error("quantized GEMV: shapes do not fit");
+    std::vector<mx::array> inputs = {xa};
+    std::vector<mx::Shape> shapes;
+    int64_t rows = 0;
+    for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
+      int set = i < n_sets ? i : 0; /* a launch always names three sets; the unused repeat the first */
+      if (!w[set] || !scales[set] || !biases[set]) throw null_arg{};
+      const mx::array &wa = arr(w[set]), &sa = arr(scales[set]), &ba = arr(biases[set]);
+      if (wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
+          sa.dtype() != mx::float32 || ba.dtype() != mx::float32)
+        throw bridge_error("quantized GEMV takes uint32 w [N, K * bits / 32], float32 scales and biases");
+      int n = wa.shape(0);
+      if (static_cast<int64_t>(wa.shape(1)) * 32 != static_cast<int64_t>(k) * bits || sa.shape(0) != n ||
+          sa.shape(1) != k / group_size || n < 1)
+        throw bridge_error("quantized GEMV: shapes do not fit");
+      inputs.insert(inputs.end(), {wa, sa, ba});
+      shapes.push_back(i < n_sets ? mx::Shape{m, n} : mx::Shape{1});
+      if (i < n_sets) rows += n;
+    }
     enum { WARPS = 4 }; /* small blocks: a 896-row projection still spreads over every multiprocessor */
     int64_t chunks = static_cast<int64_t>(k) * bits / 128;
     int lanes = chunks >= 96 ? 32 : chunks >= 48 ? 16 : 8;
     int threads = WARPS * 32, rows_per_block = threads / lanes;
-    int64_t blocks = (static_cast<int64_t>(n) + rows_per_block - 1) / rows_per_block;
+    int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
     if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
-    auto outs = run_cuda_kernel(qgemv_kernel, {xa, wa, sa, ba}, {{m, n}}, {xa.dtype()},
+    auto outs = run_cuda_kernel(qgemv_kernel, inputs, shapes, {xa.dtype(), xa.dtype(), xa.dtype()},
                                 {static_cast<int>(blocks * threads), m, 1}, {threads, 1, 1},
                                 {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size},
-                                 {"WARPS", static_cast<int>(WARPS)}, {"LANES", lanes}},
+                                 {"WARPS", static_cast<int>(WARPS)}, {"LANES", lanes}, {"SETS", n_sets}},
                                 s);
-    return outs.at(0);
+    for (int i = 0; i < n_sets; i++) out[i] = scope_keep(s, outs.at(i));
   });
+}
+
+mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
+                       const mlxb_array *biases, int group_size, int bits) {
+  mlxb_array *out = nullptr;
+  mlxb_qgemv_sets(s, x, 1, &w, &scales, &biases, group_size, bits, &out);
+  return out;
 }
 
 bool mlxb_rms_norm_fused_available(const mlxb_scope *s, mlxb_dtype t) {

@@ -4,6 +4,7 @@
  * result rounded once), and with accuracy_level 4 quantizes the activations to int8 per block as
  * MLAS does before the integer dot products. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -261,6 +262,99 @@ static mlxb_array *mnb_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_a
   return mlxb_qgemv(s, x2, m.w, m.scales, m.biases, mnb_group(a), (int)a->bits);
 }
 
+/* ---- siblings: the one-token projections of one input together ------------------------------
+ * A decoder layer projects one normalized row three times (Q, K, V) and another twice (gate,
+ * up): MatMulNBits nodes reading the same A with the same K, bits and block size. For a few rows
+ * the first of them to be lowered computes all (up to MLXB_QGEMV_MAX_SETS, in node order) and
+ * leaves each its result (op_share): on MLX's CUDA backend one GEMV launch instead of three, on
+ * other devices the same quantized matmuls as each would run alone. Siblings have kept weights
+ * (prepare) and no bias, g_idx or int8 path; every node finds the same siblings, so they agree. */
+static bool mnb_node_int8(const ir_graph *g, const ir_node *n, const mnb_attrs *a) {
+  bool has_gidx = n->n_inputs > MNB_GIDX && n->inputs[MNB_GIDX] >= 0;
+  int32_t zp_t = n->n_inputs > MNB_ZP && n->inputs[MNB_ZP] >= 0 ? g->values[n->inputs[MNB_ZP]].dtype : ONNX_UNDEFINED;
+  return mnb_uses_int8(a, ir_node_input(g, n, MNB_B)->is_const, has_gidx, zp_t);
+}
+
+static bool mnb_is_sibling(const op_ctx *c, const ir_node *n, const ir_node *me, const mnb_attrs *a) {
+  if (strcmp(n->op_type, "MatMulNBits") || strcmp(n->domain, "com.microsoft") || n->n_inputs <= MNB_SCALES ||
+      n->inputs[MNB_A] != me->inputs[MNB_A] || !op_prepared_of(c, n))
+    return false;
+  mnb_attrs b = mnb_read_attrs(n);
+  if (b.k != a->k || b.bits != a->bits || b.block != a->block) return false;
+  for (int i = MNB_GIDX; i < n->n_inputs; i++)
+    if (n->inputs[i] >= 0) return false; /* g_idx or bias */
+  return !mnb_node_int8(op_graph(c), n, &b);
+}
+
+/* This node's group among its siblings (itself included, in node order) into group[]; the count,
+ * 1 when it computes alone; *me receives its place in the group. */
+static int mnb_sibling_group(const op_ctx *c, const mnb_attrs *a, const ir_node **group, int *me) {
+  const ir_graph *g = op_graph(c);
+  const ir_node *self = op_node(c);
+  int count = 0, mine = -1, start = 0, n = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *node = &g->nodes[i];
+      if (node != self && !mnb_is_sibling(c, node, self, a)) continue;
+    if (node == self) mine = count;
+    count++;
+  }
+  if (mine < 0 || count < 2) return 1;
+  start = mine / MLXB_QGEMV_MAX_SETS * MLXB_QGEMV_MAX_SETS;
+  for (int i = 0, k = 0; i < g->n_nodes && n < MLXB_QGEMV_MAX_SETS; i++) {
+    const ir_node *node = &g->nodes[i];
+    if (node != self && !mnb_is_sibling(c, node, self, a)) continue;
+    if (k++ >= start) group[n++] = node;
+  }
+  *me = mine - start;
+  return n;
+}
+
+static void mnb_share_key(char *key, size_t len, const op_ctx *c, const ir_node *n) {
+  snprintf(key, len, "MatMulNBits/%d", (int)(n - op_graph(c)->nodes));
+}
+
+/* The node's output when a sibling computed it, else computes the group's and shares the others';
+ * NULL (nothing recorded) when the node computes alone. x2 is A as [rows, Kp]. */
+static mlxb_array *mnb_sibling_output(op_ctx *c, const mnb_attrs *a, mlxb_array *x2, const int64_t *out_dims,
+                                      int rank) {
+  char key[48];
+  mnb_share_key(key, sizeof key, c, op_node(c));
+  mlxb_array *y = op_shared(c, key);
+  if (y || !op_can_share(c) || !op_prepared(c)) return y;
+  const ir_node *group[MLXB_QGEMV_MAX_SETS];
+  int me = 0, n = mnb_sibling_group(c, a, group, &me);
+  if (n < 2) return NULL;
+  mlxb_scope *s = op_scope(c);
+  mlxb_dtype t = mlxb_type(x2);
+  const mlxb_array *w[MLXB_QGEMV_MAX_SETS], *sc[MLXB_QGEMV_MAX_SETS], *bi[MLXB_QGEMV_MAX_SETS];
+  mlxb_array *outs[MLXB_QGEMV_MAX_SETS] = {0};
+  for (int i = 0; i < n; i++) {
+    const mnb_prepared *m = op_prepared_of(c, group[i]);
+    w[i] = m->w, sc[i] = m->scales, bi[i] = m->biases;
+  }
+  if (mlxb_qgemv_available(s, t, (int)a->bits, mnb_group(a))) {
+    if (mlxb_qgemv_sets(s, x2, n, w, sc, bi, mnb_group(a), (int)a->bits, outs)) return op_check(c), NULL;
+  } else {
+    mlxb_array *xf = op_util_cast(s, x2, MLXB_F32);
+    for (int i = 0; i < n; i++)
+      outs[i] = op_util_cast(s, mlxb_quantized_matmul(s, xf, w[i], sc[i], bi[i], true, mnb_group(a), (int)a->bits), t);
+  }
+  int64_t dims[OP_UTIL_MAX_RANK];
+  memcpy(dims, out_dims, sizeof *dims * (size_t)rank);
+  for (int i = 0; i < n; i++) {
+    dims[rank - 1] = mlxb_dim(outs[i], -1);
+    mlxb_array *yi = outs[i] ? mlxb_reshape(s, outs[i], dims, rank) : NULL;
+    if (!yi) return op_check(c), NULL;
+    if (i == me) {
+      y = yi;
+      continue;
+    }
+    mnb_share_key(key, sizeof key, c, group[i]);
+    if (op_share(c, key, yi)) return NULL;
+  }
+  return y;
+}
+
 /* Compile: the arrays above, kept with the plan's constants, for the nodes that reach
  * mnb_quantized_matmul (no g_idx, blocks of 32 and more) with constant B, scales and zero points
  * of the sizes the attributes give (other sizes are left to the Run, which reports them). */
@@ -311,6 +405,12 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   mlxb_array *zp = mnb_zero_points(c, &a);
   if (op_check(c)) return -1;
   bool int8_path = mnb_uses_int8(&a, b_const, has_gidx, op_input_dtype(c, MNB_ZP));
+  int64_t rows = (int64_t)mlxb_size(x) / a.k;
+  if (rows <= MNB_GEMV_MAX_ROWS && !int8_path && !has_gidx && !op_has_input(c, MNB_BIAS)) {
+    mlxb_array *y = mnb_sibling_output(c, &a, pad_last(s, op_util_reshape2(s, x, rows, a.k), kp), out_dims, rank);
+    if (y) return op_set_output(c, 0, y);
+    if (op_check(c)) return -1;
+  }
   if (mnb_takes_gemv(c, &a, x, int8_path))
     return op_set_output(c, 0, mlxb_reshape(s, mnb_gemv(c, &a, x, scales, zp), out_dims, rank));
   mlxb_array *xf = op_util_cast(s, x, MLXB_F32);

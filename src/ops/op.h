@@ -74,6 +74,17 @@ int op_set_output(op_ctx *c, int i, mlxb_array *a);
 int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64_t *dims, int rank, int32_t dtype);
 /* The state the row's prepare built for this node at Compile (see op_prepare_fn), or NULL. */
 const void *op_prepared(const op_ctx *c);
+/* The state the prepare of node n (of the graph being lowered) built, or NULL: a lowering that
+ * computes for siblings (op_share) reads theirs. */
+const void *op_prepared_of(const op_ctx *c, const ir_node *n);
+/* Siblings computed together: nodes of the cluster's graph that read the same inputs may be
+ * computed at once by whichever is lowered first, which leaves each sibling's result under a key
+ * (op_share) for that sibling to take (op_shared, NULL when nothing was left). Only while a
+ * cluster's own graph is lowered (op_can_share): inside control-flow bodies and prepare every
+ * node computes alone. op_share: 0, or -1 with the failure recorded. */
+bool op_can_share(const op_ctx *c);
+mlxb_array *op_shared(const op_ctx *c, const char *key);
+int op_share(op_ctx *c, const char *key, mlxb_array *a);
 /* Prepare only: evaluates a (made contiguous) and keeps it with the plan's constants for the
  * plan's lifetime; returns the kept array, immutable and shared by every Run, or NULL on error. */
 mlxb_array *op_prepare_keep(op_ctx *c, mlxb_array *a);

@@ -174,9 +174,15 @@ static int lower_frame(op_ctx *c, run_state *r) {
 }
 
 static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
+  shared_values shared = {0};
   op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .run_s = r->s, .vals = r->vals, .seqs = r->seqs,
-              .host = r->host, .known = known, .tracing = tracing, .checks = checks, .alias = r->alias, .d = d};
-  return lower_frame(&c, r);
+              .host = r->host, .known = known, .tracing = tracing, .checks = checks, .alias = r->alias,
+              .shared = &shared, .d = d};
+  int rc = lower_frame(&c, r);
+  for (int i = 0; i < shared.n; i++) free(shared.keys[i]);
+  free(shared.keys);
+  free(shared.arrays);
+  return rc;
 }
 
 /* ---- control-flow bodies (op_lower_body) ---------------------------------------------------- */

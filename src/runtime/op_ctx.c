@@ -44,6 +44,40 @@ const void *op_prepared(const op_ctx *c) {
   return c->f->prepared ? c->f->prepared[c->node - c->g->nodes] : NULL;
 }
 
+const void *op_prepared_of(const op_ctx *c, const ir_node *n) {
+  if (!c->f->prepared || n < c->g->nodes || n >= c->g->nodes + c->g->n_nodes) return NULL;
+  return c->f->prepared[n - c->g->nodes];
+}
+
+bool op_can_share(const op_ctx *c) { return c->shared != NULL; }
+
+mlxb_array *op_shared(const op_ctx *c, const char *key) {
+  for (int i = 0; c->shared && i < c->shared->n; i++)
+    if (!strcmp(c->shared->keys[i], key)) return c->shared->arrays[i];
+  return NULL;
+}
+
+int op_share(op_ctx *c, const char *key, mlxb_array *a) {
+  shared_values *v = c->shared;
+  if (!v) return op_fail(c, "op_share outside a cluster's lowering");
+  if (!a) return op_check(c);
+  if (v->n == v->cap) {
+    int cap = v->cap ? 2 * v->cap : 8;
+    char **keys = realloc(v->keys, sizeof *keys * (size_t)cap);
+    if (keys) v->keys = keys;
+    mlxb_array **arrays = keys ? realloc(v->arrays, sizeof *arrays * (size_t)cap) : NULL;
+    if (!arrays) return op_fail(c, "out of memory");
+    v->arrays = arrays;
+    v->cap = cap;
+  }
+  char *k = strdup(key);
+  if (!k) return op_fail(c, "out of memory");
+  v->keys[v->n] = k;
+  v->arrays[v->n++] = a;
+  PLAN_STAT_ADD(c->plan, sibling_results, 1);
+  return 0;
+}
+
 mlxb_array *op_prepare_keep(op_ctx *c, mlxb_array *a) {
   if (!c->preparing) return op_fail(c, "op_prepare_keep outside prepare"), NULL;
   mlxb_array *kept = mlxb_contiguous(c->s, a);
