@@ -281,11 +281,13 @@ bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group
 mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                        const mlxb_array *biases, int group_size, int bits);
 /* The same for up to MLXB_QGEMV_MAX_SETS weight sets of one K in one launch (sibling projections of
- * one input): out[i] = x times set i. 0 ok, -1 error. */
+ * one input): out[i] = x times set i, rounded to x's dtype, then (where add, when given, has a
+ * non-NULL add[i] [N_i]) add[i] added and rounded again, as a following Add node would. 0 ok, -1
+ * error. */
 enum { MLXB_QGEMV_MAX_SETS = 3 };
 int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
-                    const mlxb_array *const *scales, const mlxb_array *const *biases, int group_size, int bits,
-                    mlxb_array **out);
+                    const mlxb_array *const *scales, const mlxb_array *const *biases,
+                    const mlxb_array *const *add, int group_size, int bits, mlxb_array **out);
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                                   const mlxb_array *biases, bool transpose, int group_size, int bits);
 mlxb_array *mlxb_dequantize(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,

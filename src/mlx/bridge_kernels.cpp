@@ -155,7 +155,8 @@ const cuda_kernel_spec kv_append_kernel = {
  * The lanes' sums meet by shuffles and the result is rounded once to T. A row whose start is not
  * 16-byte aligned (a view) takes the word-at-a-time loop. Up to SETS = 3 weight sets of one K
  * (sibling projections of one input: Q, K and V) share the launch, rows numbered across the sets,
- * each set writing its own output. */
+ * each set writing its own output; a set may add a bias [N] to its rounded result (BIASED, one
+ * bit per set) and round again: a following bias Add node's arithmetic, in the same launch. */
 const char *qgemv_header = R"(
 // 8 consecutive activations as float32, read with 16-byte loads (p 16-byte aligned).
 template <typename T>
@@ -189,6 +190,8 @@ const char *qgemv_source = R"(
   const float* scales = set == 0 ? scales0 : set == 1 ? scales1 : scales2;
   const float* biases = set == 0 ? biases0 : set == 1 ? biases1 : biases2;
   T* out = set == 0 ? out0 : set == 1 ? out1 : out2;
+  const T* bias = set == 0 ? bias0 : set == 1 ? bias1 : bias2;
+  const bool has_bias = (BIASED >> set) & 1;
   const T* xr = x + (size_t)m * K;
   const uint32_t* wr = w + (size_t)nn * WORDS;
   const float* sr = scales + (size_t)nn * G;
@@ -246,12 +249,17 @@ const char *qgemv_source = R"(
   }
 #pragma unroll
   for (int off = LANES / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (live && lane == 0) out[(size_t)m * N + nn] = static_cast<T>(sum);
+  if (live && lane == 0) {
+    T y = static_cast<T>(sum);
+    if (has_bias) y = static_cast<T>(static_cast<float>(y) + static_cast<float>(bias[nn]));
+    out[(size_t)m * N + nn] = y;
+  }
 )";
 
 const cuda_kernel_spec qgemv_kernel = {
     "ort_ep_mlx_qgemv",
-    {"x", "w0", "scales0", "biases0", "w1", "scales1", "biases1", "w2", "scales2", "biases2"},
+    {"x", "w0", "scales0", "biases0", "w1", "scales1", "biases1", "w2", "scales2", "biases2", "bias0", "bias1",
+     "bias2"},
     {"out0", "out1", "out2"},
     qgemv_source,
     qgemv_header,
@@ -471,8 +479,8 @@ bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group
 }
 
 int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
-                    const mlxb_array *const *scales, const mlxb_array *const *biases, int group_size, int bits,
-                    mlxb_array **out) {
+                    const mlxb_array *const *scales, const mlxb_array *const *biases,
+                    const mlxb_array *const *add, int group_size, int bits, mlxb_array **out) {
   for (int i = 0; out && i < n_sets && i < MLXB_QGEMV_MAX_SETS; i++) out[i] = nullptr;
   return guard_status(s, "mlxb_qgemv", [&] {
     if (!x || !w || !scales || !biases || !out) throw null_arg{};
@@ -501,6 +509,18 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
       shapes.push_back(i < n_sets ? mx::Shape{m, n} : mx::Shape{1});
       if (i < n_sets) rows += n;
     }
+    int biased = 0;
+    for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
+      if (i >= n_sets || !add || !add[i]) {
+        inputs.push_back(xa); /* not read */
+        continue;
+      }
+      const mx::array &b = arr(add[i]);
+      if (b.ndim() != 1 || b.shape(0) != arr(w[i]).shape(0))
+        throw bridge_error("quantized GEMV: a bias has one value per output");
+      inputs.push_back(mx::astype(b, xa.dtype(), scope_dev(s)));
+      biased |= 1 << i;
+    }
     enum { WARPS = 4 }; /* small blocks: a 896-row projection still spreads over every multiprocessor */
     int64_t chunks = static_cast<int64_t>(k) * bits / 128;
     int lanes = chunks >= 96 ? 32 : chunks >= 48 ? 16 : 8;
@@ -510,7 +530,8 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
     auto outs = run_cuda_kernel(qgemv_kernel, inputs, shapes, {xa.dtype(), xa.dtype(), xa.dtype()},
                                 {static_cast<int>(blocks * threads), m, 1}, {threads, 1, 1},
                                 {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size},
-                                 {"WARPS", static_cast<int>(WARPS)}, {"LANES", lanes}, {"SETS", n_sets}},
+                                 {"WARPS", static_cast<int>(WARPS)}, {"LANES", lanes}, {"SETS", n_sets},
+                                 {"BIASED", biased}},
                                 s);
     for (int i = 0; i < n_sets; i++) out[i] = scope_keep(s, outs.at(i));
   });
@@ -519,7 +540,7 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
 mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                        const mlxb_array *biases, int group_size, int bits) {
   mlxb_array *out = nullptr;
-  mlxb_qgemv_sets(s, x, 1, &w, &scales, &biases, group_size, bits, &out);
+  mlxb_qgemv_sets(s, x, 1, &w, &scales, &biases, nullptr, group_size, bits, &out);
   return out;
 }
 

@@ -262,13 +262,17 @@ static mlxb_array *mnb_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_a
   return mlxb_qgemv(s, x2, m.w, m.scales, m.biases, mnb_group(a), (int)a->bits);
 }
 
-/* ---- siblings: the one-token projections of one input together ------------------------------
+/* ---- computed ahead: sibling projections together, bias adds folded in -----------------------
  * A decoder layer projects one normalized row three times (Q, K, V) and another twice (gate,
  * up): MatMulNBits nodes reading the same A with the same K, bits and block size. For a few rows
- * the first of them to be lowered computes all (up to MLXB_QGEMV_MAX_SETS, in node order) and
- * leaves each its result (op_share): on MLX's CUDA backend one GEMV launch instead of three, on
- * other devices the same quantized matmuls as each would run alone. Siblings have kept weights
- * (prepare) and no bias, g_idx or int8 path; every node finds the same siblings, so they agree. */
+ * the first of them to be lowered computes all of its group (up to MLXB_QGEMV_MAX_SETS siblings
+ * in node order) and hands each sibling its result (op_compute_for), and where a sibling's only
+ * reader is an Add of a constant bias [N] (Q, K and V of Qwen-like exports), that Add's result
+ * too. On MLX's CUDA backend that is one GEMV launch instead of three projections and three adds;
+ * elsewhere the same quantized matmuls and adds each node would run. Siblings have kept weights
+ * (prepare) and no bias input, g_idx or int8 path; each node finds the same siblings from the
+ * graph, so they agree. A sibling whose Add was folded gets the biased result as its own output,
+ * which nothing else reads. */
 static bool mnb_node_int8(const ir_graph *g, const ir_node *n, const mnb_attrs *a) {
   bool has_gidx = n->n_inputs > MNB_GIDX && n->inputs[MNB_GIDX] >= 0;
   int32_t zp_t = n->n_inputs > MNB_ZP && n->inputs[MNB_ZP] >= 0 ? g->values[n->inputs[MNB_ZP]].dtype : ONNX_UNDEFINED;
@@ -287,19 +291,21 @@ static bool mnb_is_sibling(const op_ctx *c, const ir_node *n, const ir_node *me,
 }
 
 /* This node's group among its siblings (itself included, in node order) into group[]; the count,
- * 1 when it computes alone; *me receives its place in the group. */
+ * 1 when it has none; *me receives its place in the group. */
 static int mnb_sibling_group(const op_ctx *c, const mnb_attrs *a, const ir_node **group, int *me) {
   const ir_graph *g = op_graph(c);
   const ir_node *self = op_node(c);
-  int count = 0, mine = -1, start = 0, n = 0;
+  int count = 0, mine = -1, n = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const ir_node *node = &g->nodes[i];
-      if (node != self && !mnb_is_sibling(c, node, self, a)) continue;
+    if (node != self && !mnb_is_sibling(c, node, self, a)) continue;
     if (node == self) mine = count;
     count++;
   }
+  group[0] = self;
+  *me = 0;
   if (mine < 0 || count < 2) return 1;
-  start = mine / MLXB_QGEMV_MAX_SETS * MLXB_QGEMV_MAX_SETS;
+  int start = mine / MLXB_QGEMV_MAX_SETS * MLXB_QGEMV_MAX_SETS;
   for (int i = 0, k = 0; i < g->n_nodes && n < MLXB_QGEMV_MAX_SETS; i++) {
     const ir_node *node = &g->nodes[i];
     if (node != self && !mnb_is_sibling(c, node, self, a)) continue;
@@ -309,50 +315,66 @@ static int mnb_sibling_group(const op_ctx *c, const mnb_attrs *a, const ir_node 
   return n;
 }
 
-static void mnb_share_key(char *key, size_t len, const op_ctx *c, const ir_node *n) {
-  snprintf(key, len, "MatMulNBits/%d", (int)(n - op_graph(c)->nodes));
+/* The Add that is the only reader of node n's output and adds a constant [N] of its dtype to it,
+ * or NULL; the constant in *bias. */
+static const ir_node *mnb_bias_add(const op_ctx *c, const ir_node *n, int64_t out_n, mlxb_array **bias) {
+  const ir_graph *g = op_graph(c);
+  int v = n->n_outputs > 0 ? n->outputs[0] : -1;
+  if (v < 0 || g->values[v].n_consumers != 1 || g->values[v].is_graph_output) return NULL;
+  for (int i = (int)(n - g->nodes) + 1; i < g->n_nodes; i++) {
+    const ir_node *add = &g->nodes[i];
+    if (add->n_inputs != 2 || (add->inputs[0] != v && add->inputs[1] != v)) continue;
+    int other = add->inputs[0] == v ? add->inputs[1] : add->inputs[0];
+    if (strcmp(add->op_type, "Add") || *add->domain || other < 0 || other == v) return NULL;
+    const ir_value *b = &g->values[other];
+    if (b->dtype != g->values[v].dtype || b->rank != 1 || b->dims[0] != out_n) return NULL;
+    *bias = op_const_value(c, other);
+    return *bias ? add : NULL;
+  }
+  return NULL;
 }
 
-/* The node's output when a sibling computed it, else computes the group's and shares the others';
- * NULL (nothing recorded) when the node computes alone. x2 is A as [rows, Kp]. */
-static mlxb_array *mnb_sibling_output(op_ctx *c, const mnb_attrs *a, mlxb_array *x2, const int64_t *out_dims,
-                                      int rank) {
-  char key[48];
-  mnb_share_key(key, sizeof key, c, op_node(c));
-  mlxb_array *y = op_shared(c, key);
-  if (y || !op_can_share(c) || !op_prepared(c)) return y;
-  const ir_node *group[MLXB_QGEMV_MAX_SETS];
-  int me = 0, n = mnb_sibling_group(c, a, group, &me);
-  if (n < 2) return NULL;
-  mlxb_scope *s = op_scope(c);
-  mlxb_dtype t = mlxb_type(x2);
+/* Computes this node's group (and the bias adds folded into it) for a few rows: returns this
+ * node's output after handing the others theirs, or NULL with nothing recorded when the node
+ * computes alone (no sibling, no bias add). x2 is A as [rows, Kp]. */
+static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x2, const int64_t *out_dims,
+                                    int rank) {
+  if (!op_can_compute_for(c) || !op_prepared(c)) return NULL;
+  const ir_node *group[MLXB_QGEMV_MAX_SETS], *adds[MLXB_QGEMV_MAX_SETS] = {0};
   const mlxb_array *w[MLXB_QGEMV_MAX_SETS], *sc[MLXB_QGEMV_MAX_SETS], *bi[MLXB_QGEMV_MAX_SETS];
-  mlxb_array *outs[MLXB_QGEMV_MAX_SETS] = {0};
+  mlxb_array *bias[MLXB_QGEMV_MAX_SETS] = {0}, *outs[MLXB_QGEMV_MAX_SETS] = {0};
+  int me = 0, n = mnb_sibling_group(c, a, group, &me), folded = 0;
   for (int i = 0; i < n; i++) {
     const mnb_prepared *m = op_prepared_of(c, group[i]);
     w[i] = m->w, sc[i] = m->scales, bi[i] = m->biases;
+    adds[i] = mnb_bias_add(c, group[i], mlxb_dim(m->w, 0), &bias[i]);
+    folded += adds[i] != NULL;
   }
+  if (n < 2 && !folded) return NULL;
+  mlxb_scope *s = op_scope(c);
+  mlxb_dtype t = mlxb_type(x2);
   if (mlxb_qgemv_available(s, t, (int)a->bits, mnb_group(a))) {
-    if (mlxb_qgemv_sets(s, x2, n, w, sc, bi, mnb_group(a), (int)a->bits, outs)) return op_check(c), NULL;
+    if (mlxb_qgemv_sets(s, x2, n, w, sc, bi, (const mlxb_array *const *)bias, mnb_group(a), (int)a->bits, outs))
+      return op_check(c), NULL;
   } else {
     mlxb_array *xf = op_util_cast(s, x2, MLXB_F32);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
       outs[i] = op_util_cast(s, mlxb_quantized_matmul(s, xf, w[i], sc[i], bi[i], true, mnb_group(a), (int)a->bits), t);
+      if (bias[i]) outs[i] = mlxb_binary(s, MLXB_ADD, outs[i], bias[i]); /* the Add's own lowering */
+    }
   }
   int64_t dims[OP_UTIL_MAX_RANK];
   memcpy(dims, out_dims, sizeof *dims * (size_t)rank);
+  mlxb_array *mine = NULL;
   for (int i = 0; i < n; i++) {
-    dims[rank - 1] = mlxb_dim(outs[i], -1);
+    dims[rank - 1] = outs[i] ? mlxb_dim(outs[i], -1) : 0;
     mlxb_array *yi = outs[i] ? mlxb_reshape(s, outs[i], dims, rank) : NULL;
     if (!yi) return op_check(c), NULL;
-    if (i == me) {
-      y = yi;
-      continue;
-    }
-    mnb_share_key(key, sizeof key, c, group[i]);
-    if (op_share(c, key, yi)) return NULL;
+    if (adds[i] && op_compute_for(c, adds[i], yi)) return NULL;
+    if (i == me) mine = yi;
+    else if (op_compute_for(c, group[i], yi)) return NULL;
   }
-  return y;
+  return mine;
 }
 
 /* Compile: the arrays above, kept with the plan's constants, for the nodes that reach
@@ -407,7 +429,7 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   bool int8_path = mnb_uses_int8(&a, b_const, has_gidx, op_input_dtype(c, MNB_ZP));
   int64_t rows = (int64_t)mlxb_size(x) / a.k;
   if (rows <= MNB_GEMV_MAX_ROWS && !int8_path && !has_gidx && !op_has_input(c, MNB_BIAS)) {
-    mlxb_array *y = mnb_sibling_output(c, &a, pad_last(s, op_util_reshape2(s, x, rows, a.k), kp), out_dims, rank);
+    mlxb_array *y = mnb_output_ahead(c, &a, pad_last(s, op_util_reshape2(s, x, rows, a.k), kp), out_dims, rank);
     if (y) return op_set_output(c, 0, y);
     if (op_check(c)) return -1;
   }

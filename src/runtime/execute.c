@@ -151,7 +151,9 @@ static int lower_frame_nodes(op_ctx *c, run_state *r) {
   for (int i = 0; i < f->g->n_nodes; i++) {
     c->node = &f->g->nodes[i];
     if (on_gpu) mlxb_scope_force_cpu(r->s, node_touches_f64(f->g, c->node));
-    if (f->defs[i]->lower(c, f->defs[i]) || !mlxb_ok(r->s)) {
+    mlxb_array *ahead = c->ahead ? c->ahead[i] : NULL; /* computed by an earlier node (op_compute_for) */
+    int failed = ahead ? op_set_output(c, 0, ahead) : f->defs[i]->lower(c, f->defs[i]);
+    if (failed || !mlxb_ok(r->s)) {
       if (!d->failed) diag_fail(d, "%s", mlxb_error(r->s));
       diag_prefix(d, "node '%s' (%s): ", c->node->name, c->node->op_type);
       return -1;
@@ -174,14 +176,13 @@ static int lower_frame(op_ctx *c, run_state *r) {
 }
 
 static int lower_nodes(plan *p, run_state *r, const host_value *known, bool tracing, check_list *checks, diag *d) {
-  shared_values shared = {0};
+  mlxb_array **ahead = calloc((size_t)(p->g->n_nodes > 0 ? p->g->n_nodes : 1), sizeof *ahead);
+  if (!ahead) return diag_fail(d, "out of memory");
   op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .run_s = r->s, .vals = r->vals, .seqs = r->seqs,
               .host = r->host, .known = known, .tracing = tracing, .checks = checks, .alias = r->alias,
-              .shared = &shared, .d = d};
+              .ahead = ahead, .d = d};
   int rc = lower_frame(&c, r);
-  for (int i = 0; i < shared.n; i++) free(shared.keys[i]);
-  free(shared.keys);
-  free(shared.arrays);
+  free(ahead);
   return rc;
 }
 

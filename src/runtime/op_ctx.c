@@ -49,32 +49,19 @@ const void *op_prepared_of(const op_ctx *c, const ir_node *n) {
   return c->f->prepared[n - c->g->nodes];
 }
 
-bool op_can_share(const op_ctx *c) { return c->shared != NULL; }
-
-mlxb_array *op_shared(const op_ctx *c, const char *key) {
-  for (int i = 0; c->shared && i < c->shared->n; i++)
-    if (!strcmp(c->shared->keys[i], key)) return c->shared->arrays[i];
-  return NULL;
+mlxb_array *op_const_value(const op_ctx *c, int v) {
+  return v >= 0 && v < c->g->n_values ? c->f->const_arrays[v] : NULL;
 }
 
-int op_share(op_ctx *c, const char *key, mlxb_array *a) {
-  shared_values *v = c->shared;
-  if (!v) return op_fail(c, "op_share outside a cluster's lowering");
+bool op_can_compute_for(const op_ctx *c) { return c->ahead != NULL; }
+
+int op_compute_for(op_ctx *c, const ir_node *n, mlxb_array *a) {
+  if (!c->ahead) return op_fail(c, "op_compute_for outside a cluster's own lowering");
   if (!a) return op_check(c);
-  if (v->n == v->cap) {
-    int cap = v->cap ? 2 * v->cap : 8;
-    char **keys = realloc(v->keys, sizeof *keys * (size_t)cap);
-    if (keys) v->keys = keys;
-    mlxb_array **arrays = keys ? realloc(v->arrays, sizeof *arrays * (size_t)cap) : NULL;
-    if (!arrays) return op_fail(c, "out of memory");
-    v->arrays = arrays;
-    v->cap = cap;
-  }
-  char *k = strdup(key);
-  if (!k) return op_fail(c, "out of memory");
-  v->keys[v->n] = k;
-  v->arrays[v->n++] = a;
-  PLAN_STAT_ADD(c->plan, sibling_results, 1);
+  if (n <= c->node || n >= c->g->nodes + c->g->n_nodes || n->n_outputs < 1)
+    return op_fail(c, "op_compute_for: node '%s' is not a later node of this graph", n->name);
+  c->ahead[n - c->g->nodes] = a;
+  PLAN_STAT_ADD(c->plan, computed_ahead, 1);
   return 0;
 }
 

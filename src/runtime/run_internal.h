@@ -14,14 +14,6 @@ typedef struct seq_value {
 } seq_value;
 
 
-/* Arrays one lowering leaves for other nodes of the same Run (op_share): keys owned, arrays the
- * Run's scope's. */
-typedef struct shared_values {
-  char **keys;
-  mlxb_array **arrays;
-  int n, cap;
-} shared_values;
-
 struct op_ctx {
   plan *plan;
   const ir_graph *g;
@@ -38,7 +30,8 @@ struct op_ctx {
   bool preparing;     /* a row's prepare at Compile (frame_prepare): only constants have arrays */
   check_list *checks; /* validity checks of this lowering (op_require) */
   const int *alias;   /* per cluster output: the cluster input sharing its buffer, or -1; NULL: none */
-  shared_values *shared; /* the cluster graph's lowering in a Run or a trace; NULL elsewhere */
+  mlxb_array **ahead; /* per node of the cluster's graph: its output computed ahead (op_compute_for);
+                         NULL outside the cluster graph's own lowering */
   diag *d;
 };
 
