@@ -139,7 +139,8 @@ static int lower_skip_ln(op_ctx *c, const op_def *def) {
     return op_fail(c, "skip shape does not broadcast to the input");
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-12f);
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
-  if (simplified && mlxb_size(x) > 0 && mlxb_rms_norm_fused_available(s, t)) return lower_skip_rms_fused(c, x, skip, bias, gamma, eps);
+  if (simplified && mlxb_size(x) > 0 && mlxb_rms_norm_fused_available(s, t))
+    return lower_skip_rms_fused(c, x, skip, bias, gamma, eps);
   mlxb_array *sum = op_util_add(s, op_util_cast(s, x, ct), op_util_cast(s, skip, ct));
   if (bias) sum = op_util_add(s, sum, op_util_cast(s, bias, ct));
   mlxb_array *y;

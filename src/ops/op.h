@@ -75,17 +75,17 @@ int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64
 /* The state the row's prepare built for this node at Compile (see op_prepare_fn), or NULL. */
 const void *op_prepared(const op_ctx *c);
 /* The state the prepare of node n (of the graph being lowered) built, or NULL: a lowering that
- * computes for siblings (op_share) reads theirs. */
+ * computes ahead for siblings (op_compute_for) reads theirs. */
 const void *op_prepared_of(const op_ctx *c, const ir_node *n);
-/* Computing ahead for a later node: siblings that read the same input computed by the first of
- * them, a constant bias add folded into the node that feeds it. op_compute_for sets output 0 of
- * node n (a node of the graph being lowered, after this one); when n's turn comes the runtime
- * takes that array as its output instead of lowering n. Only while a cluster's own graph is
- * lowered (op_can_compute_for): inside control-flow bodies and prepare every node computes its
- * own. 0, or -1 with the failure recorded. */
-bool op_can_compute_for(const op_ctx *c);
 /* The plan's array of constant value v of the graph being lowered (an initializer), or NULL. */
 mlxb_array *op_const_value(const op_ctx *c, int v);
+/* Computing ahead for a later node: siblings that read the same input computed by the first of
+ * them, a constant bias add folded into the node that feeds it. op_compute_for sets the output of
+ * node n (a single-output node of the graph being lowered, after this one); when n's turn comes
+ * the runtime takes that array as its output instead of lowering n. Only while a cluster's own
+ * graph is lowered (op_can_compute_for): inside control-flow bodies and prepare every node
+ * computes its own. 0, or -1 with the failure recorded. */
+bool op_can_compute_for(const op_ctx *c);
 int op_compute_for(op_ctx *c, const ir_node *n, mlxb_array *a);
 /* Prepare only: evaluates a (made contiguous) and keeps it with the plan's constants for the
  * plan's lifetime; returns the kept array, immutable and shared by every Run, or NULL on error. */

@@ -58,8 +58,8 @@ bool op_can_compute_for(const op_ctx *c) { return c->ahead != NULL; }
 int op_compute_for(op_ctx *c, const ir_node *n, mlxb_array *a) {
   if (!c->ahead) return op_fail(c, "op_compute_for outside a cluster's own lowering");
   if (!a) return op_check(c);
-  if (n <= c->node || n >= c->g->nodes + c->g->n_nodes || n->n_outputs < 1)
-    return op_fail(c, "op_compute_for: node '%s' is not a later node of this graph", n->name);
+  if (n <= c->node || n >= c->g->nodes + c->g->n_nodes || n->n_outputs != 1)
+    return op_fail(c, "op_compute_for: node '%s' is not a later single-output node of this graph", n->name);
   c->ahead[n - c->g->nodes] = a;
   PLAN_STAT_ADD(c->plan, computed_ahead, 1);
   return 0;
