@@ -1,14 +1,11 @@
 #!/usr/bin/env python3
-"""Compiles the EP's own CUDA kernels (src/mlx/bridge_kernels.cpp) with nvcc for the H200's sm_90 in
-both forms they reach the GPU in, so a typo or a type error shows here and not after a device call:
-- as MLX's custom-kernel JIT wraps them (mlx/backend/cuda/custom_kernel.cpp: each input a `const T*`
-  plus `<name>_shape` when the source reads it, template arguments as constexpr/using lines before
-  the body);
-- as the EP's kernel cache wraps them for a precompiled launch (src/mlx/bridge_kernel_cache.cpp's
-  full_source: only cuda_fp16.h/cuda_bf16.h and fixed-width typedefs, an extern "C" entry point,
-  shapes as int arguments gathered into a local `<name>_shape[]`).
-Needs nvcc (CUDA 12+). It checks that the kernels compile, not what they compute: the GPU suite
-does that.
+"""Compiles the EP's own CUDA kernels (src/mlx/bridge_kernels.cpp) with nvcc for the H200's sm_90,
+the way MLX's CUDA backend wraps them (mlx/backend/cuda/custom_kernel.cpp: each input a `const T*`
+plus `<name>_shape` when the source reads it, template arguments as constexpr/using lines before the
+body), so a typo or a type error shows here and not after a device call. Needs nvcc (CUDA 12+).
+The other form they reach the GPU in (the kernel cache's precompiled one) is compiled by the bridge
+itself with NVRTC, in build/test_bridge (mlxb_cuda_kernels_selfcheck). Both check that the kernels
+compile, not what they compute: the GPU suite does that.
 
     tools/check_cuda_kernels.py [--nvcc PATH] [-v]
 """
@@ -90,26 +87,6 @@ def wrap(index, source_name, header, inputs, outputs, args, body):
     return "namespace mlx::core::cu {\n" + "\n".join(lines) + "\n" + body + "\n}\n}\n"
 
 
-CACHE_SOURCE = os.path.join(ROOT, "src", "mlx", "bridge_kernel_cache.cpp")  # its `prelude` string
-
-
-def wrap_precompiled(index, source_name, inputs, outputs, args, body, rank=4):
-    """bridge_kernel_cache.cpp's form; every input whose shape the body reads taken as `rank`-D."""
-    t = args.get("T", "float")
-    params = [f"const {t if typ == 'T' else typ}* {name}" for name, typ in inputs]
-    params += [f"{t if typ == 'T' else typ}* {name}" for name, typ in outputs]
-    shapes = []
-    for name, _ in inputs:
-        if f"{name}_shape" not in body:
-            continue
-        dims = [f"{name}_shape_{d}" for d in range(rank)]
-        params += [f"int {d}" for d in dims]
-        shapes.append(f"  const int {name}_shape[] = {{{', '.join(dims)}}};")
-    lines = [f'extern "C" __global__ void {source_name}_pre_{index}(' + ", ".join(params) + ") {"]
-    lines += shapes + [constant_line(k, v) for k, v in args.items()]
-    return "\n".join(lines) + "\n" + body + "\n}\n"
-
-
 def compile_unit(nvcc, tmp, label, unit, verbose):
     path = os.path.join(tmp, label + ".cu")
     open(path, "w").write(unit)
@@ -129,7 +106,6 @@ def main():
         print("nvcc not found", file=sys.stderr)
         return 2
     strings = raw_strings(open(SOURCE).read())
-    cache_prelude = raw_strings(open(CACHE_SOURCE).read())["prelude"]
     missing = [k for k in KERNELS if k not in strings]
     unknown = [k for k in strings if k.endswith("_source") and k not in KERNELS]
     if missing or unknown:
@@ -138,16 +114,12 @@ def main():
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for source_name, (header, inputs, outputs, instances) in KERNELS.items():
-            head = strings[header] if header else ""
-            jit = PRELUDE + head + "".join(wrap(i, source_name, header, inputs, outputs, inst, strings[source_name])
-                                           for i, inst in enumerate(instances))
-            pre = cache_prelude + head + "".join(wrap_precompiled(i, source_name, inputs, outputs, inst,
-                                                                  strings[source_name])
-                                                 for i, inst in enumerate(instances))
-            for form, unit in (("jit", jit), ("precompiled", pre)):
-                ok = compile_unit(args.nvcc, tmp, f"{source_name}_{form}", unit, args.v)
-                failed += not ok
-                print(f"{'ok  ' if ok else 'FAIL'} {source_name} {form} ({len(instances)} instantiations)")
+            unit = PRELUDE + (strings[header] if header else "") + "".join(
+                wrap(i, source_name, header, inputs, outputs, inst, strings[source_name])
+                for i, inst in enumerate(instances))
+            ok = compile_unit(args.nvcc, tmp, source_name, unit, args.v)
+            failed += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {source_name} ({len(instances)} instantiations)")
     return 1 if failed else 0
 
 

@@ -285,6 +285,10 @@ mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, 
  * non-NULL add[i] [N_i]) add[i] added and rounded again, as a following Add node would. 0 ok, -1
  * error. */
 enum { MLXB_QGEMV_MAX_SETS = 3 };
+/* Compiles every CUDA kernel of ours in the form the kernel cache launches (sm_90, NVRTC of MLX's
+ * CUDA backend or of a CUDA toolkit), for sample inputs: 0, 1 when no NVRTC or CUDA headers are at
+ * hand, -1 with the failure in report. A check for machines without a GPU. */
+int mlxb_cuda_kernels_selfcheck(char *report, size_t len);
 int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
                     const mlxb_array *const *scales, const mlxb_array *const *biases,
                     const mlxb_array *const *add, int group_size, int bits, mlxb_array **out);

@@ -234,6 +234,12 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
                                        const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> block, const cuda_template_args &targs,
                                        const mlxb_scope *s);
+/* Compiles kernel k's precompiled form for sm_90 with NVRTC (MLX's, else a CUDA toolkit's) for
+ * inputs of these dtypes and ranks: 0, 1 when no NVRTC or CUDA headers are at hand, -1 with the
+ * compiler's log in error. */
+int check_cuda_kernel_source(const cuda_kernel_spec &k, const std::vector<mx::array> &inputs,
+                             const std::vector<mx::Dtype> &out_dtypes, const cuda_template_args &targs,
+                             std::string &error);
 /* base + a hash of the kernel's text: MLX keys its compiled kernels by name alone. */
 std::string versioned_kernel_name(const char *base, const char *source, const char *header);
 

@@ -67,18 +67,32 @@ bool bind(void *lib, const char *symbol, F &out) {
   return out != nullptr;
 }
 
+bool bind_nvrtc(void *lib, nvrtc_api &a) {
+  return lib && bind(lib, "nvrtcCreateProgram", a.create) && bind(lib, "nvrtcCompileProgram", a.compile) &&
+         bind(lib, "nvrtcGetProgramLogSize", a.log_size) && bind(lib, "nvrtcGetProgramLog", a.log) &&
+         bind(lib, "nvrtcGetCUBINSize", a.cubin_size) && bind(lib, "nvrtcGetCUBIN", a.cubin) &&
+         bind(lib, "nvrtcDestroyProgram", a.destroy);
+}
+
+/* The NVRTC MLX's CUDA backend loaded (never another one next to it). */
 const nvrtc_api *nvrtc() {
-  static const nvrtc_api *api = []() -> const nvrtc_api * {
-    void *lib = loaded_library({"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"});
-    static nvrtc_api a;
-    if (!lib || !bind(lib, "nvrtcCreateProgram", a.create) || !bind(lib, "nvrtcCompileProgram", a.compile) ||
-        !bind(lib, "nvrtcGetProgramLogSize", a.log_size) || !bind(lib, "nvrtcGetProgramLog", a.log) ||
-        !bind(lib, "nvrtcGetCUBINSize", a.cubin_size) || !bind(lib, "nvrtcGetCUBIN", a.cubin) ||
-        !bind(lib, "nvrtcDestroyProgram", a.destroy))
-      return nullptr;
-    return &a;
+  static nvrtc_api a;
+  static const bool ok = bind_nvrtc(loaded_library({"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}), a);
+  return ok ? &a : nullptr;
+}
+
+/* That one, else a CUDA toolkit's: for the self-check on a machine whose MLX has no CUDA backend. */
+const nvrtc_api *nvrtc_any() {
+  if (const nvrtc_api *loaded = nvrtc()) return loaded;
+  static nvrtc_api a;
+  static const bool ok = [] {
+    void *lib = nullptr;
+    for (const char *path : {"libnvrtc.so.13", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
+                             "/usr/local/cuda/lib64/libnvrtc.so"})
+      if (!lib) lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    return bind_nvrtc(lib, a);
   }();
-  return api;
+  return ok ? &a : nullptr;
 }
 
 /* "sm_90" for the GPU with this ordinal, "" when the driver cannot say. */
@@ -152,9 +166,8 @@ void write_file(const fs::path &path, const std::string &data) {
   if (ec) fs::remove(tmp, ec);
 }
 
-std::string nvrtc_compile(const std::string &name, const std::string &source, const std::string &arch,
-                          const std::string &include_dir) {
-  const nvrtc_api *api = nvrtc();
+std::string nvrtc_compile(const nvrtc_api *api, const std::string &name, const std::string &source,
+                          const std::string &arch, const std::string &include_dir) {
   if (!api) throw bridge_error("NVRTC is not loaded");
   nvrtc_api::program prog = nullptr;
   if (api->create(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr) || !prog)
@@ -302,7 +315,7 @@ const std::string *cubin_for(kernel_cache &c, const std::string &name, const std
   bool kept = !file.empty() && read_file(file, cubin) && cubin.compare(0, 4, "\x7f" "ELF") == 0;
   if (!kept) {
     try {
-      cubin = nvrtc_compile(name, source, arch, c.include_dir);
+      cubin = nvrtc_compile(nvrtc(), name, source, arch, c.include_dir);
     } catch (const std::exception &) {
       c.broken = true;
       return nullptr;
@@ -352,6 +365,27 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
     fn = &it->second;
   }
   return (*fn)(inputs, out_shapes, out_dtypes, grid, block, targs, std::nullopt, false, dev);
+}
+
+int check_cuda_kernel_source(const cuda_kernel_spec &k, const std::vector<mx::array> &inputs,
+                             const std::vector<mx::Dtype> &out_dtypes, const cuda_template_args &targs,
+                             std::string &error) {
+  static const std::string include_dir = cuda_include_dir();
+  const nvrtc_api *api = nvrtc_any();
+  if (!api || include_dir.empty()) return 1;
+  if (inputs.size() != k.inputs.size() || out_dtypes.size() != k.outputs.size()) {
+    error = std::string(k.name) + ": the sample does not match the kernel's inputs and outputs";
+    return -1;
+  }
+  std::vector<mx::fast::ScalarArg> scalars;
+  std::string name = std::string(k.name) + "_check";
+  try {
+    nvrtc_compile(api, name, full_source(k, name, inputs, out_dtypes, targs, scalars), "sm_90", include_dir);
+  } catch (const std::exception &e) {
+    error = e.what();
+    return -1;
+  }
+  return 0;
 }
 
 } // namespace mlxb_detail

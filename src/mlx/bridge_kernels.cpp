@@ -579,3 +579,53 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
     if (want_sum) *sum = scope_keep(s, outs.at(1));
   });
 }
+
+/* Every kernel's precompiled form, for sample inputs of the dtypes and ranks its callers pass. */
+int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
+  if (report && len) report[0] = '\0';
+  try {
+    auto z = [](mx::Shape shape, mx::Dtype t) { return mx::zeros(shape, t, mx::Device(mx::Device::cpu)); };
+    const mx::Dtype h = mx::float16, f = mx::float32, b = mx::bfloat16, u = mx::uint32, i64 = mx::int64;
+    struct sample {
+      const cuda_kernel_spec *k;
+      std::vector<mx::array> inputs;
+      std::vector<mx::Dtype> outputs;
+      cuda_template_args targs;
+    };
+    std::vector<mx::array> qkv = {z({1, 896}, h)};
+    for (int set = 0; set < MLXB_QGEMV_MAX_SETS; set++)
+      qkv.insert(qkv.end(), {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)});
+    qkv.insert(qkv.end(), {z({128}, h), z({1, 896}, h), z({128}, h)});
+    std::vector<mx::array> cache = {z({1, 2, 1024, 64}, b), z({1, 2, 1024, 64}, b), z({1, 2, 1, 64}, b),
+                                    z({1, 2, 1, 64}, b), z({1}, i64), z({1}, i64), z({4096, 32}, b), z({4096, 32}, b)};
+    std::vector<mx::array> past = {z({1, 2, 255, 64}, h), z({1, 2, 255, 64}, h), z({1, 2, 1, 64}, h),
+                                   z({1, 2, 1, 64}, h), z({1}, i64), z({1}, mx::int32), z({1}, i64),
+                                   z({4096, 32}, h), z({4096, 32}, h)};
+    std::vector<mx::array> attn = {z({896}, h), z({1, 2, 256, 64}, h), z({1, 2, 256, 64}, h), z({1}, i64),
+                                   z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32)};
+    std::vector<mx::array> norm = {z({1, 896}, h), z({1, 896}, h), z({896}, h), z({896}, h), z({1}, f)};
+    std::vector<sample> samples = {
+        {&qgemv_kernel, qkv, {h, h, h},
+         {{"T", h}, {"BITS", 4}, {"GROUP", 32}, {"WARPS", 4}, {"LANES", 8}, {"SETS", 3}, {"BIASED", 5}}},
+        {&rms_norm_kernel, norm, {h, h}, {{"T", h}, {"HAS_SKIP", true}, {"HAS_BIAS", false}, {"WRITE_SUM", true}}},
+        {&decode_attention_kernel, attn, {h},
+         {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false}}},
+        {&kv_append_kernel, past, {h, h}, {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}}},
+        {&kv_write_kernel, cache, {mx::int32}, {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}}},
+    };
+    for (const sample &x : samples) {
+      std::string error;
+      int rc = check_cuda_kernel_source(*x.k, x.inputs, x.outputs, x.targs, error);
+      if (rc) {
+        if (report && len) std::snprintf(report, len, "%s", rc > 0 ? "no NVRTC or CUDA headers" : error.c_str());
+        return rc;
+      }
+    }
+    return 0;
+  } catch (const std::exception &e) {
+    if (report && len) std::snprintf(report, len, "%s", e.what());
+    return -1;
+  } catch (...) {
+    return -1;
+  }
+}

@@ -497,6 +497,10 @@ int main(void) {
     }
   }
   test_errors();
+  char report[4096];
+  int kernels = mlxb_cuda_kernels_selfcheck(report, sizeof report);
+  CHECK(kernels >= 0, "our CUDA kernels compile as the kernel cache launches them: %s", report);
+  if (kernels > 0) printf("CUDA kernel sources not compiled: %s\n", report);
   printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
