@@ -16,7 +16,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/bench-gpu}
 PY=${PYTHON:-python3}
-ENGINES=${ENGINES:-mlx_ep,mlx_ep_io,ort_cuda,ort_cuda_io,mlx_direct,torch}
+ENGINES=${ENGINES:-mlx_ep,mlx_ep_io,mlx_ep_shared,ort_cuda,ort_cuda_io,ort_cuda_shared,mlx_direct,torch}
 STEPS=${STEPS:-verify decoder models}
 step() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 export PYTHONUNBUFFERED=1

@@ -44,7 +44,9 @@ ORT_EP_MLX_BENCH_IO_DEVICE overrides), ort_cuda and ort_cuda_io (ORT's CUDA EP f
 onnxruntime-gpu on the same file, plain and through the same binding; preload_dlls() first),
 mlx_direct, torch (bench/torch_reference.py: the decoder in PyTorch eager, decoder workloads only)
 and ort_cpu. In the decode loop the IOBinding engines bind each step's present.* OrtValues as the
-next past (no host copy) and only the logits to the CPU; torch keeps its cache as device tensors.
+next past (no host copy) and only the logits to the CPU; torch keeps its cache as device tensors;
+mlx_ep_shared and ort_cuda_shared run onnxruntime-genai's shared KV buffer (one device buffer of
+SHARED_KV_ROWS rows per past/present pair bound as both, written in place; decode loop only).
 An engine this machine cannot run (no onnxruntime-gpu CUDA EP, no torch, no CUDA) is "n/a
 (reason)" in the table, and on the GPU an engine that fails is an error cell while the others go
 on. --io-dtype float16 builds the decoder workloads with float16 activations and KV cache (what GPU
@@ -78,10 +80,15 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 CPU_ENGINES = ["mlx_ep", "ort_cpu", "mlx_direct"]
 # --device gpu: the MLX EP plain and with IOBinding, its peers on the same file and machine.
-GPU_ENGINES = ["mlx_ep", "mlx_ep_io", "ort_cuda", "ort_cuda_io", "mlx_direct", "torch", "ort_cpu"]
-ENGINE_LABELS = {"mlx_ep": "MLX EP", "mlx_ep_io": "MLX EP + IOBinding", "ort_cuda": "ORT CUDA EP",
-                 "ort_cuda_io": "ORT CUDA EP + IOBinding", "mlx_direct": "MLX direct", "torch": "PyTorch eager",
+GPU_ENGINES = ["mlx_ep", "mlx_ep_io", "mlx_ep_shared", "ort_cuda", "ort_cuda_io", "ort_cuda_shared", "mlx_direct",
+               "torch", "ort_cpu"]
+ENGINE_LABELS = {"mlx_ep": "MLX EP", "mlx_ep_io": "MLX EP + IOBinding", "mlx_ep_shared": "MLX EP + shared KV",
+                 "ort_cuda": "ORT CUDA EP", "ort_cuda_io": "ORT CUDA EP + IOBinding",
+                 "ort_cuda_shared": "ORT CUDA EP + shared KV", "mlx_direct": "MLX direct", "torch": "PyTorch eager",
                  "ort_cpu": "ORT CPU EP"}
+MLX_EPS = ("mlx_ep", "mlx_ep_io", "mlx_ep_shared")
+# onnxruntime-genai's past_present_share_buffer: the rows of each past/present buffer
+SHARED_KV_ROWS = 1024
 # The device name IOBinding binds the MLX EP's outputs to: Python's bind_output maps "cuda" to
 # OrtDevice(GPU, vendor 0x10DE NVIDIA, id 0), the memory the EP registers on MLX's CUDA backend
 # (src/ep/device_memory.c). ORT's CUDA EP binds to "cuda" too.
@@ -195,6 +202,73 @@ class IoBound:
         return v.numpy()
 
 
+class SharedKV:
+    """onnxruntime-genai's shared KV buffer in a decode loop (past_present_share_buffer, what genai
+    runs on GPU EPs): one buffer of SHARED_KV_ROWS rows per past/present pair in the engine's
+    device memory (the MLX EP's own, ORT's CUDA EP's "cuda"; host memory where there is none),
+    bound as both the step's past and its present, so a step writes its new rows in place and only
+    the logits come back to the host. A loop starts by copying the prompt's KV (the first step's
+    past feeds, NumPy) into the buffers' first rows; later steps' past feeds are the buffers."""
+
+    def __init__(self, sess, engine: str):
+        import onnxruntime as ort
+        self.ort, self.sess, self.engine = ort, sess, engine
+        self.outputs = [o.name for o in sess.get_outputs()]
+        self.pasts = [n.replace("present", "past_key_values") for n in self.outputs[1:]]
+        self.io = sess.io_binding()
+        self.bufs, self.rows = None, 0
+
+    def _device_buffer(self, shape, dtype):
+        ort = self.ort
+        if self.engine == "mlx_ep_shared" and not CPU_STANDIN:
+            import onnxruntime_ep_mlx as mlx_ep
+            devices = [d for d in ort.get_ep_devices() if d.ep_name == mlx_ep.ep_name()]
+            mi = devices[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT) if devices else None
+            if mi is not None:
+                return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, memory_info=mi)
+        if self.engine == "ort_cuda_shared" and not CPU_STANDIN:
+            return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, "cuda", 0)
+        import numpy as np
+        return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype))
+
+    def _start(self, feeds: dict) -> None:
+        import numpy as np
+        first = feeds[self.pasts[0]]
+        shape = (first.shape[0], first.shape[1], SHARED_KV_ROWS, first.shape[3])
+        if self.bufs is None:
+            self.bufs = [self._device_buffer(shape, first.dtype) for _ in self.pasts]
+        for name, buf in zip(self.pasts, self.bufs):
+            host = np.zeros(shape, first.dtype)
+            host[:, :, :feeds[name].shape[2]] = feeds[name]
+            if buf.device_name() == "cpu":
+                buf.update_inplace(host)
+            else:
+                self.ort.copy_tensors([self.ort.OrtValue.ortvalue_from_numpy(host)], [buf])
+
+    def __call__(self, feeds: dict) -> list:
+        if not isinstance(feeds[self.pasts[0]], self.ort.OrtValue):
+            self._start(feeds)
+        io = self.io
+        io.clear_binding_inputs()
+        io.clear_binding_outputs()
+        io.bind_cpu_input("input_ids", feeds["input_ids"])
+        io.bind_cpu_input("attention_mask", feeds["attention_mask"])
+        io.bind_output(self.outputs[0], "cpu")
+        for name, present, buf in zip(self.pasts, self.outputs[1:], self.bufs):
+            io.bind_ortvalue_input(name, buf)
+            io.bind_ortvalue_output(present, buf)
+        self.sess.run_with_iobinding(io)
+        self.rows = feeds["attention_mask"].shape[1]
+        return [io.get_outputs()[0].numpy()] + list(self.bufs)
+
+    def host(self, v):
+        """A buffer's rows written so far (the last step's present) as a NumPy array."""
+        for i, buf in enumerate(self.bufs or []):
+            if buf is v:
+                return self.io.copy_outputs_to_cpu()[1 + i][:, :, :self.rows]
+        return np_asarray(v)
+
+
 def np_asarray(v):
     import numpy as np
     if type(v).__module__.startswith("torch"):
@@ -230,15 +304,20 @@ class Session:
                 self.run = lambda feeds: (lambda o: (self.ref.synchronize(), o)[1])(self.ref(feeds))
             return
         import onnxruntime as ort
-        if engine in ("mlx_ep", "mlx_ep_io"):
+        if engine.endswith("_shared") and not loop:
+            raise Unavailable("decode loop only (onnxruntime-genai's shared KV buffer)")
+        if engine in MLX_EPS:
             import onnxruntime_ep_mlx as mlx_ep
             options = {"device": mlx_device, **({"report": report} if report else {})}
             self.sess = mlx_ep.session(model, options=options, strict=False)
-        elif engine in ("ort_cuda", "ort_cuda_io"):
+        elif engine in ("ort_cuda", "ort_cuda_io", "ort_cuda_shared"):
             self.sess = _ort_cuda_session(model)
         else:
             self.sess = ort.InferenceSession(model, ort.SessionOptions(), providers=["CPUExecutionProvider"])
-        if engine.endswith("_io"):
+        if engine.endswith("_shared"):
+            self.run = SharedKV(self.sess, engine)
+            self.host = self.run.host
+        elif engine.endswith("_io"):
             io_device = "cpu" if CPU_STANDIN else (MLX_EP_IO_DEVICE if engine == "mlx_ep_io" else ORT_CUDA_IO_DEVICE)
             self.run = IoBound(self.sess, io_device, loop)
             self.host = self.run.host
@@ -353,7 +432,7 @@ def worker(workload: str, engine: str, warmup: int, device: str, decoder_config:
 
     model, feeds = load(workload, decoder_config, io_dtype)
     report = None
-    if engine in ("mlx_ep", "mlx_ep_io") and workload in LOOPS:
+    if engine in MLX_EPS and workload in LOOPS:
         fd, report = tempfile.mkstemp(prefix="bench-report-", suffix=".txt")
         os.close(fd)
     gc.collect()
@@ -710,7 +789,7 @@ def loop_report_lines(results: dict, args) -> list[str]:
     warm-up, primes and timed loops)."""
     out = []
     for w, r in results.items():
-        for engine in ("mlx_ep", "mlx_ep_io"):
+        for engine in MLX_EPS:
             rep = r.get(engine, {}).get("run_report")
             if rep is None:
                 continue
@@ -867,6 +946,13 @@ def gpu_acceptance_lines(results: dict, args) -> list[str]:
                        f"({tps:.1f} vs {steps / (loop[other]['median_ms'] / 1e3):.1f} tok/s){shape}.")
     else:
         out.append(f"- decode loop with IOBinding: not measured ({cell('', io)}).")
+    shared, peer = loop.get("mlx_ep_shared"), loop.get("ort_cuda_shared")
+    if measured(shared) and measured(peer):
+        steps = __import__("workloads").LOOPS["decoder_decode_loop64"]
+        x = ratio(loop, "mlx_ep_shared", "ort_cuda_shared")
+        out.append(f"- decode loop with onnxruntime-genai's shared KV buffer (not a criterion; what genai runs): "
+                   f"{x:.2f}x ORT CUDA EP with the same buffers ({steps / (shared['median_ms'] / 1e3):.1f} vs "
+                   f"{steps / (peer['median_ms'] / 1e3):.1f} tok/s){shape}.")
     pre = results.get("decoder_prefill128", {})
     ep = best_ep(pre)
     cudas = [e for e in ("ort_cuda", "ort_cuda_io") if measured(pre.get(e))]

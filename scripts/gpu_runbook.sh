@@ -66,7 +66,7 @@ if step graphs; then
   done
 fi
 if step bench; then
-  ENGINES=${ENGINES:-mlx_ep,mlx_ep_io,mlx_direct,torch} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \
+  ENGINES=${ENGINES:-mlx_ep_io,mlx_ep_shared,mlx_direct,torch} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \
     > /tmp/gpu_runbook_bench.txt 2>&1
   grep -E "median|tok/s|NOT met|met;" /tmp/gpu_runbook_bench.txt >> "$log"
 fi

@@ -21,7 +21,8 @@ _spec.loader.exec_module(bench)
 def test_engine_lists():
     assert bench.engines_for("cpu") == ["mlx_ep", "ort_cpu", "mlx_direct"]
     gpu = bench.engines_for("gpu")
-    assert gpu[:4] == ["mlx_ep", "mlx_ep_io", "ort_cuda", "ort_cuda_io"] and {"mlx_direct", "torch"} <= set(gpu)
+    assert gpu[:6] == ["mlx_ep", "mlx_ep_io", "mlx_ep_shared", "ort_cuda", "ort_cuda_io", "ort_cuda_shared"]
+    assert {"mlx_direct", "torch"} <= set(gpu)
     assert bench.engines_for("gpu", "torch,mlx_ep") == ["mlx_ep", "torch"]  # the device's order
     with pytest.raises(ValueError):
         bench.engines_for("cpu", "torch")
@@ -39,6 +40,15 @@ def _verify(engines: str, io_dtype: str = "float32"):
 def test_verify_iobinding_flows_on_cpu():
     out = _verify("mlx_ep_io,ort_cuda_io", "float16")
     assert out.count("mlx_ep_io") == 2 and "FAIL" not in out and "64/64 steps" in out
+
+
+def test_verify_shared_kv_flows_on_cpu():
+    """onnxruntime-genai's shared KV buffer (host buffers stand in for device memory): the loop's
+    logits, tokens and the last present rows of the buffers agree with the reference; the prefill
+    (no loop) is n/a for these flows."""
+    out = _verify("mlx_ep_shared,ort_cuda_shared", "float16")
+    assert out.count("mlx_ep_shared") == 2 and "FAIL" not in out and "64/64 steps" in out, out
+    assert "decode loop only" in out, out
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
