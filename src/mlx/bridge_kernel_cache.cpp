@@ -62,16 +62,17 @@ void *loaded_library(std::initializer_list<const char *> names) {
 }
 
 template <typename F>
-bool bind(void *lib, const char *symbol, F &out) {
+bool bind_symbol(void *lib, const char *symbol, F &out) {
   out = reinterpret_cast<F>(dlsym(lib, symbol));
   return out != nullptr;
 }
 
 bool bind_nvrtc(void *lib, nvrtc_api &a) {
-  return lib && bind(lib, "nvrtcCreateProgram", a.create) && bind(lib, "nvrtcCompileProgram", a.compile) &&
-         bind(lib, "nvrtcGetProgramLogSize", a.log_size) && bind(lib, "nvrtcGetProgramLog", a.log) &&
-         bind(lib, "nvrtcGetCUBINSize", a.cubin_size) && bind(lib, "nvrtcGetCUBIN", a.cubin) &&
-         bind(lib, "nvrtcDestroyProgram", a.destroy);
+  return lib && bind_symbol(lib, "nvrtcCreateProgram", a.create) &&
+         bind_symbol(lib, "nvrtcCompileProgram", a.compile) &&
+         bind_symbol(lib, "nvrtcGetProgramLogSize", a.log_size) && bind_symbol(lib, "nvrtcGetProgramLog", a.log) &&
+         bind_symbol(lib, "nvrtcGetCUBINSize", a.cubin_size) && bind_symbol(lib, "nvrtcGetCUBIN", a.cubin) &&
+         bind_symbol(lib, "nvrtcDestroyProgram", a.destroy);
 }
 
 /* The NVRTC MLX's CUDA backend loaded (never another one next to it). */
@@ -102,7 +103,8 @@ std::string gpu_arch(int ordinal) {
   int (*init)(unsigned) = nullptr;
   int (*get)(int *, int) = nullptr;
   int (*attr)(int *, int, int) = nullptr;
-  if (!lib || !bind(lib, "cuInit", init) || !bind(lib, "cuDeviceGet", get) || !bind(lib, "cuDeviceGetAttribute", attr))
+  if (!lib || !bind_symbol(lib, "cuInit", init) || !bind_symbol(lib, "cuDeviceGet", get) ||
+      !bind_symbol(lib, "cuDeviceGetAttribute", attr))
     return "";
   int dev = 0, major = 0, minor = 0;
   if (init(0) || get(&dev, ordinal) || attr(&major, CC_MAJOR, dev) || attr(&minor, CC_MINOR, dev) || major <= 0)
@@ -157,13 +159,14 @@ bool read_file(const fs::path &path, std::string &out) {
 void write_file(const fs::path &path, const std::string &data) {
   fs::path tmp = path;
   tmp += ".tmp" + std::to_string(static_cast<long>(getpid()));
+  bool written;
   {
     std::ofstream f(tmp, std::ios::binary);
-    if (!f || !f.write(data.data(), static_cast<std::streamsize>(data.size()))) return;
+    written = f && f.write(data.data(), static_cast<std::streamsize>(data.size())) && f.flush();
   }
   std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
+  if (written) fs::rename(tmp, path, ec);
+  if (!written || ec) fs::remove(tmp, ec);
 }
 
 std::string nvrtc_compile(const nvrtc_api *api, const std::string &name, const std::string &source,
