@@ -7,7 +7,7 @@
 # Steps (in this order when named):
 #   bridge   build/test_bridge's checks on a GPU scope (float64 and scatter rules, eye)
 #   focus    the tests that pin GPU-only paths: device memory (shared KV buffer in place), every
-#            GroupQueryAttention test, MatMulNBits, Cast, and the float64/scatter families
+#            GroupQueryAttention test, MatMulNBits, the fused norms, Cast, the float64/scatter families
 #   profile  bench/decode_kernels.py for the IOBinding and the shared-buffer loops
 #   kcache   the EP's kernel cache (ORT_EP_MLX_KERNEL_CACHE): two fresh processes' first decode steps
 #            (the second should find every kernel compiled), the cubins kept, the tests of the
@@ -42,7 +42,7 @@ if step bridge; then
 fi
 if step focus; then
   pytest_q 200 tests/test_device_memory.py tests/test_ops_attention.py -k "gqa or device or shared or copy or iobinding or plain"
-  pytest_q 200 -n 8 tests/test_ops_contrib_quant.py tests/test_ops_cast.py
+  pytest_q 200 -n 8 tests/test_ops_contrib_quant.py tests/test_ops_contrib_norm.py tests/test_ops_cast.py
   pytest_q 200 -n 8 tests/test_ops_pool.py tests/test_ops_shape.py tests/test_ops_matmul.py -k "unpool or eye or float64 or gemm or einsum or dropout or other_dtypes"
 fi
 if step profile; then
