@@ -6,8 +6,10 @@ process, MLX's included), with a short and a long decode loop, and prints the di
 by the extra steps: for each kernel name, launches and device microseconds per decode step.
 Everything else (model build, prefill, traces, the first Runs' JIT) cancels out.
 
-    bench/decode_kernels.py [--short 8] [--long 40] [--mode io|shared] [--top 30]
+    bench/decode_kernels.py [--short 8] [--long 40] [--mode io|shared|direct] [--top 30]
 
+--mode direct profiles MLX direct's decode loop instead (bench/mlx_reference.py on the same
+model and the prompt's KV from bench/workloads.py): the launches a hand-written MLX port needs.
 With ORT_EP_MLX_LIBRARY and PYTHONPATH as for bench/run.py. One child process per profile.
 """
 import argparse
@@ -20,6 +22,17 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def direct_loop(steps, config="qwen2.5-0.5b", dtype="float16"):
+    """A callable running MLX direct's greedy decode loop of `steps` steps from the prompt's KV."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from mlx_reference import MlxReference
+    from workloads import decode_loop, load
+    model, feeds = load("decoder_decode_loop64", config, dtype)
+    ref = MlxReference(model)
+    return lambda: decode_loop(ref.run_mx, feeds, config, steps)
+
+
 def profile_child(steps, mode):
     """In the child: one probe run under the profiler; prints {kernel: [count, device_us]} as JSON."""
     import runpy
@@ -28,9 +41,13 @@ def profile_child(steps, mode):
     from torch.profiler import ProfilerActivity, profile
     sys.argv = ["decode_probe.py", "--config", "qwen2.5-0.5b", "--dtype", "float16", "--steps", str(steps),
                 "--mode", mode, "--loops", "1"]
+    loop = direct_loop(steps) if mode == "direct" else None
     torch.zeros(1, device="cuda")  # CUDA context before the profiler starts
     with profile(activities=[ProfilerActivity.CUDA]) as p:
-        runpy.run_path(os.path.join(ROOT, "bench", "decode_probe.py"), run_name="__main__")
+        if loop:
+            loop()
+        else:
+            runpy.run_path(os.path.join(ROOT, "bench", "decode_probe.py"), run_name="__main__")
     table = {k.key: [k.count, k.self_device_time_total] for k in p.key_averages() if k.self_device_time_total > 0}
     print("KERNELS " + json.dumps(table))
 

@@ -8,7 +8,7 @@
 #   bridge   build/test_bridge's checks on a GPU scope (float64 and scatter rules, eye)
 #   focus    the tests that pin GPU-only paths: device memory (shared KV buffer in place), every
 #            GroupQueryAttention test, MatMulNBits, the fused norms, Cast, the float64/scatter families
-#   profile  bench/decode_kernels.py for the IOBinding and the shared-buffer loops
+#   profile  bench/decode_kernels.py for the IOBinding and the shared-buffer loops, and MLX direct
 #   kcache   the EP's kernel cache (ORT_EP_MLX_KERNEL_CACHE): two fresh processes' first decode steps
 #            (the second should find every kernel compiled), the cubins kept, the tests of the
 #            kernels' ops (norms, MatMulNBits, GroupQueryAttention, device memory) with it on
@@ -46,7 +46,7 @@ if step focus; then
   pytest_q 200 -n 8 tests/test_ops_pool.py tests/test_ops_shape.py tests/test_ops_matmul.py -k "unpool or eye or float64 or gemm or einsum or dropout or other_dtypes"
 fi
 if step profile; then
-  for mode in io shared; do timeout 200 python3 bench/decode_kernels.py --mode "$mode" --top 15 >> "$log" 2>&1; done
+  for mode in io shared direct; do timeout 200 python3 bench/decode_kernels.py --mode "$mode" --top 15 >> "$log" 2>&1; done
 fi
 if step kcache; then
   export ORT_EP_MLX_KERNEL_CACHE=1
