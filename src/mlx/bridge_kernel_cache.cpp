@@ -343,15 +343,18 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
   auto dev = scope_dev(s);
   kernel_cache &c = cache();
   if (precompiling_enabled() && !s->force_cpu && s->device.type == mx::Device::gpu) {
-    std::vector<mx::fast::ScalarArg> scalars, unused;
+    std::vector<mx::fast::ScalarArg> scalars;
     std::lock_guard<std::mutex> lock(c.mu);
     const std::string &arch = arch_for(c, s->device.index);
     const std::string *cubin = nullptr;
     std::string name;
     if (!arch.empty()) {
-      uint64_t h = fnv1a(full_source(k, "K", inputs, out_dtypes, targs, unused));
-      name = std::string(k.name) + "_" + hex(h, 16) + "_" + arch;
-      cubin = cubin_for(c, name, full_source(k, name, inputs, out_dtypes, targs, scalars), arch);
+      /* the name carries a hash of the source, written with a placeholder where the name goes */
+      static const std::string placeholder = "ORT_EP_MLX_KERNEL_NAME";
+      std::string source = full_source(k, placeholder, inputs, out_dtypes, targs, scalars);
+      name = std::string(k.name) + "_" + hex(fnv1a(source), 16) + "_" + arch;
+      source.replace(source.find(placeholder), placeholder.size(), name);
+      cubin = cubin_for(c, name, source, arch);
     }
     if (cubin)
       return mx::fast::precompiled_cuda_kernel(name, *cubin, inputs, out_shapes, out_dtypes, scalars, grid, block, 0,

@@ -228,17 +228,20 @@ static bool mnb_prefers_dequantized(mlxb_scope *s, const mnb_attrs *a, mlxb_arra
   return rows >= MNB_DEQUANT_MIN_ROWS && a->n * a->k_blocks * a->block * 4 <= MNB_DEQUANT_MAX_BYTES;
 }
 
-static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales,
-                                        mlxb_array *zp) {
-  mlxb_scope *s = op_scope(c);
+/* x (float32, [rows, Kp]) times the weights m. */
+static mlxb_array *mnb_matmul_prepared(mlxb_scope *s, const mnb_attrs *a, mlxb_array *x, const mnb_prepared *m) {
   int group = mnb_group(a);
-  mnb_prepared m = mnb_weights(c, a, scales, zp);
-  mlxb_array *w = m.w, *sc = m.scales, *biases = m.biases;
   if (mnb_prefers_dequantized(s, a, x)) {
-    mlxb_array *dense = mlxb_dequantize(s, w, sc, biases, group, (int)a->bits, MLXB_F32);
+    mlxb_array *dense = mlxb_dequantize(s, m->w, m->scales, m->biases, group, (int)a->bits, MLXB_F32);
     return mlxb_matmul(s, x, mlxb_transpose(s, dense, (int[]){1, 0}, 2));
   }
-  return mlxb_quantized_matmul(s, x, w, sc, biases, true, group, (int)a->bits);
+  return mlxb_quantized_matmul(s, x, m->w, m->scales, m->biases, true, group, (int)a->bits);
+}
+
+static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales,
+                                        mlxb_array *zp) {
+  mnb_prepared m = mnb_weights(c, a, scales, zp);
+  return mnb_matmul_prepared(op_scope(c), a, x, &m);
 }
 
 /* A few rows on MLX's CUDA backend take our GEMV kernel: the same float32 arithmetic as MLX's
@@ -341,13 +344,14 @@ static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x
                                     int rank) {
   if (!op_can_compute_for(c) || !op_prepared(c)) return NULL;
   const ir_node *group[MLXB_QGEMV_MAX_SETS], *adds[MLXB_QGEMV_MAX_SETS] = {0};
+  const mnb_prepared *m[MLXB_QGEMV_MAX_SETS];
   const mlxb_array *w[MLXB_QGEMV_MAX_SETS], *sc[MLXB_QGEMV_MAX_SETS], *bi[MLXB_QGEMV_MAX_SETS];
   mlxb_array *bias[MLXB_QGEMV_MAX_SETS] = {0}, *outs[MLXB_QGEMV_MAX_SETS] = {0};
   int me = 0, n = mnb_sibling_group(c, a, group, &me), folded = 0;
   for (int i = 0; i < n; i++) {
-    const mnb_prepared *m = op_prepared_of(c, group[i]);
-    w[i] = m->w, sc[i] = m->scales, bi[i] = m->biases;
-    adds[i] = mnb_bias_add(c, group[i], mlxb_dim(m->w, 0), &bias[i]);
+    m[i] = op_prepared_of(c, group[i]);
+    w[i] = m[i]->w, sc[i] = m[i]->scales, bi[i] = m[i]->biases;
+    adds[i] = mnb_bias_add(c, group[i], mlxb_dim(m[i]->w, 0), &bias[i]);
     folded += adds[i] != NULL;
   }
   if (n < 2 && !folded) return NULL;
@@ -359,7 +363,7 @@ static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x
   } else {
     mlxb_array *xf = op_util_cast(s, x2, MLXB_F32);
     for (int i = 0; i < n; i++) {
-      outs[i] = op_util_cast(s, mlxb_quantized_matmul(s, xf, w[i], sc[i], bi[i], true, mnb_group(a), (int)a->bits), t);
+      outs[i] = op_util_cast(s, mnb_matmul_prepared(s, a, xf, m[i]), t);
       if (bias[i]) outs[i] = mlxb_binary(s, MLXB_ADD, outs[i], bias[i]); /* the Add's own lowering */
     }
   }
