@@ -14,6 +14,9 @@
 #            kernels' ops (norms, MatMulNBits, GroupQueryAttention, device memory) with it on
 #   graphs   bench/decode_probe.py's IOBinding and shared loops with MLX's CUDA graphs on and off
 #            (MLX_USE_CUDA_GRAPHS): whether graph capture helps a step of ~750 small kernels
+#   hostprof where a shared-buffer step's host time goes: the compiled program's MLX operations by
+#            ONNX op type (tools/op_histogram.py), the run report's phases over 64 steps, and a
+#            perf profile by library and symbol where the machine has perf
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES, default without ORT's CUDA EP)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420)
@@ -65,6 +68,21 @@ if step graphs; then
       MLX_USE_CUDA_GRAPHS=$g timeout 120 python3 bench/decode_probe.py --mode "$mode" --steps 64 2>&1 | grep "loop 1" >> "$log"
     done
   done
+fi
+if step hostprof; then
+  ORT_EP_MLX_OP_HISTOGRAM=1 timeout 120 python3 bench/decode_probe.py --mode shared --steps 4 --loops 1 \
+    > "$OUT/histogram.txt" 2>&1
+  python3 tools/op_histogram.py "$OUT/histogram.txt" --top 10 >> "$log" 2>&1
+  timeout 120 python3 bench/decode_probe.py --mode shared --steps 64 --loops 1 2>&1 | grep -E "loop|run report" >> "$log"
+  if command -v perf > /dev/null; then
+    timeout 150 perf record -F 4000 -g -o /tmp/perf.data python3 bench/decode_probe.py --mode shared --steps 128 \
+      --loops 1 > /dev/null 2>&1
+    perf report -i /tmp/perf.data --no-children --sort dso --stdio 2>/dev/null | grep -v "^#" | head -25 >> "$log"
+    perf report -i /tmp/perf.data --no-children --sort dso,sym --stdio -g none 2>/dev/null | grep -v "^#" \
+      | head -80 > "$OUT/perf_symbols.txt"
+  else
+    echo "no perf on this machine" >> "$log"
+  fi
 fi
 if step bench; then
   ENGINES=${ENGINES:-mlx_ep_io,mlx_ep_shared,mlx_direct,torch} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \

@@ -34,18 +34,20 @@ using Shape = cuda::std::array<int32_t, 10>;
 # instantiations: list of {template argument: value}). "T" in a type is the T template argument.
 KERNELS = {
     "decode_attention_source": ("rope_header",
-        [("q", "T"), ("k", "T"), ("v", "T"), ("lens", "int64_t"), ("params", "float"), ("rope_pos", "int64_t"),
+        [("q", "T"), ("k", "T"), ("v", "T"), ("lens", "int32_t"), ("params", "float"), ("rope_pos", "int32_t"),
          ("cos", "T"), ("sin", "T"), ("order", "int32_t")], [("out", "T")],
-        [dict(T="__half", HEAD=64, HQ=14, HKV=2, WARPS=8, WINDOW=0, ROT=64, INTER=False),
-         dict(T="float", HEAD=128, HQ=8, HKV=8, WARPS=8, WINDOW=16, ROT=0, INTER=True)]),
+        [dict(T="__half", HEAD=64, HQ=14, HKV=2, WARPS=8, WINDOW=0, ROT=64, INTER=False, LEN_ADD=1, POS_ADD=0),
+         dict(T="float", HEAD=128, HQ=8, HKV=8, WARPS=8, WINDOW=16, ROT=0, INTER=True, LEN_ADD=0, POS_ADD=-1)]),
     "kv_append_source": ("rope_header",
-        [("past_k", "T"), ("past_v", "T"), ("k", "T"), ("v", "T"), ("at_pos", "int64_t"), ("plen", "int32_t"),
+        [("past_k", "T"), ("past_v", "T"), ("k", "T"), ("v", "T"), ("at_pos", "int32_t"), ("plen", "int32_t"),
          ("rope_pos", "int64_t"), ("cos", "T"), ("sin", "T")], [("out_k", "T"), ("out_v", "T")],
-        [dict(T="__half", HEAD=64, ROT=64, INTER=False), dict(T="__nv_bfloat16", HEAD=96, ROT=32, INTER=True)]),
+        [dict(T="__half", HEAD=64, ROT=64, INTER=False, AT_ADD=0, POS_ADD=0),
+         dict(T="__nv_bfloat16", HEAD=96, ROT=32, INTER=True, AT_ADD=-1, POS_ADD=1)]),
     "kv_write_source": ("rope_header",
         [("cache_k", "T"), ("cache_v", "T"), ("k", "T"), ("v", "T"), ("at_pos", "int64_t"), ("rope_pos", "int64_t"),
          ("cos", "T"), ("sin", "T")], [("done", "int32_t")],
-        [dict(T="__half", HEAD=64, ROT=64, INTER=False), dict(T="float", HEAD=128, ROT=0, INTER=True)]),
+        [dict(T="__half", HEAD=64, ROT=64, INTER=False, AT_ADD=0, POS_ADD=0),
+         dict(T="float", HEAD=128, ROT=0, INTER=True, AT_ADD=1, POS_ADD=0)]),
     "qgemv_source": ("qgemv_header",
         [("x", "T")] + [(f"{n}{i}", t) for i in range(3)
                         for n, t in (("w", "uint32_t"), ("scales", "float"), ("biases", "float"))]
@@ -56,9 +58,9 @@ KERNELS = {
          dict(T="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4, LANES=32, SETS=2, BIASED=2)]),
     "rms_norm_source": (None,
         [("x", "T"), ("skip", "T"), ("bias", "T"), ("gamma", "T"), ("eps", "float")], [("y", "T"), ("sum", "T")],
-        [dict(T="__half", HAS_SKIP=True, HAS_BIAS=False, WRITE_SUM=True),
-         dict(T="__nv_bfloat16", HAS_SKIP=False, HAS_BIAS=True, WRITE_SUM=False),
-         dict(T="float", HAS_SKIP=True, HAS_BIAS=True, WRITE_SUM=True)]),
+        [dict(T="__half", HAS_SKIP=True, HAS_BIAS=False, WRITE_SUM=True, SKIP_RANK=2),
+         dict(T="__nv_bfloat16", HAS_SKIP=False, HAS_BIAS=True, WRITE_SUM=False, SKIP_RANK=3),
+         dict(T="float", HAS_SKIP=True, HAS_BIAS=True, WRITE_SUM=True, SKIP_RANK=1)]),
 }
 
 

@@ -225,31 +225,35 @@ mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_arr
 /* Last-axis norms; weight/bias may be NULL. */
 mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps);
 mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, float eps);
-/* One-token decode attention in one kernel (src/mlx/bridge_kernels.cpp): q [B, Hq, 1, D] against
- * k, v [B, Hkv, S, D] where sequence b sees keys [max(0, len_b - window), len_b) (window <= 0: all
- * from 0), len_b = lengths[b] clamped to [0, S]; scores scale * q.k, soft-capped when softcap > 0;
- * float32 inside, the result in q's dtype. Only where mlxb_decode_attention_available says so. */
-/* A rotary embedding read from cos/sin caches [max_position, dims / 2] at positions[b] (one per
- * sequence, clamped into the cache), over the first dims channels, pairs (i, i + dims / 2) or,
- * interleaved, (2i, 2i + 1); float32 inside, rounded once to the rotated array's dtype. */
+/* One-token decode attention in one kernel (src/mlx/bridge_kernels.cpp): q [B, Hq, 1, D] or
+ * [B, 1, Hq * D] (the same bytes) against k, v [B, Hkv, S, D] where sequence b sees keys
+ * [max(0, len_b - window), len_b) (window <= 0: all from 0), len_b = lengths[b] + length_add
+ * clamped to [0, S] (lengths: one integer per sequence, any shape); scores scale * q.k,
+ * soft-capped when softcap > 0; float32 inside, the result in q's dtype and shape. Only where
+ * mlxb_decode_attention_available says so. */
+/* A rotary embedding read from cos/sin caches [max_position, dims / 2] at positions[b] +
+ * position_add (one per sequence, any shape; clamped into the cache), over the first dims
+ * channels, pairs (i, i + dims / 2) or, interleaved, (2i, 2i + 1); float32 inside, rounded once to
+ * the rotated array's dtype. */
 typedef struct mlxb_rope {
   const mlxb_array *cos, *sin, *positions;
-  int64_t dims;
+  int64_t dims, position_add;
   bool interleaved;
 } mlxb_rope;
 bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size);
 /* rope (may be NULL) rotates q inside the kernel; after (may be NULL) is an array the kernel runs
  * after (mlxb_decode_kv_write's). */
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
-                                  const mlxb_array *lengths, float scale, float softcap, int64_t window,
-                                  const mlxb_rope *rope, const mlxb_array *after);
+                                  const mlxb_array *lengths, int64_t length_add, float scale, float softcap,
+                                  int64_t window, const mlxb_rope *rope, const mlxb_array *after);
 /* A one-token step's KV cache in one kernel: present [B, Hkv, plen, D] holds past rows
- * t < at_b (zeros past the past buffer's length), the new row k/v [B, Hkv, 1, D] at t = at_b
- * (k rotated by rope when rope is not NULL) and zeros after; at = at_positions [B] (int). Rows
- * outside [0, plen) are never written. Same availability as decode attention. 0 ok, -1 error. */
+ * t < at_b (zeros past the past buffer's length), the new row k/v ([B, Hkv, 1, D] or
+ * [B, 1, Hkv * D]) at t = at_b (k rotated by rope when rope is not NULL) and zeros after;
+ * at_b = at_positions[b] + at_add (one integer per sequence, any shape). Rows outside [0, plen)
+ * are never written. Same availability as decode attention. 0 ok, -1 error. */
 int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_array *past_v, const mlxb_array *k,
-                          const mlxb_array *v, const mlxb_array *at_positions, int64_t plen, const mlxb_rope *rope,
-                          mlxb_array **present_k, mlxb_array **present_v);
+                          const mlxb_array *v, const mlxb_array *at_positions, int64_t at_add, int64_t plen,
+                          const mlxb_rope *rope, mlxb_array **present_k, mlxb_array **present_v);
 /* The in-place form of the append for a buffer that is past and present at once (onnxruntime-genai's
  * shared KV buffer): writes row at_b of caches k, v [B, Hkv, L, D] (one dtype with the new rows;
  * device buffers the caller may have written) with the new rows (k rotated by rope), nothing where
@@ -258,11 +262,12 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
  * as decode attention. */
 mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const mlxb_array *cache_v,
                                   const mlxb_array *k, const mlxb_array *v, const mlxb_array *at_positions,
-                                  const mlxb_rope *rope);
+                                  int64_t at_add, const mlxb_rope *rope);
 /* RMS normalization of rows in one kernel (SkipSimplifiedLayerNormalization's float32 arithmetic):
- * v = x + skip + bias in float32 (skip [R or a divisor of R, H] repeating over the rows, bias [H];
- * either may be NULL), y = v * rsqrt(mean(v^2) + eps) * gamma rounded once to x's dtype, and
- * *sum = v rounded to it when want_sum. x [R, H] float32/float16/bfloat16; MLX's CUDA backend only
+ * v = x + skip + bias in float32 (skip [..., H] of R rows or a divisor of R, repeating over the
+ * rows, bias [H]; either may be NULL), y = v * rsqrt(mean(v^2) + eps) * gamma rounded once to x's
+ * dtype, and *sum = v rounded to it when want_sum, both in x's shape. x [..., H] (R rows: every
+ * axis but the last) float32/float16/bfloat16; MLX's CUDA backend only
  * (mlxb_rms_norm_fused_available). 0 ok, -1 error. */
 bool mlxb_rms_norm_fused_available(const mlxb_scope *s, mlxb_dtype t);
 int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *skip, const mlxb_array *bias,
@@ -272,9 +277,9 @@ bool mlxb_holds_buffer(const mlxb_array *a, const void *data);
 /* q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; mask_mode "" or "causal"; mask and sinks may be NULL. */
 mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
                       const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks);
-/* MatMulNBits for a few rows in one kernel (src/mlx/bridge_kernels.cpp): x [M, K] float32/float16/
- * bfloat16 times the packed weights w [N, K * bits / 32] uint32 (MLX's affine layout, values from the
- * low bits up), float32 scales and biases [N, K / group_size]: y [M, N] in x's dtype, each element
+/* MatMulNBits for a few rows in one kernel (src/mlx/bridge_kernels.cpp): x [..., K] (M rows)
+ * float32/float16/bfloat16 times the packed weights w [N, K * bits / 32] uint32 (MLX's affine layout,
+ * values from the low bits up), float32 scales and biases [N, K / group_size]: y [..., N] in x's dtype, each element
  * the float32 sum of x * (scale * q + bias) rounded once. Only where mlxb_qgemv_available says so
  * (MLX's CUDA backend; bits 2, 4, 8; group_size a multiple of 32). */
 bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group_size);

@@ -21,9 +21,11 @@
 #include "mlx/bridge_internal.h"
 
 #include "mlx/fast.h"
+#include "mlx/primitives.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -41,14 +43,14 @@ const char *decode_attention_source = R"(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = params[0], cap = params[1];
   const int S = k_shape[2];
-  const long long raw_len = lens[b];
+  const long long raw_len = (long long)lens[b] + LEN_ADD;
   const int len = raw_len < 0 ? 0 : (raw_len > S ? S : (int)raw_len);
   const int start = WINDOW > 0 && len > WINDOW ? len - WINDOW : 0;
   const T* qp = q + (size_t)bh * HEAD;
   const T* kp = k + (size_t)(b * HKV + kvh) * S * HEAD;
   const T* vp = v + (size_t)(b * HKV + kvh) * S * HEAD;
   float qv[EPL], acc[EPL];
-  const int pos = ROT > 0 ? clamp_position(rope_pos[b], cos_shape[0]) : 0;
+  const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + POS_ADD, cos_shape[0]) : 0;
   for (int i = 0; i < EPL; i++) {
     int d = lane + 32 * i;
     qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(qp, d, cos, sin, pos))) : 0.0f;
@@ -117,7 +119,7 @@ const cuda_kernel_spec decode_attention_kernel = {
     decode_attention_source, rope_header, true};
 
 const char *kv_append_source = R"(
-  const int B = k_shape[0], HKV = k_shape[1], P = past_k_shape[2], PLEN = plen[0];
+  const int B = past_k_shape[0], HKV = past_k_shape[1], P = past_k_shape[2], PLEN = plen[0];
   const long long n = (long long)B * HKV * PLEN * HEAD;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n) return;
@@ -126,7 +128,7 @@ const char *kv_append_source = R"(
   const int t = row % PLEN;
   const long long bh = row / PLEN;
   const int b = bh / HKV;
-  const long long at = at_pos[b];
+  const long long at = (long long)at_pos[b] + AT_ADD;
   T kv = static_cast<T>(0.0f), vv = static_cast<T>(0.0f);
   if (t < at) {
     if (t < P) {
@@ -134,7 +136,7 @@ const char *kv_append_source = R"(
       vv = past_v[(bh * P + t) * HEAD + d];
     }
   } else if (t == at) {
-    const int pos = ROT > 0 ? clamp_position(rope_pos[b], cos_shape[0]) : 0;
+    const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + POS_ADD, cos_shape[0]) : 0;
     kv = static_cast<T>(rotated<T, ROT, INTER>(k + bh * HEAD, d, cos, sin, pos));
     vv = v[bh * HEAD + d];
   }
@@ -268,12 +270,15 @@ const cuda_kernel_spec qgemv_kernel = {
 /* RMS norm of rows with the residual add: one block per row keeps the row's float32 values
  * v = x (+ skip) (+ bias) in a strided loop, sums v * v across the block (shuffles, then one
  * shared-memory slot per warp) and writes y = v * rsqrt(sum / H + eps) * gamma rounded once to
- * T, and the residual v rounded to T when asked. Skip rows repeat every skip_shape[0] rows (a
- * skip broadcast over the batch). What SkipSimplifiedLayerNormalization and
+ * T, and the residual v rounded to T when asked. Rows are every axis but the last, whatever the
+ * rank, so no reshape surrounds the launch; skip rows repeat every RS rows (a skip broadcast over
+ * the batch). What SkipSimplifiedLayerNormalization and
  * SimplifiedLayerNormalization compute in float32, in one kernel instead of five (casts in and
  * out, the add, the norm). */
 const char *rms_norm_source = R"(
-  const int H = x_shape[1], RS = skip_shape[0];
+  const int H = gamma_shape[0];
+  int RS = 1; /* the skip's rows: every axis but its last */
+  for (int i = 0; i + 1 < SKIP_RANK; i++) RS *= skip_shape[i];
   const int r = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const T* xr = x + (size_t)r * H;
@@ -317,7 +322,7 @@ const cuda_kernel_spec rms_norm_kernel = {
  * writes through them, and its one-element output orders the attention kernel after it. A
  * position outside the buffer writes nothing. */
 const char *kv_write_source = R"(
-  const int B = k_shape[0], HKV = k_shape[1], L = cache_k_shape[2];
+  const int B = cache_k_shape[0], HKV = cache_k_shape[1], L = cache_k_shape[2];
   const long long n = (long long)B * HKV * HEAD;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx == 0) done[0] = 1;
@@ -325,9 +330,9 @@ const char *kv_write_source = R"(
   const int d = idx % HEAD;
   const long long bh = idx / HEAD;
   const int b = bh / HKV;
-  const long long at = at_pos[b];
+  const long long at = (long long)at_pos[b] + AT_ADD;
   if (at < 0 || at >= L) return;
-  const int pos = ROT > 0 ? clamp_position(rope_pos[b], cos_shape[0]) : 0;
+  const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + POS_ADD, cos_shape[0]) : 0;
   T* ck = const_cast<T*>(cache_k);
   T* cv = const_cast<T*>(cache_v);
   ck[(bh * L + at) * HEAD + d] = static_cast<T>(rotated<T, ROT, INTER>(k + bh * HEAD, d, cos, sin, pos));
@@ -339,18 +344,25 @@ const cuda_kernel_spec kv_write_kernel = {
     "ort_ep_mlx_kv_write", {"cache_k", "cache_v", "k", "v", "at_pos", "rope_pos", "cos", "sin"}, {"done"},
     kv_write_source, rope_header, false};
 
-/* The rope's arrays for a kernel (a one-element stand-in when there is none: the kernels' inputs
- * are fixed) and its template arguments. */
+/* Small integer offsets become template arguments; larger ones are a caller's mistake. */
+int small_offset(int64_t v, const char *what) {
+  if (v < -(1 << 20) || v > (1 << 20)) throw bridge_error(std::string(what) + ": offset out of range");
+  return static_cast<int>(v);
+}
+
+/* The rope's arrays for a kernel (one-element constants when there is none: the kernels' inputs
+ * are fixed) and its template arguments. Positions are read as positions[b] + add, from an integer
+ * array of any shape holding one per sequence: no reshape or cast enters the graph for them. */
 struct rope_inputs {
   mx::array pos, cos, sin;
-  int dims;
+  int dims, add;
   bool interleaved;
 };
 
 rope_inputs rope_for(const mlxb_rope *rope, int batch, int head, mx::Dtype t, mx::StreamOrDevice dev) {
   if (!rope) {
-    mx::array one = mx::zeros({1, 1}, t, dev);
-    return {mx::zeros({batch}, mx::int64, dev), one, one, 0, false};
+    mx::array one = mx::array({0.0f}, {1, 1}, t);
+    return {mx::array({0}, {1}, mx::int64), one, one, 0, 0, false};
   }
   const mx::array &c = arr(rope->cos), &sn = arr(rope->sin), &p = arr(rope->positions);
   if (c.ndim() != 2 || sn.shape() != c.shape() || c.shape(0) < 1 || rope->dims != 2 * c.shape(1) ||
@@ -358,8 +370,30 @@ rope_inputs rope_for(const mlxb_rope *rope, int batch, int head, mx::Dtype t, mx
     throw bridge_error("rope: caches must be [max_position, dims / 2] with dims <= head size, one position per sequence");
   if (sn.dtype() != c.dtype()) throw bridge_error("rope: cos and sin caches of different dtypes");
   mx::array pos = mx::issubdtype(p.dtype(), mx::integer) ? p : mx::astype(p, mx::int64, dev);
-  return {mx::reshape(pos, {batch}, dev), c, sn, static_cast<int>(rope->dims),
-          rope->interleaved};
+  return {pos, c, sn, static_cast<int>(rope->dims), small_offset(rope->position_add, "rope"), rope->interleaved};
+}
+
+/* A per-sequence integer array (lengths, positions) as a kernel reads it: element b of any shape. */
+mx::array per_sequence(const mx::array &a, int batch, const char *what, mx::StreamOrDevice dev) {
+  if (a.size() != static_cast<size_t>(batch)) throw bridge_error(std::string(what) + ": one value per sequence");
+  return mx::issubdtype(a.dtype(), mx::integer) ? a : mx::astype(a, mx::int64, dev);
+}
+
+/* A step's new rows, [B, H, 1, D] or [B, 1, H * D] (a projection's output as it comes: the same
+ * bytes when the step has one token). */
+void check_step_rows(const mx::array &x, int b, int heads, int d, const char *what) {
+  bool split = x.ndim() == 4 && x.shape(0) == b && x.shape(1) == heads && x.shape(2) == 1 && x.shape(3) == d;
+  bool packed = x.ndim() == 3 && x.shape(0) == b && x.shape(1) == 1 && x.shape(2) == heads * d;
+  if (!split && !packed) throw bridge_error(std::string(what) + " must be [B, H, 1, D] or [B, 1, H * D]");
+}
+
+/* x row-major without an operation where it is one already by construction: the output of a
+ * custom kernel (MLX allocates those row-major) or an evaluated row-contiguous array. For kernels
+ * that take their inputs as they are (the in-place writes). */
+mx::array row_major(const mx::array &x, mx::StreamOrDevice dev) {
+  if (x.has_primitive() && !std::strcmp(x.primitive().name(), "CustomKernel")) return x;
+  if (x.is_available() && x.flags().row_contiguous) return x;
+  return mx::contiguous(x, false, dev);
 }
 
 bool is_cuda_gpu(const mlxb_scope *s) {
@@ -375,51 +409,51 @@ bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t 
 }
 
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
-                                  const mlxb_array *lengths, float scale, float softcap, int64_t window,
-                                  const mlxb_rope *rope, const mlxb_array *after) {
+                                  const mlxb_array *lengths, int64_t length_add, float scale, float softcap,
+                                  int64_t window, const mlxb_rope *rope, const mlxb_array *after) {
   return guard(s, "mlxb_decode_attention", [&] {
     const mx::array &qa = arr(q), &ka = arr(k), &va = arr(v), &la = arr(lengths);
-    if (qa.ndim() != 4 || ka.ndim() != 4 || va.ndim() != 4 || qa.shape(2) != 1)
-      throw bridge_error("decode attention takes q [B, Hq, 1, D] and k, v [B, Hkv, S, D]");
-    int b = qa.shape(0), hq = qa.shape(1), d = qa.shape(3), hkv = ka.shape(1), len = ka.shape(2);
-    if (ka.shape(0) != b || va.shape(0) != b || va.shape(1) != hkv || va.shape(2) != len || ka.shape(3) != d ||
-        va.shape(3) != d || hkv <= 0 || hq % hkv || d > DECODE_MAX_HEAD || la.size() != static_cast<size_t>(b))
+    if (ka.ndim() != 4 || va.ndim() != 4 || (qa.ndim() != 4 && qa.ndim() != 3))
+      throw bridge_error("decode attention takes q [B, Hq, 1, D] or [B, 1, Hq * D] and k, v [B, Hkv, S, D]");
+    int b = ka.shape(0), hkv = ka.shape(1), len = ka.shape(2), d = ka.shape(3);
+    int hq = qa.ndim() == 4 ? qa.shape(1) : (d > 0 ? qa.shape(2) / d : 0);
+    check_step_rows(qa, b, hq, d, "decode attention: q");
+    if (va.shape() != ka.shape() || hkv <= 0 || hq <= 0 || hq % hkv || d > DECODE_MAX_HEAD)
       throw bridge_error("decode attention: shapes do not fit");
     if (!is_cuda_gpu(s)) throw bridge_error("decode attention runs on MLX's CUDA backend only");
     mx::Dtype t = qa.dtype();
     auto dev = scope_dev(s);
     mx::array kk = mx::astype(ka, t, dev), vv = mx::astype(va, t, dev);
-    /* the kernel reads lengths of any integer type (no cast in the graph) */
-    mx::array lens = mx::reshape(mx::issubdtype(la.dtype(), mx::integer) ? la : mx::astype(la, mx::int64, dev), {b}, dev);
     mx::array params = mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32);
     rope_inputs r = rope_for(rope, b, d, t, dev);
     int threads = DECODE_WARPS * 32;
     auto outs = run_cuda_kernel(decode_attention_kernel,
-        {mx::reshape(qa, {b * hq * d}, dev), kk, vv, lens, params, r.pos, r.cos, r.sin,
-         after ? arr(after) : mx::zeros({1}, mx::int32, dev)},
+        {qa, kk, vv, per_sequence(la, b, "decode attention: lengths", dev), params, r.pos, r.cos, r.sin,
+         after ? arr(after) : mx::array({0}, {1}, mx::int32)},
         {qa.shape()}, {t},
         {b * hq * threads, 1, 1}, {threads, 1, 1},
         {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)},
          {"WINDOW", static_cast<int>(window > 0 && window < len ? window : 0)}, {"ROT", r.dims},
-         {"INTER", r.interleaved}}, s);
+         {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode attention")}, {"POS_ADD", r.add}},
+        s);
     return outs.at(0);
   });
 }
 
 int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_array *past_v, const mlxb_array *k,
-                          const mlxb_array *v, const mlxb_array *at_positions, int64_t plen, const mlxb_rope *rope,
-                          mlxb_array **present_k, mlxb_array **present_v) {
+                          const mlxb_array *v, const mlxb_array *at_positions, int64_t at_add, int64_t plen,
+                          const mlxb_rope *rope, mlxb_array **present_k, mlxb_array **present_v) {
   if (present_k) *present_k = nullptr;
   if (present_v) *present_v = nullptr;
   return guard_status(s, "mlxb_decode_kv_append", [&] {
     if (!present_k || !present_v) throw null_arg{};
     const mx::array &pk = arr(past_k), &pv = arr(past_v), &ka = arr(k), &va = arr(v), &at = arr(at_positions);
-    if (ka.ndim() != 4 || ka.shape(2) != 1 || va.shape() != ka.shape() || pk.ndim() != 4 || pv.shape() != pk.shape() ||
-        pk.shape(0) != ka.shape(0) || pk.shape(1) != ka.shape(1) || pk.shape(3) != ka.shape(3))
-      throw bridge_error("kv append takes past k, v [B, Hkv, P, D] and the new rows [B, Hkv, 1, D]");
-    int b = ka.shape(0), hkv = ka.shape(1), d = ka.shape(3);
-    if (plen < pk.shape(2) || plen > std::numeric_limits<int>::max() || d > DECODE_MAX_HEAD ||
-        at.size() != static_cast<size_t>(b))
+    if (pk.ndim() != 4 || pv.shape() != pk.shape())
+      throw bridge_error("kv append takes past k, v [B, Hkv, P, D] and the new rows");
+    int b = pk.shape(0), hkv = pk.shape(1), d = pk.shape(3);
+    check_step_rows(ka, b, hkv, d, "kv append: k");
+    check_step_rows(va, b, hkv, d, "kv append: v");
+    if (plen < pk.shape(2) || plen > std::numeric_limits<int>::max() || d > DECODE_MAX_HEAD)
       throw bridge_error("kv append: shapes do not fit");
     if (!is_cuda_gpu(s)) throw bridge_error("kv append runs on MLX's CUDA backend only");
     mx::Dtype t = ka.dtype();
@@ -431,11 +465,12 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
     mx::Shape shape = {b, hkv, static_cast<int>(plen), d};
     auto outs = run_cuda_kernel(kv_append_kernel,
         {mx::astype(pk, t, dev), mx::astype(pv, t, dev), ka, mx::astype(va, t, dev),
-         mx::reshape(mx::issubdtype(at.dtype(), mx::integer) ? at : mx::astype(at, mx::int64, dev), {b}, dev),
-         mx::array({static_cast<int>(plen)}, {1}, mx::int32),
+         per_sequence(at, b, "kv append: positions", dev), mx::array({static_cast<int>(plen)}, {1}, mx::int32),
          r.pos, r.cos, r.sin},
         {shape, shape}, {t, t}, {static_cast<int>(n), 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}}, s);
+        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}, {"AT_ADD", small_offset(at_add, "kv append")},
+         {"POS_ADD", r.add}},
+        s);
     *present_k = scope_keep(s, outs.at(0));
     *present_v = scope_keep(s, outs.at(1));
   });
@@ -443,16 +478,17 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
 
 mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const mlxb_array *cache_v,
                                   const mlxb_array *k, const mlxb_array *v, const mlxb_array *at_positions,
-                                  const mlxb_rope *rope) {
+                                  int64_t at_add, const mlxb_rope *rope) {
   return guard(s, "mlxb_decode_kv_write", [&] {
     const mx::array &ck = arr(cache_k), &cv = arr(cache_v), &ka = arr(k), &va = arr(v), &at = arr(at_positions);
-    if (ka.ndim() != 4 || ka.shape(2) != 1 || va.shape() != ka.shape() || ck.ndim() != 4 || cv.shape() != ck.shape() ||
-        ck.shape(0) != ka.shape(0) || ck.shape(1) != ka.shape(1) || ck.shape(3) != ka.shape(3))
-      throw bridge_error("kv write takes caches k, v [B, Hkv, L, D] and the new rows [B, Hkv, 1, D]");
+    if (ck.ndim() != 4 || cv.shape() != ck.shape())
+      throw bridge_error("kv write takes caches k, v [B, Hkv, L, D] and the new rows");
+    int b = ck.shape(0), hkv = ck.shape(1), d = ck.shape(3);
+    check_step_rows(ka, b, hkv, d, "kv write: k");
+    check_step_rows(va, b, hkv, d, "kv write: v");
     if (ck.dtype() != ka.dtype() || cv.dtype() != ka.dtype() || va.dtype() != ka.dtype())
       throw bridge_error("kv write: the caches and the new rows must share one dtype (no copy may take the writes)");
-    int b = ka.shape(0), hkv = ka.shape(1), d = ka.shape(3);
-    if (d > DECODE_MAX_HEAD || at.size() != static_cast<size_t>(b)) throw bridge_error("kv write: shapes do not fit");
+    if (d > DECODE_MAX_HEAD) throw bridge_error("kv write: shapes do not fit");
     if (!is_cuda_gpu(s)) throw bridge_error("kv write runs on MLX's CUDA backend only");
     mx::Dtype t = ka.dtype();
     auto dev = scope_dev(s);
@@ -462,11 +498,12 @@ mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const
     int64_t grid = (n + threads - 1) / threads * threads;
     if (grid > std::numeric_limits<int>::max()) throw bridge_error("kv write: too many rows for one launch");
     auto outs = run_cuda_kernel(kv_write_kernel,
-        {ck, cv, mx::contiguous(ka, false, dev), mx::contiguous(va, false, dev),
-         mx::reshape(mx::issubdtype(at.dtype(), mx::integer) ? at : mx::astype(at, mx::int64, dev), {b}, dev),
-         r.pos, r.cos, r.sin},
+        {ck, cv, row_major(ka, dev), row_major(va, dev), per_sequence(at, b, "kv write: positions", dev), r.pos,
+         r.cos, r.sin},
         {{1}}, {mx::int32}, {static_cast<int>(grid), 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}}, s);
+        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}, {"AT_ADD", small_offset(at_add, "kv write")},
+         {"POS_ADD", r.add}},
+        s);
     return outs.at(0);
   });
 }
@@ -488,8 +525,9 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
     const mx::array &xa = arr(x);
     if (!mlxb_qgemv_available(s, from_mx(xa.dtype()), bits, group_size))
       throw bridge_error("quantized GEMV: not available for this dtype, packing or device");
-    if (xa.ndim() != 2) throw bridge_error("quantized GEMV takes x [M, K]");
-    int m = xa.shape(0), k = xa.shape(1);
+    if (xa.ndim() < 1) throw bridge_error("quantized GEMV takes x [..., K]");
+    int k = xa.shape(-1);
+    int64_t m = k > 0 ? static_cast<int64_t>(xa.size()) / k : 0;
     if (m < 1 || m > 65535 || k % group_size) throw bridge_error("quantized GEMV: shapes do not fit");
     std::vector<mx::array> inputs = {xa};
     std::vector<mx::Shape> shapes;
@@ -506,7 +544,9 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
           sa.shape(1) != k / group_size || n < 1)
         throw bridge_error("quantized GEMV: shapes do not fit");
       inputs.insert(inputs.end(), {wa, sa, ba});
-      shapes.push_back(i < n_sets ? mx::Shape{m, n} : mx::Shape{1});
+      mx::Shape shape = xa.shape(); /* x's leading axes: no reshape on either side of the launch */
+      shape.back() = n;
+      shapes.push_back(i < n_sets ? shape : mx::Shape{1});
       if (i < n_sets) rows += n;
     }
     int biased = 0;
@@ -528,7 +568,7 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
     int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
     if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
     auto outs = run_cuda_kernel(qgemv_kernel, inputs, shapes, {xa.dtype(), xa.dtype(), xa.dtype()},
-                                {static_cast<int>(blocks * threads), m, 1}, {threads, 1, 1},
+                                {static_cast<int>(blocks * threads), static_cast<int>(m), 1}, {threads, 1, 1},
                                 {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size},
                                  {"WARPS", static_cast<int>(WARPS)}, {"LANES", lanes}, {"SETS", n_sets},
                                  {"BIASED", biased}},
@@ -557,15 +597,16 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
     const mx::array &xa = arr(x), &ga = arr(gamma);
     if (!mlxb_rms_norm_fused_available(s, from_mx(xa.dtype())))
       throw bridge_error("fused RMS norm: not available for this dtype or device");
-    if (xa.ndim() != 2 || ga.ndim() != 1 || ga.shape(0) != xa.shape(1) || xa.shape(0) < 1 || xa.shape(1) < 1)
-      throw bridge_error("fused RMS norm takes x [R, H] and gamma [H]");
-    int rows = xa.shape(0), h = xa.shape(1);
+    if (xa.ndim() < 1 || ga.ndim() != 1 || ga.shape(0) != xa.shape(-1) || xa.size() == 0)
+      throw bridge_error("fused RMS norm takes x [..., H] and gamma [H]");
+    int h = xa.shape(-1);
+    int64_t rows = static_cast<int64_t>(xa.size()) / h;
     mx::Dtype t = xa.dtype();
     auto dev = scope_dev(s);
     mx::array sk = skip ? arr(skip) : xa, bi = bias ? arr(bias) : ga;
-    if (sk.ndim() != 2 || sk.shape(1) != h || sk.shape(0) < 1 || rows % sk.shape(0) || bi.ndim() != 1 ||
-        bi.shape(0) != h)
-      throw bridge_error("fused RMS norm: skip [R or a divisor of R, H] and bias [H]");
+    int64_t skip_rows = sk.size() / h;
+    if (sk.ndim() < 1 || sk.shape(-1) != h || skip_rows < 1 || rows % skip_rows || bi.ndim() != 1 || bi.shape(0) != h)
+      throw bridge_error("fused RMS norm: skip [..., H] of R rows or a divisor of R, and bias [H]");
     /* a thread per element up to a full block: one row (a decode step) is one block, and its loads
      * are all in flight at once rather than a few per thread in turn */
     int threads = std::min(1024, (h + 31) / 32 * 32);
@@ -573,8 +614,11 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
     auto outs = run_cuda_kernel(rms_norm_kernel,
         {xa, mx::astype(sk, t, dev), mx::astype(bi, t, dev), mx::astype(ga, t, dev),
          mx::array({eps}, {1}, mx::float32)},
-        {{rows, h}, want_sum ? mx::Shape{rows, h} : mx::Shape{1}}, {t, t}, {rows * threads, 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HAS_SKIP", skip != nullptr}, {"HAS_BIAS", bias != nullptr}, {"WRITE_SUM", want_sum}}, s);
+        {xa.shape(), want_sum ? xa.shape() : mx::Shape{1}}, {t, t}, {static_cast<int>(rows * threads), 1, 1},
+        {threads, 1, 1},
+        {{"T", t}, {"HAS_SKIP", skip != nullptr}, {"HAS_BIAS", bias != nullptr}, {"WRITE_SUM", want_sum},
+         {"SKIP_RANK", static_cast<int>(sk.ndim())}},
+        s);
     *y = scope_keep(s, outs.at(0));
     if (want_sum) *sum = scope_keep(s, outs.at(1));
   });
@@ -592,7 +636,7 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
       std::vector<mx::Dtype> outputs;
       cuda_template_args targs;
     };
-    std::vector<mx::array> qkv = {z({1, 896}, h)};
+    std::vector<mx::array> qkv = {z({1, 1, 896}, h)};
     for (int set = 0; set < MLXB_QGEMV_MAX_SETS; set++)
       qkv.insert(qkv.end(), {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)});
     qkv.insert(qkv.end(), {z({128}, h), z({1, 896}, h), z({128}, h)});
@@ -601,17 +645,21 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
     std::vector<mx::array> past = {z({1, 2, 255, 64}, h), z({1, 2, 255, 64}, h), z({1, 2, 1, 64}, h),
                                    z({1, 2, 1, 64}, h), z({1}, i64), z({1}, mx::int32), z({1}, i64),
                                    z({4096, 32}, h), z({4096, 32}, h)};
-    std::vector<mx::array> attn = {z({896}, h), z({1, 2, 256, 64}, h), z({1, 2, 256, 64}, h), z({1}, i64),
+    std::vector<mx::array> attn = {z({1, 1, 896}, h), z({1, 2, 256, 64}, h), z({1, 2, 256, 64}, h), z({1}, i64),
                                    z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32)};
-    std::vector<mx::array> norm = {z({1, 896}, h), z({1, 896}, h), z({896}, h), z({896}, h), z({1}, f)};
+    std::vector<mx::array> norm = {z({1, 1, 896}, h), z({1, 1, 896}, h), z({896}, h), z({896}, h), z({1}, f)};
     std::vector<sample> samples = {
         {&qgemv_kernel, qkv, {h, h, h},
          {{"T", h}, {"BITS", 4}, {"GROUP", 32}, {"WARPS", 4}, {"LANES", 8}, {"SETS", 3}, {"BIASED", 5}}},
-        {&rms_norm_kernel, norm, {h, h}, {{"T", h}, {"HAS_SKIP", true}, {"HAS_BIAS", false}, {"WRITE_SUM", true}}},
+        {&rms_norm_kernel, norm, {h, h},
+         {{"T", h}, {"HAS_SKIP", true}, {"HAS_BIAS", false}, {"WRITE_SUM", true}, {"SKIP_RANK", 3}}},
         {&decode_attention_kernel, attn, {h},
-         {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false}}},
-        {&kv_append_kernel, past, {h, h}, {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}}},
-        {&kv_write_kernel, cache, {mx::int32}, {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}}},
+         {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}}},
+        {&kv_append_kernel, past, {h, h},
+         {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
+        {&kv_write_kernel, cache, {mx::int32},
+         {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
     };
     for (const sample &x : samples) {
       std::string error;

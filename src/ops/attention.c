@@ -631,6 +631,20 @@ static mlxb_array *gqa_present(mlxb_scope *s, mlxb_array *past, mlxb_array *fres
 }
 
 /* Splits the query (and packed QKV) into BNSH q, k, v. */
+/* Separate query, key and value [B, S, N * H] of widths that fit the head counts. */
+static int gqa_check_widths(op_ctx *c, int64_t heads, int64_t kv_heads) {
+  mlxb_array *query = op_input(c, 0), *key = op_input(c, 1), *value = op_input(c, 2);
+  int64_t seq = mlxb_dim(query, 1), hidden = mlxb_dim(query, 2);
+  if (!key || !value || mlxb_ndim(key) != 3 || mlxb_ndim(value) != 3)
+    return op_fail(c, "key and value must be 3-D when given");
+  if (hidden % heads || mlxb_dim(key, 2) != kv_heads * (hidden / heads) || mlxb_dim(value, 2) != mlxb_dim(key, 2))
+    return op_fail(c, "query/key/value widths do not fit num_heads/kv_num_heads");
+  if (mlxb_dim(key, 1) != seq || mlxb_dim(value, 1) != seq || mlxb_dim(key, 0) != mlxb_dim(query, 0) ||
+      mlxb_dim(value, 0) != mlxb_dim(query, 0))
+    return op_fail(c, "key/value batch and sequence length must equal the query's (shared KV is not supported)");
+  return 0;
+}
+
 static int gqa_split(op_ctx *c, int64_t heads, int64_t kv_heads, mlxb_array **q, mlxb_array **k, mlxb_array **v) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *query = op_input(c, 0);
@@ -645,22 +659,20 @@ static int gqa_split(op_ctx *c, int64_t heads, int64_t kv_heads, mlxb_array **q,
     *v = attn_slice_axis(s, qkv, 1, heads + kv_heads, all);
     return op_check(c);
   }
+  if (gqa_check_widths(c, heads, kv_heads)) return -1;
   mlxb_array *key = op_input(c, 1), *value = op_input(c, 2);
-  if (hidden % heads || mlxb_dim(key, 2) != kv_heads * (hidden / heads) || mlxb_dim(value, 2) != mlxb_dim(key, 2))
-    return op_fail(c, "query/key/value widths do not fit num_heads/kv_num_heads");
-  if (mlxb_dim(key, 1) != seq || mlxb_dim(value, 1) != seq)
-    return op_fail(c, "key/value sequence length must equal the query's (shared KV is not supported)");
   *q = attn_to_bnsh(s, query, heads);
   *k = attn_to_bnsh(s, key, kv_heads);
   *v = attn_to_bnsh(s, value, kv_heads);
   return op_check(c);
 }
 
-/* Rotates q and k in place by the positions ORT uses: position_ids when given, else s on the
- * first prompt and past_b + s afterwards. */
 /* The rotary caches checked, and the positions [B, S] ORT rotates by (position_ids, else
- * past_b + s, or s on the first prompt) range-checked against them; NULL after op_fail. */
-static mlxb_array *gqa_rope_positions(op_ctx *c, int64_t b, int64_t seq, int64_t h, mlxb_array *past_b) {
+ * past_b + s, or s on the first prompt) range-checked against them; NULL after op_fail. For a
+ * one-token step whose kernels read one position per sequence from any shape (per_sequence),
+ * past_b itself serves. */
+static mlxb_array *gqa_rope_positions(op_ctx *c, int64_t b, int64_t seq, int64_t h, mlxb_array *past_b,
+                                      bool per_sequence) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8), *pos = op_input(c, 9);
   if (!cos || !sin || mlxb_ndim(cos) != 2 || mlxb_ndim(sin) != 2 || mlxb_dim(sin, 0) != mlxb_dim(cos, 0) ||
@@ -677,7 +689,7 @@ static mlxb_array *gqa_rope_positions(op_ctx *c, int64_t b, int64_t seq, int64_t
     snprintf(data, sizeof data, "v%d+1-%lld+iota", n->inputs[5], (long long)seq);
   else
     snprintf(data, sizeof data, "iota%lld", (long long)seq);
-  if (!pos && past_b && seq == 1) pos = mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2);
+  if (!pos && past_b && seq == 1) pos = per_sequence ? past_b : mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2);
   if (!pos) {
     pos = op_util_iota(s, 0, seq, 1, 2, MLXB_I64);
     if (past_b) pos = mlxb_binary(s, MLXB_ADD, pos, mlxb_reshape(s, past_b, (int64_t[]){b, 1}, 2));
@@ -688,7 +700,7 @@ static mlxb_array *gqa_rope_positions(op_ctx *c, int64_t b, int64_t seq, int64_t
 static int gqa_rotary(op_ctx *c, mlxb_array **q, mlxb_array **k, mlxb_array *past_b, int64_t seq) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8);
-  mlxb_array *pos = gqa_rope_positions(c, mlxb_dim(*q, 0), seq, mlxb_dim(*q, 3), past_b);
+  mlxb_array *pos = gqa_rope_positions(c, mlxb_dim(*q, 0), seq, mlxb_dim(*q, 3), past_b, false);
   if (!pos) return -1;
   int64_t half = mlxb_dim(cos, 1);
   int axis = 1;
@@ -727,13 +739,15 @@ static mlxb_array *gqa_keep(op_ctx *c, mlxb_array *past_b, mlxb_array *total_b, 
 /* A one-token step after a past as two kernels where MLX has them (its CUDA backend): the
  * present cache with the new (rotated) key row written in, and decode attention that rotates the
  * query itself. The same rules as the composed form: positions past_b (or position_ids) checked
- * against the caches, present rows [0, past_b) from the past buffer, zeros after the new row. */
-static bool gqa_step_fits(op_ctx *c, mlxb_array *q, mlxb_array *v, int64_t seq, mlxb_array *past_b) {
+ * against the caches, present rows [0, past_b) from the past buffer, zeros after the new row. The
+ * kernels take q, k and v as the node's inputs ([B, 1, N * H]), read seqlens_k as it comes (past_b
+ * = seqlens_k, the total length seqlens_k + 1) and give the output in the query's shape: a decode
+ * step's cost is its operation count, and no reshape, cast or add is needed around them. */
+static bool gqa_step_fits(op_ctx *c, mlxb_dtype t, int64_t h, int64_t hv, int64_t seq, bool has_past) {
   const ir_node *n = op_node(c);
-  if (seq != 1 || !past_b || !op_input(c, 4) || op_has_input(c, 10) || op_has_input(c, 11)) return false;
+  if (seq != 1 || !has_past || !op_input(c, 4) || op_has_input(c, 10) || op_has_input(c, 11)) return false;
   if (attn_flag(n, "smooth_softmax", 0) || ir_attr_int(n, "qk_output", 0) != 0) return false;
-  int64_t h = mlxb_dim(q, 3);
-  return mlxb_dim(v, 3) == h && mlxb_decode_attention_available(op_scope(c), mlxb_type(q), h);
+  return hv == h && mlxb_decode_attention_available(op_scope(c), t, h);
 }
 
 /* onnxruntime-genai's shared KV buffer: the caller bound one device buffer as past and present of
@@ -745,35 +759,33 @@ static bool gqa_writes_in_place(op_ctx *c, mlxb_array *k, mlxb_array *v, int64_t
   return mlxb_dim(pk, 2) == plen && mlxb_type(pk) == mlxb_type(k) && mlxb_type(pv) == mlxb_type(v);
 }
 
-static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb_array *past_b,
-                    mlxb_array *total_b, int64_t plen) {
+static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb_array *seqlens, int64_t h,
+                    int64_t plen) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
-  int64_t b = mlxb_dim(q, 0), h = mlxb_dim(q, 3);
-  mlxb_array *at = mlxb_reshape(s, past_b, &b, 1);
   mlxb_rope rope = {0}, *rot = NULL;
   if (attn_flag(n, "do_rotary", 0)) {
-    mlxb_array *pos = gqa_rope_positions(c, b, 1, h, past_b);
+    mlxb_array *pos = gqa_rope_positions(c, mlxb_dim(q, 0), 1, h, seqlens, true);
     if (!pos) return -1;
     mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8);
-    pos = mlxb_reshape(s, pos, &b, 1);
     rope = (mlxb_rope){.cos = cos, .sin = sin, .positions = pos, .dims = 2 * mlxb_dim(cos, 1),
                        .interleaved = attn_flag(n, "rotary_interleaved", 0)};
     rot = &rope;
   }
   mlxb_array *present_k = NULL, *present_v = NULL, *written = NULL;
   if (gqa_writes_in_place(c, k, v, plen)) {
-    written = mlxb_decode_kv_write(s, op_input(c, 3), op_input(c, 4), k, v, at, rot);
+    written = mlxb_decode_kv_write(s, op_input(c, 3), op_input(c, 4), k, v, seqlens, 0, rot);
     present_k = mlxb_ref(s, op_input(c, 3));
     present_v = mlxb_ref(s, op_input(c, 4));
-  } else if (mlxb_decode_kv_append(s, op_input(c, 3), op_input(c, 4), k, v, at, plen, rot, &present_k, &present_v)) {
+  } else if (mlxb_decode_kv_append(s, op_input(c, 3), op_input(c, 4), k, v, seqlens, 0, plen, rot, &present_k,
+                                   &present_v)) {
     return op_check(c);
   }
   float softcap = ir_attr_float(n, "softcap", 0.0f);
   int64_t window = ir_attr_int(n, "local_window_size", -1);
-  mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, total_b, attn_contrib_scale(n, h), softcap,
+  mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, seqlens, 1, attn_contrib_scale(n, h), softcap,
                                         window, rot, written);
-  return attn_set_outputs(c, attn_from_bnsh(s, y), present_k, present_v, NULL);
+  return attn_set_outputs(c, y, present_k, present_v, NULL);
 }
 
 static int lower_gqa(op_ctx *c, const op_def *def) {
@@ -789,10 +801,13 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   int64_t b = mlxb_dim(query, 0), seq = mlxb_dim(query, 1);
   /* older exporters give seqlens_k as [batch, 1]; ORT only needs batch values */
   if ((int64_t)mlxb_size(seqlens) != b || mlxb_ndim(seqlens) > 2) return op_fail(c, "seqlens_k must be [batch]");
-  seqlens = mlxb_reshape(s, seqlens, &b, 1);
   mlxb_array *q = NULL, *k = NULL, *v = NULL;
-  if (gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
-  int64_t h = mlxb_dim(q, 3);
+  /* a step's kernels take separate q, k, v in the inputs' own shape */
+  bool step_rows = seq == 1 && op_has_input(c, 1);
+  if (step_rows ? gqa_check_widths(c, heads, kv_heads) : gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
+  if (step_rows) q = query, k = op_input(c, 1), v = op_input(c, 2);
+  int64_t h = step_rows ? mlxb_dim(query, 2) / heads : mlxb_dim(q, 3);
+  int64_t hv = step_rows ? mlxb_dim(v, 2) / kv_heads : mlxb_dim(v, 3);
   if (pk && (mlxb_ndim(pk) != 4 || mlxb_dim(pk, 1) != kv_heads || mlxb_dim(pk, 3) != h ||
              mlxb_dim(pv, 2) != mlxb_dim(pk, 2)))
     return op_fail(c, "past_key/past_value must be [batch, kv_num_heads, past, head_size]");
@@ -801,15 +816,16 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
    * seqlens_k[b] + 1 - S rows of the past buffer. */
   bool first = seq == tsl;
   /* each batch's total length seqlens_k + 1 fits the present buffer and holds the new rows */
-  int64_t plen0 = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
+  int64_t plen = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
   char seqlens_data[32];
   snprintf(seqlens_data, sizeof seqlens_data, "v%d", n->inputs[5]);
-  if (op_util_require_range_once(c, seqlens_data, seqlens, first ? 0 : seq - 1, plen0, "seqlens_k")) return -1;
+  if (op_util_require_range_once(c, seqlens_data, seqlens, first ? 0 : seq - 1, plen, "seqlens_k")) return -1;
+  if (step_rows && gqa_step_fits(c, t, h, hv, seq, pk && !first)) return gqa_step(c, q, k, v, seqlens, h, plen);
+  if (step_rows && gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
+  seqlens = mlxb_reshape(s, seqlens, &b, 1);
   mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, op_util_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
   mlxb_array *after = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);
   mlxb_array *past_b = pk && !first ? after : NULL;
-  int64_t plen = pk && mlxb_dim(pk, 2) > tsl ? mlxb_dim(pk, 2) : tsl;
-  if (gqa_step_fits(c, q, v, seq, past_b)) return gqa_step(c, q, k, v, past_b, total_b, plen);
   if (attn_flag(n, "do_rotary", 0)) {
     /* positions count from total_b - S even without a past buffer */
     if (gqa_rotary(c, &q, &k, first ? NULL : after, seq)) return -1;

@@ -62,11 +62,13 @@ static int lower_simplified_ln(op_ctx *c, const op_def *def) {
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x), ct = op_util_compute_type(t);
   if (!op_has_output(c, 1) && outer > 0 && inner > 0 && mlxb_rms_norm_fused_available(s, t)) {
+    /* rows over the last axis are x's own shape: no reshape on either side of the kernel */
+    bool last_axis = axis == rank - 1;
     mlxb_array *y = NULL;
-    if (mlxb_rms_norm_fused(s, op_util_reshape2(s, x, outer, inner), NULL, NULL, mlxb_reshape(s, scale, &inner, 1), eps,
-                            false, &y, NULL))
+    if (mlxb_rms_norm_fused(s, last_axis ? x : op_util_reshape2(s, x, outer, inner), NULL, NULL,
+                            mlxb_reshape(s, scale, &inner, 1), eps, false, &y, NULL))
       return op_check(c);
-    return op_set_output(c, 0, mlxb_reshape(s, y, dims, rank));
+    return op_set_output(c, 0, last_axis ? y : mlxb_reshape(s, y, dims, rank));
   }
   mlxb_array *x2 = op_util_cast(s, op_util_reshape2(s, x, outer, inner), ct);
   if (!op_has_output(c, 1) && ct == MLXB_F32) { /* MLX's fused RMS norm: the same formula, one kernel */
@@ -110,18 +112,15 @@ static bool claim_skip_ln(claim_ctx *c, const op_def *def) {
 static int lower_skip_rms_fused(op_ctx *c, mlxb_array *x, mlxb_array *skip, mlxb_array *bias, mlxb_array *gamma,
                                 float eps) {
   mlxb_scope *s = op_scope(c);
-  int64_t dims[3], h = mlxb_dim(x, -1);
-  int rank = mlxb_ndim(x);
-  mlxb_shape(x, dims);
-  int64_t rows = (int64_t)mlxb_size(x) / h, skip_rows = (int64_t)mlxb_size(skip) / h;
+  int64_t h = mlxb_dim(x, -1);
   bool want_sum = op_has_output(c, SLN_OUT_SUM);
   mlxb_array *y = NULL, *sum = NULL;
-  if (mlxb_rms_norm_fused(s, op_util_reshape2(s, x, rows, h), op_util_reshape2(s, skip, skip_rows, h),
-                          bias ? mlxb_reshape(s, bias, &h, 1) : NULL, mlxb_reshape(s, gamma, &h, 1), eps, want_sum, &y,
-                          &sum))
+  /* the kernel takes x and skip in their own shapes (rows: every axis but the last) */
+  if (mlxb_rms_norm_fused(s, x, skip, bias ? mlxb_reshape(s, bias, &h, 1) : NULL, mlxb_reshape(s, gamma, &h, 1), eps,
+                          want_sum, &y, &sum))
     return op_check(c);
-  if (op_set_output(c, SLN_OUT_Y, mlxb_reshape(s, y, dims, rank))) return -1;
-  return want_sum ? op_set_output(c, SLN_OUT_SUM, mlxb_reshape(s, sum, dims, rank)) : 0;
+  if (op_set_output(c, SLN_OUT_Y, y)) return -1;
+  return want_sum ? op_set_output(c, SLN_OUT_SUM, sum) : 0;
 }
 
 /* ORT's SkipLayerNorm: s = input + skip (+ bias); mean = sum(s) / H, root = sqrt(sum(s^2) / H

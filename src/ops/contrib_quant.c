@@ -260,9 +260,8 @@ static bool mnb_takes_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool in
 static mlxb_array *mnb_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *scales, mlxb_array *zp) {
   mlxb_scope *s = op_scope(c);
   mnb_prepared m = mnb_weights(c, a, scales, zp);
-  int64_t rows = (int64_t)mlxb_size(x) / a->k;
-  mlxb_array *x2 = pad_last(s, op_util_reshape2(s, x, rows, a->k), a->k_blocks * a->block);
-  return mlxb_qgemv(s, x2, m.w, m.scales, m.biases, mnb_group(a), (int)a->bits);
+  /* the kernel takes A's leading axes as rows and gives them back: no reshape around it */
+  return mlxb_qgemv(s, pad_last(s, x, a->k_blocks * a->block), m.w, m.scales, m.biases, mnb_group(a), (int)a->bits);
 }
 
 /* ---- computed ahead: sibling projections together, bias adds folded in -----------------------
@@ -339,8 +338,8 @@ static const ir_node *mnb_bias_add(const op_ctx *c, const ir_node *n, int64_t ou
 
 /* Computes this node's group (and the bias adds folded into it) for a few rows: returns this
  * node's output after handing the others theirs, or NULL with nothing recorded when the node
- * computes alone (no sibling, no bias add). x2 is A as [rows, Kp]. */
-static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x2, const int64_t *out_dims,
+ * computes alone (no sibling, no bias add). xp is A padded to Kp columns, in A's shape. */
+static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const int64_t *out_dims,
                                     int rank) {
   if (!op_can_compute_for(c) || !op_prepared(c)) return NULL;
   const ir_node *group[MLXB_QGEMV_MAX_SETS], *adds[MLXB_QGEMV_MAX_SETS] = {0};
@@ -356,12 +355,14 @@ static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x
   }
   if (n < 2 && !folded) return NULL;
   mlxb_scope *s = op_scope(c);
-  mlxb_dtype t = mlxb_type(x2);
+  mlxb_dtype t = mlxb_type(xp);
   if (mlxb_qgemv_available(s, t, (int)a->bits, mnb_group(a))) {
-    if (mlxb_qgemv_sets(s, x2, n, w, sc, bi, (const mlxb_array *const *)bias, mnb_group(a), (int)a->bits, outs))
+    /* in A's shape and out in the outputs': no reshape around the launch */
+    if (mlxb_qgemv_sets(s, xp, n, w, sc, bi, (const mlxb_array *const *)bias, mnb_group(a), (int)a->bits, outs))
       return op_check(c), NULL;
   } else {
-    mlxb_array *xf = op_util_cast(s, x2, MLXB_F32);
+    int64_t rows = (int64_t)mlxb_size(xp) / mlxb_dim(xp, -1);
+    mlxb_array *xf = op_util_cast(s, op_util_reshape2(s, xp, rows, mlxb_dim(xp, -1)), MLXB_F32);
     for (int i = 0; i < n; i++) {
       outs[i] = op_util_cast(s, mnb_matmul_prepared(s, a, xf, m[i]), t);
       if (bias[i]) outs[i] = mlxb_binary(s, MLXB_ADD, outs[i], bias[i]); /* the Add's own lowering */
@@ -372,7 +373,7 @@ static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x
   mlxb_array *mine = NULL;
   for (int i = 0; i < n; i++) {
     dims[rank - 1] = outs[i] ? mlxb_dim(outs[i], -1) : 0;
-    mlxb_array *yi = outs[i] ? mlxb_reshape(s, outs[i], dims, rank) : NULL;
+    mlxb_array *yi = outs[i] ? mlxb_reshape(s, outs[i], dims, rank) : NULL; /* none when already so */
     if (!yi) return op_check(c), NULL;
     if (adds[i] && op_compute_for(c, adds[i], yi)) return NULL;
     if (i == me) mine = yi;
@@ -433,7 +434,7 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   bool int8_path = mnb_uses_int8(&a, b_const, has_gidx, op_input_dtype(c, MNB_ZP));
   int64_t rows = (int64_t)mlxb_size(x) / a.k;
   if (rows <= MNB_GEMV_MAX_ROWS && !int8_path && !has_gidx && !op_has_input(c, MNB_BIAS)) {
-    mlxb_array *y = mnb_output_ahead(c, &a, pad_last(s, op_util_reshape2(s, x, rows, a.k), kp), out_dims, rank);
+    mlxb_array *y = mnb_output_ahead(c, &a, pad_last(s, x, kp), out_dims, rank);
     if (y) return op_set_output(c, 0, y);
     if (op_check(c)) return -1;
   }
