@@ -76,10 +76,9 @@ cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release \
   -DORT_INCLUDE_DIR="$root/third_party/root/usr/include/onnxruntime" >/dev/null
 cmake --build "$root/build-gpu" -j "$(nproc)" --target onnxruntime_ep_mlx ep_mlx_oplist >/dev/null
 export ORT_EP_MLX_LIBRARY=$root/build-gpu/libonnxruntime_ep_mlx.so
-# The GPU suite runs with the EP's device memory (opt-in elsewhere). The per-machine kernel cache
-# (ORT_EP_MLX_KERNEL_CACHE=1) stays as the caller sets it: gpu_runbook.sh's kcache step turns it on
-# until it has run here, so that a fault in it does not hide in every other result.
-export ORT_EP_MLX_DEVICE_MEMORY=${ORT_EP_MLX_DEVICE_MEMORY:-1} ORT_EP_MLX_KERNEL_CACHE=${ORT_EP_MLX_KERNEL_CACHE:-0}
+# The GPU suite runs with the EP's device memory (opt-in elsewhere) and the per-machine kernel
+# cache (the default; ORT_EP_MLX_KERNEL_CACHE=0 from the caller runs MLX's JIT instead).
+export ORT_EP_MLX_DEVICE_MEMORY=${ORT_EP_MLX_DEVICE_MEMORY:-1} ORT_EP_MLX_KERNEL_CACHE=${ORT_EP_MLX_KERNEL_CACHE:-1}
 cd "$root"
 python3 -c 'import onnxruntime as o; print("onnxruntime", o.__version__)'
 if [ -n "${GPU_BUILD_ONLY:-}" ]; then

@@ -52,6 +52,7 @@ if step profile; then
   for mode in io shared direct; do timeout 200 python3 bench/decode_kernels.py --mode "$mode" --top 15 >> "$log" 2>&1; done
 fi
 if step kcache; then
+  kcache_before=$ORT_EP_MLX_KERNEL_CACHE
   export ORT_EP_MLX_KERNEL_CACHE=1
   for i in 1 2; do
     timeout 60 python3 bench/decode_probe.py --mode shared --steps 16 --loops 1 2>&1 | grep -E "loop" >> "$log"
@@ -59,7 +60,7 @@ if step kcache; then
   echo "cubins kept: $(ls "$MLX_PTX_CACHE_DIR" | grep -c 'ort_ep_mlx.*cubin$')" >> "$log"
   pytest_q 200 -n 8 tests/test_ops_contrib_norm.py tests/test_ops_contrib_quant.py tests/test_device_memory.py \
     tests/test_ops_attention.py -k "simplified or skip or nbits or gqa or device or shared or computed"
-  export ORT_EP_MLX_KERNEL_CACHE=0
+  export ORT_EP_MLX_KERNEL_CACHE=${kcache_before:-1}
 fi
 if step graphs; then
   for g in 1 0 1 0; do

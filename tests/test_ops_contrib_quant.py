@@ -215,6 +215,63 @@ def test_matmul_nbits_computed_ahead(tmp_path, dtype, rows):
         assert stats["computed_ahead"] == 0, stats
 
 
+def _cuda_gemv():
+    """Whether the EP's GEMV kernels run here (MLX's CUDA backend)."""
+    import mlx.core as mx
+    return mx.cuda.is_available()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("form", ["plain", "swapped", "gate_bias"])
+def test_matmul_nbits_gated_mlp(tmp_path, dtype, rows, form):
+    """A gated MLP (Qwen/Llama): gate and up MatMulNBits of one A, then Sigmoid(gate), gate times
+    that, and that times up. On MLX's CUDA backend the first projection computes the pair and the
+    three activation nodes in one GEMV launch (mlxb_qgemv_swiglu), each rounded as its node would;
+    elsewhere the pair as siblings and the activations as nodes. "swapped": up comes first in node
+    order and every Mul has its operands the other way round; "gate_bias": the gate has a constant
+    bias Add folded in. The Sigmoid's and the first Mul's results are read elsewhere too, so every
+    intermediate is checked against ORT's CPU EP."""
+    k, n, block, bits = 128, 48, 32, 4
+    rng = np.random.default_rng(23)
+    kb = k // block
+    t = onnx_type(np.zeros(1, dtype))
+    consts, nodes = [], []
+    order = ("u", "g") if form == "swapped" else ("g", "u")
+    for name in order:
+        consts.append((f"B_{name}", rng.integers(0, 256, size=(n, kb, block * bits // 8), dtype=np.uint8)))
+        consts.append((f"s_{name}", (rng.random((n, kb)) * 0.02 + 0.005).astype(dtype)))
+        nodes.append(helper.make_node("MatMulNBits", ["A", f"B_{name}", f"s_{name}"], [f"Y_{name}"], domain=MS, K=k,
+                                      N=n, bits=bits, block_size=block))
+    gate = "Y_g"
+    if form == "gate_bias":
+        consts.append(("bias_g", rng.standard_normal(n).astype(dtype)))
+        nodes.append(helper.make_node("Add", ["Y_g", "bias_g"], ["G"]))
+        gate = "G"
+    swap = form == "swapped"
+    nodes += [helper.make_node("Sigmoid", [gate], ["S"]),
+              helper.make_node("Mul", ["S", gate] if swap else [gate, "S"], ["M"]),
+              helper.make_node("Mul", ["Y_u", "M"] if swap else ["M", "Y_u"], ["P"]),
+              helper.make_node("Concat", ["P", "S", "M", "Y_u"], ["Y"], axis=-1)]
+    model = make_model(nodes, [("A", t, [1, rows, k])], [("Y", t, None)], consts, domains=[(MS, 1)])
+    feeds = {"A": (rng.standard_normal((1, rows, k)) * 2).astype(dtype)}
+    (want,) = run_cpu(model, feeds)
+    scale = float(np.abs(want.astype(np.float64)).max())
+    rtol, atol = (1e-2, 1e-3 * scale) if dtype == np.float16 else (1e-5, 2e-6 * scale)
+    report = tmp_path / "report.txt"
+    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
+    for run in range(3):  # eager, traced, replayed
+        (got,) = sess.run(None, feeds)
+        assert got.dtype == want.dtype and got.shape == want.shape == (1, rows, 4 * n)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
+                                   err_msg=f"run {run + 1}")
+    del sess
+    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+    # per lowering: the pair's sibling (and the gate's Add), plus the three activations with the kernel
+    per = 1 + (form == "gate_bias") + (3 if _cuda_gemv() else 0)
+    assert stats["computed_ahead"] > 0 and stats["computed_ahead"] % per == 0, (per, stats)
+
+
 @pytest.mark.parametrize("cond", [True, False])
 def test_matmul_nbits_in_if_branches(cond):
     """Constant weights from the enclosing graph inside control-flow bodies: each branch's node gets

@@ -52,10 +52,11 @@ KERNELS = {
         [("x", "T")] + [(f"{n}{i}", t) for i in range(3)
                         for n, t in (("w", "uint32_t"), ("scales", "float"), ("biases", "float"))]
                      + [("bias0", "T"), ("bias1", "T"), ("bias2", "T")],
-        [("out0", "T"), ("out1", "T"), ("out2", "T")],
-        [dict(T="__half", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=3, BIASED=5),
-         dict(T="float", BITS=2, GROUP=32, WARPS=4, LANES=16, SETS=1, BIASED=0),
-         dict(T="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4, LANES=32, SETS=2, BIASED=2)]),
+        [("out0", "T"), ("out1", "T"), ("out2", "T"), ("act0", "T"), ("act1", "T")],
+        [dict(T="__half", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=3, BIASED=5, SWIGLU=False),
+         dict(T="float", BITS=2, GROUP=32, WARPS=4, LANES=16, SETS=1, BIASED=0, SWIGLU=False),
+         dict(T="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4, LANES=32, SETS=2, BIASED=2, SWIGLU=False),
+         dict(T="__half", BITS=4, GROUP=32, WARPS=4, LANES=16, SETS=2, BIASED=1, SWIGLU=True)]),
     "rms_norm_source": (None,
         [("x", "T"), ("skip", "T"), ("bias", "T"), ("gamma", "T"), ("eps", "float")], [("y", "T"), ("sum", "T")],
         [dict(T="__half", HAS_SKIP=True, HAS_BIAS=False, WRITE_SUM=True, SKIP_RANK=2),

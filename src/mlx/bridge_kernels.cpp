@@ -158,7 +158,10 @@ const cuda_kernel_spec kv_append_kernel = {
  * 16-byte aligned (a view) takes the word-at-a-time loop. Up to SETS = 3 weight sets of one K
  * (sibling projections of one input: Q, K and V) share the launch, rows numbered across the sets,
  * each set writing its own output; a set may add a bias [N] to its rounded result (BIASED, one
- * bit per set) and round again: a following bias Add node's arithmetic, in the same launch. */
+ * bit per set) and round again: a following bias Add node's arithmetic, in the same launch. With
+ * SWIGLU, two sets of one N (gate, up) are computed row by row side by side, and the launch also
+ * writes Sigmoid(gate), gate * Sigmoid(gate) and that times up, each rounded to T: a gated MLP's
+ * activation nodes, in the same launch. */
 const char *qgemv_header = R"(
 // 8 consecutive activations as float32, read with 16-byte loads (p 16-byte aligned).
 template <typename T>
@@ -184,77 +187,103 @@ const char *qgemv_source = R"(
   const int lane = threadIdx.x % LANES;
   const int row = blockIdx.x * (WARPS * 32 / LANES) + threadIdx.x / LANES;
   const int m = blockIdx.y;
+  const T* xr = x + (size_t)m * K;
+  // x row m times weight row nn (live rows; the others take part in the shuffles only), summed
+  // over the LANES lanes of the row
+  auto dot = [&](const uint32_t* w, const float* scales, const float* biases, int nn, bool live) {
+    const uint32_t* wr = w + (size_t)nn * WORDS;
+    const float* sr = scales + (size_t)nn * G;
+    const float* br = biases + (size_t)nn * G;
+    float sum = 0.0f;
+    const bool aligned = ((reinterpret_cast<unsigned long long>(wr) | reinterpret_cast<unsigned long long>(xr)) & 15ull) == 0;
+    const int chunks = live && aligned ? WORDS / 4 : 0;
+#pragma unroll 2
+    for (int c = lane; c < chunks; c += LANES) {
+      const uint4 q4 = reinterpret_cast<const uint4*>(wr)[c];
+      const uint32_t words[4] = {q4.x, q4.y, q4.z, q4.w};
+      float acc = 0.0f, xs = 0.0f;
+      float part = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int k0 = (4 * c + i) * VPW;
+        float xf[VPW];
+        if constexpr (VPW % 8 == 0) {
+          for (int j = 0; j < VPW; j += 8) ort_ep_mlx_load8(xr + k0 + j, xf + j);
+        } else {
+          for (int j = 0; j < VPW; j++) xf[j] = static_cast<float>(xr[k0 + j]);
+        }
+        float a = 0.0f, s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < VPW; j++) {
+          const float q = __uint_as_float(((words[i] >> (j * BITS)) & MASK) | 0x4B000000u) - 8388608.0f;
+          a = fmaf(xf[j], q, a);
+          s += xf[j];
+        }
+        if (CHUNK_IN_GROUP) {
+          acc += a; xs += s;
+        } else {
+          part = fmaf(sr[k0 / GROUP], a, fmaf(br[k0 / GROUP], s, part));
+        }
+      }
+      if (CHUNK_IN_GROUP) {
+        const int g = (4 * c * VPW) / GROUP;
+        sum += fmaf(sr[g], acc, br[g] * xs) + part;
+      } else {
+        sum += part;
+      }
+    }
+    if (live) {
+      for (int i = 4 * chunks + lane; i < WORDS; i += LANES) {
+        const int k0 = i * VPW;
+        const float sc = sr[k0 / GROUP], bi = br[k0 / GROUP];
+        float part = 0.0f;
+#pragma unroll
+        for (int j = 0; j < VPW; j++) {
+          const float q = static_cast<float>((wr[i] >> (j * BITS)) & MASK);
+          part = fmaf(static_cast<float>(xr[k0 + j]), fmaf(sc, q, bi), part);
+        }
+        sum += part;
+      }
+    }
+#pragma unroll
+    for (int off = LANES / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    return sum;
+  };
+  // the rounded result of set `set`, its bias added and rounded again where BIASED says so
+  auto finish = [&](float sum, const T* bias, int set, int nn) {
+    T y = static_cast<T>(sum);
+    if ((BIASED >> set) & 1) y = static_cast<T>(static_cast<float>(y) + static_cast<float>(bias[nn]));
+    return y;
+  };
+  if (SWIGLU) {
+    // gate (set 0) and up (set 1) rows nn side by side: Sigmoid(gate), gate * that, and that * up,
+    // each rounded to T as the nodes it stands for would
+    const bool live = row < N0;
+    const int nn = live ? row : 0;
+    const float g = dot(w0, scales0, biases0, nn, live);
+    const float u = dot(w1, scales1, biases1, nn, live);
+    if (live && lane == 0) {
+      const size_t at = (size_t)m * N0 + nn;
+      const T gate = finish(g, bias0, 0, nn), up = finish(u, bias1, 1, nn);
+      const T sig = static_cast<T>(1.0f / (1.0f + expf(-static_cast<float>(gate))));
+      const T silu = static_cast<T>(static_cast<float>(gate) * static_cast<float>(sig));
+      out0[at] = gate;
+      out1[at] = up;
+      act0[at] = sig;
+      act1[at] = silu;
+      out2[at] = static_cast<T>(static_cast<float>(silu) * static_cast<float>(up));
+    }
+    return;
+  }
   const bool live = row < N0 + N1 + N2;
   const int set = !live || row < N0 ? 0 : row < N0 + N1 ? 1 : 2;
   const int N = set == 0 ? N0 : set == 1 ? N1 : N2;
   const int nn = !live ? 0 : set == 0 ? row : set == 1 ? row - N0 : row - N0 - N1;
-  const uint32_t* w = set == 0 ? w0 : set == 1 ? w1 : w2;
-  const float* scales = set == 0 ? scales0 : set == 1 ? scales1 : scales2;
-  const float* biases = set == 0 ? biases0 : set == 1 ? biases1 : biases2;
-  T* out = set == 0 ? out0 : set == 1 ? out1 : out2;
-  const T* bias = set == 0 ? bias0 : set == 1 ? bias1 : bias2;
-  const bool has_bias = (BIASED >> set) & 1;
-  const T* xr = x + (size_t)m * K;
-  const uint32_t* wr = w + (size_t)nn * WORDS;
-  const float* sr = scales + (size_t)nn * G;
-  const float* br = biases + (size_t)nn * G;
-  float sum = 0.0f;
-  const bool aligned = ((reinterpret_cast<unsigned long long>(wr) | reinterpret_cast<unsigned long long>(xr)) & 15ull) == 0;
-  const int chunks = live && aligned ? WORDS / 4 : 0;
-#pragma unroll 2
-  for (int c = lane; c < chunks; c += LANES) {
-    const uint4 q4 = reinterpret_cast<const uint4*>(wr)[c];
-    const uint32_t words[4] = {q4.x, q4.y, q4.z, q4.w};
-    float acc = 0.0f, xs = 0.0f;
-    float part = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int k0 = (4 * c + i) * VPW;
-      float xf[VPW];
-      if constexpr (VPW % 8 == 0) {
-        for (int j = 0; j < VPW; j += 8) ort_ep_mlx_load8(xr + k0 + j, xf + j);
-      } else {
-        for (int j = 0; j < VPW; j++) xf[j] = static_cast<float>(xr[k0 + j]);
-      }
-      float a = 0.0f, s = 0.0f;
-#pragma unroll
-      for (int j = 0; j < VPW; j++) {
-        const float q = __uint_as_float(((words[i] >> (j * BITS)) & MASK) | 0x4B000000u) - 8388608.0f;
-        a = fmaf(xf[j], q, a);
-        s += xf[j];
-      }
-      if (CHUNK_IN_GROUP) {
-        acc += a; xs += s;
-      } else {
-        part = fmaf(sr[k0 / GROUP], a, fmaf(br[k0 / GROUP], s, part));
-      }
-    }
-    if (CHUNK_IN_GROUP) {
-      const int g = (4 * c * VPW) / GROUP;
-      sum += fmaf(sr[g], acc, br[g] * xs) + part;
-    } else {
-      sum += part;
-    }
-  }
-  if (live) {
-    for (int i = 4 * chunks + lane; i < WORDS; i += LANES) {
-      const int k0 = i * VPW;
-      const float sc = sr[k0 / GROUP], bi = br[k0 / GROUP];
-      float part = 0.0f;
-#pragma unroll
-      for (int j = 0; j < VPW; j++) {
-        const float q = static_cast<float>((wr[i] >> (j * BITS)) & MASK);
-        part = fmaf(static_cast<float>(xr[k0 + j]), fmaf(sc, q, bi), part);
-      }
-      sum += part;
-    }
-  }
-#pragma unroll
-  for (int off = LANES / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  const float sum = dot(set == 0 ? w0 : set == 1 ? w1 : w2, set == 0 ? scales0 : set == 1 ? scales1 : scales2,
+                        set == 0 ? biases0 : set == 1 ? biases1 : biases2, nn, live);
   if (live && lane == 0) {
-    T y = static_cast<T>(sum);
-    if (has_bias) y = static_cast<T>(static_cast<float>(y) + static_cast<float>(bias[nn]));
-    out[(size_t)m * N + nn] = y;
+    T* out = set == 0 ? out0 : set == 1 ? out1 : out2;
+    out[(size_t)m * N + nn] = finish(sum, set == 0 ? bias0 : set == 1 ? bias1 : bias2, set, nn);
   }
 )";
 
@@ -262,7 +291,7 @@ const cuda_kernel_spec qgemv_kernel = {
     "ort_ep_mlx_qgemv",
     {"x", "w0", "scales0", "biases0", "w1", "scales1", "biases1", "w2", "scales2", "biases2", "bias0", "bias1",
      "bias2"},
-    {"out0", "out1", "out2"},
+    {"out0", "out1", "out2", "act0", "act1"},
     qgemv_source,
     qgemv_header,
     true};
@@ -515,65 +544,96 @@ bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group
   return float_type && packing && group_size >= 32 && group_size % 32 == 0;
 }
 
+namespace {
+
+/* One GEMV launch over n_sets weight sets (qgemv_source); with swiglu, two sets of one N (gate,
+ * up) and five results: gate, up, gate * Sigmoid(gate) * up, Sigmoid(gate), gate * Sigmoid(gate). */
+std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
+                                    const mlxb_array *const *scales, const mlxb_array *const *biases,
+                                    const mlxb_array *const *add, int group_size, int bits, bool swiglu) {
+  if (!x || !w || !scales || !biases) throw null_arg{};
+  if (n_sets < 1 || n_sets > MLXB_QGEMV_MAX_SETS) throw bridge_error("quantized GEMV: 1 to 3 weight sets");
+  const mx::array &xa = arr(x);
+  if (!mlxb_qgemv_available(s, from_mx(xa.dtype()), bits, group_size))
+    throw bridge_error("quantized GEMV: not available for this dtype, packing or device");
+  if (xa.ndim() < 1) throw bridge_error("quantized GEMV takes x [..., K]");
+  int k = xa.shape(-1);
+  int64_t m = k > 0 ? static_cast<int64_t>(xa.size()) / k : 0;
+  if (m < 1 || m > 65535 || k % group_size) throw bridge_error("quantized GEMV: shapes do not fit");
+  std::vector<mx::array> inputs = {xa};
+  std::vector<mx::Shape> shapes;
+  int64_t rows = 0;
+  for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
+    int set = i < n_sets ? i : 0; /* a launch always names three sets; the unused repeat the first */
+    if (!w[set] || !scales[set] || !biases[set]) throw null_arg{};
+    const mx::array &wa = arr(w[set]), &sa = arr(scales[set]), &ba = arr(biases[set]);
+    if (wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
+        sa.dtype() != mx::float32 || ba.dtype() != mx::float32)
+      throw bridge_error("quantized GEMV takes uint32 w [N, K * bits / 32], float32 scales and biases");
+    int n = wa.shape(0);
+    if (static_cast<int64_t>(wa.shape(1)) * 32 != static_cast<int64_t>(k) * bits || sa.shape(0) != n ||
+        sa.shape(1) != k / group_size || n < 1)
+      throw bridge_error("quantized GEMV: shapes do not fit");
+    inputs.insert(inputs.end(), {wa, sa, ba});
+    mx::Shape shape = xa.shape(); /* x's leading axes: no reshape on either side of the launch */
+    shape.back() = n;
+    shapes.push_back(i < n_sets || swiglu ? shape : mx::Shape{1});
+    if (i < n_sets) rows += n;
+  }
+  if (swiglu && (n_sets != 2 || arr(w[0]).shape(0) != arr(w[1]).shape(0)))
+    throw bridge_error("quantized GEMV: the gated form takes two sets of one N");
+  int biased = 0;
+  for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
+    if (i >= n_sets || !add || !add[i]) {
+      inputs.push_back(xa); /* not read */
+      continue;
+    }
+    const mx::array &b = arr(add[i]);
+    if (b.ndim() != 1 || b.shape(0) != arr(w[i]).shape(0))
+      throw bridge_error("quantized GEMV: a bias has one value per output");
+    inputs.push_back(mx::astype(b, xa.dtype(), scope_dev(s)));
+    biased |= 1 << i;
+  }
+  shapes.push_back(swiglu ? shapes[0] : mx::Shape{1});
+  shapes.push_back(swiglu ? shapes[0] : mx::Shape{1});
+  if (swiglu) rows = arr(w[0]).shape(0); /* a row computes both sets */
+  enum { WARPS = 4 }; /* small blocks: a 896-row projection still spreads over every multiprocessor */
+  int64_t chunks = static_cast<int64_t>(k) * bits / 128;
+  int lanes = chunks >= 96 ? 32 : chunks >= 48 ? 16 : 8;
+  int threads = WARPS * 32, rows_per_block = threads / lanes;
+  int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
+  mx::Dtype t = xa.dtype();
+  return run_cuda_kernel(qgemv_kernel, inputs, shapes, {t, t, t, t, t},
+                         {static_cast<int>(blocks * threads), static_cast<int>(m), 1}, {threads, 1, 1},
+                         {{"T", t}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)},
+                          {"LANES", lanes}, {"SETS", n_sets}, {"BIASED", biased}, {"SWIGLU", swiglu}},
+                         s);
+}
+
+} // namespace
+
 int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
                     const mlxb_array *const *scales, const mlxb_array *const *biases,
                     const mlxb_array *const *add, int group_size, int bits, mlxb_array **out) {
   for (int i = 0; out && i < n_sets && i < MLXB_QGEMV_MAX_SETS; i++) out[i] = nullptr;
   return guard_status(s, "mlxb_qgemv", [&] {
-    if (!x || !w || !scales || !biases || !out) throw null_arg{};
-    if (n_sets < 1 || n_sets > MLXB_QGEMV_MAX_SETS) throw bridge_error("quantized GEMV: 1 to 3 weight sets");
-    const mx::array &xa = arr(x);
-    if (!mlxb_qgemv_available(s, from_mx(xa.dtype()), bits, group_size))
-      throw bridge_error("quantized GEMV: not available for this dtype, packing or device");
-    if (xa.ndim() < 1) throw bridge_error("quantized GEMV takes x [..., K]");
-    int k = xa.shape(-1);
-    int64_t m = k > 0 ? static_cast<int64_t>(xa.size()) / k : 0;
-    if (m < 1 || m > 65535 || k % group_size) throw bridge_error("quantized GEMV: shapes do not fit");
-    std::vector<mx::array> inputs = {xa};
-    std::vector<mx::Shape> shapes;
-    int64_t rows = 0;
-    for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
-      int set = i < n_sets ? i : 0; /* a launch always names three sets; the unused repeat the first */
-      if (!w[set] || !scales[set] || !biases[set]) throw null_arg{};
-      const mx::array &wa = arr(w[set]), &sa = arr(scales[set]), &ba = arr(biases[set]);
-      if (wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
-          sa.dtype() != mx::float32 || ba.dtype() != mx::float32)
-        throw bridge_error("quantized GEMV takes uint32 w [N, K * bits / 32], float32 scales and biases");
-      int n = wa.shape(0);
-      if (static_cast<int64_t>(wa.shape(1)) * 32 != static_cast<int64_t>(k) * bits || sa.shape(0) != n ||
-          sa.shape(1) != k / group_size || n < 1)
-        throw bridge_error("quantized GEMV: shapes do not fit");
-      inputs.insert(inputs.end(), {wa, sa, ba});
-      mx::Shape shape = xa.shape(); /* x's leading axes: no reshape on either side of the launch */
-      shape.back() = n;
-      shapes.push_back(i < n_sets ? shape : mx::Shape{1});
-      if (i < n_sets) rows += n;
-    }
-    int biased = 0;
-    for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
-      if (i >= n_sets || !add || !add[i]) {
-        inputs.push_back(xa); /* not read */
-        continue;
-      }
-      const mx::array &b = arr(add[i]);
-      if (b.ndim() != 1 || b.shape(0) != arr(w[i]).shape(0))
-        throw bridge_error("quantized GEMV: a bias has one value per output");
-      inputs.push_back(mx::astype(b, xa.dtype(), scope_dev(s)));
-      biased |= 1 << i;
-    }
-    enum { WARPS = 4 }; /* small blocks: a 896-row projection still spreads over every multiprocessor */
-    int64_t chunks = static_cast<int64_t>(k) * bits / 128;
-    int lanes = chunks >= 96 ? 32 : chunks >= 48 ? 16 : 8;
-    int threads = WARPS * 32, rows_per_block = threads / lanes;
-    int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-    if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
-    auto outs = run_cuda_kernel(qgemv_kernel, inputs, shapes, {xa.dtype(), xa.dtype(), xa.dtype()},
-                                {static_cast<int>(blocks * threads), static_cast<int>(m), 1}, {threads, 1, 1},
-                                {{"T", xa.dtype()}, {"BITS", bits}, {"GROUP", group_size},
-                                 {"WARPS", static_cast<int>(WARPS)}, {"LANES", lanes}, {"SETS", n_sets},
-                                 {"BIASED", biased}},
-                                s);
+    if (!out) throw null_arg{};
+    auto outs = qgemv_launch(s, x, n_sets, w, scales, biases, add, group_size, bits, false);
     for (int i = 0; i < n_sets; i++) out[i] = scope_keep(s, outs.at(i));
+  });
+}
+
+int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *const *w, const mlxb_array *const *scales,
+                      const mlxb_array *const *biases, const mlxb_array *const *add, int group_size, int bits,
+                      mlxb_array **out) {
+  for (int i = 0; out && i < MLXB_QGEMV_SWIGLU_OUTPUTS; i++) out[i] = nullptr;
+  return guard_status(s, "mlxb_qgemv_swiglu", [&] {
+    if (!out) throw null_arg{};
+    auto outs = qgemv_launch(s, x, 2, w, scales, biases, add, group_size, bits, true);
+    /* the kernel's order: gate, up, product, then the two activations */
+    static const int from[MLXB_QGEMV_SWIGLU_OUTPUTS] = {0, 1, 3, 4, 2};
+    for (int i = 0; i < MLXB_QGEMV_SWIGLU_OUTPUTS; i++) out[i] = scope_keep(s, outs.at(from[i]));
   });
 }
 
@@ -649,8 +709,12 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
                                    z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32)};
     std::vector<mx::array> norm = {z({1, 1, 896}, h), z({1, 1, 896}, h), z({896}, h), z({896}, h), z({1}, f)};
     std::vector<sample> samples = {
-        {&qgemv_kernel, qkv, {h, h, h},
-         {{"T", h}, {"BITS", 4}, {"GROUP", 32}, {"WARPS", 4}, {"LANES", 8}, {"SETS", 3}, {"BIASED", 5}}},
+        {&qgemv_kernel, qkv, {h, h, h, h, h},
+         {{"T", h}, {"BITS", 4}, {"GROUP", 32}, {"WARPS", 4}, {"LANES", 8}, {"SETS", 3}, {"BIASED", 5},
+          {"SWIGLU", false}}},
+        {&qgemv_kernel, qkv, {h, h, h, h, h},
+         {{"T", h}, {"BITS", 4}, {"GROUP", 32}, {"WARPS", 4}, {"LANES", 8}, {"SETS", 2}, {"BIASED", 0},
+          {"SWIGLU", true}}},
         {&rms_norm_kernel, norm, {h, h},
          {{"T", h}, {"HAS_SKIP", true}, {"HAS_BIAS", false}, {"WRITE_SUM", true}, {"SKIP_RANK", 3}}},
         {&decode_attention_kernel, attn, {h},

@@ -336,6 +336,56 @@ static const ir_node *mnb_bias_add(const op_ctx *c, const ir_node *n, int64_t ou
   return NULL;
 }
 
+/* The first single-output node of the default domain after node `from` of type op_type reading
+ * exactly a (and b, either order, for a binary op), or NULL. */
+static const ir_node *mnb_reader(const ir_graph *g, const ir_node *from, const char *op_type, int a, int b) {
+  for (const ir_node *n = from + 1; n < g->nodes + g->n_nodes; n++) {
+    if (strcmp(n->op_type, op_type) || *n->domain || n->n_outputs != 1 || n->outputs[0] < 0) continue;
+    if (b < 0 ? n->n_inputs == 1 && n->inputs[0] == a
+              : n->n_inputs == 2 && ((n->inputs[0] == a && n->inputs[1] == b) || (n->inputs[0] == b && n->inputs[1] == a)))
+      return n;
+  }
+  return NULL;
+}
+
+/* A gated MLP after a gate/up pair whose results are values vals[0] and vals[1]: Sigmoid(gate),
+ * Mul(gate, that) and Mul(that, up), every operand order. Fills act[] with the three nodes and
+ * *gate with the gate's place in the pair; false when the pattern is not there. */
+static bool mnb_swiglu_nodes(const op_ctx *c, const int vals[2], const ir_node **act, int *gate) {
+  const ir_graph *g = op_graph(c);
+  for (int gs = 0; gs < 2; gs++) {
+    const ir_node *sig = mnb_reader(g, op_node(c), "Sigmoid", vals[gs], -1);
+    const ir_node *silu = sig ? mnb_reader(g, op_node(c), "Mul", vals[gs], sig->outputs[0]) : NULL;
+    const ir_node *prod = silu ? mnb_reader(g, op_node(c), "Mul", silu->outputs[0], vals[1 - gs]) : NULL;
+    if (!prod) continue;
+    act[0] = sig, act[1] = silu, act[2] = prod;
+    *gate = gs;
+    return true;
+  }
+  return false;
+}
+
+/* The pair (gate, up) and its activation nodes in one launch: outs[] receives the pair's results
+ * in group order; the activation nodes get theirs (op_compute_for). 1 when the pattern is not
+ * there (nothing recorded), 0, or -1 on failure. */
+static int mnb_swiglu_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const ir_node *const *group,
+                            const ir_node *const *adds, const mlxb_array *const *w, const mlxb_array *const *sc,
+                            const mlxb_array *const *bi, mlxb_array *const *bias, mlxb_array **outs) {
+  int vals[2], gate = 0;
+  const ir_node *act[3];
+  for (int i = 0; i < 2; i++) vals[i] = adds[i] ? adds[i]->outputs[0] : group[i]->outputs[0];
+  if (!mnb_swiglu_nodes(c, vals, act, &gate)) return 1;
+  int up = 1 - gate;
+  const mlxb_array *ws[2] = {w[gate], w[up]}, *scs[2] = {sc[gate], sc[up]}, *bis[2] = {bi[gate], bi[up]};
+  const mlxb_array *adding[2] = {bias[gate], bias[up]};
+  mlxb_array *r[MLXB_QGEMV_SWIGLU_OUTPUTS];
+  if (mlxb_qgemv_swiglu(op_scope(c), xp, ws, scs, bis, adding, mnb_group(a), (int)a->bits, r)) return op_check(c);
+  outs[gate] = r[0], outs[up] = r[1];
+  for (int i = 0; i < 3; i++)
+    if (op_compute_for(c, act[i], r[2 + i])) return -1;
+  return 0;
+}
+
 /* Computes this node's group (and the bias adds folded into it) for a few rows: returns this
  * node's output after handing the others theirs, or NULL with nothing recorded when the node
  * computes alone (no sibling, no bias add). xp is A padded to Kp columns, in A's shape. */
@@ -358,7 +408,10 @@ static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x
   mlxb_dtype t = mlxb_type(xp);
   if (mlxb_qgemv_available(s, t, (int)a->bits, mnb_group(a))) {
     /* in A's shape and out in the outputs': no reshape around the launch */
-    if (mlxb_qgemv_sets(s, xp, n, w, sc, bi, (const mlxb_array *const *)bias, mnb_group(a), (int)a->bits, outs))
+    int gated = n == 2 ? mnb_swiglu_ahead(c, a, xp, group, adds, w, sc, bi, bias, outs) : 1;
+    if (gated < 0) return NULL;
+    if (gated > 0 &&
+        mlxb_qgemv_sets(s, xp, n, w, sc, bi, (const mlxb_array *const *)bias, mnb_group(a), (int)a->bits, outs))
       return op_check(c), NULL;
   } else {
     int64_t rows = (int64_t)mlxb_size(xp) / mlxb_dim(xp, -1);
