@@ -16,7 +16,8 @@
 #            (MLX_USE_CUDA_GRAPHS): whether graph capture helps a step of ~750 small kernels
 #   hostprof where a shared-buffer step's host time goes: the compiled program's MLX operations by
 #            ONNX op type (tools/op_histogram.py), the run report's phases over 64 steps, and a
-#            perf profile by library and symbol where the machine has perf
+#            perf profile by library and symbol where the machine has perf, else the wall-clock
+#            sampler of tools/sampler (shared and IOBinding loops, reports in $OUT)
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES, default without ORT's CUDA EP)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420)
@@ -81,8 +82,12 @@ if step hostprof; then
     perf report -i /tmp/perf.data --no-children --sort dso --stdio 2>/dev/null | grep -v "^#" | head -25 >> "$log"
     perf report -i /tmp/perf.data --no-children --sort dso,sym --stdio -g none 2>/dev/null | grep -v "^#" \
       | head -80 > "$OUT/perf_symbols.txt"
-  else
-    echo "no perf on this machine" >> "$log"
+  elif cc -O2 -shared -fPIC -o /tmp/libsampler.so tools/sampler/sampler.c -ldl -lrt -pthread; then
+    for mode in shared io; do  # no perf there: the wall-clock sampler of the main thread
+      SAMPLER_OUT="$OUT/sampler_$mode.txt" SAMPLER_TOP=60 LD_PRELOAD=/tmp/libsampler.so timeout 150 \
+        python3 bench/decode_probe.py --mode "$mode" --steps 128 --loops 1 > /dev/null 2>&1
+      sed -n '/innermost function outside libc/,/^$/p' "$OUT/sampler_$mode.txt" | head -16 >> "$log"
+    done
   fi
 fi
 if step bench; then
