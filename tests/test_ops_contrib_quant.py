@@ -157,6 +157,24 @@ def test_matmul_nbits_empty_a(block, acc):
     compare(*nbits_model(64, 8, 4, block, acc, a_shape=(2, 0)))
 
 
+def _three_runs_against_cpu(tmp_path, model, feeds, dtype, shape):
+    """The model's one output on the MLX EP (eager, traced, replayed) against ORT's CPU EP, float16
+    to 1e-2 relative and 1e-3 of the largest value, float32 to 1e-5 and 2e-6; the run report's
+    counts."""
+    (want,) = run_cpu(model, feeds)
+    scale = float(np.abs(want.astype(np.float64)).max())
+    rtol, atol = (1e-2, 1e-3 * scale) if dtype == np.float16 else (1e-5, 2e-6 * scale)
+    report = tmp_path / "report.txt"
+    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
+    for run in range(3):
+        (got,) = sess.run(None, feeds)
+        assert got.dtype == want.dtype and got.shape == want.shape == shape
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
+                                   err_msg=f"run {run + 1}")
+    del sess
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("rows", [1, 3, 12])
 def test_matmul_nbits_computed_ahead(tmp_path, dtype, rows):
@@ -197,18 +215,7 @@ def test_matmul_nbits_computed_ahead(tmp_path, dtype, rows):
     model = make_model(nodes, [("A", t, [1, rows, k]), ("add_v", t, [16])], [("Y", t, None)], consts,
                        domains=[(MS, 1)])
     feeds = {"A": rng.standard_normal((1, rows, k)).astype(dtype), "add_v": rng.standard_normal(16).astype(dtype)}
-    (want,) = run_cpu(model, feeds)
-    scale = float(np.abs(want.astype(np.float64)).max())
-    rtol, atol = (1e-2, 1e-3 * scale) if dtype == np.float16 else (1e-5, 2e-6 * scale)
-    report = tmp_path / "report.txt"
-    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
-    for run in range(3):  # eager, traced, replayed
-        (got,) = sess.run(None, feeds)
-        assert got.dtype == want.dtype and got.shape == want.shape == (1, rows, 192)
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
-                                   err_msg=f"run {run + 1}")
-    del sess
-    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+    stats = _three_runs_against_cpu(tmp_path, model, feeds, dtype, (1, rows, 192))
     if rows <= 8:  # per lowering: q hands K, V and the adds of Q and K; g hands up
         assert stats["computed_ahead"] > 0 and stats["computed_ahead"] % 5 == 0, stats
     else:
@@ -255,18 +262,7 @@ def test_matmul_nbits_gated_mlp(tmp_path, dtype, rows, form):
               helper.make_node("Concat", ["P", "S", "M", "Y_u"], ["Y"], axis=-1)]
     model = make_model(nodes, [("A", t, [1, rows, k])], [("Y", t, None)], consts, domains=[(MS, 1)])
     feeds = {"A": (rng.standard_normal((1, rows, k)) * 2).astype(dtype)}
-    (want,) = run_cpu(model, feeds)
-    scale = float(np.abs(want.astype(np.float64)).max())
-    rtol, atol = (1e-2, 1e-3 * scale) if dtype == np.float16 else (1e-5, 2e-6 * scale)
-    report = tmp_path / "report.txt"
-    sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
-    for run in range(3):  # eager, traced, replayed
-        (got,) = sess.run(None, feeds)
-        assert got.dtype == want.dtype and got.shape == want.shape == (1, rows, 4 * n)
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
-                                   err_msg=f"run {run + 1}")
-    del sess
-    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+    stats = _three_runs_against_cpu(tmp_path, model, feeds, dtype, (1, rows, 4 * n))
     # per lowering: the pair's sibling (and the gate's Add), plus the three activations with the kernel
     per = 1 + (form == "gate_bias") + (3 if _cuda_gemv() else 0)
     assert stats["computed_ahead"] > 0 and stats["computed_ahead"] % per == 0, (per, stats)

@@ -802,7 +802,7 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   /* older exporters give seqlens_k as [batch, 1]; ORT only needs batch values */
   if ((int64_t)mlxb_size(seqlens) != b || mlxb_ndim(seqlens) > 2) return op_fail(c, "seqlens_k must be [batch]");
   mlxb_array *q = NULL, *k = NULL, *v = NULL;
-  /* a step's kernels take separate q, k, v in the inputs' own shape */
+  /* a step's kernels take separate q, k, v in the inputs' own shape (packed QKV: the split's views) */
   bool step_rows = seq == 1 && op_has_input(c, 1);
   if (step_rows ? gqa_check_widths(c, heads, kv_heads) : gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
   if (step_rows) q = query, k = op_input(c, 1), v = op_input(c, 2);
@@ -820,7 +820,7 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   char seqlens_data[32];
   snprintf(seqlens_data, sizeof seqlens_data, "v%d", n->inputs[5]);
   if (op_util_require_range_once(c, seqlens_data, seqlens, first ? 0 : seq - 1, plen, "seqlens_k")) return -1;
-  if (step_rows && gqa_step_fits(c, t, h, hv, seq, pk && !first)) return gqa_step(c, q, k, v, seqlens, h, plen);
+  if (gqa_step_fits(c, t, h, hv, seq, pk && !first)) return gqa_step(c, q, k, v, seqlens, h, plen);
   if (step_rows && gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
   seqlens = mlxb_reshape(s, seqlens, &b, 1);
   mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, op_util_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
