@@ -11,6 +11,7 @@ per-step medians, the first Run and the EP's run report.
 --max-len rows bound as both input and output (needs the EP's device memory: a CUDA GPU).
 """
 import argparse
+import ctypes
 import os
 import statistics
 import sys
@@ -29,6 +30,15 @@ import onnxruntime as ort  # noqa: E402
 import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
 from llm import empty_past, make_llm, step_feeds  # noqa: E402
 from workloads import decoder_config  # noqa: E402
+
+
+def _sampler(name):
+    """tools/sampler's window control when it is preloaded (SAMPLER_WAIT=1): the decode steps only."""
+    fn = getattr(ctypes.CDLL(None), name, None)
+    return fn if fn is not None else (lambda: None)
+
+
+SAMPLER_START, SAMPLER_STOP = _sampler("sampler_start"), _sampler("sampler_stop")
 
 
 def shared_loop(sess, cfg, dtype, prompt, steps, max_len):
@@ -51,6 +61,8 @@ def shared_loop(sess, cfg, dtype, prompt, steps, max_len):
     times = []
     t0 = time.perf_counter()
     for step in range(steps + 1):
+        if step == 1:
+            SAMPLER_START()
         s0 = time.perf_counter()
         io = sess.io_binding()
         io.bind_cpu_input("input_ids", ids)
@@ -65,6 +77,7 @@ def shared_loop(sess, cfg, dtype, prompt, steps, max_len):
         ids = logits[:, -1].argmax(-1).reshape(-1, 1).astype(np.int64)
         mask = np.ones((1, mask.shape[1] + 1), np.int64)
         times.append(time.perf_counter() - s0)
+    SAMPLER_STOP()
     return times, time.perf_counter() - t0
 
 
@@ -75,6 +88,8 @@ def loop(sess, cfg, dtype, prompt, steps, io_device):
     times, past = [], None
     t0 = time.perf_counter()
     for step in range(steps + 1):
+        if step == 1:
+            SAMPLER_START()
         s0 = time.perf_counter()
         if io_device is None:
             outs = sess.run(None, feeds)
@@ -99,6 +114,7 @@ def loop(sess, cfg, dtype, prompt, steps, io_device):
         feeds = {"input_ids": token, "attention_mask": mask,
                  **({k: v for k, v in past.items()} if io_device is None else {})}
         times.append(time.perf_counter() - s0)
+    SAMPLER_STOP()
     return times, time.perf_counter() - t0
 
 

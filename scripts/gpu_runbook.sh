@@ -18,6 +18,9 @@
 #            ONNX op type (tools/op_histogram.py), the run report's phases over 64 steps, and a
 #            perf profile by library and symbol where the machine has perf, else the wall-clock
 #            sampler of tools/sampler (shared and IOBinding loops, reports in $OUT)
+#   buffers  the decode loops (shared and IOBinding) at several MLX_MAX_OPS_PER_BUFFER values (how
+#            many operations MLX's CUDA backend puts in one CUDA graph before launching it; its
+#            default is 20): what a step's graph commits cost
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES, default without ORT's CUDA EP)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420)
@@ -83,12 +86,20 @@ if step hostprof; then
     perf report -i /tmp/perf.data --no-children --sort dso,sym --stdio -g none 2>/dev/null | grep -v "^#" \
       | head -80 > "$OUT/perf_symbols.txt"
   elif cc -O2 -shared -fPIC -o /tmp/libsampler.so tools/sampler/sampler.c -ldl -lrt -pthread; then
-    for mode in shared io; do  # no perf there: the wall-clock sampler of the main thread
-      SAMPLER_OUT="$OUT/sampler_$mode.txt" SAMPLER_TOP=60 LD_PRELOAD=/tmp/libsampler.so timeout 150 \
+    for mode in shared io; do  # no perf there: the wall-clock sampler of the main thread, decode steps only
+      timeout 150 env SAMPLER_OUT="$OUT/sampler_$mode.txt" SAMPLER_TOP=90 SAMPLER_WAIT=1 LD_PRELOAD=/tmp/libsampler.so \
         python3 bench/decode_probe.py --mode "$mode" --steps 128 --loops 1 > /dev/null 2>&1
       sed -n '/innermost function outside libc/,/^$/p' "$OUT/sampler_$mode.txt" | head -16 >> "$log"
     done
   fi
+fi
+if step buffers; then
+  for ops in 20 60 120 250 ${BUFFER_OPS:-}; do
+    for mode in shared io; do
+      echo "MLX_MAX_OPS_PER_BUFFER=$ops $mode: $(MLX_MAX_OPS_PER_BUFFER=$ops timeout 100 python3 bench/decode_probe.py \
+        --mode "$mode" --steps 64 --loops 2 2>&1 | grep "loop 1" | sed 's/.*decode median/decode median/')" >> "$log"
+    done
+  done
 fi
 if step bench; then
   ENGINES=${ENGINES:-mlx_ep_io,mlx_ep_shared,mlx_direct,torch} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \

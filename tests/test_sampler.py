@@ -29,3 +29,20 @@ def test_sampler_reports_where_time_goes(tmp_path):
     shares = [float(x) for x in re.findall(r"^\s*([\d.]+)%", text.split("self, by library")[1].split("\n\n")[0], re.M)]
     assert 99.0 <= sum(shares) <= 100.01, shares  # every sample has an innermost library
     assert "_PyEval_EvalFrameDefault" in text  # a name from Python's symbol tables
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_sampler_window_and_wrapper(tmp_path):
+    """SAMPLER_WAIT=1 samples only between sampler_start() and sampler_stop(); a process started
+    under the same preload that took no samples (a child here) leaves the report alone."""
+    lib, report = tmp_path / "libsampler.so", tmp_path / "profile.txt"
+    subprocess.run(["cc", "-std=c11", "-O2", "-shared", "-fPIC", "-o", str(lib),
+                    os.path.join(ROOT, "tools", "sampler", "sampler.c"), "-ldl", "-lrt", "-pthread"], check=True)
+    prog = ("import ctypes, subprocess, sys, time\n"
+            "def busy(s):\n    t = time.time()\n    while time.time() - t < s: sum(i * i for i in range(1000))\n"
+            "busy(0.3)\nlib = ctypes.CDLL(None)\nlib.sampler_start(); busy(0.2); lib.sampler_stop()\nbusy(0.3)\n"
+            "subprocess.run([sys.executable, '-c', 'pass'], check=True)\n")
+    env = dict(os.environ, LD_PRELOAD=str(lib), SAMPLER_OUT=str(report), SAMPLER_US="1000", SAMPLER_WAIT="1")
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True)
+    n = int(re.search(r"sampler: (\d+) samples", report.read_text()).group(1))
+    assert 100 <= n <= 260, n  # the 0.2 s window at 1 ms, not the 0.6 s around it

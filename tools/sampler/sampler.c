@@ -11,11 +11,15 @@
  *   SAMPLER_OUT=/tmp/profile.txt LD_PRELOAD=/tmp/libsampler.so python3 bench/decode_probe.py ...
  *
  * SAMPLER_US (default 500) sets the interval; SAMPLER_TOP (default 40) the rows of each table.
+ * SAMPLER_WAIT=1 samples only between the program's calls of sampler_start() and sampler_stop()
+ * (exported: from Python, ctypes.CDLL(None).sampler_start()), so that a window such as a decode
+ * loop is measured without the setup around it.
  * A tool for measuring, not part of the library. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
 #include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -210,11 +214,16 @@ static void count(table *t, const char *name, int sample, int innermost) {
   }
 }
 
+static char report_path[4096];
+
 static void write_report(void) {
-  const char *path = getenv("SAMPLER_OUT");
+  const char *path = report_path;
   const char *top_s = getenv("SAMPLER_TOP");
   int top = top_s ? atoi(top_s) : 40;
-  FILE *out = path ? fopen(path, "w") : NULL;
+  /* Every process started under the preload samples: a wrapper that execs (pyenv's shim, env) or a
+   * helper the program starts. One that took no samples (SAMPLER_WAIT=1 and no window of its own)
+   * leaves the report to the one that did. */
+  FILE *out = n_samples ? fopen(path, "w") : NULL;
   if (!out) return;
   table fns = {0}, libs = {0}, outside = {0};
   char fn[1024], lib[256];
@@ -243,6 +252,41 @@ static void write_report(void) {
   fclose(out);
 }
 
+static struct itimerspec interval(long us) {
+  struct itimerspec its = {.it_interval = {us / 1000000, (us % 1000000) * 1000},
+                           .it_value = {us / 1000000, (us % 1000000) * 1000}};
+  return its;
+}
+
+/* Installed again at each start, and SIGPROF unblocked: a library loaded since (a runtime's thread
+ * pool, a profiler of its own) may have taken the signal or masked it on this thread. */
+static int install_handler(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_tick;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGPROF, &sa, NULL)) return -1;
+  sigset_t prof;
+  sigemptyset(&prof);
+  sigaddset(&prof, SIGPROF);
+  return pthread_sigmask(SIG_UNBLOCK, &prof, NULL) ? -1 : 0;
+}
+
+void sampler_start(void) {
+  if (!active || install_handler()) return;
+  const char *us_s = getenv("SAMPLER_US");
+  long us = us_s ? atol(us_s) : 500;
+  struct itimerspec its = interval(us < 50 ? 50 : us);
+  timer_settime(timer, 0, &its, NULL);
+}
+
+void sampler_stop(void) {
+  if (!active) return;
+  struct itimerspec off = interval(0);
+  timer_settime(timer, 0, &off, NULL);
+}
+
 static void stop(void) {
   if (!active) return;
   active = 0;
@@ -252,30 +296,19 @@ static void stop(void) {
 }
 
 __attribute__((constructor)) static void start(void) {
-  if (!getenv("SAMPLER_OUT")) return;
+  const char *path = getenv("SAMPLER_OUT");
+  if (!path || strlen(path) >= sizeof report_path) return;
+  strcpy(report_path, path);
   void *warm[4];
   backtrace(warm, 4); /* loads the unwinder now, not inside the first signal */
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_tick;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGPROF, &sa, NULL)) return;
   struct sigevent ev;
   memset(&ev, 0, sizeof ev);
   ev.sigev_notify = SIGEV_THREAD_ID;
   ev.sigev_signo = SIGPROF;
   ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
   if (timer_create(CLOCK_MONOTONIC, &ev, &timer)) return;
-  const char *us_s = getenv("SAMPLER_US");
-  long us = us_s ? atol(us_s) : 500;
-  if (us < 50) us = 50;
-  struct itimerspec its = {.it_interval = {us / 1000000, (us % 1000000) * 1000},
-                           .it_value = {us / 1000000, (us % 1000000) * 1000}};
-  if (timer_settime(timer, 0, &its, NULL)) {
-    timer_delete(timer);
-    return;
-  }
   active = 1;
   atexit(stop);
+  const char *wait = getenv("SAMPLER_WAIT");
+  if (!wait || strcmp(wait, "1")) sampler_start();
 }
