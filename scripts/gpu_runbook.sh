@@ -88,7 +88,7 @@ if step hostprof; then
   elif cc -O2 -shared -fPIC -o /tmp/libsampler.so tools/sampler/sampler.c -ldl -lrt -pthread; then
     for mode in shared io; do  # no perf there: the wall-clock sampler of the main thread, decode steps only
       timeout 150 env SAMPLER_OUT="$OUT/sampler_$mode.txt" SAMPLER_TOP=90 SAMPLER_WAIT=1 LD_PRELOAD=/tmp/libsampler.so \
-        python3 bench/decode_probe.py --mode "$mode" --steps 128 --loops 1 > /dev/null 2>&1
+        python3 bench/decode_probe.py --mode "$mode" --steps 48 --loops 2 > /dev/null 2>&1
       sed -n '/innermost function outside libc/,/^$/p' "$OUT/sampler_$mode.txt" | head -16 >> "$log"
     done
   fi

@@ -560,7 +560,11 @@ static size_t graph_walk(mlxb_array *const *arrays, size_t n, std::map<std::stri
     stack.pop_back();
     if (!a.has_primitive() || !seen.insert(a.id()).second) continue;
     ops++;
-    if (by_name) (*by_name)[a.primitive().name()]++;
+    if (by_name) {
+      /* on a GPU machine, work placed on the CPU stream shows as such: each crossing costs a fence */
+      bool on_cpu = a.primitive().stream().device == mx::Device::cpu && mx::default_device() == mx::Device::gpu;
+      (*by_name)[std::string(a.primitive().name()) + (on_cpu ? "@cpu" : "")]++;
+    }
     for (const mx::array &in : a.inputs()) stack.push_back(in);
   }
   return ops;

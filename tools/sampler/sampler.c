@@ -214,6 +214,17 @@ static void count(table *t, const char *name, int sample, int innermost) {
   }
 }
 
+/* "f <- caller <- its caller", each name cut to 96 characters: who a hot function's time is for. */
+static void caller_chain(void *const *stack, int depth, int k, const char *innermost, char *out, size_t len) {
+  char fn[1024], lib[256];
+  snprintf(out, len, "%.96s", innermost);
+  for (int up = k + 1; up < depth && up <= k + 2; up++) {
+    frame_names((char *)stack[up] - 1, fn, sizeof fn, lib, sizeof lib);
+    size_t used = strlen(out);
+    snprintf(out + used, len - used, " <- %.96s", fn);
+  }
+}
+
 static char report_path[4096];
 
 static void write_report(void) {
@@ -225,8 +236,8 @@ static void write_report(void) {
    * leaves the report to the one that did. */
   FILE *out = n_samples ? fopen(path, "w") : NULL;
   if (!out) return;
-  table fns = {0}, libs = {0}, outside = {0};
-  char fn[1024], lib[256];
+  table fns = {0}, libs = {0}, outside = {0}, chains = {0};
+  char fn[1024], lib[256], chain[3 * 100 + 16];
   int n = n_samples;
   for (int s = 0; s < n; s++) {
     int found = 0;
@@ -239,6 +250,8 @@ static void write_report(void) {
       /* waits and copies end in libc: who called it */
       if (!found && strncmp(lib, "libc.so", 7) && strncmp(lib, "libpthread", 10) && strncmp(lib, "ld-linux", 8)) {
         count(&outside, fn, s, 1);
+        caller_chain(frames[s], depths[s], k, fn, chain, sizeof chain);
+        count(&chains, chain, s, 1);
         found = 1;
       }
     }
@@ -248,6 +261,7 @@ static void write_report(void) {
   print_table(out, "self, by library", &libs, 1, top, n);
   print_table(out, "self, by function", &fns, 1, top, n);
   print_table(out, "self, by the innermost function outside libc", &outside, 1, top, n);
+  print_table(out, "self, by that function and its two callers", &chains, 1, top, n);
   print_table(out, "inclusive, by function", &fns, 0, top, n);
   fclose(out);
 }
