@@ -234,6 +234,17 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
                                        const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> block, const cuda_template_args &targs,
                                        const mlxb_scope *s);
+/* Our precompiled kernels launched by a primitive of our own (bridge_launch.cpp): ready on MLX's
+ * CUDA backend when its encoder's symbols and the driver are found (ORT_EP_MLX_DIRECT_LAUNCH=0:
+ * never). The kernel `name` of `cubin` is loaded at once; the launch takes the input pointers,
+ * the output pointers, then `scalars`, on grid/block as MLX's custom kernels count them. */
+bool direct_launch_ready();
+std::vector<mx::array> launch_precompiled(const std::string &name, const std::string &cubin,
+                                          const std::vector<mx::array> &inputs,
+                                          const std::vector<mx::Shape> &out_shapes,
+                                          const std::vector<mx::Dtype> &out_dtypes, const std::vector<int> &scalars,
+                                          std::tuple<int, int, int> grid, std::tuple<int, int, int> block,
+                                          bool row_contiguous, const mlxb_scope *s);
 /* Compiles kernel k's precompiled form for sm_90 with NVRTC (MLX's, else a CUDA toolkit's) for
  * inputs of these dtypes and ranks: 0, 1 when no NVRTC or CUDA headers are at hand, -1 with the
  * compiler's log in error. */

@@ -356,6 +356,11 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
       source.replace(source.find(placeholder), placeholder.size(), name);
       cubin = cubin_for(c, name, source, arch);
     }
+    if (cubin && direct_launch_ready()) {
+      std::vector<int> ints;
+      for (const auto &v : scalars) ints.push_back(std::get<int>(v)); /* full_source passes shapes as ints */
+      return launch_precompiled(name, *cubin, inputs, out_shapes, out_dtypes, ints, grid, block, k.row_contiguous, s);
+    }
     if (cubin)
       return mx::fast::precompiled_cuda_kernel(name, *cubin, inputs, out_shapes, out_dtypes, scalars, grid, block, 0,
                                                std::nullopt, k.row_contiguous, dev);

@@ -417,10 +417,12 @@ void check_step_rows(const mx::array &x, int b, int heads, int d, const char *wh
 }
 
 /* x row-major without an operation where it is one already by construction: the output of a
- * custom kernel (MLX allocates those row-major) or an evaluated row-contiguous array. For kernels
+ * custom kernel or of ours (both allocated row-major) or an evaluated row-contiguous array. For kernels
  * that take their inputs as they are (the in-place writes). */
 mx::array row_major(const mx::array &x, mx::StreamOrDevice dev) {
-  if (x.has_primitive() && !std::strcmp(x.primitive().name(), "CustomKernel")) return x;
+  if (x.has_primitive() && (!std::strcmp(x.primitive().name(), "CustomKernel") ||
+                            !std::strcmp(x.primitive().name(), "EpCudaKernel")))
+    return x;
   if (x.is_available() && x.flags().row_contiguous) return x;
   return mx::contiguous(x, false, dev);
 }

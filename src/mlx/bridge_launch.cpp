@@ -1,0 +1,224 @@
+/* Our precompiled CUDA kernels launched by a primitive of our own, not MLX's CustomKernel.
+ *
+ * Why: MLX 0.32's CustomKernel::eval_gpu hashes its whole source at every launch to name the
+ * module it looks up, and for a precompiled kernel that source is the cubin (10-30 KB). A decode
+ * step launches ~290 of our kernels, so the H200 profile of a step (tools/sampler, 2026-12-04)
+ * showed 8% of its wall time in std::_Hash_bytes under CustomKernel::eval_gpu, besides the
+ * module lookup, a formatted name and a std::function per launch. Here each kernel variant's
+ * CUfunction is loaded once, when the graph is built, and a launch is what CustomKernel does
+ * after its lookup: outputs allocated, inputs and outputs declared to MLX's command encoder (its
+ * dependency tracking), one kernel node with the same arguments (input pointers, output pointers,
+ * then the int scalars).
+ *
+ * The encoder's methods are MLX's exported C++ symbols, found with dlsym, so the same library
+ * builds without CUDA headers and loads on CPU-only MLX, where this path stays off. Anything
+ * missing (a symbol, the driver, the buffer record layout we read device addresses from) leaves
+ * the kernels on MLX's CustomKernel, as before; ORT_EP_MLX_DIRECT_LAUNCH=0 does the same. */
+#include "mlx/bridge_internal.h"
+
+#include "mlx/primitives.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace mlxb_detail {
+
+namespace {
+
+/* CUDA's dim3 as the Itanium ABI passes it (three unsigned ints, trivially copyable). */
+struct dim3_abi {
+  unsigned x, y, z;
+};
+
+/* MLX 0.32's CudaBuffer (mlx/backend/cuda/allocator.h): what an array's buffer pointer points at. */
+struct cuda_buffer_record {
+  void *data;
+  size_t size;
+  int device;
+};
+
+using encoder_for_fn = void *(*)(mx::Stream);
+using declare_array_fn = void (*)(void *, const mx::array &);
+using add_kernel_fn = void (*)(void *, void *, dim3_abi, dim3_abi, dim3_abi, unsigned, void **);
+using module_load_fn = int (*)(void **, const void *);
+using module_function_fn = int (*)(void **, void *, const char *);
+using primary_retain_fn = int (*)(void **, int);
+using device_get_fn = int (*)(int *, int);
+using ctx_push_fn = int (*)(void *);
+using ctx_pop_fn = int (*)(void **);
+
+struct launch_api {
+  encoder_for_fn encoder_for = nullptr;
+  declare_array_fn set_input = nullptr, set_output = nullptr;
+  add_kernel_fn add_kernel = nullptr;
+  module_load_fn module_load = nullptr;
+  module_function_fn module_function = nullptr;
+  primary_retain_fn primary_retain = nullptr;
+  device_get_fn device_get = nullptr;
+  ctx_push_fn ctx_push = nullptr;
+  ctx_pop_fn ctx_pop = nullptr;
+  bool ready = false;
+};
+
+template <class F>
+bool bind(void *lib, const char *name, F &out) {
+  out = reinterpret_cast<F>(dlsym(lib, name));
+  return out != nullptr;
+}
+
+bool enabled_by_env() {
+  const char *v = std::getenv("ORT_EP_MLX_DIRECT_LAUNCH");
+  return !v || (std::strcmp(v, "0") && std::strcmp(v, "off"));
+}
+
+/* Whether an array's buffer record has MLX 0.32's layout, on a buffer of our own. */
+bool record_layout_matches() {
+  mx::allocator::Buffer b = mx::allocator::allocator().malloc(64);
+  if (!b.ptr()) return false;
+  const auto *rec = static_cast<const cuda_buffer_record *>(b.ptr());
+  bool ok = rec->size >= 64 && rec->data == b.raw_ptr();
+  mx::allocator::allocator().free(b);
+  return ok;
+}
+
+const launch_api &api() {
+  static launch_api a = [] {
+    launch_api x;
+    if (!enabled_by_env() || mx::metal::is_available() || !mx::is_available(mx::Device::gpu)) return x;
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    bool ok = cuda && bind(RTLD_DEFAULT, "_ZN3mlx4core2cu19get_command_encoderENS0_6StreamE", x.encoder_for) &&
+              bind(RTLD_DEFAULT, "_ZN3mlx4core2cu14CommandEncoder15set_input_arrayERKNS0_5arrayE", x.set_input) &&
+              bind(RTLD_DEFAULT, "_ZN3mlx4core2cu14CommandEncoder16set_output_arrayERKNS0_5arrayE", x.set_output) &&
+              bind(RTLD_DEFAULT, "_ZN3mlx4core2cu14CommandEncoder19add_kernel_node_rawEP9CUfunc_st4dim3S5_S5_jPPv",
+                   x.add_kernel) &&
+              bind(cuda, "cuModuleLoadData", x.module_load) && bind(cuda, "cuModuleGetFunction", x.module_function) &&
+              bind(cuda, "cuDevicePrimaryCtxRetain", x.primary_retain) && bind(cuda, "cuDeviceGet", x.device_get) &&
+              bind(cuda, "cuCtxPushCurrent_v2", x.ctx_push) && bind(cuda, "cuCtxPopCurrent_v2", x.ctx_pop);
+    x.ready = ok && record_layout_matches();
+    return x;
+  }();
+  return a;
+}
+
+/* Kernel name -> its function, loaded once per process (modules are never unloaded: a graph
+ * built earlier may still launch them). */
+struct function_cache {
+  std::mutex mu;
+  std::unordered_map<std::string, void *> functions;
+};
+
+function_cache &functions() {
+  static function_cache *c = new function_cache(); /* never destroyed: kernels may run at exit */
+  return *c;
+}
+
+/* The kernel `name` of `cubin`, loaded in GPU `ordinal`'s primary context (MLX's). */
+void *load_function(const std::string &name, const std::string &cubin, int ordinal) {
+  function_cache &c = functions();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (auto it = c.functions.find(name); it != c.functions.end()) return it->second;
+  const launch_api &a = api();
+  int dev = 0;
+  void *ctx = nullptr, *module = nullptr, *fn = nullptr, *popped = nullptr;
+  if (a.device_get(&dev, ordinal) || a.primary_retain(&ctx, dev) || a.ctx_push(ctx))
+    throw bridge_error("kernel " + name + ": no CUDA context for GPU " + std::to_string(ordinal));
+  int rc = a.module_load(&module, cubin.data());
+  if (!rc) rc = a.module_function(&fn, module, name.c_str());
+  a.ctx_pop(&popped);
+  if (rc) throw bridge_error("kernel " + name + ": the CUDA driver refused its cubin (error " + std::to_string(rc) + ")");
+  c.functions.emplace(name, fn);
+  return fn;
+}
+
+void *device_address(const mx::array &a) {
+  const auto *rec = static_cast<const cuda_buffer_record *>(a.buffer().ptr());
+  return static_cast<char *>(rec->data) + a.offset();
+}
+
+bool known_row_major(const mx::array &x) {
+  if (x.size() <= 1) return true;
+  if (x.has_primitive() && !std::strcmp(x.primitive().name(), "EpCudaKernel")) return true;
+  return x.is_available() && x.flags().row_contiguous;
+}
+
+class ep_cuda_kernel : public mx::Primitive {
+ public:
+  ep_cuda_kernel(mx::Stream stream, std::string name, void *function, std::vector<int> scalars, dim3_abi grid,
+                 dim3_abi block, bool row_contiguous)
+      : mx::Primitive(stream), name_(std::move(name)), function_(function), scalars_(std::move(scalars)),
+        grid_(grid), block_(block), row_contiguous_(row_contiguous) {}
+
+  void eval_cpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
+    throw std::runtime_error(name_ + ": a CUDA kernel has no CPU form");
+  }
+
+  void eval_gpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
+    const launch_api &a = api();
+    for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
+    std::vector<void *> addresses;
+    addresses.reserve(inputs.size() + outputs.size());
+    for (const auto &in : inputs) {
+      /* the graph was built with these made row-major (launch_precompiled): a view here is a bug */
+      if (row_contiguous_ && !(in.size() <= 1 || in.flags().row_contiguous))
+        throw std::runtime_error(name_ + ": an input is not row-major");
+      addresses.push_back(in.size() ? device_address(in) : nullptr);
+    }
+    for (const auto &out : outputs) addresses.push_back(out.size() ? device_address(out) : nullptr);
+    std::vector<int> scalars = scalars_;
+    std::vector<void *> args;
+    args.reserve(addresses.size() + scalars.size());
+    for (auto &p : addresses) args.push_back(&p);
+    for (auto &v : scalars) args.push_back(&v);
+    void *encoder = a.encoder_for(stream());
+    for (const auto &in : inputs) a.set_input(encoder, in);
+    for (const auto &out : outputs) a.set_output(encoder, out);
+    if (!grid_.x || !grid_.y || !grid_.z) return;
+    a.add_kernel(encoder, function_, grid_, block_, dim3_abi{1, 1, 1}, 0, args.data());
+  }
+
+  const char *name() const override { return "EpCudaKernel"; }
+
+ private:
+  std::string name_;
+  void *function_;
+  std::vector<int> scalars_;
+  dim3_abi grid_, block_;
+  bool row_contiguous_;
+};
+
+unsigned blocks(int threads, int per_block) {
+  return per_block > 0 && threads > 0 ? static_cast<unsigned>((threads + per_block - 1) / per_block) : 0u;
+}
+
+} // namespace
+
+bool direct_launch_ready() { return api().ready; }
+
+std::vector<mx::array> launch_precompiled(const std::string &name, const std::string &cubin,
+                                          const std::vector<mx::array> &inputs,
+                                          const std::vector<mx::Shape> &out_shapes,
+                                          const std::vector<mx::Dtype> &out_dtypes, const std::vector<int> &scalars,
+                                          std::tuple<int, int, int> grid, std::tuple<int, int, int> block,
+                                          bool row_contiguous, const mlxb_scope *s) {
+  auto dev = scope_dev(s);
+  mx::Stream stream = mx::to_stream(dev);
+  void *fn = load_function(name, cubin, stream.device.index);
+  std::vector<mx::array> ins;
+  ins.reserve(inputs.size());
+  for (const auto &x : inputs)
+    ins.push_back(row_contiguous && !known_row_major(x) ? mx::contiguous(x, false, dev) : x);
+  auto [gx, gy, gz] = grid;
+  auto [tx, ty, tz] = block;
+  /* grid counts threads, as in MLX's custom kernels; a block never exceeds the grid */
+  dim3_abi g{blocks(gx, tx), blocks(gy, ty), blocks(gz, tz)};
+  dim3_abi b{static_cast<unsigned>(std::min(tx, gx)), static_cast<unsigned>(std::min(ty, gy)),
+             static_cast<unsigned>(std::min(tz, gz))};
+  auto prim = std::make_shared<ep_cuda_kernel>(stream, name, fn, scalars, g, b, row_contiguous);
+  return mx::array::make_arrays(out_shapes, out_dtypes, prim, ins);
+}
+
+} // namespace mlxb_detail
