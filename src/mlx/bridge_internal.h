@@ -14,6 +14,7 @@
 #include "mlx/bridge.h"
 #include "mlx/fast.h"
 #include "mlx/mlx.h"
+#include "mlx/primitives.h"
 
 namespace mx = mlx::core;
 
@@ -234,6 +235,19 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
                                        const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> block, const cuda_template_args &targs,
                                        const mlxb_scope *s);
+/* Whether x is row-major by construction before it is evaluated: the output of one of our CUDA
+ * kernels (MLX's CustomKernel or our EpCudaKernel both allocate their outputs row-major), an
+ * evaluated row-contiguous array, or a single element. A Contiguous operation on such an array
+ * would copy nothing and still cost an operation per Run. */
+inline bool row_major_by_construction(const mx::array &x) {
+  if (x.size() <= 1) return true;
+  if (x.has_primitive()) {
+    const char *name = x.primitive().name();
+    return !std::strcmp(name, "CustomKernel") || !std::strcmp(name, "EpCudaKernel");
+  }
+  return x.is_available() && x.flags().row_contiguous;
+}
+
 /* Our precompiled kernels launched by a primitive of our own (bridge_launch.cpp): ready on MLX's
  * CUDA backend when its encoder's symbols and the driver are found (ORT_EP_MLX_DIRECT_LAUNCH=0:
  * never). The kernel `name` of `cubin` is loaded at once; the launch takes the input pointers,

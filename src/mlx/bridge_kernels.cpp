@@ -416,15 +416,10 @@ void check_step_rows(const mx::array &x, int b, int heads, int d, const char *wh
   if (!split && !packed) throw bridge_error(std::string(what) + " must be [B, H, 1, D] or [B, 1, H * D]");
 }
 
-/* x row-major without an operation where it is one already by construction: the output of a
- * custom kernel or of ours (both allocated row-major) or an evaluated row-contiguous array. For kernels
- * that take their inputs as they are (the in-place writes). */
+/* x row-major, without an operation where it is one by construction (row_major_by_construction):
+ * for kernels that take their inputs as they are (the in-place writes). */
 mx::array row_major(const mx::array &x, mx::StreamOrDevice dev) {
-  if (x.has_primitive() && (!std::strcmp(x.primitive().name(), "CustomKernel") ||
-                            !std::strcmp(x.primitive().name(), "EpCudaKernel")))
-    return x;
-  if (x.is_available() && x.flags().row_contiguous) return x;
-  return mx::contiguous(x, false, dev);
+  return row_major_by_construction(x) ? x : mx::contiguous(x, false, dev);
 }
 
 bool is_cuda_gpu(const mlxb_scope *s) {

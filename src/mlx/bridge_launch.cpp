@@ -16,8 +16,6 @@
  * the kernels on MLX's CustomKernel, as before; ORT_EP_MLX_DIRECT_LAUNCH=0 does the same. */
 #include "mlx/bridge_internal.h"
 
-#include "mlx/primitives.h"
-
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -139,12 +137,6 @@ void *device_address(const mx::array &a) {
   return static_cast<char *>(rec->data) + a.offset();
 }
 
-bool known_row_major(const mx::array &x) {
-  if (x.size() <= 1) return true;
-  if (x.has_primitive() && !std::strcmp(x.primitive().name(), "EpCudaKernel")) return true;
-  return x.is_available() && x.flags().row_contiguous;
-}
-
 class ep_cuda_kernel : public mx::Primitive {
  public:
   ep_cuda_kernel(mx::Stream stream, std::string name, void *function, std::vector<int> scalars, dim3_abi grid,
@@ -210,7 +202,7 @@ std::vector<mx::array> launch_precompiled(const std::string &name, const std::st
   std::vector<mx::array> ins;
   ins.reserve(inputs.size());
   for (const auto &x : inputs)
-    ins.push_back(row_contiguous && !known_row_major(x) ? mx::contiguous(x, false, dev) : x);
+    ins.push_back(row_contiguous && !row_major_by_construction(x) ? mx::contiguous(x, false, dev) : x);
   auto [gx, gy, gz] = grid;
   auto [tx, ty, tz] = block;
   /* grid counts threads, as in MLX's custom kernels; a block never exceeds the grid */
