@@ -4,7 +4,7 @@
 # (the lent H200 image), but no internet. MLX is handed over in WHEEL_DIR as either
 #   - the wheels (mlx and mlx_cuda_13, the latter possibly split as cuda13.part.*), or
 #   - mlxsite.tar.xz.part.* : an xz tarball of both wheels unpacked (smaller; transfer limits),
-# possibly spread over several folders given as WHEEL_DIR:WHEEL_DIR2.
+# possibly spread over several folders given as WHEEL_DIR:WHEEL_DIR2 (or copied into one).
 #   scripts/gpu_check.sh WHEEL_DIR [pytest args...]      (no pytest args: the whole suite)
 #   GPU_BUILD_ONLY=1 scripts/gpu_check.sh WHEEL_DIR      (set up and build; print the exports)
 #   GPU_TIMEOUT=S scripts/gpu_check.sh WHEEL_DIR -n 12 tests   (pytest-xdist, when handed over)
@@ -14,7 +14,8 @@
 #                                                        three modes; writes $OUT/gpu_summary_I.json:
 #                                                        merge here with tests/conformance/run.py
 #                                                        --merge-summaries, then `make conformance`)
-# Other wheels in WHEEL_DIR (onnxruntime, pytest-xdist, execnet) are installed first on the path;
+# Other wheels in WHEEL_DIR (onnxruntime, pytest-xdist, execnet) are installed first on the path, and
+# ortgpu.tar.xz.part.* (ORT's CUDA EP, onnxruntime-gpu unpacked; scripts/gpu_pack.sh) ahead of them;
 # ptxcache.tar.xz.part.* there seed MLX's kernel cache, and $OUT/ptxcache.tar.xz.part.* hand it back.
 # The node tests travel as nodetests.tar.xz in a WHEEL_DIR folder (scripts/gpu_pack.sh makes it).
 set -euo pipefail
@@ -50,6 +51,15 @@ for d in ${wheels//:/ }; do
   done
 done
 [ -d "$extra" ] && export PYTHONPATH=$extra:$PYTHONPATH
+# ORT's CUDA EP (onnxruntime-gpu, a 255 MB wheel) travels unpacked as ortgpu.tar.xz.part.*, one part
+# per device call (scripts/gpu_pack.sh); it goes first on the path, ahead of a CPU onnxruntime: its
+# CPU EP and plugin-EP support are the same runtime's, so the MLX EP runs on it as well.
+ortgpu=/tmp/ort-gpu-site
+if [ ! -d "$ortgpu/onnxruntime" ]; then
+  parts=$(for d in ${wheels//:/ }; do for f in "$d"/ortgpu.tar.xz.part.*; do [ -f "$f" ] && echo "${f##*.} $f"; done; done | sort | cut -d' ' -f2)
+  if [ -n "$parts" ]; then mkdir -p "$ortgpu" && cat $parts | xz -d | tar x -C "$ortgpu"; fi
+fi
+[ -d "$ortgpu/onnxruntime" ] && export PYTHONPATH=$ortgpu:$PYTHONPATH
 # MLX JIT-compiles every CUDA kernel with NVRTC at first use and keeps the result in its PTX cache:
 # a cache handed over as ptxcache.tar.xz.part.* saves those compiles, and the cache is handed back
 # in $OUT the same way at the end (when it fits the transfer limit) for the next machine.

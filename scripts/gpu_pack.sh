@@ -4,8 +4,10 @@
 #   scripts/gpu_pack.sh WHEEL_DIR OUT_DIR
 # WHEEL_DIR holds the cp312 wheels mlx-0.32.4 and mlx_cuda_13-0.32.4 (pip download ... --platform
 # manylinux_2_35_x86_64); OUT_DIR/p0, p1, ... get mlxsite.tar.xz.part.NN, and p0 the ONNX node
-# tests as nodetests.tar.xz. On the machine, copy every folder's files into one folder and pass
-# it as WHEEL_DIR.
+# tests as nodetests.tar.xz. When WHEEL_DIR also holds onnxruntime_gpu-*.whl (ORT's CUDA EP, for
+# the bench's peers), it is unpacked and packed the same way into OUT_DIR/g0, g1, ... (about four
+# folders). On the machine, copy every folder's files into one folder, one device call after
+# another within the machine's warm time, and pass it as WHEEL_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$(cd "$1" && pwd) out=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -23,4 +25,16 @@ for part in "$work"/mlxsite.tar.xz.part.*; do
   i=$((i + 1))
 done
 tar c -C "$root/third_party/root/usr/share/libonnx-testdata/data" node | xz -T0 -6 > "$out/p0/nodetests.tar.xz"
-ls -l "$out"/p*
+for w in "$wheels"/onnxruntime_gpu-*.whl; do
+  [ -f "$w" ] || continue
+  mkdir -p "$work/ortgpu"
+  (cd "$work/ortgpu" && python3 -m zipfile -e "$w" .)
+  tar c -C "$work/ortgpu" . | xz -T0 -6 > "$work/ortgpu.tar.xz"
+  (cd "$work" && split -b 56M -d ortgpu.tar.xz ortgpu.tar.xz.part.)
+  i=0
+  for part in "$work"/ortgpu.tar.xz.part.*; do
+    mkdir -p "$out/g$i" && mv "$part" "$out/g$i/"
+    i=$((i + 1))
+  done
+done
+ls -l "$out"/p* "$out"/g* 2>/dev/null || true

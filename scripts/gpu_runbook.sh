@@ -21,7 +21,8 @@
 #   buffers  the decode loops (shared and IOBinding) at several MLX_MAX_OPS_PER_BUFFER values (how
 #            many operations MLX's CUDA backend puts in one CUDA graph before launching it; its
 #            default is 20): what a step's graph commits cost
-#   bench    bench/gpu_session.sh's decoder step (engines as ENGINES, default without ORT's CUDA EP)
+#   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
+#            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420)
 set -u
@@ -102,7 +103,9 @@ if step buffers; then
   done
 fi
 if step bench; then
-  ENGINES=${ENGINES:-mlx_ep_io,mlx_ep_shared,mlx_direct,torch} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \
+  # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)
+  ort_cuda=$(python3 -c 'import onnxruntime as o; print(",ort_cuda,ort_cuda_io" if "CUDAExecutionProvider" in o.get_available_providers() else "")')
+  ENGINES=${ENGINES:-mlx_ep_io,mlx_ep_shared,mlx_direct,torch$ort_cuda} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \
     > /tmp/gpu_runbook_bench.txt 2>&1
   grep -E "median|tok/s|NOT met|met;" /tmp/gpu_runbook_bench.txt >> "$log"
 fi
