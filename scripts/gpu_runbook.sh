@@ -21,6 +21,9 @@
 #   buffers  the decode loops (shared and IOBinding) at several MLX_MAX_OPS_PER_BUFFER values (how
 #            many operations MLX's CUDA backend puts in one CUDA graph before launching it; its
 #            default is 20): what a step's graph commits cost
+#   fuse     the first Run on a fresh machine with MLX's fusion of GPU programs on and off
+#            (ORT_EP_MLX_GPU_FUSE): two processes each, from an MLX kernel cache holding only our
+#            own cubins (the first process JIT-compiles MLX's fused kernels, the second finds them)
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
@@ -99,6 +102,17 @@ if step buffers; then
     for mode in shared io; do
       echo "MLX_MAX_OPS_PER_BUFFER=$ops $mode: $(MLX_MAX_OPS_PER_BUFFER=$ops timeout 100 python3 bench/decode_probe.py \
         --mode "$mode" --steps 64 --loops 2 2>&1 | grep "loop 1" | sed 's/.*decode median/decode median/')" >> "$log"
+    done
+  done
+fi
+if step fuse; then
+  timeout 200 python3 bench/decode_probe.py --mode io --steps 4 --loops 1 > /dev/null 2>&1  # our cubins, once
+  for f in 1 0; do
+    d=/tmp/ptx-fuse-$f
+    rm -rf "$d" && mkdir -p "$d" && cp "$MLX_PTX_CACHE_DIR"/ort_ep_mlx_*.cubin "$d"/ 2>/dev/null
+    for i in 1 2; do
+      echo "ORT_EP_MLX_GPU_FUSE=$f process $i: $(MLX_PTX_CACHE_DIR=$d ORT_EP_MLX_GPU_FUSE=$f timeout 200 python3 \
+        bench/decode_probe.py --mode io --steps 32 --loops 2 2>&1 | grep ' loop ' | sed 's/ (.*first/, first/' | tr '\n' ' ')" >> "$log"
     done
   done
 fi

@@ -10,7 +10,7 @@
  *
  * Fusion: on a GPU, MLX fuses elementwise chains into "Compiled" kernels; on the CPU the same
  * fusion JIT-builds C++ with g++ at run time (about a second per kernel), so CPU programs trace
- * with CompileMode::no_fuse. The mode is process-global and MLX reads it in the compiled
+ * with CompileMode::no_fuse (GPU ones too with ORT_EP_MLX_GPU_FUSE=0). The mode is process-global and MLX reads it in the compiled
  * function right after our trace callback returns, so a trace holds a process-wide trace lock
  * from the moment the callback starts until the compiled call returns to mlxb_program_call,
  * which restores the default mode and releases it. Replays never call the callback and never
@@ -50,11 +50,24 @@ namespace {
 std::mutex trace_mutex;              /* one trace at a time owns MLX's global compile mode */
 thread_local bool holds_trace_lock;  /* this thread took trace_mutex in a trace callback */
 
+/* ORT_EP_MLX_GPU_FUSE=0: GPU programs trace without fusion too. MLX JIT-compiles each fused kernel
+ * with NVRTC at its first use on a machine (seconds each, ~15 in a decoder's first compiled step on
+ * a fresh H200) and keeps it on disk; unfused, the same chains run as MLX's prebuilt kernels, one
+ * operation each. Which costs less is the machine's first Run against every later step. */
+bool gpu_fusion_enabled() {
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_GPU_FUSE");
+    return !v || (std::strcmp(v, "0") && std::strcmp(v, "off"));
+  }();
+  return on;
+}
+
 void trace_lock_acquire(mlxb_device dev) {
   if (holds_trace_lock) return;
   trace_mutex.lock();
   holds_trace_lock = true;
-  mx::set_compile_mode(dev == MLXB_DEVICE_GPU ? mx::CompileMode::enabled : mx::CompileMode::no_fuse);
+  bool fuse = dev == MLXB_DEVICE_GPU && gpu_fusion_enabled();
+  mx::set_compile_mode(fuse ? mx::CompileMode::enabled : mx::CompileMode::no_fuse);
 }
 
 /* Restores MLX's default mode for whoever compiles next, then lets the next trace in. Compile
