@@ -13,28 +13,23 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$(cd "$1" && pwd) out=$(mkdir -p "$2" && cd "$2" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/site" "$out"
-for w in "$wheels"/mlx-0.32.4-*.whl "$wheels"/mlx_cuda_13-0.32.4-*.whl; do
-  (cd "$work/site" && python3 -m zipfile -e "$w" .)
-done
-tar c -C "$work/site" . | xz -T0 -6 > "$work/mlxsite.tar.xz"
-(cd "$work" && split -b 58M -d mlxsite.tar.xz mlxsite.tar.xz.part.)
-i=0
-for part in "$work"/mlxsite.tar.xz.part.*; do
-  mkdir -p "$out/p$i" && mv "$part" "$out/p$i/"
-  i=$((i + 1))
-done
-tar c -C "$root/third_party/root/usr/share/libonnx-testdata/data" node | xz -T0 -6 > "$out/p0/nodetests.tar.xz"
-for w in "$wheels"/onnxruntime_gpu-*.whl; do
-  [ -f "$w" ] || continue
-  mkdir -p "$work/ortgpu"
-  (cd "$work/ortgpu" && python3 -m zipfile -e "$w" .)
-  tar c -C "$work/ortgpu" . | xz -T0 -6 > "$work/ortgpu.tar.xz"
-  (cd "$work" && split -b 56M -d ortgpu.tar.xz ortgpu.tar.xz.part.)
-  i=0
-  for part in "$work"/ortgpu.tar.xz.part.*; do
-    mkdir -p "$out/g$i" && mv "$part" "$out/g$i/"
+mkdir -p "$out"
+# pack NAME PREFIX SIZE FILES...: unpacks the wheels FILES into one tree, xz-compresses it and
+# splits it into NAME.tar.xz.part.NN of SIZE, one part per folder OUT_DIR/PREFIX0, PREFIX1, ...
+pack() {
+  local name=$1 prefix=$2 size=$3 i=0 w part
+  shift 3
+  mkdir -p "$work/$name"
+  for w in "$@"; do (cd "$work/$name" && python3 -m zipfile -e "$w" .); done
+  tar c -C "$work/$name" . | xz -T0 -6 > "$work/$name.tar.xz"
+  (cd "$work" && split -b "$size" -d "$name.tar.xz" "$name.tar.xz.part.")
+  for part in "$work/$name".tar.xz.part.*; do
+    mkdir -p "$out/$prefix$i" && mv "$part" "$out/$prefix$i/"
     i=$((i + 1))
   done
-done
+}
+pack mlxsite p 58M "$wheels"/mlx-0.32.4-*.whl "$wheels"/mlx_cuda_13-0.32.4-*.whl
+tar c -C "$root/third_party/root/usr/share/libonnx-testdata/data" node | xz -T0 -6 > "$out/p0/nodetests.tar.xz"
+ortgpu=$(ls "$wheels"/onnxruntime_gpu-*.whl 2>/dev/null | head -1)
+[ -z "$ortgpu" ] || pack ortgpu g 56M "$ortgpu"
 ls -l "$out"/p* "$out"/g* 2>/dev/null || true
