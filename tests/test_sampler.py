@@ -24,11 +24,12 @@ def test_sampler_reports_where_time_goes(tmp_path):
     n = int(re.search(r"sampler: (\d+) samples", text).group(1))
     assert 300 <= n <= 1000, text[:200]  # 0.6 s of busy loop at 1 ms, plus start-up
     for title in ("self, by library", "self, by function", "self, by the innermost function outside libc",
-                  "inclusive, by function"):
+                  "self, by that function and its two callers", "inclusive, by function"):
         assert title in text
     shares = [float(x) for x in re.findall(r"^\s*([\d.]+)%", text.split("self, by library")[1].split("\n\n")[0], re.M)]
     assert 99.0 <= sum(shares) <= 100.01, shares  # every sample has an innermost library
     assert "_PyEval_EvalFrameDefault" in text  # a name from Python's symbol tables
+    assert re.search(r"^\s*[\d.]+%  \S.* <- \S", text, re.M)  # a hot function with its callers
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
