@@ -12,6 +12,7 @@ per-step medians, the first Run and the EP's run report.
 """
 import argparse
 import ctypes
+import json
 import os
 import statistics
 import sys
@@ -118,6 +119,31 @@ def loop(sess, cfg, dtype, prompt, steps, io_device):
     return times, time.perf_counter() - t0
 
 
+def phase_medians(trace_path: str, skip: int) -> str:
+    """The EP's phases per Run (its `trace` option's Chrome-trace events: bind, graph, eval, copy
+    out inside each Run), as medians in ms over the Runs after the first `skip` (the prefill and
+    the first decode steps, which trace and compile)."""
+    with open(trace_path) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    runs = sorted((e for e in events if e["name"] == "Run"), key=lambda e: e["ts"])[skip:]
+    if not runs:
+        return "no Runs after the first ones"
+    per_phase = {}
+    for run in runs:
+        end = run["ts"] + run["dur"]
+        totals = {"Run": run["dur"]}
+        for e in events:
+            if e["name"] != "Run" and run["ts"] <= e["ts"] <= end:
+                totals[e["name"]] = totals.get(e["name"], 0) + e["dur"]
+        for name, us in totals.items():
+            per_phase.setdefault(name, []).append(us)
+    order = ["Run", "bind", "graph", "eval", "copy out"]
+    names = order + sorted(set(per_phase) - set(order))
+    return ", ".join(f"{n} {statistics.median(per_phase[n]) / 1e3:.2f}" for n in names if n in per_phase) + \
+        f" (medians in ms over {len(runs)} Runs)"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="qwen2.5-0.5b")
@@ -128,6 +154,8 @@ def main():
     ap.add_argument("--loops", type=int, default=2)
     ap.add_argument("--max-len", type=int, default=1024, help="shared mode: the KV buffer's rows")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an EP option (repeatable)")
+    ap.add_argument("--phases", action="store_true",
+                    help="also print the EP's phases per decode Run (bind, graph, eval, copy out) from its trace")
     args = ap.parse_args()
     extra_options = dict(o.split("=", 1) for o in args.option)
     cfg = decoder_config(args.config)
@@ -140,7 +168,9 @@ def main():
         fd, report = tempfile.mkstemp(suffix=".txt")
         os.close(fd)
         t0 = time.perf_counter()
-        sess = mlx_ep.session(model, options={"report": report, **extra_options}, strict=False)
+        trace = tempfile.mkstemp(suffix=".json")[1] if args.phases else None
+        options = {"report": report, **({"trace": trace} if trace else {}), **extra_options}
+        sess = mlx_ep.session(model, options=options, strict=False)
         create = time.perf_counter() - t0
         for rep in range(args.loops):
             if mode == "shared":
@@ -157,6 +187,9 @@ def main():
                 if "run report" in line or "decode buckets" in line:
                     print("  " + line.strip())
         os.unlink(report)
+        if trace:
+            print(f"  {mode} phases: {phase_medians(trace, skip=3)}", flush=True)
+            os.unlink(trace)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@
 #   graphs   bench/decode_probe.py's IOBinding and shared loops with MLX's CUDA graphs on and off
 #            (MLX_USE_CUDA_GRAPHS): whether graph capture helps a step of ~750 small kernels
 #   hostprof where a shared-buffer step's host time goes: the compiled program's MLX operations by
-#            ONNX op type (tools/op_histogram.py), the run report's phases over 64 steps, and a
+#            ONNX op type (tools/op_histogram.py), the EP's phases per decode Run (shared and
+#            IOBinding loops, bench/decode_probe.py --phases) with the run report, and a
 #            perf profile by library and symbol where the machine has perf, else the wall-clock
 #            sampler of tools/sampler (shared and IOBinding loops, reports in $OUT)
 #   buffers  the decode loops (shared and IOBinding) at several MLX_MAX_OPS_PER_BUFFER values (how
@@ -82,7 +83,10 @@ if step hostprof; then
   ORT_EP_MLX_OP_HISTOGRAM=1 timeout 120 python3 bench/decode_probe.py --mode shared --steps 4 --loops 1 \
     > "$OUT/histogram.txt" 2>&1
   python3 tools/op_histogram.py "$OUT/histogram.txt" --top 10 >> "$log" 2>&1
-  timeout 120 python3 bench/decode_probe.py --mode shared --steps 64 --loops 1 2>&1 | grep -E "loop|run report" >> "$log"
+  for mode in shared io; do  # the EP's phases per decode Run (bind, graph, eval, copy out) beside the step's wall time
+    timeout 120 python3 bench/decode_probe.py --mode "$mode" --steps 64 --loops 1 --phases 2>&1 \
+      | grep -E "loop|run report|phases" >> "$log"
+  done
   if command -v perf > /dev/null; then
     timeout 150 perf record -F 4000 -g -o /tmp/perf.data python3 bench/decode_probe.py --mode shared --steps 128 \
       --loops 1 > /dev/null 2>&1

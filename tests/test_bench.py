@@ -55,3 +55,22 @@ def test_verify_shared_kv_flows_on_cpu():
 def test_verify_torch_engine_on_cpu():
     out = _verify("torch")
     assert out.count("torch") == 2 and "n/a" not in out and "FAIL" not in out
+
+
+def test_decode_probe_phases_from_trace(tmp_path):
+    """bench/decode_probe.py --phases: the EP's trace events of each Run (bind, graph, eval, copy
+    out, nested in time inside their Run) become per-phase medians over the Runs it keeps."""
+    spec = importlib.util.spec_from_file_location("decode_probe", os.path.join(ROOT, "bench", "decode_probe.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    events = []
+    for i, (eval_us, copy_us) in enumerate([(9000, 900), (4000, 100), (5000, 300), (6000, 200)]):
+        t = i * 100000
+        events += [{"name": "bind", "ts": t + 1, "dur": 10}, {"name": "graph", "ts": t + 20, "dur": 1000},
+                   {"name": "eval", "ts": t + 1100, "dur": eval_us},
+                   {"name": "copy out", "ts": t + 1200 + eval_us, "dur": copy_us},
+                   {"name": "Run", "ts": t, "dur": 1300 + eval_us + copy_us}]
+    path = tmp_path / "trace.json"
+    path.write_text(__import__("json").dumps({"traceEvents": events}))
+    text = probe.phase_medians(str(path), skip=1)
+    assert text == "Run 6.60, bind 0.01, graph 1.00, eval 5.00, copy out 0.20 (medians in ms over 3 Runs)", text
