@@ -229,12 +229,15 @@ using cuda_template_args = std::vector<std::pair<std::string, mx::fast::Template
 
 /* Launches kernel k on s's GPU (bridge_kernel_cache.cpp): compiled once per machine and kept on disk
  * when NVRTC and the CUDA headers are at hand, else through MLX's per-process JIT. grid counts
- * threads, as in MLX's custom kernels. */
+ * threads, as in MLX's custom kernels. Bit i of `unused` marks output i as one this launch never
+ * writes (a kernel's outputs are fixed by its source; a variant may leave some alone): launched
+ * by our own primitive, such an output is no array at all (the kernel gets a null pointer and
+ * checks it), and the result holds an empty placeholder in its place, which callers never read. */
 std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vector<mx::array> &inputs,
                                        const std::vector<mx::Shape> &out_shapes,
                                        const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> block, const cuda_template_args &targs,
-                                       const mlxb_scope *s);
+                                       const mlxb_scope *s, uint32_t unused = 0);
 /* Whether x is row-major by construction before it is evaluated: the output of one of our CUDA
  * kernels (MLX's CustomKernel or our EpCudaKernel both allocate their outputs row-major), an
  * evaluated row-contiguous array, or a single element. A Contiguous operation on such an array
@@ -251,14 +254,15 @@ inline bool row_major_by_construction(const mx::array &x) {
 /* Our precompiled kernels launched by a primitive of our own (bridge_launch.cpp): ready on MLX's
  * CUDA backend when its encoder's symbols and the driver are found (ORT_EP_MLX_DIRECT_LAUNCH=0:
  * never). The kernel `name` of `cubin` is loaded at once; the launch takes the input pointers,
- * the output pointers, then `scalars`, on grid/block as MLX's custom kernels count them. */
+ * the output pointers (null for the outputs `unused` marks), then `scalars`, on grid/block as
+ * MLX's custom kernels count them. */
 bool direct_launch_ready();
 std::vector<mx::array> launch_precompiled(const std::string &name, const std::string &cubin,
                                           const std::vector<mx::array> &inputs,
                                           const std::vector<mx::Shape> &out_shapes,
                                           const std::vector<mx::Dtype> &out_dtypes, const std::vector<int> &scalars,
                                           std::tuple<int, int, int> grid, std::tuple<int, int, int> block,
-                                          bool row_contiguous, const mlxb_scope *s);
+                                          bool row_contiguous, uint32_t unused, const mlxb_scope *s);
 /* Compiles kernel k's precompiled form for sm_90 with NVRTC (MLX's, else a CUDA toolkit's) for
  * inputs of these dtypes and ranks: 0, 1 when no NVRTC or CUDA headers are at hand, -1 with the
  * compiler's log in error. */

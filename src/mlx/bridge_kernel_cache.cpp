@@ -339,7 +339,7 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
                                        const std::vector<mx::Shape> &out_shapes,
                                        const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> block, const cuda_template_args &targs,
-                                       const mlxb_scope *s) {
+                                       const mlxb_scope *s, uint32_t unused) {
   auto dev = scope_dev(s);
   kernel_cache &c = cache();
   if (precompiling_enabled() && !s->force_cpu && s->device.type == mx::Device::gpu) {
@@ -359,7 +359,8 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
     if (cubin && direct_launch_ready()) {
       std::vector<int> ints;
       for (const auto &v : scalars) ints.push_back(std::get<int>(v)); /* full_source passes shapes as ints */
-      return launch_precompiled(name, *cubin, inputs, out_shapes, out_dtypes, ints, grid, block, k.row_contiguous, s);
+      return launch_precompiled(name, *cubin, inputs, out_shapes, out_dtypes, ints, grid, block, k.row_contiguous,
+                                unused, s);
     }
     if (cubin)
       return mx::fast::precompiled_cuda_kernel(name, *cubin, inputs, out_shapes, out_dtypes, scalars, grid, block, 0,

@@ -267,10 +267,10 @@ const char *qgemv_source = R"(
       const T gate = finish(g, bias0, 0, nn), up = finish(u, bias1, 1, nn);
       const T sig = static_cast<T>(1.0f / (1.0f + expf(-static_cast<float>(gate))));
       const T silu = static_cast<T>(static_cast<float>(gate) * static_cast<float>(sig));
-      out0[at] = gate;
-      out1[at] = up;
-      act0[at] = sig;
-      act1[at] = silu;
+      if (out0) out0[at] = gate;  // a launch may take no array for a result no node reads
+      if (out1) out1[at] = up;
+      if (act0) act0[at] = sig;
+      if (act1) act1[at] = silu;
       out2[at] = static_cast<T>(static_cast<float>(silu) * static_cast<float>(up));
     }
     return;
@@ -283,7 +283,7 @@ const char *qgemv_source = R"(
                         set == 0 ? biases0 : set == 1 ? biases1 : biases2, nn, live);
   if (live && lane == 0) {
     T* out = set == 0 ? out0 : set == 1 ? out1 : out2;
-    out[(size_t)m * N + nn] = finish(sum, set == 0 ? bias0 : set == 1 ? bias1 : bias2, set, nn);
+    if (out) out[(size_t)m * N + nn] = finish(sum, set == 0 ? bias0 : set == 1 ? bias1 : bias2, set, nn);
   }
 )";
 
@@ -601,11 +601,13 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
   int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
   mx::Dtype t = xa.dtype();
+  /* the sets past n_sets and, without swiglu, the two activations are never written */
+  uint32_t unused = swiglu ? 0u : (0x7u & ~((1u << n_sets) - 1u)) | (1u << 3) | (1u << 4);
   return run_cuda_kernel(qgemv_kernel, inputs, shapes, {t, t, t, t, t},
                          {static_cast<int>(blocks * threads), static_cast<int>(m), 1}, {threads, 1, 1},
                          {{"T", t}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)},
                           {"LANES", lanes}, {"SETS", n_sets}, {"BIASED", biased}, {"SWIGLU", swiglu}},
-                         s);
+                         s, unused);
 }
 
 } // namespace

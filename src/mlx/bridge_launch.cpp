@@ -140,9 +140,9 @@ void *device_address(const mx::array &a) {
 class ep_cuda_kernel : public mx::Primitive {
  public:
   ep_cuda_kernel(mx::Stream stream, std::string name, void *function, std::vector<int> scalars, dim3_abi grid,
-                 dim3_abi block, bool row_contiguous)
+                 dim3_abi block, bool row_contiguous, int n_outputs, uint32_t unused)
       : mx::Primitive(stream), name_(std::move(name)), function_(function), scalars_(std::move(scalars)),
-        grid_(grid), block_(block), row_contiguous_(row_contiguous) {}
+        grid_(grid), block_(block), row_contiguous_(row_contiguous), n_outputs_(n_outputs), unused_(unused) {}
 
   void eval_cpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
     throw std::runtime_error(name_ + ": a CUDA kernel has no CPU form");
@@ -159,7 +159,17 @@ class ep_cuda_kernel : public mx::Primitive {
         throw std::runtime_error(name_ + ": an input is not row-major");
       addresses.push_back(in.size() ? device_address(in) : nullptr);
     }
-    for (const auto &out : outputs) addresses.push_back(out.size() ? device_address(out) : nullptr);
+    /* the kernel's output parameters in order: null where this launch has no array (unused_) */
+    size_t next = 0;
+    for (int i = 0; i < n_outputs_; i++) {
+      if ((unused_ >> i) & 1u) {
+        addresses.push_back(nullptr);
+        continue;
+      }
+      if (next >= outputs.size()) throw std::runtime_error(name_ + ": fewer outputs than parameters");
+      const mx::array &out = outputs[next++];
+      addresses.push_back(out.size() ? device_address(out) : nullptr);
+    }
     std::vector<int> scalars = scalars_;
     std::vector<void *> args;
     args.reserve(addresses.size() + scalars.size());
@@ -180,6 +190,8 @@ class ep_cuda_kernel : public mx::Primitive {
   std::vector<int> scalars_;
   dim3_abi grid_, block_;
   bool row_contiguous_;
+  int n_outputs_;    /* the kernel's output parameters */
+  uint32_t unused_;  /* those that get no array: a null pointer */
 };
 
 unsigned blocks(int threads, int per_block) {
@@ -195,7 +207,7 @@ std::vector<mx::array> launch_precompiled(const std::string &name, const std::st
                                           const std::vector<mx::Shape> &out_shapes,
                                           const std::vector<mx::Dtype> &out_dtypes, const std::vector<int> &scalars,
                                           std::tuple<int, int, int> grid, std::tuple<int, int, int> block,
-                                          bool row_contiguous, const mlxb_scope *s) {
+                                          bool row_contiguous, uint32_t unused, const mlxb_scope *s) {
   auto dev = scope_dev(s);
   mx::Stream stream = mx::to_stream(dev);
   void *fn = load_function(name, cubin, stream.device.index);
@@ -209,8 +221,24 @@ std::vector<mx::array> launch_precompiled(const std::string &name, const std::st
   dim3_abi g{blocks(gx, tx), blocks(gy, ty), blocks(gz, tz)};
   dim3_abi b{static_cast<unsigned>(std::min(tx, gx)), static_cast<unsigned>(std::min(ty, gy)),
              static_cast<unsigned>(std::min(tz, gz))};
-  auto prim = std::make_shared<ep_cuda_kernel>(stream, name, fn, scalars, g, b, row_contiguous);
-  return mx::array::make_arrays(out_shapes, out_dtypes, prim, ins);
+  int n_outputs = static_cast<int>(out_shapes.size());
+  if (n_outputs != static_cast<int>(out_dtypes.size()) || n_outputs > 32)
+    throw bridge_error("kernel " + name + ": output shapes and dtypes do not match");
+  std::vector<mx::Shape> shapes;
+  std::vector<mx::Dtype> dtypes;
+  for (int i = 0; i < n_outputs; i++) {
+    if ((unused >> i) & 1u) continue;
+    shapes.push_back(out_shapes[i]);
+    dtypes.push_back(out_dtypes[i]);
+  }
+  if (shapes.empty()) throw bridge_error("kernel " + name + ": every output unused");
+  auto prim = std::make_shared<ep_cuda_kernel>(stream, name, fn, scalars, g, b, row_contiguous, n_outputs, unused);
+  std::vector<mx::array> made = mx::array::make_arrays(shapes, dtypes, prim, ins), result;
+  result.reserve(out_shapes.size());
+  size_t next = 0;
+  for (int i = 0; i < n_outputs; i++)
+    result.push_back((unused >> i) & 1u ? mx::zeros({0}, out_dtypes[i], dev) : made[next++]);
+  return result;
 }
 
 } // namespace mlxb_detail
