@@ -677,7 +677,7 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
         {threads, 1, 1},
         {{"T", t}, {"HAS_SKIP", skip != nullptr}, {"HAS_BIAS", bias != nullptr}, {"WRITE_SUM", want_sum},
          {"SKIP_RANK", static_cast<int>(sk.ndim())}},
-        s);
+        s, want_sum ? 0u : 1u << 1); /* without WRITE_SUM the kernel never writes sum */
     *y = scope_keep(s, outs.at(0));
     if (want_sum) *sum = scope_keep(s, outs.at(1));
   });
