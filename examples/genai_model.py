@@ -63,12 +63,13 @@ EOS_TOKEN = "<|endoftext|>"
 
 def tokenizer_vocab(vocab_size: int) -> dict[str, int]:
     """Byte-level BPE vocabulary: the 95 printable ASCII bytes (space as "Ġ"), newline, merged
-    pairs up to vocab_size - 1, and <|endoftext|> as the last id."""
+    pairs up to vocab_size - 1, and <|endoftext|> as the last id. A larger vocabulary (a real
+    model's shapes, e.g. Qwen2.5's 151936) is filled with tokens no merge produces ("<extra_N>"):
+    encoding never yields them, decoding spells them out."""
     base = [_SPACE if c == " " else c for c in map(chr, range(0x20, 0x7F))] + [_NEWLINE]
     merged = ["".join(m) for m in _MERGES]
-    tokens = (base + merged)[:vocab_size - 1]
-    if len(tokens) < vocab_size - 1:
-        raise ValueError(f"vocab_size {vocab_size} needs more than {len(base) + len(merged) + 1} tokens")
+    tokens = (base + merged)[:max(vocab_size - 1, 0)]
+    tokens += [f"<extra_{i}>" for i in range(vocab_size - 1 - len(tokens))]
     return {t: i for i, t in enumerate(tokens + [EOS_TOKEN])}
 
 

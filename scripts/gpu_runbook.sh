@@ -25,6 +25,9 @@
 #   fuse     the first Run on a fresh machine with MLX's fusion of GPU programs on and off
 #            (ORT_EP_MLX_GPU_FUSE): two processes each, from an MLX kernel cache holding only our
 #            own cubins (the first process JIT-compiles MLX's fused kernels, the second finds them)
+#   genai    onnxruntime-genai (its wheel handed over in WHEEL_DIR) generating 64 tokens after a
+#            128-token prompt at Qwen2.5-0.5B's shapes (float16, int4), shared KV buffer and not:
+#            prompt time, decode median, and the run report's traces (examples/genai_llm.py)
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
@@ -118,6 +121,14 @@ if step fuse; then
       echo "ORT_EP_MLX_GPU_FUSE=$f process $i: $(MLX_PTX_CACHE_DIR=$d ORT_EP_MLX_GPU_FUSE=$f timeout 200 python3 \
         bench/decode_probe.py --mode io --steps 32 --loops 2 2>&1 | grep ' loop ' | sed 's/ (.*first/, first/' | tr '\n' ' ')" >> "$log"
     done
+  done
+fi
+if step genai; then
+  for share in --share-buffer ""; do
+    echo "genai ${share:-(no shared buffer)}" >> "$log"
+    timeout 200 python3 examples/genai_llm.py --out /tmp/genai-qwen --config qwen2.5-0.5b --io-dtype float16 $share \
+      --prompt-tokens 128 --new-tokens 64 --option report=stderr 2>&1 | grep -E "tokens in|run report|rror" \
+      | cut -c1-400 >> "$log"
   done
 fi
 if step bench; then
