@@ -230,7 +230,7 @@ def _cuda_gemv():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("rows", [1, 3])
-@pytest.mark.parametrize("form", ["plain", "swapped", "gate_bias"])
+@pytest.mark.parametrize("form", ["plain", "swapped", "gate_bias", "product_only"])
 def test_matmul_nbits_gated_mlp(tmp_path, dtype, rows, form):
     """A gated MLP (Qwen/Llama): gate and up MatMulNBits of one A, then Sigmoid(gate), gate times
     that, and that times up. On MLX's CUDA backend the first projection computes the pair and the
@@ -238,7 +238,8 @@ def test_matmul_nbits_gated_mlp(tmp_path, dtype, rows, form):
     elsewhere the pair as siblings and the activations as nodes. "swapped": up comes first in node
     order and every Mul has its operands the other way round; "gate_bias": the gate has a constant
     bias Add folded in. The Sigmoid's and the first Mul's results are read elsewhere too, so every
-    intermediate is checked against ORT's CPU EP."""
+    intermediate is checked against ORT's CPU EP; "product_only": the chain alone reads them (a
+    decoder's MLP), and the CUDA launch then writes the product and nothing else."""
     k, n, block, bits = 128, 48, 32, 4
     rng = np.random.default_rng(23)
     kb = k // block
@@ -258,11 +259,14 @@ def test_matmul_nbits_gated_mlp(tmp_path, dtype, rows, form):
     swap = form == "swapped"
     nodes += [helper.make_node("Sigmoid", [gate], ["S"]),
               helper.make_node("Mul", ["S", gate] if swap else [gate, "S"], ["M"]),
-              helper.make_node("Mul", ["Y_u", "M"] if swap else ["M", "Y_u"], ["P"]),
-              helper.make_node("Concat", ["P", "S", "M", "Y_u"], ["Y"], axis=-1)]
-    model = make_model(nodes, [("A", t, [1, rows, k])], [("Y", t, None)], consts, domains=[(MS, 1)])
+              helper.make_node("Mul", ["Y_u", "M"] if swap else ["M", "Y_u"], ["P"])]
+    product_only = form == "product_only"
+    if not product_only:
+        nodes.append(helper.make_node("Concat", ["P", "S", "M", "Y_u"], ["Y"], axis=-1))
+    out = "P" if product_only else "Y"
+    model = make_model(nodes, [("A", t, [1, rows, k])], [(out, t, None)], consts, domains=[(MS, 1)])
     feeds = {"A": (rng.standard_normal((1, rows, k)) * 2).astype(dtype)}
-    stats = _three_runs_against_cpu(tmp_path, model, feeds, dtype, (1, rows, 4 * n))
+    stats = _three_runs_against_cpu(tmp_path, model, feeds, dtype, (1, rows, (1 if product_only else 4) * n))
     # per lowering: the pair's sibling (and the gate's Add), plus the three activations with the kernel
     per = 1 + (form == "gate_bias") + (3 if _cuda_gemv() else 0)
     assert stats["computed_ahead"] > 0 and stats["computed_ahead"] % per == 0, (per, stats)

@@ -300,11 +300,12 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
 /* A gated MLP's two projections and its activation in one launch: sets 0 (gate) and 1 (up) of one
  * N as above (add as above), and out[0] gate, out[1] up, out[2] Sigmoid(gate), out[3] gate times
  * out[2], out[4] out[3] times up, each rounded to x's dtype as the Sigmoid and Mul nodes would
- * round. 0 ok, -1 error. */
+ * round. product_only: nothing reads out[0..3] but the chain itself, so the launch may write only
+ * out[4] (the others are then empty arrays, never to be read). 0 ok, -1 error. */
 enum { MLXB_QGEMV_SWIGLU_OUTPUTS = 5 };
 int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *const *w, const mlxb_array *const *scales,
                       const mlxb_array *const *biases, const mlxb_array *const *add, int group_size, int bits,
-                      mlxb_array **out);
+                      bool product_only, mlxb_array **out);
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                                   const mlxb_array *biases, bool transpose, int group_size, int bits);
 mlxb_array *mlxb_dequantize(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,

@@ -547,7 +547,8 @@ namespace {
  * up) and five results: gate, up, gate * Sigmoid(gate) * up, Sigmoid(gate), gate * Sigmoid(gate). */
 std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
                                     const mlxb_array *const *scales, const mlxb_array *const *biases,
-                                    const mlxb_array *const *add, int group_size, int bits, bool swiglu) {
+                                    const mlxb_array *const *add, int group_size, int bits, bool swiglu,
+                                    bool product_only = false) {
   if (!x || !w || !scales || !biases) throw null_arg{};
   if (n_sets < 1 || n_sets > MLXB_QGEMV_MAX_SETS) throw bridge_error("quantized GEMV: 1 to 3 weight sets");
   const mx::array &xa = arr(x);
@@ -601,8 +602,9 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
   int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMV: too many rows");
   mx::Dtype t = xa.dtype();
-  /* the sets past n_sets and, without swiglu, the two activations are never written */
-  uint32_t unused = swiglu ? 0u : (0x7u & ~((1u << n_sets) - 1u)) | (1u << 3) | (1u << 4);
+  /* the sets past n_sets and, without swiglu, the two activations are never written; a gated MLP
+   * whose intermediates nobody else reads needs the product (out2) alone */
+  uint32_t unused = swiglu ? (product_only ? 0x1bu : 0u) : (0x7u & ~((1u << n_sets) - 1u)) | (1u << 3) | (1u << 4);
   return run_cuda_kernel(qgemv_kernel, inputs, shapes, {t, t, t, t, t},
                          {static_cast<int>(blocks * threads), static_cast<int>(m), 1}, {threads, 1, 1},
                          {{"T", t}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)},
@@ -625,11 +627,11 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
 
 int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *const *w, const mlxb_array *const *scales,
                       const mlxb_array *const *biases, const mlxb_array *const *add, int group_size, int bits,
-                      mlxb_array **out) {
+                      bool product_only, mlxb_array **out) {
   for (int i = 0; out && i < MLXB_QGEMV_SWIGLU_OUTPUTS; i++) out[i] = nullptr;
   return guard_status(s, "mlxb_qgemv_swiglu", [&] {
     if (!out) throw null_arg{};
-    auto outs = qgemv_launch(s, x, 2, w, scales, biases, add, group_size, bits, true);
+    auto outs = qgemv_launch(s, x, 2, w, scales, biases, add, group_size, bits, true, product_only);
     /* the kernel's order: gate, up, product, then the two activations */
     static const int from[MLXB_QGEMV_SWIGLU_OUTPUTS] = {0, 1, 3, 4, 2};
     for (int i = 0; i < MLXB_QGEMV_SWIGLU_OUTPUTS; i++) out[i] = scope_keep(s, outs.at(from[i]));

@@ -365,6 +365,22 @@ static bool mnb_swiglu_nodes(const op_ctx *c, const int vals[2], const ir_node *
   return false;
 }
 
+/* Whether value v is read by exactly `readers` node inputs, all inside the gated chain (the caller
+ * counts them), and leaves the graph nowhere. */
+static bool mnb_read_only_by(const op_ctx *c, int v, int readers) {
+  const ir_value *val = &op_graph(c)->values[v];
+  return val->n_consumers == readers && !val->is_graph_output;
+}
+
+/* Whether only the chain reads the pair and the first two activations (gate: the Sigmoid and the
+ * first Mul; up, the Sigmoid's and the first Mul's results: the next node in the chain), so the
+ * launch need give the product alone. The gate's bias Add, when folded, keeps every result. */
+static bool mnb_swiglu_product_only(const op_ctx *c, const int vals[2], const ir_node *const *act, int gate,
+                                    bool folded_add) {
+  return !folded_add && mnb_read_only_by(c, vals[gate], 2) && mnb_read_only_by(c, vals[1 - gate], 1) &&
+         mnb_read_only_by(c, act[0]->outputs[0], 1) && mnb_read_only_by(c, act[1]->outputs[0], 1);
+}
+
 /* The pair (gate, up) and its activation nodes in one launch: outs[] receives the pair's results
  * in group order; the activation nodes get theirs (op_compute_for). 1 when the pattern is not
  * there (nothing recorded), 0, or -1 on failure. */
@@ -379,7 +395,9 @@ static int mnb_swiglu_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const
   const mlxb_array *ws[2] = {w[gate], w[up]}, *scs[2] = {sc[gate], sc[up]}, *bis[2] = {bi[gate], bi[up]};
   const mlxb_array *adding[2] = {bias[gate], bias[up]};
   mlxb_array *r[MLXB_QGEMV_SWIGLU_OUTPUTS];
-  if (mlxb_qgemv_swiglu(op_scope(c), xp, ws, scs, bis, adding, mnb_group(a), (int)a->bits, r)) return op_check(c);
+  bool product_only = mnb_swiglu_product_only(c, vals, act, gate, adds[0] || adds[1]);
+  if (mlxb_qgemv_swiglu(op_scope(c), xp, ws, scs, bis, adding, mnb_group(a), (int)a->bits, product_only, r))
+    return op_check(c);
   outs[gate] = r[0], outs[up] = r[1];
   for (int i = 0; i < 3; i++)
     if (op_compute_for(c, act[i], r[2 + i])) return -1;
