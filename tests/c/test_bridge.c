@@ -354,6 +354,12 @@ static void test_shapes(mlxb_scope *s) {
   expect_f32(s, mlxb_as_strided(s, v, (int64_t[]){3, 2}, (int64_t[]){2, 1}, 2, 1), (float[]){1, 2, 3, 4, 5, 6}, 6, 0,
              "as_strided");
   expect_f32(s, mlxb_contiguous(s, t), (float[]){1, 4, 2, 5, 3, 6}, 6, 0, "contiguous");
+  /* an array row-major by construction (data, evaluated) is its own contiguous form: no operation */
+  mlxb_array *rowmajor = f32(s, (float[]){1, 2, 3, 4}, (int64_t[]){2, 2}, 2), *same = mlxb_contiguous(s, rowmajor);
+  CHECK(same && mlxb_graph_size(&same, 1) == 0, "contiguous of a row-major array adds %zu operations",
+        same ? mlxb_graph_size(&same, 1) : (size_t)0);
+  mlxb_array *view = mlxb_contiguous(s, t);
+  CHECK(view && mlxb_graph_size(&view, 1) >= 1, "contiguous of a transposed view is an operation");
 }
 
 static void test_linalg(mlxb_scope *s) {
