@@ -372,9 +372,9 @@ static bool mnb_read_only_by(const op_ctx *c, int v, int readers) {
   return val->n_consumers == readers && !val->is_graph_output;
 }
 
-/* Whether only the chain reads the pair and the first two activations (gate: the Sigmoid and the
- * first Mul; up, the Sigmoid's and the first Mul's results: the next node in the chain), so the
- * launch need give the product alone. The gate's bias Add, when folded, keeps every result. */
+/* Whether only the chain reads the pair and the first two activations (the gate: the Sigmoid and
+ * the first Mul; up, the Sigmoid's result and the first Mul's: each the next node of the chain),
+ * so that the launch need give the product alone. With a folded bias Add every result is kept. */
 static bool mnb_swiglu_product_only(const op_ctx *c, const int vals[2], const ir_node *const *act, int gate,
                                     bool folded_add) {
   return !folded_add && mnb_read_only_by(c, vals[gate], 2) && mnb_read_only_by(c, vals[1 - gate], 1) &&
