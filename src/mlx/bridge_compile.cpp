@@ -55,10 +55,7 @@ thread_local bool holds_trace_lock;  /* this thread took trace_mutex in a trace 
  * a fresh H200) and keeps it on disk; unfused, the same chains run as MLX's prebuilt kernels, one
  * operation each. Which costs less is the machine's first Run against every later step. */
 bool gpu_fusion_enabled() {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_GPU_FUSE");
-    return !v || (std::strcmp(v, "0") && std::strcmp(v, "off"));
-  }();
+  static const bool on = env_switch_on("ORT_EP_MLX_GPU_FUSE");
   return on;
 }
 

@@ -29,13 +29,6 @@ using namespace mlxb_detail;
 
 namespace {
 
-/* MLX 0.32's cu::CudaBuffer, read (never written) to find a buffer's device address. */
-struct cuda_buffer_record {
-  void *data;
-  size_t size;
-  int device; /* -1: unified (managed) memory */
-};
-
 /* The CUDA driver API, from the libcuda.so.1 that libmlx loaded (MLX links the CUDA runtime
  * statically, so the driver is the one CUDA library we can share with it). */
 typedef int cu_result;
@@ -130,15 +123,6 @@ bool load_cuda_driver(cuda_driver *d) {
   return ok && !d->init(0) && !d->device_get(&dev, 0) && !d->primary_ctx_retain(&d->context, dev);
 }
 
-/* Whether MLX's buffer records have the layout we read, on a buffer of our own. */
-bool record_layout_matches() {
-  mx::allocator::Buffer b = mx::allocator::allocator().malloc(64);
-  if (!b.ptr()) return false;
-  const auto *rec = static_cast<const cuda_buffer_record *>(b.ptr());
-  bool ok = rec->size >= 64 && rec->device == -1 && rec->data == b.raw_ptr();
-  mx::allocator::allocator().free(b);
-  return ok;
-}
 
 bool init_device_memory(device_state &s, bool on_host) {
   if (on_host) {
@@ -146,7 +130,7 @@ bool init_device_memory(device_state &s, bool on_host) {
     return true;
   }
   if (!mx::is_available(mx::Device::gpu) || mx::metal::is_available()) return false;
-  if (!load_cuda_driver(&s.cuda) || !record_layout_matches()) return false;
+  if (!load_cuda_driver(&s.cuda) || !cuda_buffer_layout_matches()) return false;
   s.kind = backend::cuda;
   return true;
 }
@@ -185,9 +169,7 @@ const allocation *find_locked(device_state &s, const void *p, size_t bytes, size
  * migration to the host). */
 const char *device_address(const device_state &s, const mx::array &a) {
   if (s.kind == backend::host) return a.data<char>();
-  const auto *rec = static_cast<const cuda_buffer_record *>(a.buffer().ptr());
-  if (!rec || !rec->data) throw bridge_error("array has no buffer");
-  return static_cast<const char *>(rec->data) + a.offset();
+  return cuda_buffer_address(a);
 }
 
 /* The address ORT gets for a buffer of MLX's allocator. */
@@ -251,6 +233,15 @@ void prefer_device(const device_state &s, void *p, size_t bytes) {
 }
 
 } // namespace
+
+bool mlxb_detail::cuda_buffer_layout_matches() {
+  mx::allocator::Buffer b = mx::allocator::allocator().malloc(64);
+  if (!b.ptr()) return false;
+  const auto *rec = static_cast<const cuda_buffer_record *>(b.ptr());
+  bool ok = rec->size >= 64 && rec->device == -1 && rec->data == b.raw_ptr();
+  mx::allocator::allocator().free(b);
+  return ok;
+}
 
 bool mlxb_device_memory_enable(bool on_host) {
   device_state &s = state();

@@ -3,6 +3,7 @@
 #ifndef EP_MLX_BRIDGE_INTERNAL_H
 #define EP_MLX_BRIDGE_INTERNAL_H
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -238,6 +239,30 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
                                        const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> block, const cuda_template_args &targs,
                                        const mlxb_scope *s, uint32_t unused = 0);
+/* An environment switch that is on unless set to 0 or off (read by the caller once). */
+inline bool env_switch_on(const char *name) {
+  const char *v = std::getenv(name);
+  return !v || (std::strcmp(v, "0") && std::strcmp(v, "off"));
+}
+
+/* MLX 0.32's cu::CudaBuffer, what an array's buffer pointer points at on MLX's CUDA backend: read
+ * (never written) for device addresses, after cuda_buffer_layout_matches() said it is this. */
+struct cuda_buffer_record {
+  void *data;
+  size_t size;
+  int device; /* -1: unified (managed) memory */
+};
+
+/* Whether MLX's buffer records have that layout, on a buffer of our own (bridge_device.cpp). */
+bool cuda_buffer_layout_matches();
+
+/* The device address of a's first element, from its buffer record. */
+inline char *cuda_buffer_address(const mx::array &a) {
+  const auto *rec = static_cast<const cuda_buffer_record *>(a.buffer().ptr());
+  if (!rec || !rec->data) throw bridge_error("array has no buffer");
+  return static_cast<char *>(rec->data) + a.offset();
+}
+
 /* Whether x is row-major by construction before it is evaluated: the output of one of our CUDA
  * kernels (MLX's CustomKernel or our EpCudaKernel both allocate their outputs row-major), an
  * evaluated row-contiguous array, or a single element. A Contiguous operation on such an array

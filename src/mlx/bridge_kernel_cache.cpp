@@ -286,10 +286,7 @@ kernel_cache &cache() {
 
 /* On unless ORT_EP_MLX_KERNEL_CACHE is 0 or off. */
 bool precompiling_enabled() {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_KERNEL_CACHE");
-    return !v || (std::strcmp(v, "0") && std::strcmp(v, "off"));
-  }();
+  static const bool on = env_switch_on("ORT_EP_MLX_KERNEL_CACHE");
   return on;
 }
 

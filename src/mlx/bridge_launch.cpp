@@ -32,13 +32,6 @@ struct dim3_abi {
   unsigned x, y, z;
 };
 
-/* MLX 0.32's CudaBuffer (mlx/backend/cuda/allocator.h): what an array's buffer pointer points at. */
-struct cuda_buffer_record {
-  void *data;
-  size_t size;
-  int device;
-};
-
 using encoder_for_fn = void *(*)(mx::Stream);
 using declare_array_fn = void (*)(void *, const mx::array &);
 using add_kernel_fn = void (*)(void *, void *, dim3_abi, dim3_abi, dim3_abi, unsigned, void **);
@@ -68,25 +61,10 @@ bool bind(void *lib, const char *name, F &out) {
   return out != nullptr;
 }
 
-bool enabled_by_env() {
-  const char *v = std::getenv("ORT_EP_MLX_DIRECT_LAUNCH");
-  return !v || (std::strcmp(v, "0") && std::strcmp(v, "off"));
-}
-
-/* Whether an array's buffer record has MLX 0.32's layout, on a buffer of our own. */
-bool record_layout_matches() {
-  mx::allocator::Buffer b = mx::allocator::allocator().malloc(64);
-  if (!b.ptr()) return false;
-  const auto *rec = static_cast<const cuda_buffer_record *>(b.ptr());
-  bool ok = rec->size >= 64 && rec->data == b.raw_ptr();
-  mx::allocator::allocator().free(b);
-  return ok;
-}
-
 const launch_api &api() {
   static launch_api a = [] {
     launch_api x;
-    if (!enabled_by_env() || mx::metal::is_available() || !mx::is_available(mx::Device::gpu)) return x;
+    if (!env_switch_on("ORT_EP_MLX_DIRECT_LAUNCH") || mx::metal::is_available() || !mx::is_available(mx::Device::gpu)) return x;
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     bool ok = cuda && bind(RTLD_DEFAULT, "_ZN3mlx4core2cu19get_command_encoderENS0_6StreamE", x.encoder_for) &&
               bind(RTLD_DEFAULT, "_ZN3mlx4core2cu14CommandEncoder15set_input_arrayERKNS0_5arrayE", x.set_input) &&
@@ -96,7 +74,7 @@ const launch_api &api() {
               bind(cuda, "cuModuleLoadData", x.module_load) && bind(cuda, "cuModuleGetFunction", x.module_function) &&
               bind(cuda, "cuDevicePrimaryCtxRetain", x.primary_retain) && bind(cuda, "cuDeviceGet", x.device_get) &&
               bind(cuda, "cuCtxPushCurrent_v2", x.ctx_push) && bind(cuda, "cuCtxPopCurrent_v2", x.ctx_pop);
-    x.ready = ok && record_layout_matches();
+    x.ready = ok && cuda_buffer_layout_matches();
     return x;
   }();
   return a;
@@ -132,11 +110,6 @@ void *load_function(const std::string &name, const std::string &cubin, int ordin
   return fn;
 }
 
-void *device_address(const mx::array &a) {
-  const auto *rec = static_cast<const cuda_buffer_record *>(a.buffer().ptr());
-  return static_cast<char *>(rec->data) + a.offset();
-}
-
 class ep_cuda_kernel : public mx::Primitive {
  public:
   ep_cuda_kernel(mx::Stream stream, std::string name, void *function, std::vector<int> scalars, dim3_abi grid,
@@ -157,7 +130,7 @@ class ep_cuda_kernel : public mx::Primitive {
       /* the graph was built with these made row-major (launch_precompiled): a view here is a bug */
       if (row_contiguous_ && !(in.size() <= 1 || in.flags().row_contiguous))
         throw std::runtime_error(name_ + ": an input is not row-major");
-      addresses.push_back(in.size() ? device_address(in) : nullptr);
+      addresses.push_back(in.size() ? cuda_buffer_address(in) : nullptr);
     }
     /* the kernel's output parameters in order: null where this launch has no array (unused_) */
     size_t next = 0;
@@ -168,13 +141,13 @@ class ep_cuda_kernel : public mx::Primitive {
       }
       if (next >= outputs.size()) throw std::runtime_error(name_ + ": fewer outputs than parameters");
       const mx::array &out = outputs[next++];
-      addresses.push_back(out.size() ? device_address(out) : nullptr);
+      addresses.push_back(out.size() ? cuda_buffer_address(out) : nullptr);
     }
-    std::vector<int> scalars = scalars_;
+    /* the driver copies the argument values when the node is added: pointers into the members do */
     std::vector<void *> args;
-    args.reserve(addresses.size() + scalars.size());
+    args.reserve(addresses.size() + scalars_.size());
     for (auto &p : addresses) args.push_back(&p);
-    for (auto &v : scalars) args.push_back(&v);
+    for (const int &v : scalars_) args.push_back(const_cast<int *>(&v));
     void *encoder = a.encoder_for(stream());
     for (const auto &in : inputs) a.set_input(encoder, in);
     for (const auto &out : outputs) a.set_output(encoder, out);
