@@ -6,7 +6,11 @@ process, MLX's included), with a short and a long decode loop, and prints the di
 by the extra steps: for each kernel name, launches and device microseconds per decode step.
 Everything else (model build, prefill, traces, the first Runs' JIT) cancels out.
 
-    bench/decode_kernels.py [--short 8] [--long 40] [--mode io|shared|direct] [--top 30]
+    bench/decode_kernels.py [--short 8] [--long 40] [--mode io|shared|direct|prefill|direct_prefill] [--top 30]
+
+--mode prefill profiles the 128-token prompt Run instead (IOBinding; --short/--long count prefill
+Runs, every one after the first two replays the compiled program); direct_prefill the same prompt
+in MLX direct.
 
 --mode direct profiles MLX direct's decode loop instead (bench/mlx_reference.py on the same
 model and the prompt's KV from bench/workloads.py): the launches a hand-written MLX port needs.
@@ -33,15 +37,33 @@ def direct_loop(steps, config="qwen2.5-0.5b", dtype="float16"):
     return lambda: decode_loop(ref.run_mx, feeds, config, steps)
 
 
+def direct_prefills(runs, config="qwen2.5-0.5b", dtype="float16"):
+    """A callable running MLX direct's 128-token prefill `runs` times."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import mlx.core as mx
+    from mlx_reference import MlxReference
+    from workloads import load
+    model, feeds = load("decoder_prefill128", config, dtype)
+    ref = MlxReference(model)
+
+    def run():
+        for _ in range(runs):
+            mx.eval(ref.run_mx(feeds))
+    return run
+
+
 def profile_child(steps, mode):
-    """In the child: one probe run under the profiler; prints {kernel: [count, device_us]} as JSON."""
+    """In the child: one probe run under the profiler; prints {kernel: [count, device_us]} as JSON.
+    For the prefill modes `steps` counts prefill Runs (decode_probe --steps 0 --loops steps)."""
     import runpy
 
     import torch
     from torch.profiler import ProfilerActivity, profile
-    sys.argv = ["decode_probe.py", "--config", "qwen2.5-0.5b", "--dtype", "float16", "--steps", str(steps),
-                "--mode", mode, "--loops", "1"]
-    loop = direct_loop(steps) if mode == "direct" else None
+    probe_mode, loops, n_steps = ("io", steps, 0) if mode == "prefill" else (mode, 1, steps)
+    sys.argv = ["decode_probe.py", "--config", "qwen2.5-0.5b", "--dtype", "float16", "--steps", str(n_steps),
+                "--mode", probe_mode, "--loops", str(loops)]
+    loop = direct_loop(steps) if mode == "direct" else direct_prefills(steps) if mode == "direct_prefill" else None
     torch.zeros(1, device="cuda")  # CUDA context before the profiler starts
     with profile(activities=[ProfilerActivity.CUDA]) as p:
         if loop:
@@ -80,7 +102,8 @@ def main():
             per_step[name] = (tb - ta) / steps
             launches[name] = (cb - ca) / steps
     total_us, total_n = sum(per_step.values()), sum(launches.values())
-    print(f"per decode step ({args.mode}, {steps} extra steps): {total_n:.0f} launches/copies, "
+    unit = "prefill Run" if args.mode.endswith("prefill") else "decode step"
+    print(f"per {unit} ({args.mode}, {steps} extra): {total_n:.0f} launches/copies, "
           f"{total_us:.0f} us of device time")
     for name, us in per_step.most_common(args.top):
         print(f"  {launches[name]:7.1f} x {us:9.1f} us  {name[:120]}")

@@ -7,6 +7,8 @@ per-step medians, the first Run and the EP's run report.
 
     bench/decode_probe.py [--config qwen2.5-0.5b] [--dtype float16] [--steps 64] [--mode plain|io|shared|both|all]
 
+--steps 0 runs the prompt alone in every loop (prefill Runs only; with --phases, their phases).
+
 "shared" is onnxruntime-genai's past_present_share_buffer: one device buffer per KV pair of
 --max-len rows bound as both input and output (needs the EP's device memory: a CUDA GPU).
 """
@@ -178,8 +180,9 @@ def main():
             else:
                 times, total = loop(sess, cfg, args.dtype, prompt, args.steps, None if mode == "plain" else args.io_device)
             dec = times[1:]
-            print(f"{mode} loop {rep}: prefill {times[0] * 1e3:.1f} ms, decode median {statistics.median(dec) * 1e3:.2f} ms "
-                  f"({len(dec) / sum(dec):.1f} tok/s), first decode {dec[0] * 1e3:.1f} ms, loop {total:.2f} s; "
+            steps_part = (f"decode median {statistics.median(dec) * 1e3:.2f} ms ({len(dec) / sum(dec):.1f} tok/s), "
+                          f"first decode {dec[0] * 1e3:.1f} ms, " if dec else "")
+            print(f"{mode} loop {rep}: prefill {times[0] * 1e3:.1f} ms, {steps_part}loop {total:.2f} s; "
                   f"session {create:.2f} s", flush=True)
         del sess
         with open(report) as f:
