@@ -24,7 +24,7 @@ wheels=$1; shift
 site=/tmp/mlx-site
 if [ ! -f "$site/mlx/lib/libmlx.so" ]; then
   mkdir -p "$site"
-  parts=$(for d in ${wheels//:/ }; do for f in "$d"/mlxsite.tar.xz.part.*; do [ -f "$f" ] && echo "${f##*.} $f"; done; done | sort | cut -d' ' -f2)
+  parts=$(for d in ${wheels//:/ }; do for f in "$d"/mlxsite.tar.xz.part.*; do if [ -f "$f" ]; then echo "${f##*.} $f"; fi; done; done | sort | cut -d' ' -f2)
   if [ -n "$parts" ]; then
     cat $parts | xz -d | tar x -C "$site"
   else
@@ -56,7 +56,7 @@ done
 # CPU EP and plugin-EP support are the same runtime's, so the MLX EP runs on it as well.
 ortgpu=/tmp/ort-gpu-site
 if [ ! -d "$ortgpu/onnxruntime" ]; then
-  parts=$(for d in ${wheels//:/ }; do for f in "$d"/ortgpu.tar.xz.part.*; do [ -f "$f" ] && echo "${f##*.} $f"; done; done | sort | cut -d' ' -f2)
+  parts=$(for d in ${wheels//:/ }; do for f in "$d"/ortgpu.tar.xz.part.*; do if [ -f "$f" ]; then echo "${f##*.} $f"; fi; done; done | sort | cut -d' ' -f2)
   if [ -n "$parts" ]; then mkdir -p "$ortgpu" && cat $parts | xz -d | tar x -C "$ortgpu"; fi
 fi
 [ -d "$ortgpu/onnxruntime" ] && export PYTHONPATH=$ortgpu:$PYTHONPATH
