@@ -129,12 +129,15 @@ def test_matmul_nbits_k_not_multiple_of_block(k, block, acc):
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("bits,block,zp", [(4, 32, "u8"), (4, 128, None), (8, 32, "float"), (4, 16, "u8")])
 @pytest.mark.parametrize("acc", [0, 4])
-def test_matmul_nbits_many_rows(dtype, bits, block, zp, acc):
+@pytest.mark.parametrize("bias", [True, False])
+def test_matmul_nbits_many_rows(dtype, bits, block, zp, acc, bias):
     """80 rows of A: on MLX's GPU the weights are dequantized for one GEMM instead of the quantized
-    kernel (src/ops/contrib_quant.c, mnb_prefers_dequantized); the CPU keeps the kernel."""
+    kernel (src/ops/contrib_quant.c, mnb_prefers_dequantized), float16 activations without a bias
+    and with integer zero points as two exact float16 halves (mnb_takes_split); the CPU keeps the
+    kernel."""
     if bits == 8 and zp == "float":
         pytest.skip("declined: ORT's CPU kernel rejects 8-bit float zero points")
-    compare(*nbits_model(160, 48, bits, block, acc, dtype, zp=zp, bias=True, a_shape=(2, 40), seed=block + bits))
+    compare(*nbits_model(160, 48, bits, block, acc, dtype, zp=zp, bias=bias, a_shape=(2, 40), seed=block + bits))
 
 
 @pytest.mark.parametrize("acc", [0, 4])

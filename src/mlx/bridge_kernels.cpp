@@ -344,6 +344,50 @@ const char *rms_norm_source = R"(
 const cuda_kernel_spec rms_norm_kernel = {
     "ort_ep_mlx_rms_norm", {"x", "skip", "bias", "gamma", "eps"}, {"y", "sum"}, rms_norm_source, "", true};
 
+/* Split dequantization: packed weights w [N, K * BITS / 32] (MLX's affine layout) with float32
+ * scales and biases [N, K / GROUP] become float16 [N, 2K], the first K columns hi = float16(v) and
+ * the last K lo = float16(v - hi) for each weight v = q * scale + bias. One thread per packed word
+ * (32 / BITS values of one group), 16-byte stores where a word holds 8 or 16 values. Where v has
+ * at most 22 significant bits (a float16 scale times a small integer: MatMulNBits with float16
+ * activations) both halves are exact, so a float16 GEMM over 2K that accumulates in float32
+ * computes x * hi + x * lo with every product exact: the float32 GEMM's sum, on tensor cores. */
+const char *dequant_split_source = R"(
+  constexpr int VPW = 32 / BITS;
+  constexpr unsigned MASK = (1u << BITS) - 1u;
+  const int N = w_shape[0], WORDS = w_shape[1], G = scales_shape[1];
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (long long)N * WORDS) return;
+  const int n = (int)(idx / WORDS), word_at = (int)(idx % WORDS);
+  const int K = WORDS * VPW, k0 = word_at * VPW, g = k0 / GROUP;
+  const float scale = scales[(size_t)n * G + g], bias = biases[(size_t)n * G + g];
+  const uint32_t word = w[idx];
+  __half hi[VPW], lo[VPW];
+#pragma unroll
+  for (int j = 0; j < VPW; j++) {
+    const float v = static_cast<float>((word >> (j * BITS)) & MASK) * scale + bias;
+    hi[j] = __float2half_rn(v);
+    lo[j] = __float2half_rn(v - __half2float(hi[j]));
+  }
+  __half* hi_row = out + (size_t)n * 2 * K + k0;
+  __half* lo_row = hi_row + K;
+  if constexpr (VPW % 8 == 0) {
+#pragma unroll
+    for (int j = 0; j < VPW; j += 8) {
+      *reinterpret_cast<uint4*>(hi_row + j) = *reinterpret_cast<const uint4*>(hi + j);
+      *reinterpret_cast<uint4*>(lo_row + j) = *reinterpret_cast<const uint4*>(lo + j);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VPW; j++) {
+      hi_row[j] = hi[j];
+      lo_row[j] = lo[j];
+    }
+  }
+)";
+
+const cuda_kernel_spec dequant_split_kernel = {
+    "ort_ep_mlx_dequant_split", {"w", "scales", "biases"}, {"out"}, dequant_split_source, "", true};
+
 /* KV write: the shared buffer's in-place form of the append. One thread per (sequence, head,
  * channel) of the new rows writes row at_b of the caches, which are the step's past and present
  * at once (onnxruntime-genai's past_present_share_buffer), so the cache is neither copied nor
@@ -685,6 +729,40 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
   });
 }
 
+bool mlxb_dequant_split_available(const mlxb_scope *s, int bits, int group_size) {
+  return s && is_cuda_gpu(s) && (bits == 2 || bits == 4 || bits == 8) && group_size >= 32 && group_size % 32 == 0;
+}
+
+mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
+                               int group_size, int bits) {
+  return guard(s, "mlxb_dequant_split", [&] {
+    const mx::array &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
+    if (wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
+        sa.dtype() != mx::float32 || ba.dtype() != mx::float32 || bits <= 0 || 32 % bits || group_size <= 0)
+      throw bridge_error("split dequantization takes uint32 w [N, K * bits / 32], float32 scales and biases");
+    int n = wa.shape(0);
+    int64_t k = static_cast<int64_t>(wa.shape(1)) * (32 / bits);
+    if (sa.shape(0) != n || k % group_size || sa.shape(1) != k / group_size || 2 * k > std::numeric_limits<int>::max())
+      throw bridge_error("split dequantization: shapes do not fit");
+    mx::Shape out_shape = {n, static_cast<int>(2 * k)};
+    auto dev = scope_dev(s);
+    if (wa.size() == 0) return mx::zeros(out_shape, mx::float16, dev);
+    if (!mlxb_dequant_split_available(s, bits, group_size)) { /* the same values, composed */
+      mx::array v = mx::dequantize(wa, sa, ba, group_size, bits, "affine", std::nullopt, mx::float32, dev);
+      mx::array hi = mx::astype(v, mx::float16, dev);
+      mx::array lo = mx::astype(mx::subtract(v, mx::astype(hi, mx::float32, dev), dev), mx::float16, dev);
+      return mx::concatenate({hi, lo}, 1, dev);
+    }
+    enum { THREADS = 256 };
+    int64_t words = static_cast<int64_t>(wa.size());
+    if (words > std::numeric_limits<int>::max() - THREADS) throw bridge_error("split dequantization: too many words");
+    int grid = static_cast<int>((words + THREADS - 1) / THREADS * THREADS);
+    return run_cuda_kernel(dequant_split_kernel, {wa, sa, ba}, {out_shape}, {mx::float16}, {grid, 1, 1},
+                           {THREADS, 1, 1}, {{"BITS", bits}, {"GROUP", group_size}}, s)
+        .at(0);
+  });
+}
+
 /* Every kernel's precompiled form, for sample inputs of the dtypes and ranks its callers pass. */
 int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
   if (report && len) report[0] = '\0';
@@ -723,6 +801,10 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
           {"LEN_ADD", 1}, {"POS_ADD", 0}}},
         {&kv_append_kernel, past, {h, h},
          {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
+        {&dequant_split_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {h},
+         {{"BITS", 4}, {"GROUP", 32}}},
+        {&dequant_split_kernel, {z({128, 224}, u), z({128, 7}, f), z({128, 7}, f)}, {h},
+         {{"BITS", 8}, {"GROUP", 128}}},
         {&kv_write_kernel, cache, {mx::int32},
          {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
     };

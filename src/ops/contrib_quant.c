@@ -188,6 +188,7 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
  * evaluated once, when the plan is built (prepare_matmul_nbits), not at every Run. */
 typedef struct mnb_prepared {
   mlxb_array *w, *scales, *biases;
+  bool split_exact; /* float16 halves hold every weight exactly (mnb_split_is_exact) */
 } mnb_prepared;
 
 static int mnb_group(const mnb_attrs *a) { return (int)(a->block < MLX_MAX_GROUP ? a->block : MLX_MAX_GROUP); }
@@ -196,7 +197,7 @@ static int mnb_group(const mnb_attrs *a) { return (int)(a->block < MLX_MAX_GROUP
 static mnb_prepared mnb_mlx_weights(mlxb_scope *s, const mnb_attrs *a, mlxb_array *b, mlxb_array *scales,
                                     mlxb_array *zp) {
   int64_t kp = a->k_blocks * a->block;
-  mnb_prepared m;
+  mnb_prepared m = {.split_exact = false};
   m.w = mlxb_view(s, op_util_reshape2(s, b, a->n, kp * a->bits / 8), MLXB_U32);
   m.scales = scales;
   m.biases = mlxb_unary(s, MLXB_NEG, mlxb_binary(s, MLXB_MUL, scales, zp));
@@ -242,6 +243,41 @@ static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_arra
                                         mlxb_array *zp) {
   mnb_prepared m = mnb_weights(c, a, scales, zp);
   return mnb_matmul_prepared(op_scope(c), a, x, &m);
+}
+
+/* Many rows of float16 activations on MLX's CUDA backend: the weights as two float16 halves,
+ * hi = float16(w) and lo = float16(w - hi) (mlxb_dequant_split, one kernel), and one float16 GEMM of
+ * [x, x] over 2Kp. With float16 scales and integer zero points every weight (q - zp) * scale has at
+ * most 8 + 11 significant bits, so hi + lo == w; each product of a float16 activation with a half
+ * is exact in float32, and cuBLAS accumulates float16 GEMMs in float32 (H200, K 4864: the same
+ * largest error as the float32 GEMM, bench/prefill_matmul.py): the float32 GEMM's sum up to order,
+ * rounded once to float16, on tensor cores and with no float32 copy of the weights (H200, a
+ * 128-token prompt at Qwen2.5-0.5B's shapes: MLX's float32 dequantization alone took 5.8 ms and
+ * the float32 GEMMs 6.3 ms of the prompt's 26 ms of device time, bench/decode_kernels.py --mode
+ * prefill). A weight past float16's range would overflow hi: such scales keep the float32 path. */
+static bool mnb_split_is_exact(op_ctx *c, const mnb_attrs *a, mlxb_array *scales) {
+  mlxb_scope *s = op_scope(c);
+  if (!mlxb_dequant_split_available(s, (int)a->bits, mnb_group(a))) return false;
+  if (op_input_dtype(c, MNB_SCALES) != ONNX_FLOAT16 || mnb_zp_is_float(op_input_dtype(c, MNB_ZP))) return false;
+  double largest = 0.0;
+  mlxb_array *peak = mlxb_reduce(s, MLXB_RMAX, mlxb_unary(s, MLXB_ABS, scales), NULL, 0, false);
+  if (!peak || mlxb_read_f64(s, peak, &largest, 1)) return false;
+  return largest * (double)((1 << a->bits) - 1) <= 65504.0; /* false for NaN */
+}
+
+static bool mnb_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool int8_path) {
+  const mnb_prepared *kept = op_prepared(c);
+  if (!kept || !kept->split_exact || int8_path || mlxb_type(x) != MLXB_F16 || op_has_input(c, MNB_BIAS)) return false;
+  return mnb_prefers_dequantized(op_scope(c), a, x);
+}
+
+/* x (float16 [..., Kp]) times the prepared weights' exact halves. */
+static mlxb_array *mnb_split_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x) {
+  mlxb_scope *s = op_scope(c);
+  const mnb_prepared *m = op_prepared(c);
+  mlxb_array *halves = mlxb_dequant_split(s, m->w, m->scales, m->biases, mnb_group(a), (int)a->bits);
+  const mlxb_array *both[2] = {x, x};
+  return mlxb_matmul(s, mlxb_concat(s, both, 2, -1), mlxb_transpose(s, halves, (int[]){1, 0}, 2));
 }
 
 /* A few rows on MLX's CUDA backend take our GEMV kernel: the same float32 arithmetic as MLX's
@@ -474,7 +510,10 @@ static int prepare_matmul_nbits(op_ctx *c, const op_def *def, void **state) {
   kept->w = op_prepare_keep(c, m.w);
   kept->scales = op_prepare_keep(c, m.scales);
   kept->biases = op_prepare_keep(c, m.biases);
-  return kept->w && kept->scales && kept->biases ? 0 : -1;
+  if (!kept->w || !kept->scales || !kept->biases) return -1;
+  const ir_value *a_value = ir_node_input(op_graph(c), op_node(c), MNB_A);
+  kept->split_exact = a_value && a_value->dtype == ONNX_FLOAT16 && mnb_split_is_exact(c, &a, kept->scales);
+  return mlxb_ok(s) ? 0 : op_fail(c, "%s", mlxb_error(s));
 }
 
 static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
@@ -511,6 +550,8 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   }
   if (mnb_takes_gemv(c, &a, x, int8_path))
     return op_set_output(c, 0, mlxb_reshape(s, mnb_gemv(c, &a, x, scales, zp), out_dims, rank));
+  if (mnb_takes_split(c, &a, x, int8_path))
+    return op_set_output(c, 0, mlxb_reshape(s, mnb_split_matmul(c, &a, pad_last(s, x, kp)), out_dims, rank));
   mlxb_array *xf = op_util_cast(s, x, MLXB_F32);
   if (rank == 1) xf = mlxb_expand_dims(s, xf, &zero, 1);
 

@@ -477,6 +477,36 @@ static void test_threads(mlxb_scope *s) {
   }
 }
 
+/* mlxb_dequant_split: hi + lo == scale * q + bias exactly for float16 scales, from normal ones to
+ * subnormal ones and large ones (the kernel on a CUDA scope, the composed form elsewhere). */
+static void test_dequant_split(mlxb_scope *s) {
+  /* 11-bit significands (products need the lo half), a subnormal float16 scale, a large one */
+  static const float scale_cases[] = {2047.0f / 131072.0f, 1023.0f / 16777216.0f, 1023.5f, -1365.0f / 4096.0f};
+  uint32_t packed[4] = {0};
+  int q[32];
+  for (int i = 0; i < 32; i++) {
+    q[i] = (i * 7 + 3) % 16;
+    packed[i / 8] |= (uint32_t)q[i] << (4 * (i % 8));
+  }
+  for (size_t c = 0; c < sizeof scale_cases / sizeof *scale_cases; c++) {
+    float scale = scale_cases[c], zp = (float)(c * 5 % 16), bias = -zp * scale;
+    mlxb_array *w = mlxb_from_data(s, packed, (int64_t[]){1, 4}, 2, MLXB_U32);
+    mlxb_array *sc = f32(s, &scale, (int64_t[]){1, 1}, 2), *bi = f32(s, &bias, (int64_t[]){1, 1}, 2);
+    mlxb_array *split = mlxb_dequant_split(s, w, sc, bi, 32, 4);
+    expect_shape(split, (int64_t[]){1, 64}, 2, "dequant_split shape");
+    if (!split || mlxb_type(split) != MLXB_F16) {
+      CHECK(0, "dequant_split: %s", split ? "not float16" : mlxb_error(s));
+      continue;
+    }
+    mlxb_array *wide = mlxb_astype(s, split, MLXB_F32);
+    mlxb_array *hi = mlxb_slice(s, wide, (int64_t[]){0, 0}, (int64_t[]){1, 32}, (int64_t[]){1, 1});
+    mlxb_array *lo = mlxb_slice(s, wide, (int64_t[]){0, 32}, (int64_t[]){1, 64}, (int64_t[]){1, 1});
+    float want[32];
+    for (int i = 0; i < 32; i++) want[i] = ((float)q[i] - zp) * scale; /* exact: at most 15 significant bits */
+    expect_f32(s, mlxb_binary(s, MLXB_ADD, hi, lo), want, 32, 0.0f, "dequant_split hi + lo");
+  }
+}
+
 int main(void) {
   test_library();
   mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
@@ -490,6 +520,7 @@ int main(void) {
   test_shapes(s);
   test_linalg(s);
   test_threads(s);
+  test_dequant_split(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
   if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
@@ -498,6 +529,7 @@ int main(void) {
     if (g) {
       test_eye(g);
       test_cpu_dtypes(g);
+      test_dequant_split(g);
       CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
       mlxb_scope_free(g);
     }
