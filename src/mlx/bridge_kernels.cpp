@@ -729,8 +729,16 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
   });
 }
 
+/* ORT_EP_MLX_SPLIT_GEMM=0: MatMulNBits for many rows keeps the float32 dequantization and GEMM (an
+ * A/B switch; the same arithmetic either way). */
+static bool split_gemm_enabled() {
+  static const bool on = env_switch_on("ORT_EP_MLX_SPLIT_GEMM");
+  return on;
+}
+
 bool mlxb_dequant_split_available(const mlxb_scope *s, int bits, int group_size) {
-  return s && is_cuda_gpu(s) && (bits == 2 || bits == 4 || bits == 8) && group_size >= 32 && group_size % 32 == 0;
+  return s && is_cuda_gpu(s) && split_gemm_enabled() && (bits == 2 || bits == 4 || bits == 8) && group_size >= 32 &&
+         group_size % 32 == 0;
 }
 
 mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
