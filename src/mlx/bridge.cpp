@@ -596,42 +596,22 @@ size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *con
   }
 }
 
-namespace {
-
-/* The first operation still to run in the graph of roots that sits on a GPU stream with a float64
- * input or output: MLX's refusal ("float64 is not supported on the GPU") names neither. */
-std::string gpu_float64_operation(const std::vector<mx::array> &roots) {
-  std::vector<mx::array> pending(roots);
-  std::unordered_set<std::uintptr_t> seen;
-  while (!pending.empty()) {
-    mx::array a = pending.back();
-    pending.pop_back();
-    if (!seen.insert(a.id()).second || !a.has_primitive()) continue;
-    bool f64_in = false;
-    for (const mx::array &in : a.inputs()) f64_in = f64_in || in.dtype() == mx::float64;
-    if ((f64_in || a.dtype() == mx::float64) && a.primitive().stream().device == mx::Device::gpu)
-      return std::string(a.primitive().name()) + " on the GPU stream with a float64 " + (f64_in ? "input" : "output");
-    for (const mx::array &in : a.inputs()) pending.push_back(in);
-  }
-  return "";
-}
-
-} // namespace
-
 int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n) {
   return guard_status(s, "mlxb_eval", [&] {
     if (n > 0 && !arrays) throw null_arg{};
-    std::vector<mx::array> xs;
-    xs.reserve(n);
-    for (size_t i = 0; i < n; i++) xs.push_back(arr(arrays[i]));
-    try {
-      mx::eval(xs);
-    } catch (const std::exception &e) {
-      std::string what = e.what(), culprit;
-      if (what.find("float64") != std::string::npos) culprit = gpu_float64_operation(xs);
-      if (culprit.empty()) throw;
-      throw bridge_error(what + " (" + culprit + ")");
+    /* MLX evaluates a list behind one synchronizing operation on the stream of the list's first
+     * pending array, and that operation takes every array of the list as an input; on a GPU stream
+     * it refuses float64 inputs ("float64 is not supported on the GPU"). Float64 arrays (always on
+     * the CPU stream, dtype_dev) are therefore evaluated apart, and arrays already available (a
+     * graph input passed through as an output) not at all. */
+    std::vector<mx::array> f64, rest;
+    for (size_t i = 0; i < n; i++) {
+      const mx::array &a = arr(arrays[i]);
+      if (a.is_available()) continue;
+      (a.dtype() == mx::float64 ? f64 : rest).push_back(a);
     }
+    if (!f64.empty()) mx::eval(f64);
+    if (!rest.empty()) mx::eval(rest);
   });
 }
 
