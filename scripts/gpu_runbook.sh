@@ -28,6 +28,10 @@
 #   genai    onnxruntime-genai (its wheel handed over in WHEEL_DIR) generating 64 tokens after a
 #            128-token prompt at Qwen2.5-0.5B's shapes (float16, int4), shared KV buffer and not:
 #            prompt time, decode median, and the run report's traces (examples/genai_llm.py)
+#   prefill  where a 128-token prompt's time goes: bench/prefill_matmul.py (the ways to run one
+#            MatMulNBits on 128 rows, timed and checked), the prompt's phases with the split GEMM on
+#            and off (ORT_EP_MLX_SPLIT_GEMM, alternating, two processes each) and its kernel profile
+#            each way (bench/decode_kernels.py --mode prefill: device time per prompt)
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
@@ -129,6 +133,18 @@ if step genai; then
     timeout 200 python3 examples/genai_llm.py --out /tmp/genai-qwen --config qwen2.5-0.5b --io-dtype float16 $share \
       --prompt-tokens 128 --new-tokens 64 --option report=stderr 2>&1 | grep -E "tokens in|run report|rror" \
       | cut -c1-400 >> "$log"
+  done
+fi
+if step prefill; then
+  timeout 120 python3 bench/prefill_matmul.py --iters 20 >> "$log" 2>&1
+  for split in 1 0 1 0; do
+    echo "ORT_EP_MLX_SPLIT_GEMM=$split: $(ORT_EP_MLX_SPLIT_GEMM=$split timeout 100 python3 bench/decode_probe.py --mode io \
+      --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"
+  done
+  for split in 1 0; do
+    echo "ORT_EP_MLX_SPLIT_GEMM=$split kernels:" >> "$log"
+    ORT_EP_MLX_SPLIT_GEMM=$split timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
+      --top 12 >> "$log" 2>&1
   done
 fi
 if step bench; then
