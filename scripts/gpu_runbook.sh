@@ -24,7 +24,8 @@
 #            default is 20): what a step's graph commits cost
 #   fuse     the first Run on a fresh machine with MLX's fusion of GPU programs on and off
 #            (ORT_EP_MLX_GPU_FUSE): two processes each, from an MLX kernel cache holding only our
-#            own cubins (the first process JIT-compiles MLX's fused kernels, the second finds them)
+#            own cubins (the first process JIT-compiles MLX's fused kernels, the second finds them),
+#            then the steady prompt's phases each way
 #   genai    onnxruntime-genai (its wheel handed over in WHEEL_DIR) generating 64 tokens after a
 #            128-token prompt at Qwen2.5-0.5B's shapes (float16, int4), shared KV buffer and not:
 #            prompt time, decode median, and the run report's traces (examples/genai_llm.py)
@@ -125,6 +126,9 @@ if step fuse; then
       echo "ORT_EP_MLX_GPU_FUSE=$f process $i: $(MLX_PTX_CACHE_DIR=$d ORT_EP_MLX_GPU_FUSE=$f timeout 200 python3 \
         bench/decode_probe.py --mode io --steps 32 --loops 2 2>&1 | grep ' loop ' | sed 's/ (.*first/, first/' | tr '\n' ' ')" >> "$log"
     done
+    # the steady prompt each way (its compiled program now cached in $d): what fusion buys a prompt
+    echo "ORT_EP_MLX_GPU_FUSE=$f prompt: $(MLX_PTX_CACHE_DIR=$d ORT_EP_MLX_GPU_FUSE=$f timeout 100 python3 \
+      bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"
   done
 fi
 if step genai; then
