@@ -361,7 +361,8 @@ const char *dequant_split_source = R"(
   const int K = WORDS * VPW, k0 = word_at * VPW, g = k0 / GROUP;
   const float scale = scales[(size_t)n * G + g], bias = biases[(size_t)n * G + g];
   const uint32_t word = w[idx];
-  __half hi[VPW], lo[VPW];
+  alignas(16) __half hi[VPW];
+  alignas(16) __half lo[VPW]; // read back as 16-byte words below
 #pragma unroll
   for (int j = 0; j < VPW; j++) {
     const float v = static_cast<float>((word >> (j * BITS)) & MASK) * scale + bias;
