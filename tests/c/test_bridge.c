@@ -477,6 +477,27 @@ static void test_threads(mlxb_scope *s) {
   }
 }
 
+/* One mlxb_eval of a list mixing float64 arrays (one given as data, one computed on the CPU stream,
+ * as the runtime places float64 nodes) with an array computed on the scope's device, that one
+ * first: MLX would put its synchronizing operation, which takes every listed array, on the GPU
+ * stream, where float64 inputs are refused. */
+static void test_eval_mixed_float64(mlxb_scope *s) {
+  double v[] = {1.5, -2, 3.25};
+  float w[] = {1, -1, 2};
+  int64_t d3[] = {3};
+  mlxb_array *given = mlxb_from_data(s, v, d3, 1, MLXB_F64);
+  mlxb_array *positive = mlxb_binary(s, MLXB_GREATER, f32(s, w, d3, 1), mlxb_scalar_f64(s, 0.0, MLXB_F32));
+  bool old = mlxb_scope_force_cpu(s, true);
+  mlxb_array *twice = mlxb_binary(s, MLXB_ADD, given, given);
+  mlxb_scope_force_cpu(s, old);
+  mlxb_array *list[] = {positive, given, twice};
+  CHECK(positive && given && twice && mlxb_eval(s, list, 3) == 0, "eval of float64 beside device work (%s)",
+        mlxb_error(s));
+  double got[3];
+  CHECK(twice && mlxb_read(s, twice, got, sizeof got) == 0 && got[0] == 3.0 && got[2] == 6.5,
+        "float64 evaluated apart (%s)", mlxb_error(s));
+}
+
 /* mlxb_dequant_split: hi + lo == scale * q + bias exactly for float16 scales, from normal ones to
  * subnormal ones and large ones (the kernel on a CUDA scope, the composed form elsewhere). */
 static void test_dequant_split(mlxb_scope *s) {
@@ -521,6 +542,7 @@ int main(void) {
   test_linalg(s);
   test_threads(s);
   test_dequant_split(s);
+  test_eval_mixed_float64(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
   if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
@@ -530,6 +552,7 @@ int main(void) {
       test_eye(g);
       test_cpu_dtypes(g);
       test_dequant_split(g);
+      test_eval_mixed_float64(g);
       CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
       mlxb_scope_free(g);
     }
