@@ -21,10 +21,20 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$1; shift
+# pack_parts NAME: the parts NAME.tar.xz.part.NN in the WHEEL_DIR folders, in part order; nothing
+# (and no failure under set -e and pipefail) for a pack that was not carried
+pack_parts() {
+  local d f
+  for d in ${wheels//:/ }; do
+    for f in "$d/$1".tar.xz.part.*; do
+      if [ -f "$f" ]; then echo "${f##*.} $f"; fi
+    done
+  done | sort | cut -d' ' -f2
+}
 site=/tmp/mlx-site
 if [ ! -f "$site/mlx/lib/libmlx.so" ]; then
   mkdir -p "$site"
-  parts=$(for d in ${wheels//:/ }; do for f in "$d"/mlxsite.tar.xz.part.*; do if [ -f "$f" ]; then echo "${f##*.} $f"; fi; done; done | sort | cut -d' ' -f2)
+  parts=$(pack_parts mlxsite)
   if [ -n "$parts" ]; then
     cat $parts | xz -d | tar x -C "$site"
   else
@@ -56,7 +66,7 @@ done
 # CPU EP and plugin-EP support are the same runtime's, so the MLX EP runs on it as well.
 ortgpu=/tmp/ort-gpu-site
 if [ ! -d "$ortgpu/onnxruntime" ]; then
-  parts=$(for d in ${wheels//:/ }; do for f in "$d"/ortgpu.tar.xz.part.*; do if [ -f "$f" ]; then echo "${f##*.} $f"; fi; done; done | sort | cut -d' ' -f2)
+  parts=$(pack_parts ortgpu)
   if [ -n "$parts" ]; then mkdir -p "$ortgpu" && cat $parts | xz -d | tar x -C "$ortgpu"; fi
 fi
 [ -d "$ortgpu/onnxruntime" ] && export PYTHONPATH=$ortgpu:$PYTHONPATH
@@ -66,7 +76,7 @@ fi
 ptx=${MLX_PTX_CACHE_DIR:-/tmp/mlx-ptx-cache}
 export MLX_PTX_CACHE_DIR=$ptx
 mkdir -p "$ptx"
-cached=$(for d in ${wheels//:/ }; do ls "$d"/ptxcache.tar.xz.part.* 2>/dev/null || true; done | sort)
+cached=$(pack_parts ptxcache)
 if [ -n "$cached" ]; then cat $cached | xz -d | tar x -C "$ptx" || true; fi
 save_ptx_cache() { # in parts of 15 MB (a device call hands back files of up to 16 MB, 8 at most)
   [ -n "${OUT:-}" ] && [ -d "$ptx" ] || return 0

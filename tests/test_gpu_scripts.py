@@ -1,0 +1,37 @@
+"""scripts/gpu_check.sh's listing of carried packs (pack_parts), run here as the GPU machine runs
+it (bash, set -euo pipefail): a pack that was not carried lists nothing instead of stopping the
+script (a device call was lost to that), and parts spread over several folders come back in part
+order, ready to concatenate."""
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pack_parts(wheels: str, name: str) -> subprocess.CompletedProcess:
+    with open(os.path.join(ROOT, "scripts", "gpu_check.sh")) as f:
+        text = f.read()
+    start = text.index("pack_parts() {")
+    body = text[start:text.index("\n}\n", start) + 3]
+    script = f"set -euo pipefail\nwheels={wheels}\n{body}\nparts=$(pack_parts {name})\necho \"[$parts]\"\n"
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+
+
+def test_absent_pack_lists_nothing(tmp_path):
+    (tmp_path / "mlxsite.tar.xz.part.00").write_bytes(b"x")
+    run = pack_parts(str(tmp_path), "ortgpu")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
+def test_parts_across_folders_in_order(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    for folder, part in ((b, "00"), (a, "02"), (b, "01")):
+        (folder / f"ortgpu.tar.xz.part.{part}").write_bytes(b"x")
+    run = pack_parts(f"{a}:{b}", "ortgpu")
+    assert run.returncode == 0, run.stderr
+    listed = run.stdout.strip()[1:-1].split("\n")
+    assert [os.path.basename(p)[-2:] for p in listed] == ["00", "01", "02"]
+    assert listed[0].startswith(str(b)) and listed[2].startswith(str(a))
