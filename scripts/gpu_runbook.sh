@@ -35,6 +35,8 @@
 #            each way (bench/decode_kernels.py --mode prefill: device time per prompt)
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
+#   models   bench/gpu_session.sh's models step: the BERT layer and the CNN (squeezenet, from the
+#            light models scripts/gpu_pack.sh puts beside the node tests), every engine
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420)
 set -u
@@ -157,6 +159,10 @@ if step bench; then
   ENGINES=${ENGINES:-mlx_ep_io,mlx_ep_shared,mlx_direct,torch$ort_cuda} STEPS=decoder OUT=$OUT/bench timeout 330 bench/gpu_session.sh \
     > /tmp/gpu_runbook_bench.txt 2>&1
   grep -E "median|tok/s|NOT met|met;" /tmp/gpu_runbook_bench.txt >> "$log"
+fi
+if step models; then
+  STEPS=models OUT=$OUT/bench timeout 150 bench/gpu_session.sh > /tmp/gpu_runbook_models.txt 2>&1
+  grep -E "median|met;|NOT met" /tmp/gpu_runbook_models.txt >> "$log"
 fi
 if step suite; then
   pytest_q "${SUITE_TIMEOUT:-420}" -n 14 --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py tests
