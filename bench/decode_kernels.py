@@ -26,26 +26,26 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def direct_loop(steps, config="qwen2.5-0.5b", dtype="float16"):
+def mlx_direct(workload, config="qwen2.5-0.5b", dtype="float16"):
+    """bench/mlx_reference.py's MLX port of the workload's model, its feeds, and bench/workloads.py."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import workloads
+    from mlx_reference import MlxReference
+    model, feeds = workloads.load(workload, config, dtype)
+    return MlxReference(model), feeds, workloads
+
+
+def direct_loop(steps, config="qwen2.5-0.5b"):
     """A callable running MLX direct's greedy decode loop of `steps` steps from the prompt's KV."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    sys.path.insert(0, os.path.join(ROOT, "examples"))
-    from mlx_reference import MlxReference
-    from workloads import decode_loop, load
-    model, feeds = load("decoder_decode_loop64", config, dtype)
-    ref = MlxReference(model)
-    return lambda: decode_loop(ref.run_mx, feeds, config, steps)
+    ref, feeds, workloads = mlx_direct("decoder_decode_loop64", config)
+    return lambda: workloads.decode_loop(ref.run_mx, feeds, config, steps)
 
 
-def direct_prefills(runs, config="qwen2.5-0.5b", dtype="float16"):
+def direct_prefills(runs):
     """A callable running MLX direct's 128-token prefill `runs` times."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    sys.path.insert(0, os.path.join(ROOT, "examples"))
     import mlx.core as mx
-    from mlx_reference import MlxReference
-    from workloads import load
-    model, feeds = load("decoder_prefill128", config, dtype)
-    ref = MlxReference(model)
+    ref, feeds, _ = mlx_direct("decoder_prefill128")
 
     def run():
         for _ in range(runs):

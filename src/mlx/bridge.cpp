@@ -968,7 +968,7 @@ mlxb_array *mlxb_as_strided(mlxb_scope *s, const mlxb_array *x, const int64_t *d
 mlxb_array *mlxb_contiguous(mlxb_scope *s, const mlxb_array *x) {
   return guard(s, "mlxb_contiguous", [&] {
     const mx::array &in = arr(x);
-    return row_major_by_construction(in) ? in : mx::contiguous(in, false, dtype_dev(s, in.dtype()));
+    return row_major(in, dtype_dev(s, in.dtype()));
   });
 }
 

@@ -276,6 +276,11 @@ inline bool row_major_by_construction(const mx::array &x) {
   return x.is_available() && x.flags().row_contiguous;
 }
 
+/* x row-major, without an operation where it is one by construction. */
+inline mx::array row_major(const mx::array &x, mx::StreamOrDevice dev) {
+  return row_major_by_construction(x) ? x : mx::contiguous(x, false, dev);
+}
+
 /* Our precompiled kernels launched by a primitive of our own (bridge_launch.cpp): ready on MLX's
  * CUDA backend when its encoder's symbols and the driver are found (ORT_EP_MLX_DIRECT_LAUNCH=0:
  * never). The kernel `name` of `cubin` is loaded at once; the launch takes the input pointers,

@@ -461,12 +461,6 @@ void check_step_rows(const mx::array &x, int b, int heads, int d, const char *wh
   if (!split && !packed) throw bridge_error(std::string(what) + " must be [B, H, 1, D] or [B, 1, H * D]");
 }
 
-/* x row-major, without an operation where it is one by construction (row_major_by_construction):
- * for kernels that take their inputs as they are (the in-place writes). */
-mx::array row_major(const mx::array &x, mx::StreamOrDevice dev) {
-  return row_major_by_construction(x) ? x : mx::contiguous(x, false, dev);
-}
-
 bool is_cuda_gpu(const mlxb_scope *s) {
   return !s->force_cpu && s->device == mx::Device(mx::Device::gpu) && !mx::metal::is_available();
 }

@@ -187,7 +187,7 @@ std::vector<mx::array> launch_precompiled(const std::string &name, const std::st
   std::vector<mx::array> ins;
   ins.reserve(inputs.size());
   for (const auto &x : inputs)
-    ins.push_back(row_contiguous && !row_major_by_construction(x) ? mx::contiguous(x, false, dev) : x);
+    ins.push_back(row_contiguous ? row_major(x, dev) : x);
   auto [gx, gy, gz] = grid;
   auto [tx, ty, tz] = block;
   /* grid counts threads, as in MLX's custom kernels; a block never exceeds the grid */
