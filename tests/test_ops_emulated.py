@@ -281,7 +281,11 @@ def test_cast_to_float4(src):
     x = np.concatenate([x, np.arange(-8, 8, 0.125).astype(NP[src])])
     model = cast_model(src, T.FLOAT4E2M1, len(x))
     got = run(model, {"x": (x, src)}, [T.FLOAT4E2M1], mlx=True)[0]
-    assert_same(got, reference(model, {"x": x}, T.FLOAT4E2M1), T.FLOAT4E2M1)
+    # ml_dtypes rounds once, from the source precision (0.25 + 2^-40 is above the tie), as onnx
+    # 1.23's reference does; older onnx references (the GPU machine's) round a double to float32 first
+    assert_same(got, x.astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF, T.FLOAT4E2M1)
+    if src != T.DOUBLE:
+        assert_same(got, reference(model, {"x": x}, T.FLOAT4E2M1), T.FLOAT4E2M1)
 
 
 @pytest.mark.parametrize("to", [T.FLOAT, T.FLOAT16, T.DOUBLE, T.INT32, T.FLOAT8E4M3FN, T.INT4], ids=NAME.get)

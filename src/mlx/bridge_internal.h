@@ -9,6 +9,7 @@
 #include <exception>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,11 @@ inline mx::StreamOrDevice scope_dev(const mlxb_scope *s) {
   return s->device;
 }
 
+/* A scope whose ops run on MLX's CUDA backend (a GPU scope where Metal is not MLX's GPU). */
+inline bool is_cuda_gpu(const mlxb_scope *s) {
+  return !s->force_cpu && s->device == mx::Device(mx::Device::gpu) && !mx::metal::is_available();
+}
+
 /* Where work on arrays of dtype t runs: the one place that knows which dtypes MLX's GPU cannot
  * take. MLX has no float64 on any GPU: it refuses, when the op is built, every op on a GPU stream
  * with a float64 input or output ("float64 is not supported on the GPU"). The runtime already
@@ -108,12 +114,40 @@ inline mlxb_array *scope_keep(mlxb_scope *s, mx::array a) {
   return reinterpret_cast<mlxb_array *>(&s->arrays.back());
 }
 
-/* Runs f (returning an mx::array) and keeps its result in s; errors become s's error. */
+/* MLX refuses, as an array is built, any op on a GPU stream with a float64 input or output. */
+inline bool is_gpu_float64_refusal(const mlxb_scope *s, const std::invalid_argument &e) {
+  return !s->force_cpu && s->device == mx::Device::gpu &&
+         std::strstr(e.what(), "float64 is not supported on the GPU") != nullptr;
+}
+
+/* Builds f's op on the CPU stream: the same computation, which MLX orders after the GPU work it
+ * reads (both streams share memory on CUDA and Metal). */
+template <class F>
+inline mx::array build_on_cpu(mlxb_scope *s, F &&f) {
+  s->force_cpu = true;
+  try {
+    mx::array a = f();
+    s->force_cpu = false;
+    return a;
+  } catch (...) {
+    s->force_cpu = false;
+    throw;
+  }
+}
+
+/* Runs f (returning an mx::array) and keeps its result in s; errors become s's error. An op that
+ * touches float64 on a GPU scope (a lowering's float64 intermediate: Pow of mixed types, say) is
+ * built again on the CPU stream rather than refused: MLX checks dtypes before any work is queued. */
 template <class F>
 inline mlxb_array *guard(mlxb_scope *s, const char *fn, F &&f) noexcept {
   if (!s) return nullptr;
   try {
-    return scope_keep(s, f());
+    try {
+      return scope_keep(s, f());
+    } catch (const std::invalid_argument &e) {
+      if (!is_gpu_float64_refusal(s, e)) throw;
+    }
+    return scope_keep(s, build_on_cpu(s, f));
   } catch (const null_arg &) {
     scope_fail_null(s, fn);
   } catch (const std::exception &e) {

@@ -461,10 +461,6 @@ void check_step_rows(const mx::array &x, int b, int heads, int d, const char *wh
   if (!split && !packed) throw bridge_error(std::string(what) + " must be [B, H, 1, D] or [B, 1, H * D]");
 }
 
-bool is_cuda_gpu(const mlxb_scope *s) {
-  return !s->force_cpu && s->device == mx::Device(mx::Device::gpu) && !mx::metal::is_available();
-}
-
 } // namespace
 
 bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size) {
@@ -724,10 +720,16 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
   });
 }
 
-/* ORT_EP_MLX_SPLIT_GEMM=0: MatMulNBits for many rows keeps the float32 dequantization and GEMM (an
- * A/B switch; the same arithmetic either way). */
+/* ORT_EP_MLX_SPLIT_GEMM=1: MatMulNBits for many rows of float16 takes the split halves (the same
+ * arithmetic as the float32 dequantization and GEMM). Off by default: on the H200 a 128-token
+ * prompt's Run took 28-30 ms with it against 17.9 ms without (one process each way, twice), and
+ * bench/prefill_matmul.py timed it slower at each of the decoder's shapes, although CUPTI counted
+ * less device time (docs/PERFORMANCE_GPU.md, Notes). */
 static bool split_gemm_enabled() {
-  static const bool on = env_switch_on("ORT_EP_MLX_SPLIT_GEMM");
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_SPLIT_GEMM");
+    return v && (!std::strcmp(v, "1") || !std::strcmp(v, "on"));
+  }();
   return on;
 }
 

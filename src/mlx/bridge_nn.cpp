@@ -1,6 +1,8 @@
 /* Matrix products, convolution and the fused neural-network ops of the bridge (see bridge.h). */
 #include "mlx/bridge_internal.h"
 
+#include <algorithm>
+
 #include "mlx/fast.h"
 
 using namespace mlxb_detail;
@@ -68,12 +70,35 @@ mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, c
   });
 }
 
+/* Whether MLX's quantized matmul takes this product on its vector kernel where it runs on CUDA
+ * (MLX 0.32: one row of one matrix, N and K up to 16384), or anywhere else. On an H200 its other
+ * CUDA kernels were compiled at the first Run from CUDA headers the wheels do not carry
+ * ("crt/mma.h": qmm_sm90_*.cu) or had no implementation for the shape (bits 8, group 128), so
+ * every other product is dequantized and multiplied (faster there at 128 rows anyway,
+ * bench/prefill_matmul.py): the same weights, scale * q + bias, in x's dtype. */
+static bool cuda_vector_qmm(const mlxb_scope *s, const mx::array &x, const mx::array &w, bool transpose, int bits) {
+  if (!is_cuda_gpu(s)) return true;
+  if (x.ndim() < 1 || w.ndim() != 2 || bits <= 0) return false;
+  int64_t rows = x.size() / std::max<int64_t>(x.shape(-1), 1);
+  int64_t n = transpose ? w.shape(0) : (int64_t)w.shape(1) * 32 / bits;
+  return rows == 1 && n <= 16384 && x.shape(-1) <= 16384;
+}
+
+static mx::array dequantized_matmul(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
+                                    const std::optional<mx::array> &biases, bool transpose, int group_size, int bits) {
+  mx::array dense = mx::dequantize(w, scales, biases, group_size, bits, "affine", std::nullopt, x.dtype(), scope_dev(s));
+  if (transpose) dense = mx::swapaxes(dense, -1, -2, scope_dev(s));
+  return mx::matmul(x, dense, scope_dev(s));
+}
+
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                                   const mlxb_array *biases, bool transpose, int group_size, int bits) {
   return guard(s, "mlxb_quantized_matmul", [&] {
-    const mx::array &in = arr(x);
-    mx::array y = mx::quantized_matmul(in, arr(w), arr(scales), opt(biases), transpose, group_size, bits, "affine",
-                                       scope_dev(s));
+    const mx::array &in = arr(x), &packed = arr(w);
+    mx::array y = cuda_vector_qmm(s, in, packed, transpose, bits)
+                      ? mx::quantized_matmul(in, packed, arr(scales), opt(biases), transpose, group_size, bits, "affine",
+                                             scope_dev(s))
+                      : dequantized_matmul(s, in, packed, arr(scales), opt(biases), transpose, group_size, bits);
     return zeros_if_empty(y, {&in}, scope_dev(s));
   });
 }

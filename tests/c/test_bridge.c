@@ -498,6 +498,50 @@ static void test_eval_mixed_float64(mlxb_scope *s) {
         "float64 evaluated apart (%s)", mlxb_error(s));
 }
 
+/* Ops that make or read float64 (a lowering's float64 intermediate, as Pow of mixed types builds)
+ * without the caller forcing the CPU: on a GPU scope MLX refuses them as they are built, and the
+ * bridge builds them on the CPU stream instead, between GPU work before and after. */
+static void test_float64_intermediate(mlxb_scope *s) {
+  float base[] = {2.75f, 0.25f, 3.5f}, ex[] = {3, -1, 0.5f};
+  int64_t d3[] = {3};
+  mlxb_array *b = mlxb_binary(s, MLXB_ADD, f32(s, base, d3, 1), mlxb_scalar_f64(s, 0.0, MLXB_F32));
+  mlxb_array *p = mlxb_binary(s, MLXB_POW, mlxb_astype(s, b, MLXB_F64), mlxb_astype(s, f32(s, ex, d3, 1), MLXB_F64));
+  mlxb_array *y = mlxb_binary(s, MLXB_MUL, mlxb_astype(s, p, MLXB_F32), mlxb_scalar_f64(s, 2.0, MLXB_F32));
+  float want[3];
+  for (int i = 0; i < 3; i++) want[i] = (float)pow((double)base[i], (double)ex[i]) * 2.0f;
+  CHECK(y != NULL, "float64 intermediate built (%s)", mlxb_error(s));
+  if (y) expect_f32(s, y, want, 3, 0.0f, "float64 intermediate between float32 work");
+}
+
+/* mlxb_quantized_matmul for one row and several (on MLX's CUDA backend the rows past one are
+ * dequantized and multiplied, MLX's other kernels not being runnable there), against the products
+ * written out: 4-bit weights [8, 64], group 32, x [rows, 64]. */
+static void test_quantized_matmul_rows(mlxb_scope *s) {
+  enum { N = 8, K = 64, G = 32 };
+  uint32_t packed[N * K / 8] = {0};
+  float scale[N * K / G], bias[N * K / G], x[3 * K], want[3 * N];
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < K; k++) packed[(n * K + k) / 8] |= (uint32_t)((n * 5 + k * 3) % 16) << (4 * (k % 8));
+  for (int i = 0; i < N * K / G; i++) scale[i] = 0.125f * (float)(i % 3 + 1), bias[i] = -0.5f * (float)(i % 2);
+  for (int i = 0; i < 3 * K; i++) x[i] = (float)((i * 7) % 11) - 5.0f;
+  for (int r = 0; r < 3; r++)
+    for (int n = 0; n < N; n++) {
+      double acc = 0.0;
+      for (int k = 0; k < K; k++) {
+        int g = n * (K / G) + k / G;
+        acc += (double)x[r * K + k] * ((double)((n * 5 + k * 3) % 16) * scale[g] + bias[g]);
+      }
+      want[r * N + n] = (float)acc; /* every term and partial sum is exact in float32 */
+    }
+  mlxb_array *w = mlxb_from_data(s, packed, (int64_t[]){N, K / 8}, 2, MLXB_U32);
+  mlxb_array *sc = f32(s, scale, (int64_t[]){N, K / G}, 2), *bi = f32(s, bias, (int64_t[]){N, K / G}, 2);
+  for (int rows = 1; rows <= 3; rows += 2) {
+    mlxb_array *xa = f32(s, x, (int64_t[]){rows, K}, 2);
+    expect_f32(s, mlxb_quantized_matmul(s, xa, w, sc, bi, true, G, 4), want, (size_t)rows * N, 0.0f,
+               rows == 1 ? "quantized_matmul, one row" : "quantized_matmul, three rows");
+  }
+}
+
 /* mlxb_dequant_split: hi + lo == scale * q + bias exactly for float16 scales, from normal ones to
  * subnormal ones and large ones (the kernel on a CUDA scope, the composed form elsewhere). */
 static void test_dequant_split(mlxb_scope *s) {
@@ -543,6 +587,8 @@ int main(void) {
   test_threads(s);
   test_dequant_split(s);
   test_eval_mixed_float64(s);
+  test_float64_intermediate(s);
+  test_quantized_matmul_rows(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
   if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
@@ -553,6 +599,8 @@ int main(void) {
       test_cpu_dtypes(g);
       test_dequant_split(g);
       test_eval_mixed_float64(g);
+      test_float64_intermediate(g);
+      test_quantized_matmul_rows(g);
       CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
       mlxb_scope_free(g);
     }
