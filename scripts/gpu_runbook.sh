@@ -33,12 +33,15 @@
 #            MatMulNBits on 128 rows, timed and checked), the prompt's phases with the split GEMM on
 #            and off (ORT_EP_MLX_SPLIT_GEMM, alternating, two processes each) and its kernel profile
 #            each way (bench/decode_kernels.py --mode prefill: device time per prompt)
+#   prefetch the device-memory prefetch floor (ORT_EP_MLX_PREFETCH_MIN) at 4096 and 65536 bytes,
+#            alternating: the prompt's and a decode step's phases with IOBinding
+#   families the test files of the families the 2026-12-04 suite run failed on the GPU
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   models   bench/gpu_session.sh's models step: the BERT layer and the CNN (squeezenet, from the
 #            light models scripts/gpu_pack.sh puts beside the node tests), every engine
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
-#            they happen; SUITE_TIMEOUT seconds (default 420)
+#            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$1
@@ -153,6 +156,22 @@ if step prefill; then
       --top 12 >> "$log" 2>&1
   done
 fi
+if step prefetch; then
+  # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN: 4096 by default, 65536 before
+  # 2026-12-04), alternating: the prompt's and a decode step's phases with IOBinding
+  for floor in 4096 65536 4096 65536; do
+    echo "ORT_EP_MLX_PREFETCH_MIN=$floor prompt: $(ORT_EP_MLX_PREFETCH_MIN=$floor timeout 100 python3 \
+      bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"
+    echo "ORT_EP_MLX_PREFETCH_MIN=$floor decode: $(ORT_EP_MLX_PREFETCH_MIN=$floor timeout 100 python3 \
+      bench/decode_probe.py --mode io --steps 64 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
+  done
+fi
+if step families; then
+  # the families the 2026-12-04 suite run failed on the GPU (docs/ARCHITECTURE.md, "Where it has been run")
+  pytest_q 300 -n 8 tests/test_ops_moe.py tests/test_ops_contrib_quant.py tests/test_llm_generation.py \
+    tests/test_ops_elementwise.py tests/test_ops_emulated.py tests/test_ops_random.py \
+    tests/hostile/test_hostile_sizes_values.py
+fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)
   ort_cuda=$(python3 -c 'import onnxruntime as o; print(",ort_cuda,ort_cuda_io" if "CUDAExecutionProvider" in o.get_available_providers() else "")')
@@ -165,7 +184,9 @@ if step models; then
   grep -E "median|met;|NOT met" /tmp/gpu_runbook_models.txt >> "$log"
 fi
 if step suite; then
-  pytest_q "${SUITE_TIMEOUT:-420}" -n 14 --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py tests
+  # SUITE_FILES: a part of the suite (test files or folders), else all of it
+  pytest_q "${SUITE_TIMEOUT:-420}" -n 14 --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py \
+    ${SUITE_FILES:-tests}
 fi
 echo "== done $(date +%T)" >> "$log"
 tail -40 "$log"

@@ -489,8 +489,24 @@ mlxb_array *mlxb_zeros(mlxb_scope *s, const int64_t *dims, int rank, mlxb_dtype 
   return guard(s, "mlxb_zeros", [&] { return mx::zeros(to_shape(dims, rank), to_mx(t), scope_dev(s)); });
 }
 
+/* One array per distinct arange of a scope: a decoder's layers each ask for the same positions
+ * (a 24-layer prompt traced 72 int64 aranges, each its own launch on MLX's CUDA backend), and
+ * MLX's compile does not merge operations without inputs. Arrays are values, so sharing one is
+ * the same graph. */
 mlxb_array *mlxb_arange(mlxb_scope *s, double start, double stop, double step, mlxb_dtype t) {
-  return guard(s, "mlxb_arange", [&] { return mx::arange(start, stop, step, to_mx(t), scope_dev(s)); });
+  if (!s) return nullptr;
+  mx::Dtype type = to_mx(t);
+  bool on_cpu = scope_dev(s) == mx::StreamOrDevice(mx::Device(mx::Device::cpu));
+  for (const arange_made &m : s->aranges)
+    if (m.start == start && m.stop == stop && m.step == step && m.type == type && m.on_cpu == on_cpu) return m.array;
+  mlxb_array *a = guard(s, "mlxb_arange", [&] { return mx::arange(start, stop, step, type, scope_dev(s)); });
+  if (a) {
+    try {
+      s->aranges.push_back({start, stop, step, type, on_cpu, a});
+    } catch (...) {
+    }
+  }
+  return a;
 }
 
 mlxb_array *mlxb_eye(mlxb_scope *s, int64_t n, int64_t m, int64_t k, mlxb_dtype t) {

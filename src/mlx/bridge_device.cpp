@@ -218,10 +218,21 @@ void finish_copies(const device_state &s) {
 /* Unified memory lent to ORT is meant for the GPU: its pages are advised to live there and
  * prefetched, so neither a copy into it nor a kernel reading it starts with page faults. Host
  * access stays valid (the driver maps or migrates on demand). Advice is best effort. */
+/* The smallest buffer advised (ORT_EP_MLX_PREFETCH_MIN bytes, default 4096): MLX gives allocations
+ * of up to 8 bytes from its scalar pool, whose pages the host writes, and those stay where MLX put
+ * them. Until 2026-12-04 the floor was 64 KiB, which left a decoder's present KV outputs (32 KiB a
+ * layer at 128 tokens) unadvised: the prompt's copies into them were 44 us each on the H200. */
+size_t prefetch_floor() {
+  static const size_t floor = [] {
+    const char *v = std::getenv("ORT_EP_MLX_PREFETCH_MIN");
+    long long n = v ? std::atoll(v) : 4096;
+    return n > 8 ? static_cast<size_t>(n) : size_t{9};
+  }();
+  return floor;
+}
+
 void prefer_device(const device_state &s, void *p, size_t bytes) {
-  /* small buffers share pages with MLX's own small allocations (its scalar pool), which the host
-   * writes: leave those pages where MLX put them */
-  if (s.kind != backend::cuda || !s.cuda.mem_advise || !s.cuda.mem_prefetch || bytes < (64u << 10)) return;
+  if (s.kind != backend::cuda || !s.cuda.mem_advise || !s.cuda.mem_prefetch || bytes < prefetch_floor()) return;
   try {
     context_scope ctx(s);
     cu_mem_location gpu{CU_MEM_LOCATION_TYPE_DEVICE, 0};

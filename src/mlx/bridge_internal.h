@@ -20,11 +20,20 @@
 
 namespace mx = mlx::core;
 
+/* An arange a scope already built: its arguments and the scope's array. */
+struct arange_made {
+  double start, stop, step;
+  mx::Dtype type;
+  bool on_cpu;
+  mlxb_array *array;
+};
+
 struct mlxb_scope {
-  std::deque<mx::array> arrays; /* owned arrays; a deque never moves its elements */
-  mx::Device device;            /* where ops of this scope run */
-  bool force_cpu;               /* run later ops on the CPU whatever the device */
-  std::string error;            /* first error; empty when ok */
+  std::deque<mx::array> arrays;     /* owned arrays; a deque never moves its elements */
+  mx::Device device;                /* where ops of this scope run */
+  bool force_cpu;                   /* run later ops on the CPU whatever the device */
+  std::string error;                /* first error; empty when ok */
+  std::vector<arange_made> aranges; /* mlxb_arange's results, handed out again for the same arguments */
 
   explicit mlxb_scope(mx::Device d) : device(d), force_cpu(false) {}
 };
