@@ -157,8 +157,8 @@ if step prefill; then
   done
 fi
 if step prefetch; then
-  # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN: 4096 by default, 65536 before
-  # 2026-12-04), alternating: the prompt's and a decode step's phases with IOBinding
+  # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and
+  # 65536, alternating: the prompt's and a decode step's phases with IOBinding
   for floor in 4096 65536 4096 65536; do
     echo "ORT_EP_MLX_PREFETCH_MIN=$floor prompt: $(ORT_EP_MLX_PREFETCH_MIN=$floor timeout 100 python3 \
       bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"

@@ -218,14 +218,17 @@ void finish_copies(const device_state &s) {
 /* Unified memory lent to ORT is meant for the GPU: its pages are advised to live there and
  * prefetched, so neither a copy into it nor a kernel reading it starts with page faults. Host
  * access stays valid (the driver maps or migrates on demand). Advice is best effort. */
-/* The smallest buffer advised (ORT_EP_MLX_PREFETCH_MIN bytes, default 4096): MLX gives allocations
- * of up to 8 bytes from its scalar pool, whose pages the host writes, and those stay where MLX put
- * them. Until 2026-12-04 the floor was 64 KiB, which left a decoder's present KV outputs (32 KiB a
- * layer at 128 tokens) unadvised: the prompt's copies into them were 44 us each on the H200. */
+/* The smallest buffer advised (ORT_EP_MLX_PREFETCH_MIN bytes, default 64 KiB; never the 8-byte
+ * allocations of MLX's scalar pool, whose pages the host writes). Smaller buffers (a decoder's
+ * present KV outputs, 32 KiB a layer at 128 tokens) stay unadvised although the prompt's copies
+ * into them took 44 us each on the H200: with a floor of 4096 bytes, A/B on the H200 (2026-12-04,
+ * two processes each way, alternating), a 128-token prompt's Run took 22.2 and 18.4 ms against
+ * 14.7 and 17.8, a decode step 5.45 and 6.11 ms against 4.51 and 5.54, copying out 1.0-2.1 ms
+ * against 0.4-1.4: ORT and the caller read those outputs on the host. */
 size_t prefetch_floor() {
   static const size_t floor = [] {
     const char *v = std::getenv("ORT_EP_MLX_PREFETCH_MIN");
-    long long n = v ? std::atoll(v) : 4096;
+    long long n = v ? std::atoll(v) : 65536;
     return n > 8 ? static_cast<size_t>(n) : size_t{9};
   }();
   return floor;

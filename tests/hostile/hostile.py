@@ -125,9 +125,9 @@ def check_hostile(model, bad, good, match, tol=None, reference_in_child=False):
             _compare(sess.run(None, feeds), want_good, tol, f"run {run + 1} (good feeds)")
 
 
-def check_refused(model, feeds, match):
+def check_refused(model, feeds, match, reference_in_child=False):
     """A case whose feeds ORT's CPU EP refuses outright and that has no good twin (sizes)."""
-    _, err = _cpu(model, feeds)
+    _, err = (_cpu_in_child if reference_in_child else _cpu)(model, feeds)
     assert err is not None or OLDER_ORT, "ORT accepted the feeds"
     sess = mlx_ep.session(model, strict=True)
     for _ in range(2):
