@@ -78,12 +78,8 @@ export MLX_PTX_CACHE_DIR=$ptx
 mkdir -p "$ptx"
 cached=$(pack_parts ptxcache)
 if [ -n "$cached" ]; then cat $cached | xz -d | tar x -C "$ptx" || true; fi
-save_ptx_cache() { # in parts of 15 MB (a device call hands back files of up to 16 MB, 8 at most)
-  [ -n "${OUT:-}" ] && [ -d "$ptx" ] || return 0
-  tar c -C "$ptx" . | xz -T0 -3 | split -b 15M -d - "$OUT/ptxcache.tar.xz.part." || return 0
-  [ "$(ls "$OUT"/ptxcache.tar.xz.part.* | wc -l)" -le 4 ] || rm -f "$OUT"/ptxcache.tar.xz.part.*
-}
-trap save_ptx_cache EXIT
+. "$root/scripts/gpu_ptx_cache.sh"
+[ -n "${GPU_BUILD_ONLY:-}" ] || trap 'save_ptx_cache "$ptx"' EXIT # a build-only caller saves after its work
 nodes=$root/third_party/root/usr/share/libonnx-testdata/data
 if [ ! -d "$nodes/node" ]; then
   for d in ${wheels//:/ }; do

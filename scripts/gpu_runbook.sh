@@ -189,4 +189,6 @@ if step suite; then
     ${SUITE_FILES:-tests}
 fi
 echo "== done $(date +%T)" >> "$log"
+. "$root/scripts/gpu_ptx_cache.sh"
+save_ptx_cache "$MLX_PTX_CACHE_DIR" # with what the steps compiled
 tail -40 "$log"

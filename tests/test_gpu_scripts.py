@@ -35,3 +35,19 @@ def test_parts_across_folders_in_order(tmp_path):
     listed = run.stdout.strip()[1:-1].split("\n")
     assert [os.path.basename(p)[-2:] for p in listed] == ["00", "01", "02"]
     assert listed[0].startswith(str(b)) and listed[2].startswith(str(a))
+
+
+def test_ptx_cache_round_trip(tmp_path):
+    """save_ptx_cache (scripts/gpu_ptx_cache.sh) hands the cache back as parts that gpu_check.sh's
+    loading (cat the parts, xz -d, tar x) restores; a second save replaces the first's parts."""
+    cache, out, back = tmp_path / "ptx", tmp_path / "out", tmp_path / "back"
+    for d in (cache, out, back):
+        d.mkdir()
+    (cache / "kernel.cubin").write_bytes(os.urandom(4096))
+    (out / "ptxcache.tar.xz.part.07").write_bytes(b"stale")
+    script = (f"set -euo pipefail\n. {ROOT}/scripts/gpu_ptx_cache.sh\nOUT={out}\nsave_ptx_cache {cache}\n"
+              f"cat {out}/ptxcache.tar.xz.part.* | xz -d | tar x -C {back}\n")
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["ptxcache.tar.xz.part.00"]
+    assert (back / "kernel.cubin").read_bytes() == (cache / "kernel.cubin").read_bytes()
