@@ -78,7 +78,7 @@ export MLX_PTX_CACHE_DIR=$ptx
 mkdir -p "$ptx"
 cached=$(pack_parts ptxcache)
 if [ -n "$cached" ]; then cat $cached | xz -d | tar x -C "$ptx" || true; fi
-. "$root/scripts/gpu_ptx_cache.sh"
+. "$root/scripts/gpu_common.sh"
 [ -n "${GPU_BUILD_ONLY:-}" ] || trap 'save_ptx_cache "$ptx"' EXIT # a build-only caller saves after its work
 nodes=$root/third_party/root/usr/share/libonnx-testdata/data
 if [ ! -d "$nodes/node" ]; then
@@ -110,8 +110,7 @@ if [ -n "${GPU_CONFORMANCE:-}" ]; then
   exit 0
 fi
 if [ -n "${GPU_CHUNK:-}" ] && [ $# -eq 0 ]; then
-  index=${GPU_CHUNK%%/*} count=${GPU_CHUNK##*/}
-  mapfile -t files < <(cd "$root" && ls tests/test_*.py tests/*/test_*.py | sort | awk -v i="$index" -v n="$count" '(NR - 1) % n == i')
+  mapfile -t files < <(cd "$root" && suite_chunk "$GPU_CHUNK")
   set -- "${files[@]}"
 fi
 # Failures are logged as they happen (tests/conftest.py), so a run cut short still names them.

@@ -41,7 +41,8 @@
 #   models   bench/gpu_session.sh's models step: the BERT layer and the CNN (squeezenet, from the
 #            light models scripts/gpu_pack.sh puts beside the node tests), every engine
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
-#            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite
+#            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
+#            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$1
@@ -57,6 +58,7 @@ eval "$(tail -1 /tmp/gpu_runbook_build.txt)"
 export PYTHONPATH ORT_EP_MLX_LIBRARY ORT_EP_MLX_KERNEL_CACHE ORT_EP_MLX_DEVICE_MEMORY=${ORT_EP_MLX_DEVICE_MEMORY:-1}
 export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-/tmp/mlx-ptx-cache}
 cd "$root"
+. "$root/scripts/gpu_common.sh"
 step() { case " ${STEPS:-bridge focus} " in *" $1 "*) echo "== $1 $(date +%T)" >> "$log"; return 0 ;; esac; return 1; }
 pytest_q() { timeout "$1" python3 -m pytest -q -p no:cacheprovider "${@:2}" 2>&1 | tail -4 >> "$log"; }
 { head -3 /tmp/gpu_runbook_build.txt; git log --oneline -1 2>/dev/null; nvidia-smi -L; } >> "$log"
@@ -184,11 +186,15 @@ if step models; then
   grep -E "median|met;|NOT met" /tmp/gpu_runbook_models.txt >> "$log"
 fi
 if step suite; then
-  # SUITE_FILES: a part of the suite (test files or folders), else all of it
-  pytest_q "${SUITE_TIMEOUT:-420}" -n 14 --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py \
-    ${SUITE_FILES:-tests}
+  [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')
+  # SUITE_FILES: a part of the suite (test files or folders), else all of it; the slowest tests
+  # (where the GPU suite's time goes: it runs ~25x slower per test than on the CPU) in durations.txt
+  timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --durations=60 \
+    --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py ${SUITE_FILES:-tests} \
+    > /tmp/gpu_suite.txt 2>&1
+  tail -4 /tmp/gpu_suite.txt >> "$log"
+  sed -n '/slowest .*durations/,/^=/p' /tmp/gpu_suite.txt > "$OUT/durations.txt"
 fi
 echo "== done $(date +%T)" >> "$log"
-. "$root/scripts/gpu_ptx_cache.sh"
 save_ptx_cache "$MLX_PTX_CACHE_DIR" # with what the steps compiled
 tail -40 "$log"

@@ -38,16 +38,27 @@ def test_parts_across_folders_in_order(tmp_path):
 
 
 def test_ptx_cache_round_trip(tmp_path):
-    """save_ptx_cache (scripts/gpu_ptx_cache.sh) hands the cache back as parts that gpu_check.sh's
+    """save_ptx_cache (scripts/gpu_common.sh) hands the cache back as parts that gpu_check.sh's
     loading (cat the parts, xz -d, tar x) restores; a second save replaces the first's parts."""
     cache, out, back = tmp_path / "ptx", tmp_path / "out", tmp_path / "back"
     for d in (cache, out, back):
         d.mkdir()
     (cache / "kernel.cubin").write_bytes(os.urandom(4096))
     (out / "ptxcache.tar.xz.part.07").write_bytes(b"stale")
-    script = (f"set -euo pipefail\n. {ROOT}/scripts/gpu_ptx_cache.sh\nOUT={out}\nsave_ptx_cache {cache}\n"
+    script = (f"set -euo pipefail\n. {ROOT}/scripts/gpu_common.sh\nOUT={out}\nsave_ptx_cache {cache}\n"
               f"cat {out}/ptxcache.tar.xz.part.* | xz -d | tar x -C {back}\n")
     run = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in out.iterdir()) == ["ptxcache.tar.xz.part.00"]
     assert (back / "kernel.cubin").read_bytes() == (cache / "kernel.cubin").read_bytes()
+
+
+def test_suite_chunks_cover_the_suite_once():
+    """suite_chunk I/N over I = 0..N-1 lists every test file exactly once."""
+    script = f"set -euo pipefail\ncd {ROOT}\n. scripts/gpu_common.sh\nfor i in 0 1 2; do suite_chunk $i/3; done\n"
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    listed = run.stdout.split()
+    every = subprocess.run(["bash", "-c", f"cd {ROOT} && ls tests/test_*.py tests/*/test_*.py"], capture_output=True,
+                           text=True).stdout.split()
+    assert sorted(listed) == sorted(every) and len(every) > 30
