@@ -155,6 +155,8 @@ def main():
     ap.add_argument("--io-device", default="cuda")
     ap.add_argument("--loops", type=int, default=2)
     ap.add_argument("--max-len", type=int, default=1024, help="shared mode: the KV buffer's rows")
+    ap.add_argument("--prompt-tokens", type=int, default=128,
+                    help="the prompt's length: the context the decode steps attend over starts there")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an EP option (repeatable)")
     ap.add_argument("--phases", action="store_true",
                     help="also print the EP's phases per decode Run (bind, graph, eval, copy out) from its trace")
@@ -164,7 +166,7 @@ def main():
     t0 = time.perf_counter()
     model = make_llm(cfg, weights="int4", io_dtype=args.dtype, block_size=32)
     print(f"model built in {time.perf_counter() - t0:.1f} s ({len(model) / 1e6:.0f} MB)", flush=True)
-    prompt = np.random.default_rng(1).integers(0, cfg.vocab, size=(1, 128), dtype=np.int64)
+    prompt = np.random.default_rng(1).integers(0, cfg.vocab, size=(1, args.prompt_tokens), dtype=np.int64)
     modes = ["plain", "io", "shared"] if args.mode == "all" else ["plain", "io"] if args.mode == "both" else [args.mode]
     for mode in modes:
         fd, report = tempfile.mkstemp(suffix=".txt")
