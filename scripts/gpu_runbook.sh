@@ -35,8 +35,9 @@
 #            each way (bench/decode_kernels.py --mode prefill: device time per prompt)
 #   prefetch the device-memory prefetch floor (ORT_EP_MLX_PREFETCH_MIN) at 4096 and 65536 bytes,
 #            alternating: the prompt's and a decode step's phases with IOBinding
-#   longctx  decode steps after 128, 1024 and 3072 prompt tokens (IOBinding and a 4096-row shared
-#            buffer) with the EP's phases: what the context costs a step
+#   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), then
+#            decode steps after 128, 1024 and 3072 prompt tokens (IOBinding and a 4096-row shared
+#            buffer) with the EP's phases, single pass and split: what the context costs a step
 #   families the test files of the families the 2026-12-04 suite run failed on the GPU
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
@@ -174,10 +175,16 @@ if step longctx; then
   # a decode step's time against its context (the decode-attention kernel is one block per head and
   # query; the projections do not grow with the context): 128, 1024 and 3072 prompt tokens, the
   # IOBinding loop and the shared buffer of 4096 rows, each with the EP's phases
+  # with the single pass (ORT_EP_MLX_DECODE_PARTS=1, the default) and the context split over up to 8
+  # blocks per head, after the GQA tests (long caches included) pass that way
+  ORT_EP_MLX_DECODE_PARTS=8 pytest_q 200 tests/test_ops_attention.py -k gqa
   for n in 128 1024 3072; do
-    for mode in io shared; do
-      echo "context $n $mode: $(timeout 150 python3 bench/decode_probe.py --mode $mode --prompt-tokens $n --max-len 4096 \
-        --steps 32 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | sed 's/.*decode median/decode median/' | tr '\n' ' ')" >> "$log"
+    for parts in 1 8; do
+      for mode in io shared; do
+        echo "context $n, parts $parts, $mode: $(ORT_EP_MLX_DECODE_PARTS=$parts timeout 150 python3 bench/decode_probe.py \
+          --mode $mode --prompt-tokens $n --max-len 4096 --steps 32 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' \
+          | sed 's/.*decode median/decode median/' | tr '\n' ' ')" >> "$log"
+      done
     done
   done
 fi

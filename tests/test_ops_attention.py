@@ -230,8 +230,8 @@ def rope_caches(max_pos, half, dtype):
 
 
 def gqa_check(dtype, seq, seqlens, total, past=None, h=16, attrs=None, packed=False, rotary=None,
-              pos=None, bias=None, sink=None, outputs=3, dynamic=False, seed=0):
-    """past: past buffer length or None; rotary: rotary_dim (cos/sin caches of 32 positions)."""
+              pos=None, bias=None, sink=None, outputs=3, dynamic=False, seed=0, rope_len=32):
+    """past: past buffer length or None; rotary: rotary_dim (cos/sin caches of rope_len positions)."""
     b = len(seqlens)
     if packed:
         q = rnd((b, seq, (N_Q + 2 * N_KV) * h), dtype, seed)
@@ -243,7 +243,7 @@ def gqa_check(dtype, seq, seqlens, total, past=None, h=16, attrs=None, packed=Fa
     pv = rnd((b, N_KV, past, h), dtype, seed + 4) if past is not None else None
     cos = sin = None
     if rotary:
-        cos, sin = rope_caches(32, rotary // 2, dtype)
+        cos, sin = rope_caches(rope_len, rotary // 2, dtype)
     items = [("q", q), ("k", k) if k is not None else None, ("v", v) if v is not None else None,
              ("pk", pk) if pk is not None else None, ("pv", pv) if pv is not None else None,
              ("sl", np.array(seqlens, np.int32)), ("tsl", np.array(total, np.int32)),
@@ -281,6 +281,16 @@ def test_gqa_decode_single_sequence(dtype, seqlens, total, rotary):
     # One sequence, one new token: the present cache is written in place at seqlens_k (dynamic
     # cache total = past + 1, and static caches with total <= past; rows after it zeroed).
     gqa_check(dtype, 1, seqlens, total, past=8, rotary=rotary)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("window", [-1, 100])
+def test_gqa_decode_long_context(dtype, window):
+    # Caches of hundreds of rows: on MLX's CUDA backend with ORT_EP_MLX_DECODE_PARTS > 1 the decode
+    # attention kernel splits each head's context over several blocks (scripts/gpu_runbook.sh's
+    # longctx step runs this with partitions); one sequence ends near the cache, one midway
+    gqa_check(dtype, 1, [299, 130], 300, past=300, attrs={"local_window_size": window})
+    gqa_check(dtype, 1, [40], 300, past=300, rotary=16, rope_len=320)
 
 
 @pytest.mark.parametrize("dtype", [F32, F16])

@@ -38,7 +38,7 @@ enum { DECODE_WARPS = 8, DECODE_MAX_HEAD = 256 };
 
 const char *decode_attention_source = R"(
   constexpr int EPL = (HEAD + 31) / 32;
-  const int bh = blockIdx.x;
+  const int bh = blockIdx.x / PARTS, part = blockIdx.x % PARTS;
   const int b = bh / HQ, h = bh % HQ, kvh = h / (HQ / HKV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = params[0], cap = params[1];
@@ -46,6 +46,8 @@ const char *decode_attention_source = R"(
   const long long raw_len = (long long)lens[b] + LEN_ADD;
   const int len = raw_len < 0 ? 0 : (raw_len > S ? S : (int)raw_len);
   const int start = WINDOW > 0 && len > WINDOW ? len - WINDOW : 0;
+  const int chunk = (len - start + PARTS - 1) / PARTS; /* this block's share of [start, len) */
+  const int lo = start + part * chunk, hi = lo + chunk < len ? lo + chunk : len;
   const T* qp = q + (size_t)bh * HEAD;
   const T* kp = k + (size_t)(b * HKV + kvh) * S * HEAD;
   const T* vp = v + (size_t)(b * HKV + kvh) * S * HEAD;
@@ -58,7 +60,7 @@ const char *decode_attention_source = R"(
   }
   const float neg_inf = -__int_as_float(0x7f800000);
   float m = neg_inf, l = 0.0f;
-  for (int t = start + warp; t < len; t += WARPS) {
+  for (int t = lo + warp; t < hi; t += WARPS) {
     float s = 0.0f;
     for (int i = 0; i < EPL; i++) {
       int d = lane + 32 * i;
@@ -90,6 +92,30 @@ const char *decode_attention_source = R"(
   for (int d = threadIdx.x; d < HEAD; d += blockDim.x) {
     float o = 0.0f;
     for (int w = 0; w < WARPS; w++) o += sm[w] == neg_inf ? 0.0f : sacc[w][d] * expf(sm[w] - big);
+    if (PARTS == 1) out[(size_t)bh * HEAD + d] = static_cast<T>(total > 0.0f ? o / total : 0.0f);
+    else part_acc[(size_t)blockIdx.x * HEAD + d] = o;
+  }
+  if (PARTS > 1 && threadIdx.x == 0) {
+    part_max[blockIdx.x] = big;
+    part_sum[blockIdx.x] = total;
+  }
+)";
+
+/* The partitions of one head's context (decode attention with PARTS > 1: each block's running
+ * maximum, sum and unnormalized output over its share) merged as the single pass merges its warps. */
+const char *decode_merge_source = R"(
+  const int bh = blockIdx.x;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const float* pm = part_max + (size_t)bh * PARTS;
+  const float* ps = part_sum + (size_t)bh * PARTS;
+  float big = neg_inf;
+  for (int p = 0; p < PARTS; p++) big = fmaxf(big, pm[p]);
+  float total = 0.0f;
+  for (int p = 0; p < PARTS; p++) total += pm[p] == neg_inf ? 0.0f : ps[p] * expf(pm[p] - big);
+  for (int d = threadIdx.x; d < HEAD; d += blockDim.x) {
+    float o = 0.0f;
+    for (int p = 0; p < PARTS; p++)
+      o += pm[p] == neg_inf ? 0.0f : part_acc[((size_t)bh * PARTS + p) * HEAD + d] * expf(pm[p] - big);
     out[(size_t)bh * HEAD + d] = static_cast<T>(total > 0.0f ? o / total : 0.0f);
   }
 )";
@@ -115,8 +141,11 @@ __device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, i
 )";
 
 const cuda_kernel_spec decode_attention_kernel = {
-    "ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order"}, {"out"},
-    decode_attention_source, rope_header, true};
+    "ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order"},
+    {"out", "part_max", "part_sum", "part_acc"}, decode_attention_source, rope_header, true};
+
+const cuda_kernel_spec decode_merge_kernel = {
+    "ort_ep_mlx_decode_merge", {"part_max", "part_sum", "part_acc"}, {"out"}, decode_merge_source, "", true};
 
 const char *kv_append_source = R"(
   const int B = past_k_shape[0], HKV = past_k_shape[1], P = past_k_shape[2], PLEN = plen[0];
@@ -469,6 +498,21 @@ bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t 
   return float_type && head_size > 0 && head_size <= DECODE_MAX_HEAD;
 }
 
+/* How many blocks share one head's context in decode attention (ORT_EP_MLX_DECODE_PARTS, at most
+ * 64; 1, the single pass, by default): a step has one block per head and query, 14 for a batch of
+ * one at Qwen2.5-0.5B's shapes on a GPU of 132 multiprocessors, so a long context is walked by few
+ * of them in turn. Each partition keeps at least 32 rows of the cache. Off until measured
+ * (scripts/gpu_runbook.sh's longctx step). */
+static int decode_parts(int cache_rows) {
+  static const int wanted = [] {
+    const char *v = std::getenv("ORT_EP_MLX_DECODE_PARTS");
+    int n = v ? std::atoi(v) : 1;
+    return n < 1 ? 1 : (n > 64 ? 64 : n);
+  }();
+  int fit = cache_rows / 32;
+  return std::max(1, std::min(wanted, fit));
+}
+
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
                                   const mlxb_array *lengths, int64_t length_add, float scale, float softcap,
                                   int64_t window, const mlxb_rope *rope, const mlxb_array *after) {
@@ -487,17 +531,26 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
     mx::array kk = mx::astype(ka, t, dev), vv = mx::astype(va, t, dev);
     mx::array params = mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32);
     rope_inputs r = rope_for(rope, b, d, t, dev);
-    int threads = DECODE_WARPS * 32;
+    int threads = DECODE_WARPS * 32, parts = decode_parts(len);
+    int64_t heads = static_cast<int64_t>(b) * hq;
+    if (heads * parts * threads > std::numeric_limits<int>::max()) throw bridge_error("decode attention: too many heads");
+    int partials = static_cast<int>(heads * parts);
     auto outs = run_cuda_kernel(decode_attention_kernel,
         {qa, kk, vv, per_sequence(la, b, "decode attention: lengths", dev), params, r.pos, r.cos, r.sin,
          after ? arr(after) : mx::array({0}, {1}, mx::int32)},
-        {qa.shape()}, {t},
-        {b * hq * threads, 1, 1}, {threads, 1, 1},
+        {qa.shape(), {partials}, {partials}, {partials, d}}, {t, mx::float32, mx::float32, mx::float32},
+        {partials * threads, 1, 1}, {threads, 1, 1},
         {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)},
          {"WINDOW", static_cast<int>(window > 0 && window < len ? window : 0)}, {"ROT", r.dims},
-         {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode attention")}, {"POS_ADD", r.add}},
-        s);
-    return outs.at(0);
+         {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode attention")}, {"POS_ADD", r.add},
+         {"PARTS", parts}},
+        s, parts == 1 ? 0xeu : 0x1u); /* the output, or the partitions' running values */
+    if (parts == 1) return outs.at(0);
+    int merge_threads = (d + 31) / 32 * 32;
+    return run_cuda_kernel(decode_merge_kernel, {outs.at(1), outs.at(2), outs.at(3)}, {qa.shape()}, {t},
+                           {static_cast<int>(heads) * merge_threads, 1, 1}, {merge_threads, 1, 1},
+                           {{"T", t}, {"HEAD", d}, {"PARTS", parts}}, s)
+        .at(0);
   });
 }
 
@@ -801,9 +854,13 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
           {"SWIGLU", true}}},
         {&rms_norm_kernel, norm, {h, h},
          {{"T", h}, {"HAS_SKIP", true}, {"HAS_BIAS", false}, {"WRITE_SUM", true}, {"SKIP_RANK", 3}}},
-        {&decode_attention_kernel, attn, {h},
+        {&decode_attention_kernel, attn, {h, f, f, f},
          {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
-          {"LEN_ADD", 1}, {"POS_ADD", 0}}},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 1}}},
+        {&decode_attention_kernel, attn, {h, f, f, f},
+         {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 8}}},
+        {&decode_merge_kernel, {z({112}, f), z({112}, f), z({112, 64}, f)}, {h}, {{"T", h}, {"HEAD", 64}, {"PARTS", 8}}},
         {&kv_append_kernel, past, {h, h},
          {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
         {&dequant_split_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {h},
