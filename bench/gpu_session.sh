@@ -42,6 +42,12 @@ step decoder && timeout 330 $PY bench/run.py --device gpu --io-dtype float16 --d
   --workloads decoder_prefill128,decoder_decode_after128,decoder_decode_loop64 \
   --out "$OUT/PERFORMANCE_GPU_decoder.md" 2>&1 | tee "$OUT/bench_decoder.log"
 
+# 2b. One decode step after a 2048-token past, every decoder engine: what a long context costs a
+#    step (not in the default STEPS; the runbook's longctx step runs it).
+step longctx && timeout 300 $PY bench/run.py --device gpu --io-dtype float16 --decoder-config qwen2.5-0.5b \
+  --engines "$ENGINES" --workloads decoder_decode_after2048 \
+  --out "$OUT/PERFORMANCE_GPU_longctx.md" 2>&1 | tee "$OUT/bench_longctx.log"
+
 # 3. The BERT layer and the CNN, every engine (torch: n/a, decoder workloads only).
 step models && timeout 130 $PY bench/run.py --device gpu --workloads bert_layer_s128,squeezenet \
   --out "$OUT/PERFORMANCE_GPU_models.md" 2>&1 | tee "$OUT/bench_models.log"

@@ -1028,7 +1028,7 @@ def kept_section(path: str, heading: str | None = None) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workloads", default=",".join(__import__("workloads").WORKLOADS))
+    ap.add_argument("--workloads", default=",".join(__import__("workloads").DEFAULT_WORKLOADS))
     ap.add_argument("--runs", type=int, default=None, help="runs per measurement (default: per workload)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up runs (default: per workload)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])

@@ -101,6 +101,7 @@ def _decoder_configs() -> dict:
 
 DECODER_CONFIGS = ("tiny", "mid", "qwen2.5-0.5b")
 PROMPT = 128
+LONG_PROMPT = 2048
 CACHE = os.environ.get("ORT_EP_MLX_BENCH_CACHE", os.path.join(tempfile.gettempdir(), "onnxruntime-ep-mlx-bench"))
 
 
@@ -138,23 +139,23 @@ def _decoder_model(name: str, io_dtype: str = "float32") -> bytes:
     return model
 
 
-def _prompt(cfg) -> np.ndarray:
-    return np.random.default_rng(1).integers(0, cfg.vocab, size=(1, PROMPT + 1), dtype=np.int64)
+def _prompt(cfg, length: int = PROMPT) -> np.ndarray:
+    return np.random.default_rng(1).integers(0, cfg.vocab, size=(1, length + 1), dtype=np.int64)
 
 
-def decoder_prefill(name: str = "mid", io_dtype: str = "float32"):
+def decoder_prefill(name: str = "mid", io_dtype: str = "float32", prompt: int = PROMPT):
     """The decoder on a 128-token prompt with an empty past."""
     from llm import empty_past, step_feeds
     cfg = decoder_config(name)
     return (_decoder_model(name, io_dtype),
-            step_feeds(cfg, _prompt(cfg)[:, :PROMPT], empty_past(cfg, io_dtype=io_dtype)))
+            step_feeds(cfg, _prompt(cfg, prompt)[:, :prompt], empty_past(cfg, io_dtype=io_dtype)))
 
 
-def _make_past(name: str, path: str, io_dtype: str = "float32") -> None:
+def _make_past(name: str, path: str, io_dtype: str = "float32", prompt: str = str(PROMPT)) -> None:
     """Runs the prefill through ORT's CPU EP and saves present.* as the next step's past."""
     import onnxruntime as ort
     from llm import next_past
-    model, feeds = decoder_prefill(name, io_dtype)
+    model, feeds = decoder_prefill(name, io_dtype, int(prompt))
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     past = next_past(decoder_config(name), sess.run(None, feeds))
     tmp = f"{path}.{os.getpid()}.npz"
@@ -162,20 +163,21 @@ def _make_past(name: str, path: str, io_dtype: str = "float32") -> None:
     os.replace(tmp, path)
 
 
-def decoder_decode(name: str = "mid", io_dtype: str = "float32"):
-    """One token after a 128-token past. The past is the prefill's present.* from ORT's CPU EP,
-    computed once (in a child process, so it adds nothing to this process's peak memory) and
-    kept in CACHE, so every engine gets identical feeds."""
+def decoder_decode(name: str = "mid", io_dtype: str = "float32", prompt: int = PROMPT):
+    """One token after a `prompt`-token past (128 by default). The past is the prefill's present.*
+    from ORT's CPU EP, computed once (in a child process, so it adds nothing to this process's
+    peak memory) and kept in CACHE, so every engine gets identical feeds."""
     from llm import step_feeds
     cfg = decoder_config(name)
     model = _decoder_model(name, io_dtype)
     key = hashlib.sha1(model).hexdigest()[:12]  # the model's hash: the io dtype is in it
-    path = os.path.join(CACHE, f"decoder-{name}-{key}-past{PROMPT}.npz")
+    path = os.path.join(CACHE, f"decoder-{name}-{key}-past{prompt}.npz")
     if not os.path.exists(path):
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--make-past", name, path, io_dtype], check=True)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--make-past", name, path, io_dtype, str(prompt)],
+                       check=True)
     with np.load(path) as z:
         past = {k: z[k] for k in z.files}
-    return model, step_feeds(cfg, _prompt(cfg)[:, PROMPT:], past)
+    return model, step_feeds(cfg, _prompt(cfg, prompt)[:, prompt:], past)
 
 
 def decode_loop(step, feeds: dict, name: str, steps: int, tokens=None):
@@ -211,8 +213,14 @@ WORKLOADS = {
     "decoder_prefill128": decoder_prefill,
     "decoder_decode_after128": decoder_decode,
     "decoder_decode_loop64": decoder_decode,  # the first step's feeds; decode_loop runs the rest
+    # one token after 2048: what a long context costs a step (a decoder config with at least 2049
+    # positions: qwen2.5-0.5b; bench/gpu_session.sh's longctx step)
+    "decoder_decode_after2048": lambda name="mid", io_dtype="float32": decoder_decode(name, io_dtype, LONG_PROMPT),
 }
-DECODER_WORKLOADS = ("decoder_prefill128", "decoder_decode_after128", "decoder_decode_loop64")
+DECODER_WORKLOADS = ("decoder_prefill128", "decoder_decode_after128", "decoder_decode_loop64",
+                     "decoder_decode_after2048")
+# bench/run.py's default list: the long context needs a decoder config with the positions for it
+DEFAULT_WORKLOADS = tuple(w for w in WORKLOADS if w != "decoder_decode_after2048")
 LOOPS = {"decoder_decode_loop64": 64}  # workload -> model runs per timed Run (decode_loop)
 
 # (runs, warm-up) when --runs/--warmup are not given: sized so a full bench/run.py stays within
@@ -221,13 +229,14 @@ LOOPS = {"decoder_decode_loop64": 64}  # workload -> model runs per timed Run (d
 # qwen2.5-0.5b). The overhead probes take well under a millisecond per Run: many runs cost
 # nothing and steady their medians.
 RUNS = {"tiny_add": (2000, 100), "mlp10": (2000, 100)}
-RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (60, 3), "decoder_decode_loop64": (5, 1)}
+RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (60, 3), "decoder_decode_loop64": (5, 1),
+                "decoder_decode_after2048": (20, 2)}
 RUNS_DECODER_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1),
-                     "decoder_decode_loop64": (1, 0)}
+                     "decoder_decode_loop64": (1, 0), "decoder_decode_after2048": (5, 1)}
 # On the GPU (--device gpu, any decoder config): a few minutes for all engines at Qwen2.5-0.5B
 # shapes, where each MLX EP worker's first Run may take tens of seconds.
 RUNS_DECODER_GPU = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2),
-                    "decoder_decode_loop64": (3, 1)}
+                    "decoder_decode_loop64": (3, 1), "decoder_decode_after2048": (20, 2)}
 RUNS_DEFAULT = (50, 5)
 
 
@@ -246,7 +255,7 @@ def load(name: str, decoder_config: str = "mid", io_dtype: str = "float32"):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) in (4, 5) and sys.argv[1] == "--make-past":
+    if len(sys.argv) in (4, 5, 6) and sys.argv[1] == "--make-past":
         _make_past(*sys.argv[2:])
     else:
-        sys.exit("usage: workloads.py --make-past CONFIG OUT.npz [IO_DTYPE] (used by decoder_decode)")
+        sys.exit("usage: workloads.py --make-past CONFIG OUT.npz [IO_DTYPE [PROMPT]] (used by decoder_decode)")

@@ -178,6 +178,11 @@ if step longctx; then
   # with the single pass (ORT_EP_MLX_DECODE_PARTS=1, the default) and the context split over up to 8
   # blocks per head, after the GQA tests (long caches included) pass that way
   ORT_EP_MLX_DECODE_PARTS=8 pytest_q 200 tests/test_ops_attention.py -k gqa
+  # every decoder engine one step after 2048 tokens (ORT's CUDA EP when carried), single pass
+  ort_cuda=$(python3 -c 'import onnxruntime as o; print(",ort_cuda_io" if "CUDAExecutionProvider" in o.get_available_providers() else "")')
+  ENGINES=mlx_ep_io,mlx_direct,torch$ort_cuda STEPS=longctx OUT=$OUT/bench timeout 300 bench/gpu_session.sh \
+    > /tmp/gpu_runbook_longctx.txt 2>&1
+  grep -E "median" /tmp/gpu_runbook_longctx.txt >> "$log"
   for n in 128 1024 3072; do
     for parts in 1 8; do
       for mode in io shared; do
