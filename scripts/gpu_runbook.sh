@@ -35,9 +35,11 @@
 #            each way (bench/decode_kernels.py --mode prefill: device time per prompt)
 #   prefetch the device-memory prefetch floor (ORT_EP_MLX_PREFETCH_MIN) at 4096 and 65536 bytes,
 #            alternating: the prompt's and a decode step's phases with IOBinding
-#   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), then
+#   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), the
+#            decoder engines one step after 2048 tokens (bench/gpu_session.sh's longctx), then
 #            decode steps after 128, 1024 and 3072 prompt tokens (IOBinding and a 4096-row shared
 #            buffer) with the EP's phases, single pass and split: what the context costs a step
+#            (about 8 minutes: a call of its own)
 #   families the test files of the families the 2026-12-04 suite run failed on the GPU
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
