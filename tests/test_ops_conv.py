@@ -1,8 +1,10 @@
-"""Parity tests of the conv family (src/ops/conv.c): Conv, ConvTranspose, ConvInteger and
-QLinearConv on the MLX EP in strict mode against ORT's CPU EP. Weights are fed both as
+"""Parity tests of the conv family (src/ops/conv.c): Conv, ConvTranspose, ConvInteger,
+QLinearConv and DeformConv on the MLX EP in strict mode against ORT's CPU EP. Weights are fed both as
 initializers and as graph inputs; float16 cases compare with float16 tolerances, and float64
 (which ORT's CPU EP lacks for convolutions) is checked against the float32 CPU result."""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -171,3 +173,75 @@ def test_conv_dynamic_shapes():
                        [("w", rand((4, 3, 3, 3), seed=1))])
     for shape in [(1, 3, 8, 8), (2, 3, 5, 9)]:
         assert_parity(model, {"x": rand(shape)}, rtol=1e-4, atol=1e-4)
+
+
+# ---- DeformConv ---------------------------------------------------------------------------------
+
+DEFORM_CASES = [
+    # (x shape, w shape, attrs, offset scale)
+    ((1, 2, 5, 5), (3, 2, 3, 3), {}, 1.0),
+    ((2, 4, 6, 7), (4, 2, 3, 2), {"group": 2, "offset_group": 2, "pads": [1, 0, 1, 2], "strides": [2, 1]}, 1.5),
+    ((1, 6, 8, 8), (6, 3, 3, 3), {"group": 2, "offset_group": 3, "dilations": [2, 1], "pads": [2, 1, 2, 1]}, 3.0),
+    ((1, 3, 7, 5), (2, 3, 1, 1), {"strides": [3, 2]}, 0.5),
+    ((1, 2, 4, 4), (2, 2, 2, 2), {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1]}, 6.0),  # many taps outside
+]
+
+
+def deform_args(xs, ws, attrs, scale, dtype=np.float32, mask=False, bias=False, seed=0, w_kind="init"):
+    n, c, h, w_in = xs
+    m, _, kh, kw = ws
+    pads, strides, dil = attrs.get("pads", [0, 0, 0, 0]), attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (w_in + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    og = attrs.get("offset_group", 1)
+    rng = np.random.default_rng(seed)
+    args = [("x", rand(xs, seed=seed).astype(dtype), "feed"), ("w", rand(ws, seed=seed + 1).astype(dtype), w_kind),
+            ("off", (rng.standard_normal((n, og * 2 * kh * kw, oh, ow)) * scale).astype(dtype), "feed"),
+            ("b", rand((m,), seed=seed + 2).astype(dtype), "init") if bias else None]
+    if mask:
+        args.append(("mask", rng.uniform(-0.5, 1.5, (n, og * kh * kw, oh, ow)).astype(dtype), "feed"))
+    while args[-1] is None:
+        args.pop()
+    return args
+
+
+@pytest.mark.parametrize("xs,ws,attrs,scale", DEFORM_CASES)
+@pytest.mark.parametrize("mask,bias", [(False, False), (True, True), (True, False)])
+def test_deform_conv(xs, ws, attrs, scale, mask, bias):
+    check("DeformConv", deform_args(xs, ws, attrs, scale, mask=mask, bias=bias), attrs, rtol=1e-5, atol=1e-5, opset=22)
+
+
+@pytest.mark.parametrize("opset", [19, 22])
+def test_deform_conv_float64_and_runtime_weights(opset):
+    xs, ws, attrs, scale = DEFORM_CASES[1]
+    check("DeformConv", deform_args(xs, ws, attrs, scale, dtype=np.float64, mask=True, bias=True, w_kind="feed"), attrs,
+          rtol=1e-12, atol=1e-12, opset=opset)
+
+
+def test_deform_conv_integral_offsets_and_zero_mask():
+    """Offsets landing on whole pixels and on the -1 / H borders, a mask with zeros (and -0.0): the
+    taps ORT skips or zeroes."""
+    args = deform_args((1, 2, 5, 5), (2, 2, 3, 3), {}, 1.0, mask=True)
+    off = np.round(args[2][1] * 2)
+    off[0, 0, 0, 0], off[0, 1, 1, 1] = -1.0, 5.0  # the first tap at row -1, another past the last column
+    mask = args[4][1]
+    mask[0, :, 0, :] = 0.0
+    mask[0, 0, 1, 1] = -0.0
+    args[2], args[4] = ("off", off.astype(np.float32), "feed"), ("mask", mask, "feed")
+    check("DeformConv", args, {}, rtol=1e-5, atol=1e-5, opset=22)
+
+
+def test_deform_conv_empty_batch():
+    xs, ws, attrs, scale = DEFORM_CASES[0]
+    args = deform_args(xs, ws, attrs, scale)
+    args = [(n, a[:0] if n in ("x", "off") else a, k) for n, a, k in args]
+    check("DeformConv", args, attrs, opset=22)
+
+
+def test_deform_conv_declines_float16(tmp_path):
+    """ORT's CPU EP has no float16 DeformConv kernel to compare with: the node is declined."""
+    from parity import claim_report
+    args = deform_args((1, 2, 5, 5), (2, 2, 3, 3), {}, 1.0, dtype=np.float16)
+    model, _ = build("DeformConv", args, {}, opset=22)
+    text = claim_report(model, tmp_path, session_may_fail=True)
+    assert re.search(r"DeformConv.*float16", text), text

@@ -1,7 +1,8 @@
 /* Convolutions: Conv, ConvTranspose, ConvInteger and QLinearConv lowered onto MLX's channels-last
- * conv_general (NCHW is transposed to NHWC and OIHW to OHWI around it). Output shapes and pads
- * are computed on the host with ORT's formulas; half-precision inputs are computed in float32
- * and rounded once (ORT runs them through float32 too), integer ones exactly in float64. */
+ * conv_general (NCHW is transposed to NHWC and OIHW to OHWI around it); DeformConv as gathers and
+ * one matmul per group. Output shapes and pads are computed on the host with ORT's formulas;
+ * half-precision inputs are computed in float32 and rounded once (ORT runs them through float32
+ * too), integer ones exactly in float64. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,6 +440,182 @@ static int lower_qlinear_conv(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, y);
 }
 
+/* ---- DeformConv ----------------------------------------------------------------------------
+ * ORT's CPU kernel (float, double; 2-D) samples the input at each kernel tap moved by its offset
+ * with bilinear interpolation (a tap outside (-1, H) x (-1, W) reads 0, a corner outside reads 0),
+ * scales it by the mask, and multiplies the weights with those columns per group, adding the
+ * bias after. Here the four corners are gathers over the flattened image with their indices
+ * clamped into it and their weights computed as ORT computes them, in the input's dtype; a NaN
+ * position gives NaN weights (ORT's integer conversion of it is undefined). */
+
+typedef struct deform_geom {
+  int64_t n, c, h, w, m, kh, kw, group, ogroup;
+  int64_t pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, out_h, out_w;
+} deform_geom;
+
+static bool claim_deform_conv(claim_ctx *c, const op_def *def) {
+  const ir_node *n = c->node;
+  for (int i = 0; i < 3; i++) {
+    const ir_value *v = claim_input(c, i);
+    if (v && v->rank >= 0 && v->rank != 4) return claim_decline(c, "input %d has rank %d (ORT's DeformConv is 2-D)", i, v->rank);
+  }
+  static const struct { const char *name; size_t count; } lists[] = {
+      {"kernel_shape", 2}, {"pads", 4}, {"strides", 2}, {"dilations", 2}};
+  for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+    const int64_t *v;
+    size_t cnt = ir_attr_ints(n, lists[i].name, &v);
+    if (cnt && cnt != lists[i].count) return claim_decline(c, "%s has %zu values (ORT takes %zu)", lists[i].name, cnt, lists[i].count);
+  }
+  return op_util_claim_same_dtypes(c, (const int[]){1, 2, 3, 4}, 4);
+}
+
+/* ORT's checks of the shapes and attributes, with its messages; 0, or -1 with the failure recorded. */
+static int deform_geometry(op_ctx *c, const int64_t *xd, const int64_t *wd, const int64_t *od, const int64_t *md,
+                           const int64_t *bd, int b_rank, deform_geom *g) {
+  const ir_node *n = op_node(c);
+  int64_t ks[2], pads[4], strides[2], dil[2];
+  op_util_attr_ints(n, "kernel_shape", ks, 2, 0);
+  op_util_attr_ints(n, "pads", pads, 4, 0);
+  op_util_attr_ints(n, "strides", strides, 2, 1);
+  op_util_attr_ints(n, "dilations", dil, 2, 1);
+  *g = (deform_geom){.n = xd[0], .c = xd[1], .h = xd[2], .w = xd[3], .m = wd[0], .kh = wd[2], .kw = wd[3],
+                     .group = ir_attr_int(n, "group", 1), .ogroup = ir_attr_int(n, "offset_group", 1),
+                     .pad_h = pads[0], .pad_w = pads[1], .stride_h = strides[0], .stride_w = strides[1],
+                     .dil_h = dil[0], .dil_w = dil[1]};
+  if (g->c <= 0 || g->m <= 0 || wd[1] <= 0) return op_fail(c, "input channels, output channels and weight in-channels must be positive");
+  const int64_t *given;
+  if (ir_attr_ints(n, "kernel_shape", &given) && (ks[0] != g->kh || ks[1] != g->kw))
+    return op_fail(c, "kernel_shape must match weight spatial dimensions (W_shape[2], W_shape[3])");
+  if (pads[0] < 0 || pads[1] < 0 || pads[2] < 0 || pads[3] < 0) return op_fail(c, "Pads must be non-negative");
+  if (g->stride_h <= 0 || g->stride_w <= 0 || g->dil_h <= 0 || g->dil_w <= 0)
+    return op_fail(c, "strides and dilations must be positive");
+  if (g->kh <= 0 || g->kw <= 0 || g->group <= 0 || g->ogroup <= 0)
+    return op_fail(c, "kernel shape, group and offset_group must be positive");
+  if (g->h < 0 || g->w < 0 || g->w > INT32_MAX / (g->h + 1))
+    return op_fail(c, "Input (H+1)*W must not exceed int max");
+  /* every term is below 2^31 * 2^31 here: no overflow in int64 */
+  g->out_h = (g->h + pads[0] + pads[2] - g->dil_h * (g->kh - 1) - 1) / g->stride_h + 1;
+  g->out_w = (g->w + pads[1] + pads[3] - g->dil_w * (g->kw - 1) - 1) / g->stride_w + 1;
+  if (g->out_h < 0 || g->out_w < 0) return op_fail(c, "Computed output spatial size must be non-negative");
+  int64_t taps = g->kh * g->kw;
+  if (od[0] != g->n || od[1] % (2 * taps) || od[1] / (2 * taps) != g->ogroup || od[2] != g->out_h || od[3] != g->out_w)
+    return op_fail(c, "offset must have shape [N, offset_group * 2 * kH * kW, oH, oW]");
+  if (g->c % g->ogroup) return op_fail(c, "Input channels must be divisible by offset_group");
+  if (g->c != wd[1] * g->group) return op_fail(c, "Input channels must match weight in channels * group");
+  if (g->m % g->group) return op_fail(c, "Output channels must be divisible by group");
+  if (bd && (b_rank != 1 || bd[0] != g->m)) return op_fail(c, "Bias B must have shape [M]");
+  if (md && (md[0] != g->n || md[1] % taps || md[1] / taps != g->ogroup || md[2] != g->out_h || md[3] != g->out_w))
+    return op_fail(c, "mask must have shape [N, offset_group * kH * kW, oH, oW]");
+  return 0;
+}
+
+/* The taps' base coordinates along one axis (out * stride - pad + tap * dilation), [taps, out]
+ * laid out for the [N, offset_group, taps, oH, oW] positions: axis 3 for rows, 4 for columns. */
+static mlxb_array *deform_base(mlxb_scope *s, const deform_geom *g, bool rows, mlxb_dtype t) {
+  int64_t taps = g->kh * g->kw, out = rows ? g->out_h : g->out_w;
+  int64_t *v = malloc((size_t)(taps * out) * sizeof *v);
+  if (!v) return NULL;
+  for (int64_t k = 0; k < taps; k++)
+    for (int64_t o = 0; o < out; o++)
+      v[k * out + o] = rows ? o * g->stride_h - g->pad_h + (k / g->kw) * g->dil_h
+                            : o * g->stride_w - g->pad_w + (k % g->kw) * g->dil_w;
+  int64_t dims[5] = {1, 1, taps, rows ? out : 1, rows ? 1 : out};
+  mlxb_array *a = mlxb_from_data(s, v, dims, 5, MLXB_I64);
+  free(v);
+  return mlxb_astype(s, a, t);
+}
+
+/* One corner's values [N, og, C/og, taps * oH * oW]: the image rows y, columns x (int32 positions,
+ * possibly one outside the image), zero where ORT's test for that corner fails. */
+static mlxb_array *deform_corner(mlxb_scope *s, const deform_geom *g, mlxb_array *image, mlxb_array *y, mlxb_array *x,
+                                 mlxb_array *ok, int64_t cols) {
+  mlxb_array *zero = mlxb_scalar_i64(s, 0, MLXB_I32);
+  mlxb_array *yc = mlxb_clip(s, y, zero, mlxb_scalar_i64(s, g->h - 1, MLXB_I32));
+  mlxb_array *xc = mlxb_clip(s, x, zero, mlxb_scalar_i64(s, g->w - 1, MLXB_I32));
+  mlxb_array *at = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, yc, mlxb_scalar_i64(s, g->w, MLXB_I32)), xc);
+  int64_t flat[4] = {g->n, g->ogroup, 1, cols};
+  mlxb_array *v = mlxb_take_along_axis(s, image, mlxb_reshape(s, at, flat, 4), 3);
+  return mlxb_where(s, mlxb_reshape(s, ok, flat, 4), v, mlxb_scalar_f64(s, 0.0, mlxb_type(image)));
+}
+
+/* The first corner's integer coordinate along one axis: floor(p) clamped to [-1, len] (its
+ * neighbour is one more), 0 for NaN; only ever an index after deform_corner's clamp. */
+static mlxb_array *deform_low(mlxb_scope *s, mlxb_array *fl, int64_t len) {
+  mlxb_dtype t = mlxb_type(fl);
+  mlxb_array *finite = mlxb_where(s, mlxb_unary(s, MLXB_ISNAN, fl), mlxb_scalar_f64(s, 0.0, t), fl);
+  mlxb_array *c = mlxb_clip(s, finite, mlxb_scalar_f64(s, -1.0, t), mlxb_scalar_f64(s, (double)len, t));
+  return mlxb_astype(s, c, MLXB_I32);
+}
+
+/* The sampled columns [N, og, C/og, taps * oH * oW] (ORT's im2col buffer, mask applied). */
+static mlxb_array *deform_columns(op_ctx *c, const deform_geom *g, mlxb_array *x, mlxb_array *off, mlxb_array *mask) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_dtype t = mlxb_type(x);
+  int64_t taps = g->kh * g->kw, cols = taps * g->out_h * g->out_w;
+  mlxb_array *o = mlxb_reshape(s, off, (int64_t[]){g->n, g->ogroup, taps, 2, g->out_h, g->out_w}, 6);
+  int64_t pos[5] = {g->n, g->ogroup, taps, g->out_h, g->out_w};
+  mlxb_array *py = mlxb_binary(s, MLXB_ADD, deform_base(s, g, true, t), mlxb_reshape(s, op_util_slice_axis(s, o, 3, 0, 1, 1), pos, 5));
+  mlxb_array *px = mlxb_binary(s, MLXB_ADD, deform_base(s, g, false, t), mlxb_reshape(s, op_util_slice_axis(s, o, 3, 1, 2, 1), pos, 5));
+  mlxb_array *one = mlxb_scalar_f64(s, 1.0, t), *minus_one = mlxb_scalar_f64(s, -1.0, t);
+  mlxb_array *outside = mlxb_binary(s, MLXB_LOGICAL_OR,
+      mlxb_binary(s, MLXB_LOGICAL_OR, mlxb_binary(s, MLXB_LESS_EQUAL, py, minus_one),
+                  mlxb_binary(s, MLXB_GREATER_EQUAL, py, mlxb_scalar_f64(s, (double)g->h, t))),
+      mlxb_binary(s, MLXB_LOGICAL_OR, mlxb_binary(s, MLXB_LESS_EQUAL, px, minus_one),
+                  mlxb_binary(s, MLXB_GREATER_EQUAL, px, mlxb_scalar_f64(s, (double)g->w, t))));
+  mlxb_array *fy = mlxb_unary(s, MLXB_FLOOR, py), *fx = mlxb_unary(s, MLXB_FLOOR, px);
+  mlxb_array *ly = mlxb_binary(s, MLXB_SUB, py, fy), *lx = mlxb_binary(s, MLXB_SUB, px, fx);
+  mlxb_array *hy = mlxb_binary(s, MLXB_SUB, one, ly), *hx = mlxb_binary(s, MLXB_SUB, one, lx);
+  mlxb_array *y0 = deform_low(s, fy, g->h), *x0 = deform_low(s, fx, g->w);
+  mlxb_array *i1 = mlxb_scalar_i64(s, 1, MLXB_I32), *i0 = mlxb_scalar_i64(s, 0, MLXB_I32);
+  mlxb_array *y1 = mlxb_binary(s, MLXB_ADD, y0, i1), *x1 = mlxb_binary(s, MLXB_ADD, x0, i1);
+  mlxb_array *y0_in = mlxb_binary(s, MLXB_GREATER_EQUAL, y0, i0), *x0_in = mlxb_binary(s, MLXB_GREATER_EQUAL, x0, i0);
+  mlxb_array *y1_in = mlxb_binary(s, MLXB_LESS, y1, mlxb_scalar_i64(s, g->h, MLXB_I32));
+  mlxb_array *x1_in = mlxb_binary(s, MLXB_LESS, x1, mlxb_scalar_i64(s, g->w, MLXB_I32));
+  mlxb_array *image = mlxb_reshape(s, x, (int64_t[]){g->n, g->ogroup, g->c / g->ogroup, g->h * g->w}, 4);
+  int64_t flat[4] = {g->n, g->ogroup, 1, cols};
+  mlxb_array *corner[4] = {
+      deform_corner(s, g, image, y0, x0, mlxb_binary(s, MLXB_LOGICAL_AND, y0_in, x0_in), cols),
+      deform_corner(s, g, image, y0, x1, mlxb_binary(s, MLXB_LOGICAL_AND, y0_in, x1_in), cols),
+      deform_corner(s, g, image, y1, x0, mlxb_binary(s, MLXB_LOGICAL_AND, y1_in, x0_in), cols),
+      deform_corner(s, g, image, y1, x1, mlxb_binary(s, MLXB_LOGICAL_AND, y1_in, x1_in), cols)};
+  mlxb_array *weight[4] = {mlxb_binary(s, MLXB_MUL, hy, hx), mlxb_binary(s, MLXB_MUL, hy, lx),
+                           mlxb_binary(s, MLXB_MUL, ly, hx), mlxb_binary(s, MLXB_MUL, ly, lx)};
+  mlxb_array *val = NULL; /* w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4, in ORT's order */
+  for (int i = 0; i < 4; i++) {
+    mlxb_array *term = mlxb_binary(s, MLXB_MUL, mlxb_reshape(s, weight[i], flat, 4), corner[i]);
+    val = val ? mlxb_binary(s, MLXB_ADD, val, term) : term;
+  }
+  mlxb_array *zero = mlxb_scalar_f64(s, 0.0, t);
+  val = mlxb_where(s, mlxb_reshape(s, outside, flat, 4), zero, val);
+  if (!mask) return val;
+  mlxb_array *m = mlxb_reshape(s, mask, flat, 4); /* ORT samples only where the mask is not 0, then scales */
+  return mlxb_binary(s, MLXB_MUL, mlxb_where(s, mlxb_binary(s, MLXB_NOT_EQUAL, m, zero), val, zero), m);
+}
+
+static int lower_deform_conv(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  int64_t xd[OP_UTIL_MAX_RANK], wd[OP_UTIL_MAX_RANK], od[OP_UTIL_MAX_RANK], md[OP_UTIL_MAX_RANK], bd[OP_UTIL_MAX_RANK];
+  mlxb_array *x, *w, *off, *b = NULL, *mask = NULL;
+  if (op_util_input_dims(c, 0, &x, xd) != 4 || op_util_input_dims(c, 1, &w, wd) != 4 ||
+      op_util_input_dims(c, 2, &off, od) != 4)
+    return op_check(c) ? -1 : op_fail(c, "X, W and offset must be 4-D");
+  int b_rank = op_has_input(c, 3) ? op_util_input_dims(c, 3, &b, bd) : 0;
+  if (op_has_input(c, 4) && op_util_input_dims(c, 4, &mask, md) != 4)
+    return op_check(c) ? -1 : op_fail(c, "mask must be 4-D");
+  if (b_rank < 0) return -1;
+  deform_geom g;
+  if (deform_geometry(c, xd, wd, od, mask ? md : NULL, b ? bd : NULL, b_rank, &g)) return -1;
+  mlxb_dtype t = mlxb_type(x);
+  int64_t ydims[4] = {g.n, g.m, g.out_h, g.out_w};
+  if (g.n == 0 || g.out_h == 0 || g.out_w == 0) return op_set_output(c, 0, mlxb_zeros(s, ydims, 4, t));
+  int64_t taps = g.kh * g.kw, plane = g.out_h * g.out_w, depth = g.c / g.group * taps;
+  mlxb_array *cols = mlxb_reshape(s, deform_columns(c, &g, x, off, mask), (int64_t[]){g.n, g.group, depth, plane}, 4);
+  mlxb_array *wg = mlxb_reshape(s, w, (int64_t[]){g.group, g.m / g.group, depth}, 3);
+  mlxb_array *y = mlxb_reshape(s, mlxb_matmul(s, wg, cols), ydims, 4);
+  if (b) y = mlxb_binary(s, MLXB_ADD, y, mlxb_reshape(s, b, (int64_t[]){1, g.m, 1, 1}, 4));
+  return op_set_output(c, 0, y);
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #define DT_CONV (DT_F32 | DT_F16 | DT_BF16 | DT_F64)
@@ -462,6 +639,11 @@ static const op_def defs[] = {
            .doc = "int8/uint8; scalar or per-channel w scale/zero point, int32 bias; exact accumulator, requantized "
                   "in float32 like ORT (round half to even, saturate); exact where ORT's AVX2 u8s8 kernel saturates "
                   "int16 pair sums (weights beyond 7 bits)"),
+    OP_ROW("", "DeformConv", 19, 22, .inputs = {3, 5}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64,
+           .claim = claim_deform_conv, .lower = lower_deform_conv,
+           .doc = "2-D (as ORT), float32/float64 (ORT's CPU kernels); group, offset_group, optional bias and "
+                  "mask; bilinear taps gathered with clamped indices as ORT samples them (outside taps and "
+                  "corners read 0), then one matmul per group"),
 };
 
 OPS_FAMILY(conv, defs);

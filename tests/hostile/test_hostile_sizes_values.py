@@ -1,6 +1,7 @@
 """Hostile scales, sizes and values: Resize scales 0/negative/NaN/inf/1e10 and sizes 0/negative/huge,
 Range counts past memory or int64 and NaN/inf bounds, com.microsoft Attention mask_index past T or
-negative (against ORT's CPU EP); Unique with NaN and integer Pow overflow / 0^-n (against the
+negative, DeformConv offsets far outside the image (against ORT's CPU EP); DeformConv's NaN offset
+(NaN at its position, where ORT's conversion is undefined); Unique with NaN and integer Pow overflow / 0^-n (against the
 documented rules, NumPy's and wraparound, where ORT's answer is wrong or platform-dependent)."""
 from __future__ import annotations
 
@@ -181,3 +182,39 @@ def test_attention_mask_index(mi):
     good = np.array([3, 2] if len(mi) == 2 else [3, 2, 0, 1], np.int32)
     check_hostile(model, {"x": AX, "mi": mi}, {"x": AX, "mi": good}, r"mask_index value -?\d+ is negative",
                   tol=(1e-4, 1e-4))
+
+
+def _deform_model():
+    x = np.arange(2 * 5 * 5, dtype=np.float32).reshape(1, 2, 5, 5) / 10
+    w = np.linspace(-1, 1, 3 * 2 * 3 * 3, dtype=np.float32).reshape(3, 2, 3, 3)
+    off = np.zeros((1, 18, 3, 3), np.float32)
+    return node_model("DeformConv", [("x", x), ("w", w), ("off", off)], [F], opset=22, consts=("w",)), x
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, 1e30, -1e30, 3e9, -2.5e9])
+def test_deform_conv_offsets_far_outside(value):
+    """Offsets far outside the image (and past int32 once floored): ORT reads 0 for such taps."""
+    model, x = _deform_model()
+    off = np.random.default_rng(0).standard_normal((1, 18, 3, 3)).astype(np.float32)
+    off[0, 0, 1, 1], off[0, 7, 2, 0] = value, value
+    check_hostile(model, {"x": x, "off": off}, {"x": x, "off": np.zeros_like(off)}, None)
+
+
+def test_deform_conv_nan_offset_gives_nan():
+    """A NaN offset: ORT converts floor(NaN) to an int (undefined; on x86 it then reads outside the
+    image). The EP gives NaN at that output position and reads nothing outside; every other
+    position equals ORT's answer with that offset 0."""
+    model, x = _deform_model()
+    off = np.random.default_rng(1).standard_normal((1, 18, 3, 3)).astype(np.float32)
+    sess = mlx_ep.session(model, strict=True)
+    clean = off.copy()
+    clean[0, 4, 1, 2] = 0.0
+    import onnxruntime as ort
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x, "off": clean})[0]
+    off[0, 4, 1, 2] = np.nan
+    for _ in range(3):  # eager, traced, replayed
+        got = sess.run(None, {"x": x, "off": off})[0]
+        assert np.isnan(got[0, :, 1, 2]).all()
+        keep = np.ones(got.shape, bool)
+        keep[0, :, 1, 2] = False
+        np.testing.assert_allclose(got[keep], want[keep], rtol=1e-5, atol=1e-5)
