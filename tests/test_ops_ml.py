@@ -169,3 +169,71 @@ def test_label_encoder_many_keys(kind):
             vt = D
         opset = 4
     check("LabelEncoder", attrs, {"x": x}, [("y", vt)], opset=opset)
+
+
+# ---- TfIdfVectorizer (ai.onnx) ----------------------------------------------------------------
+
+# unigrams 2, 3, 5, 7; bigrams (3, 5), (5, 7), (7, 2); trigram (2, 3, 5)
+TFIDF_POOL = {"pool_int64s": [2, 3, 5, 7, 3, 5, 5, 7, 7, 2, 2, 3, 5], "ngram_counts": [0, 4, 10]}
+
+
+def tfidf_model(attrs, x):
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs)
+    return make_model([node], [("x", onnx_type(x), list(x.shape))], [("y", F, None)], opset=9)
+
+
+def tfidf_check(attrs, x):
+    assert_parity(tfidf_model(attrs, x), {"x": x}, rtol=1e-6, atol=1e-6)
+
+
+def tfidf_attrs(mode, lo, hi, skip, weights=False, indexes=None):
+    idx = indexes or [7, 0, 3, 1, 6, 2, 5, 4]
+    a = {**TFIDF_POOL, "mode": mode, "min_gram_length": lo, "max_gram_length": hi, "max_skip_count": skip,
+         "ngram_indexes": idx}
+    if weights:
+        a["weights"] = [0.5, 1.25, 2.0, 0.1, 3.0, 0.7, 1.5, 0.3][:len(idx)]
+    return a
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+@pytest.mark.parametrize("lo,hi,skip", [(1, 1, 0), (1, 2, 0), (2, 3, 2), (1, 3, 3), (3, 3, 1)])
+@pytest.mark.parametrize("weights", [False, True])
+def test_tfidf(mode, lo, hi, skip, weights):
+    x = np.random.default_rng(lo * 10 + skip).choice([2, 3, 5, 7, 9], size=(3, 12)).astype(np.int64)
+    tfidf_check(tfidf_attrs(mode, lo, hi, skip, weights), x)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("shape", [(12,), (1, 5), (2, 1), (4, 0), (0,)])
+def test_tfidf_shapes_and_dtypes(dtype, shape):
+    x = np.random.default_rng(3).choice([2, 3, 5, 7], size=shape).astype(dtype)
+    tfidf_check(tfidf_attrs("TF", 1, 3, 2), x)
+
+
+def test_tfidf_shared_output_indexes_and_holes():
+    """Several n-grams counted into one output, and outputs no n-gram maps to (zeros)."""
+    x = np.array([[2, 3, 5, 7, 2, 3, 5, 7, 7, 2]], np.int64)
+    tfidf_check(tfidf_attrs("TF", 1, 3, 1, indexes=[0, 0, 2, 9, 2, 5, 5, 0]), x)
+    tfidf_check(tfidf_attrs("TFIDF", 1, 2, 0, weights=False, indexes=[1, 1, 4, 4, 0, 3, 3, 8]), x)
+    tfidf_check(tfidf_attrs("TFIDF", 1, 3, 2, weights=True, indexes=[1, 1, 4, 4, 0, 3, 3, 8]), x)
+
+
+def test_tfidf_any_token_values():
+    """Tokens are only compared with the pool: extreme and negative values count as misses."""
+    i64 = np.iinfo(np.int64)
+    x = np.array([[2, i64.max, 3, 5, i64.min, -7, 7, 2, 3, 5]], np.int64)
+    tfidf_check(tfidf_attrs("TF", 1, 3, 2), x)
+    tfidf_check(tfidf_attrs("TF", 1, 3, 2), np.array([[2, 2**31 - 1, 3, -2**31, 5]], np.int32))
+
+
+def test_tfidf_declined_forms():
+    x = np.array([2, 3, 5], np.int64)
+    dup = {**tfidf_attrs("TF", 1, 2, 0), "pool_int64s": [2, 3, 2, 7, 3, 5, 5, 7, 7, 2, 2, 3, 5]}
+    short = tfidf_attrs("TF", 1, 3, 0, indexes=[0, 1, 2])  # ORT would read past ngram_indexes
+    # IDF weights of n-grams sharing an output: ORT keeps the weight of the last one it meets
+    shared_idf = tfidf_attrs("IDF", 1, 3, 0, weights=True, indexes=[7, 0, 3, 1, 6, 2, 5, 7])
+    for attrs in (dup, short, shared_idf):
+        assert not claimed(tfidf_model(attrs, x))
+    assert claimed(tfidf_model(tfidf_attrs("TF", 1, 2, 0), x))
+    far = tfidf_attrs("IDF", 1, 3, 0, weights=True, indexes=[7, 0, 3, 1, 6, 2, 5, 40])  # weights are per n-gram
+    tfidf_check(far, np.array([[2, 3, 5, 7, 2, 3, 5]], np.int64))

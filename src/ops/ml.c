@@ -1,6 +1,6 @@
 /* Traditional-ML feature ops of the ai.onnx.ml domain on numeric tensors: Scaler, Normalizer,
- * Binarizer, Imputer, ArrayFeatureExtractor, FeatureVectorizer, OneHotEncoder and LabelEncoder
- * (linear models, SVMs and tree ensembles are ml_linear.c, ml_svm.c and ml_trees.c). Every formula
+ * Binarizer, Imputer, ArrayFeatureExtractor, FeatureVectorizer, OneHotEncoder and LabelEncoder,
+ * and ai.onnx's TfIdfVectorizer on integer tokens (linear models, SVMs and tree ensembles are ml_linear.c, ml_svm.c and ml_trees.c). Every formula
  * follows ORT's CPU kernels; string tensors, maps and sequences are not MLX arrays and stay with
  * ORT. */
 #include <float.h>
@@ -451,6 +451,249 @@ static int lower_label_encoder(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, y);
 }
 
+/* ---- TfIdfVectorizer (ai.onnx) ---------------------------------------------------------------
+ * ORT's CPU kernel counts, in each row, every pool n-gram of a length in [min, max] taken at
+ * positions s, s + d, ..., s + (n - 1) d for skip distances d = 1 .. max_skip_count + 1 (unigrams at
+ * d = 1 only), and adds 1 (TF), the output's weight (TFIDF) or sets it (IDF) at the n-gram's output
+ * index. Here each (length, distance) is a comparison of shifted copies of the row with the pool's
+ * columns and a sum over positions; the pool, the indexes and the weights are attributes, so the
+ * mapping to outputs is a gather built on the host. Token values are only compared, never used as
+ * indices. */
+
+enum { TFIDF_TF = 1, TFIDF_IDF = 2, TFIDF_TFIDF = 3, TFIDF_MAX_LENGTHS = 64 };
+
+typedef struct tfidf_attrs {
+  int mode;
+  int64_t min_n, max_n, max_skip, out_size, grams; /* grams: pool n-grams of every length */
+  const int64_t *counts, *indexes, *pool;
+  size_t n_counts, n_indexes, n_pool, n_weights;
+  const float *weights;
+} tfidf_attrs;
+
+/* The pool's n-grams of length n: the first's offset in the pool and how many. */
+static int64_t tfidf_span(const tfidf_attrs *a, int64_t n, int64_t *first) {
+  int64_t start = a->counts[n - 1];
+  int64_t end = (size_t)n < a->n_counts ? a->counts[n] : (int64_t)a->n_pool;
+  *first = start;
+  return (end - start) / n;
+}
+
+static _Thread_local const int64_t *tfidf_sort_pool;
+static _Thread_local int64_t tfidf_sort_len;
+
+static int tfidf_gram_cmp(const void *pa, const void *pb) {
+  const int64_t *x = tfidf_sort_pool + *(const int64_t *)pa, *y = tfidf_sort_pool + *(const int64_t *)pb;
+  for (int64_t i = 0; i < tfidf_sort_len; i++)
+    if (x[i] != y[i]) return x[i] < y[i] ? -1 : 1;
+  return 0;
+}
+
+/* Whether the n-grams of length n (offset first, count m) hold a repeat, which ORT refuses. */
+static bool tfidf_has_duplicate(const tfidf_attrs *a, int64_t first, int64_t m, int64_t n, bool *oom) {
+  int64_t *at = malloc((size_t)(m ? m : 1) * sizeof *at);
+  if (!at) return *oom = true;
+  for (int64_t j = 0; j < m; j++) at[j] = first + j * n;
+  tfidf_sort_pool = a->pool;
+  tfidf_sort_len = n;
+  qsort(at, (size_t)m, sizeof *at, tfidf_gram_cmp);
+  bool dup = false;
+  for (int64_t j = 1; j < m && !dup; j++) dup = tfidf_gram_cmp(&at[j - 1], &at[j]) == 0;
+  free(at);
+  return dup;
+}
+
+/* Whether two of the counted n-grams (lengths min_n..max_n) share an output index. */
+static bool tfidf_outputs_shared(const tfidf_attrs *a) {
+  unsigned char *seen = calloc((size_t)a->out_size, 1);
+  if (!seen) return true;
+  bool shared = false;
+  int64_t ordinal = 0;
+  for (int64_t n = 1; n <= (int64_t)a->n_counts && !shared; n++) {
+    int64_t first, m = tfidf_span(a, n, &first);
+    for (int64_t j = 0; j < m && n >= a->min_n && n <= a->max_n && !shared; j++) {
+      shared = seen[a->indexes[ordinal + j]];
+      seen[a->indexes[ordinal + j]] = 1;
+    }
+    ordinal += m;
+  }
+  free(seen);
+  return shared;
+}
+
+/* ORT's checks of the attributes (its kernel refuses the model otherwise) and the forms where its
+ * kernel would read outside an attribute; NULL when the node is one the EP takes, else why not. */
+static const char *tfidf_parse(const ir_node *n, tfidf_attrs *a, char *why, size_t len) {
+  *a = (tfidf_attrs){0};
+  const char *mode = ir_attr_string(n, "mode", "");
+  a->mode = !strcmp(mode, "TF") ? TFIDF_TF : !strcmp(mode, "IDF") ? TFIDF_IDF : !strcmp(mode, "TFIDF") ? TFIDF_TFIDF : 0;
+  if (!a->mode) return "mode is not TF, IDF or TFIDF";
+  a->min_n = ir_attr_int(n, "min_gram_length", 0);
+  a->max_n = ir_attr_int(n, "max_gram_length", 0);
+  a->max_skip = ir_attr_int(n, "max_skip_count", -1);
+  if (a->min_n <= 0 || a->max_n < a->min_n || a->max_skip < 0 || a->max_skip > INT32_MAX)
+    return "min_gram_length, max_gram_length or max_skip_count out of range";
+  if (ir_node_attr(n, "pool_strings")) return "pool_strings (string n-grams stay with ORT)";
+  a->n_counts = ir_attr_ints(n, "ngram_counts", &a->counts);
+  a->n_indexes = ir_attr_ints(n, "ngram_indexes", &a->indexes);
+  a->n_pool = ir_attr_ints(n, "pool_int64s", &a->pool);
+  a->n_weights = ir_attr_floats(n, "weights", &a->weights);
+  if (!a->n_counts || !a->n_indexes || !a->n_pool) return "ngram_counts, ngram_indexes or pool_int64s is empty";
+  if ((size_t)a->max_n > a->n_counts) return "max_gram_length is past ngram_counts";
+  if (ir_node_attr(n, "weights") && a->n_weights != a->n_indexes) return "weights and ngram_indexes differ in size";
+  for (size_t i = 0; i < a->n_indexes; i++) {
+    if (a->indexes[i] < 0 || a->indexes[i] >= INT32_MAX) return "an ngram_indexes value is negative or too large";
+    if (a->indexes[i] + 1 > a->out_size) a->out_size = a->indexes[i] + 1;
+  }
+  for (size_t i = 0; i < a->n_counts; i++) {
+    int64_t start = a->counts[i], end = i + 1 < a->n_counts ? a->counts[i + 1] : (int64_t)a->n_pool;
+    if (start < 0 || end < start || end > (int64_t)a->n_pool) return "ngram_counts out of the pool's bounds";
+    if ((end - start) % (int64_t)(i + 1)) return "ngram_counts leave a partial n-gram";
+    a->grams += (end - start) / (int64_t)(i + 1);
+  }
+  if ((size_t)a->grams > a->n_indexes) return "fewer ngram_indexes than pool n-grams";
+  if (a->max_n - a->min_n >= TFIDF_MAX_LENGTHS) return "more than 64 n-gram lengths";
+  bool shared = tfidf_outputs_shared(a);
+  if (shared && a->grams * a->out_size > ((int64_t)1 << 24)) return "n-grams sharing output indexes over a large pool";
+  if (shared && a->mode == TFIDF_IDF && a->n_weights)
+    return "IDF weights of n-grams sharing an output index (ORT keeps the last one it meets)";
+  for (int64_t g = a->min_n; g <= a->max_n; g++) {
+    int64_t first, m = tfidf_span(a, g, &first);
+    bool oom = false;
+    if (tfidf_has_duplicate(a, first, m, g, &oom)) {
+      snprintf(why, len, "the pool repeats a %lld-gram", (long long)g);
+      return why;
+    }
+    if (oom) return "out of memory";
+  }
+  return NULL;
+}
+
+static bool claim_tfidf(claim_ctx *c, const op_def *def) {
+  tfidf_attrs a;
+  char why[64];
+  const char *bad = tfidf_parse(c->node, &a, why, sizeof why);
+  if (bad) return claim_decline(c, "%s", bad);
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank > 2) return claim_decline(c, "input rank %d (ORT takes [C] or [B, C])", x->rank);
+  return true;
+}
+
+/* Counts [B, m] of the n-grams of length n (pool offset first, m of them) in rows x [B, C] int64. */
+static mlxb_array *tfidf_count(mlxb_scope *s, const tfidf_attrs *a, mlxb_array *x, int64_t b, int64_t cols,
+                               int64_t n, int64_t first, int64_t m) {
+  int64_t *column = malloc((size_t)m * sizeof *column);
+  if (!column) return NULL;
+  mlxb_array *total = NULL;
+  int64_t distances = n == 1 ? 1 : a->max_skip + 1;
+  for (int64_t d = 1; d <= distances && cols - (n - 1) * d > 0; d++) {
+    int64_t starts = cols - (n - 1) * d;
+    mlxb_array *match = NULL;
+    for (int64_t t = 0; t < n; t++) {
+      for (int64_t j = 0; j < m; j++) column[j] = a->pool[first + j * n + t];
+      mlxb_array *want = mlxb_from_data(s, column, (int64_t[]){1, 1, m}, 3, MLXB_I64);
+      mlxb_array *at = mlxb_slice(s, x, (int64_t[]){0, t * d}, (int64_t[]){b, t * d + starts}, (int64_t[]){1, 1});
+      mlxb_array *eq = mlxb_binary(s, MLXB_EQUAL, mlxb_reshape(s, at, (int64_t[]){b, starts, 1}, 3), want);
+      match = match ? mlxb_binary(s, MLXB_LOGICAL_AND, match, eq) : eq;
+    }
+    mlxb_array *cnt = mlxb_reduce(s, MLXB_RSUM, mlxb_astype(s, match, MLXB_I32), (int[]){1}, 1, false);
+    total = total ? mlxb_binary(s, MLXB_ADD, total, cnt) : cnt;
+  }
+  free(column);
+  return total ? total : mlxb_zeros(s, (int64_t[]){b, m}, 2, MLXB_I32);
+}
+
+/* Per output index, the sum [B, out] of the float32 values [B, grams] of the n-grams mapped to it:
+ * a gather when no two n-grams share an output (a zero column for outputs none maps to), else a
+ * 0/1 matrix product. */
+static mlxb_array *tfidf_to_outputs(mlxb_scope *s, const tfidf_attrs *a, mlxb_array *vals, const int64_t *out_of,
+                                    int64_t grams, int64_t b) {
+  int64_t *src = malloc((size_t)a->out_size * sizeof *src);
+  if (!src) return NULL;
+  for (int64_t i = 0; i < a->out_size; i++) src[i] = grams; /* the zero column */
+  bool shared = false;
+  for (int64_t j = 0; j < grams; j++) {
+    shared = shared || src[out_of[j]] != grams;
+    src[out_of[j]] = j;
+  }
+  mlxb_array *y = NULL;
+  if (!shared) {
+    mlxb_array *padded = mlxb_concat(s, (const mlxb_array *[]){vals, mlxb_zeros(s, (int64_t[]){b, 1}, 2, MLXB_F32)}, 2, 1);
+    y = mlxb_take(s, padded, mlxb_from_data(s, src, (int64_t[]){a->out_size}, 1, MLXB_I64), 1);
+  } else {
+    float *onehot = calloc((size_t)(grams * a->out_size), sizeof *onehot);
+    if (onehot) {
+      for (int64_t j = 0; j < grams; j++) onehot[j * a->out_size + out_of[j]] = 1.0f;
+      mlxb_array *mtx = mlxb_from_data(s, onehot, (int64_t[]){grams, a->out_size}, 2, MLXB_F32);
+      y = mlxb_matmul(s, vals, mtx);
+      free(onehot);
+    }
+  }
+  free(src);
+  return y;
+}
+
+/* What each counted n-gram adds to its output, [B, grams] float32, from its counts: the count (TF,
+ * and TFIDF without weights), count times its weight (TFIDF: ORT adds the weight once per
+ * occurrence, so the two agree up to float32 rounding), its weight where seen (IDF with weights) or
+ * 1 where seen (IDF). The weights are per n-gram of the pool: those counted are consecutive from
+ * ordinal first (n-grams of lengths min_n..max_n follow each other in the pool). */
+static mlxb_array *tfidf_values(mlxb_scope *s, const tfidf_attrs *a, mlxb_array *counts, int64_t first) {
+  mlxb_array *f = mlxb_astype(s, counts, MLXB_F32);
+  if (a->mode == TFIDF_TF || !a->n_weights) {
+    return a->mode == TFIDF_IDF ? mlxb_astype(s, mlxb_binary(s, MLXB_GREATER, f, mlxb_scalar_f64(s, 0.0, MLXB_F32)), MLXB_F32)
+                                : f;
+  }
+  int64_t grams = mlxb_dim(counts, 1);
+  mlxb_array *w = mlxb_from_data(s, a->weights + first, (int64_t[]){grams}, 1, MLXB_F32);
+  if (a->mode == TFIDF_TFIDF) return mlxb_binary(s, MLXB_MUL, f, w);
+  return mlxb_where(s, mlxb_binary(s, MLXB_GREATER, f, mlxb_scalar_f64(s, 0.0, MLXB_F32)), w,
+                    mlxb_scalar_f64(s, 0.0, MLXB_F32));
+}
+
+static int lower_tfidf(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  tfidf_attrs a;
+  char why[64];
+  const char *bad = tfidf_parse(op_node(c), &a, why, sizeof why);
+  if (bad) return op_fail(c, "%s", bad);
+  int64_t dims[OP_UTIL_MAX_RANK];
+  mlxb_array *x;
+  int rank = op_util_input_dims(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  if (rank > 2 || (rank == 2 && dims[0] < 1))
+    return op_fail(c, "Input shape must have either [C] or [B,C] dimensions with B > 0.");
+  int64_t b = rank == 2 ? dims[0] : 1, cols = rank == 0 ? 1 : dims[rank - 1];
+  int64_t out_dims[2] = {b, a.out_size};
+  int out_rank = rank == 2 ? 2 : 1;
+  const int64_t *ydims = rank == 2 ? out_dims : out_dims + 1;
+  x = mlxb_reshape(s, mlxb_astype(s, x, MLXB_I64), (int64_t[]){b, cols}, 2);
+  mlxb_array *parts[TFIDF_MAX_LENGTHS];
+  int64_t *out_of = malloc((size_t)(a.grams ? a.grams : 1) * sizeof *out_of);
+  if (!out_of) return op_fail(c, "out of memory");
+  int np = 0;
+  int64_t grams = 0, ordinal = 0, first_gram = -1;
+  for (int64_t n = 1; n <= (int64_t)a.n_counts && cols > 0; n++) {
+    int64_t first, m = tfidf_span(&a, n, &first);
+    if (n >= a.min_n && n <= a.max_n && m > 0) { /* at most TFIDF_MAX_LENGTHS lengths (parse) */
+      if (first_gram < 0) first_gram = ordinal;
+      parts[np++] = tfidf_count(s, &a, x, b, cols, n, first, m);
+      for (int64_t j = 0; j < m; j++) out_of[grams++] = a.indexes[ordinal + j];
+    }
+    ordinal += m;
+  }
+  mlxb_array *counts = np ? mlxb_concat(s, (const mlxb_array *const *)parts, np, 1) : NULL;
+  mlxb_array *vals = counts ? tfidf_values(s, &a, counts, first_gram) : NULL;
+  mlxb_array *y = vals ? tfidf_to_outputs(s, &a, vals, out_of, grams, b) : NULL;
+  free(out_of);
+  if (!y) {
+    if (op_check(c)) return -1;
+    return op_set_output(c, 0, mlxb_zeros(s, ydims, out_rank, MLXB_F32)); /* no row or no n-gram to count */
+  }
+  if (a.mode == TFIDF_IDF && !a.n_weights) /* 1 where any n-gram of the output was seen */
+    y = mlxb_astype(s, mlxb_binary(s, MLXB_GREATER, y, mlxb_scalar_f64(s, 0.0, MLXB_F32)), MLXB_F32);
+  return op_set_output(c, 0, mlxb_reshape(s, y, ydims, out_rank));
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
@@ -483,6 +726,12 @@ static const op_def defs[] = {
            .doc = "int64/float/double keys to int64/float/double values from *_int64s/*_floats lists or (opset 4) "
                   "keys_tensor/values_tensor/default_tensor; duplicate keys keep the first value; NaN keys match NaN "
                   "from opset 4. Declined: string keys or values, opset 1"),
+    OP_ROW("", "TfIdfVectorizer", 9, 9, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT(ONNX_INT32) | DT(ONNX_INT64),
+           .claim = claim_tfidf, .lower = lower_tfidf,
+           .doc = "int32/int64 X of rank <= 2, pool_int64s; TF, IDF, TFIDF with or without weights (TFIDF as count "
+                  "times weight, ORT adds the weight count times); n-grams as ORT's kernel counts them (unigrams "
+                  "once, longer ones at every skip distance). Declined: pool_strings, forms ORT refuses, fewer "
+                  "ngram_indexes than n-grams (ORT reads past them), IDF weights of n-grams sharing an output"),
 };
 
 OPS_FAMILY(ml, defs);
