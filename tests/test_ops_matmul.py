@@ -192,3 +192,59 @@ def test_bfloat16_against_numpy():
                            [("y", TensorProto.FLOAT, None)], opset=13)
         (got,) = run_mlx(model, {"a": a, "b": b})
         np.testing.assert_allclose(got, rb(want), rtol=1e-2, atol=1e-2, err_msg=op)
+
+
+# ---- FusedMatMul (com.microsoft) ---------------------------------------------------------------
+
+def fused_model(ash, bsh, dtype, attrs):
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", **attrs)
+    t = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16}[dtype]
+    return make_model([node], [("a", t, list(ash)), ("b", t, list(bsh))], [("y", t, None)],
+                      domains=[("com.microsoft", 1)])
+
+
+def fused_reference(a, b, attrs):
+    """The contrib spec: transBatch moves the leading axis before the last one, then trans swaps
+    the last two; alpha scales the product (float64, rounded to the operands' dtype)."""
+    def op(x, trans, batch):
+        if batch:
+            x = np.transpose(x, list(range(1, x.ndim - 1)) + [0, x.ndim - 1])
+        return np.swapaxes(x, -1, -2) if trans and x.ndim >= 2 else x
+    x = op(a.astype(np.float64), attrs.get("transA", 0), attrs.get("transBatchA", 0))
+    y = op(b.astype(np.float64), attrs.get("transB", 0), attrs.get("transBatchB", 0))
+    return (attrs.get("alpha", 1.0) * (x @ y)).astype(a.dtype)
+
+
+FUSED_CASES = [
+    ((3, 4), (4, 5), {}),
+    ((4, 3), (4, 5), {"transA": 1, "alpha": 0.125}),
+    ((2, 3, 4), (2, 5, 4), {"transB": 1, "alpha": -2.0}),
+    ((2, 4, 3), (4, 5), {"transA": 1}),  # a batch of matrices times a matrix
+    ((2, 3, 5, 4), (3, 5, 2, 6), {"transBatchA": 1, "transA": 1}),
+    ((2, 3, 4, 5), (3, 4, 5, 6), {"transBatchA": 1}),
+    ((3, 4, 5, 6), (2, 3, 4, 6), {"transBatchB": 1, "transB": 1, "alpha": 0.5}),
+    ((3, 5, 6), (3, 5, 6), {"transBatchA": 1, "transBatchB": 1, "transB": 1}),
+    ((4,), (2, 5, 4), {"transB": 1}),
+    ((4, 3), (2, 4, 5), {"transA": 1}),  # a matrix times a batch of matrices
+    ((1, 4, 3), (2, 4, 5), {"transA": 1, "alpha": 2.0}),  # a batch of 1 broadcast
+    ((2, 3, 4), (4,), {"transA": 0, "alpha": 3.0}),
+]
+
+
+@pytest.mark.parametrize("ash,bsh,attrs", FUSED_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_fused_matmul(ash, bsh, attrs, dtype):
+    rng = np.random.default_rng(len(ash) * 7 + len(attrs))
+    a, b = rng.uniform(-1, 1, ash).astype(dtype), rng.uniform(-1, 1, bsh).astype(dtype)
+    model = fused_model(ash, bsh, dtype, attrs)
+    tol = {np.float16: 1e-2, np.float32: 1e-5, np.float64: 1e-12}[dtype]
+    got = assert_parity(model, {"a": a, "b": b}, rtol=tol, atol=tol)[0]
+    np.testing.assert_allclose(got.astype(np.float64), fused_reference(a, b, attrs).astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_fused_matmul_trans_batch_rank_refused():
+    """ORT refuses transBatch unless both operands have the same rank >= 3; so does the EP."""
+    a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
+    sess_model = fused_model(a.shape, b.shape, np.float32, {"transBatchA": 1})
+    with pytest.raises(Exception, match="same rank and rank >= 3"):
+        run_mlx(sess_model, {"a": a, "b": b})

@@ -1,4 +1,4 @@
-/* MatMul, Gemm and Einsum lowered onto MLX. MLX's matmul has float kernels only, so integer MatMul is
+/* MatMul, Gemm, Einsum and com.microsoft's FusedMatMul lowered onto MLX. MLX's matmul has float kernels only, so integer MatMul is
  * built from a broadcast multiply and a sum over K (in chunks that bound the temporary), which wraps
  * exactly as ORT's integer GEMM does. */
 #include <ctype.h>
@@ -98,6 +98,50 @@ static int lower_gemm(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, y);
 }
 
+/* ---- FusedMatMul (com.microsoft) -----------------------------------------------------------
+ * What ORT's graph optimizer makes of a Transpose (or a scale) feeding a MatMul, common in the
+ * transformer graphs it saves: alpha * op(A) @ op(B), where op first moves the leading axis to
+ * just before the last one (transBatchX: permutation [1, ..., r - 2, 0, r - 1]) and then swaps
+ * the last two axes (transX; a vector stays as it is), as ORT's MatMulComputeHelper does. */
+
+static mlxb_array *fused_operand(mlxb_scope *s, mlxb_array *x, bool trans, bool trans_batch) {
+  int r = mlxb_ndim(x), perm[OP_UTIL_MAX_RANK];
+  if (trans_batch) {
+    for (int i = 0; i < r - 2; i++) perm[i] = i + 1;
+    perm[r - 2] = 0;
+    perm[r - 1] = r - 1;
+    x = mlxb_transpose(s, x, perm, r);
+  }
+  if (!trans || r < 2) return x;
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[r - 2] = r - 1;
+  perm[r - 1] = r - 2;
+  return mlxb_transpose(s, x, perm, r);
+}
+
+static int lower_fused_matmul(op_ctx *c, const op_def *def) {
+  const ir_node *n = op_node(c);
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
+  int ra = mlxb_ndim(a), rb = mlxb_ndim(b);
+  if (ra == 0 || rb == 0) return op_fail(c, "Input tensors of wrong rank (0).");
+  if (ra > OP_UTIL_MAX_RANK || rb > OP_UTIL_MAX_RANK) return op_fail(c, "operand rank above %d", OP_UTIL_MAX_RANK);
+  if (mlxb_type(a) != mlxb_type(b)) return op_fail(c, "operand dtypes differ");
+  bool batch_a = ir_attr_int(n, "transBatchA", 0) != 0, batch_b = ir_attr_int(n, "transBatchB", 0) != 0;
+  if ((batch_a || batch_b) && !(ra > 2 && ra == rb))
+    return op_fail(c, "Two inputs should have same rank and rank >= 3 if transBatchA or transBatchB is true");
+  a = fused_operand(s, a, ir_attr_int(n, "transA", 0) != 0, batch_a);
+  b = fused_operand(s, b, ir_attr_int(n, "transB", 0) != 0, batch_b);
+  mlxb_array *y = mlxb_matmul(s, a, b);
+  float alpha = ir_attr_float(n, "alpha", 1.0f);
+  if (alpha != 1.0f && y) y = mlxb_binary(s, MLXB_MUL, y, mlxb_scalar_f64(s, alpha, mlxb_type(y)));
+  return op_set_output(c, 0, y);
+}
+
+static bool claim_fused_matmul(claim_ctx *c, const op_def *def) {
+  return op_util_claim_same_dtypes(c, (const int[]){1}, 1);
+}
+
 /* ---- Einsum ------------------------------------------------------------------------------- */
 
 static bool einsum_char_ok(char ch) {
@@ -171,6 +215,10 @@ static const op_def defs[] = {
          .lower = lower_einsum,
          .doc = "Explicit and implicit equations (implicit output made explicit in ONNX's ASCII order), ellipsis, "
                 "repeated labels (traces/diagonals), spaces. Declined: integer operands (MLX einsum uses matmul)."),
+  OP_ROW("com.microsoft", "FusedMatMul", 1, 1, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64 | DT_F16,
+         .claim = claim_fused_matmul, .lower = lower_fused_matmul,
+         .doc = "alpha, transA, transB, transBatchA, transBatchB (equal ranks >= 3, as ORT), batch broadcasting; "
+                "float32/float64/float16 (ORT's CPU kernels). Declined: bfloat16 (no ORT CPU kernel)"),
 };
 
 OPS_FAMILY(matmul, defs);
