@@ -245,3 +245,56 @@ def test_deform_conv_declines_float16(tmp_path):
     model, _ = build("DeformConv", args, {}, opset=22)
     text = claim_report(model, tmp_path, session_may_fail=True)
     assert re.search(r"DeformConv.*float16", text), text
+
+
+# ---- FusedConv (com.microsoft) ------------------------------------------------------------------
+
+FUSED_ACTS = [("Relu", None), ("LeakyRelu", [0.15]), ("Tanh", None), ("Sigmoid", None), ("Clip", [-0.4, 0.6]),
+              ("HardSigmoid", [0.3, 0.45]), ("HardSwish", None)]
+
+
+def fused_conv_model(xs, ws, dtype, act, params, attrs, bias, z):
+    t = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    names = ["x", "w", "b" if bias or z else "", "z" if z else ""]
+    while names[-1] == "":
+        names.pop()
+    kw = {"activation": act, **attrs}
+    if params:
+        kw["activation_params"] = params
+    node = helper.make_node("FusedConv", names, ["y"], domain="com.microsoft", **kw)
+    ins = [("x", t, list(xs)), ("w", t, list(ws))]
+    return node, ins, t
+
+
+@pytest.mark.parametrize("act,params", FUSED_ACTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("with_z", [False, True])
+def test_fused_conv(act, params, dtype, with_z):
+    xs, ws, attrs = (1, 3, 7, 6), (4, 3, 3, 3), {"pads": [1, 1, 1, 0], "strides": [1, 2]}
+    node, ins, t = fused_conv_model(xs, ws, dtype, act, params, attrs, bias=True, z=with_z)
+    x, w = rand(xs, seed=1).astype(dtype), rand(ws, seed=2).astype(dtype)
+    feeds, inits = {"x": x, "w": w}, [("b", rand((4,), seed=3).astype(dtype))]
+    if with_z:
+        ins.append(("z", t, [1, 4, 7, 3]))
+        feeds["z"] = rand((1, 4, 7, 3), seed=4).astype(dtype)
+    ins = [i for i in ins if i[0] != "w"]
+    inits.append(("w", w))
+    del feeds["w"]
+    model = make_model([node], ins, [("y", t, None)], inits, domains=[("com.microsoft", 1)])
+    tol = 2e-2 if dtype == np.float16 else 1e-5
+    assert_parity(model, feeds, rtol=tol, atol=tol)
+
+
+def test_fused_conv_1d_group_no_bias():
+    node = helper.make_node("FusedConv", ["x", "w"], ["y"], domain="com.microsoft", activation="Relu", group=2)
+    model = make_model([node], [("x", TensorProto.FLOAT, [2, 4, 9])], [("y", TensorProto.FLOAT, None)],
+                       [("w", rand((6, 2, 3), seed=5))], domains=[("com.microsoft", 1)])
+    assert_parity(model, {"x": rand((2, 4, 9), seed=6)}, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_conv_declines_unknown_activation(tmp_path):
+    from parity import claim_report
+    node = helper.make_node("FusedConv", ["x", "w"], ["y"], domain="com.microsoft", activation="Elu")
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 2, 5, 5])], [("y", TensorProto.FLOAT, None)],
+                       [("w", rand((3, 2, 3, 3), seed=5))], domains=[("com.microsoft", 1)])
+    assert "activation 'Elu'" in claim_report(model, tmp_path, session_may_fail=True)

@@ -273,19 +273,104 @@ static bool claim_conv(claim_ctx *c, const op_def *def) {
   return conv_claim_attrs(c, x ? x->rank : -1, 1);
 }
 
-static int lower_conv(op_ctx *c, const op_def *def) {
+/* Conv's result with its bias, channels first, in the type it is computed in (float32 for half
+ * inputs); NULL on failure. */
+static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
   conv_geom g;
-  if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return -1;
+  if (conv_geom_read(c, x, w, false, &g) < 0 || conv_geom_forward(c, &g) < 0) return NULL;
   mlxb_dtype t = mlxb_type(x), ct = conv_is_half(t) ? MLXB_F32 : t;
+  *compute_type = ct;
   mlxb_array *xl = mlxb_astype(s, conv_move_channels(s, x, true), ct);
   mlxb_array *wl = mlxb_astype(s, conv_move_channels(s, w, true), ct);
   int64_t ones[CONV_MAX_SP] = {1, 1, 1};
   mlxb_array *y = conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
   y = conv_add_bias(c, y, 2, ct, g.m);
+  return y ? conv_move_channels(s, y, false) : NULL;
+}
+
+static int lower_conv(op_ctx *c, const op_def *def) {
+  mlxb_dtype ct, t = mlxb_type(op_input(c, 0));
+  mlxb_array *y = conv_forward(c, &ct);
   if (!y) return conv_failed(c);
-  y = conv_move_channels(s, y, false);
+  return op_set_output(c, 0, ct == t ? y : mlxb_astype(op_scope(c), y, t));
+}
+
+/* ---- FusedConv (com.microsoft) ---------------------------------------------------------------
+ * What ORT's optimizer makes of Conv (+ Add) + an activation for its CPU EP, as saved in optimized
+ * models: activation(conv + bias + Z), with MLAS's activations and their activation_params. */
+
+typedef enum fused_act { FA_RELU, FA_LEAKY_RELU, FA_TANH, FA_SIGMOID, FA_CLIP, FA_HARD_SIGMOID, FA_HARD_SWISH, FA_BAD } fused_act;
+
+static const struct {
+  const char *name;
+  size_t params;
+} FUSED_ACTS[FA_BAD] = {{"Relu", 0}, {"LeakyRelu", 1}, {"Tanh", 0}, {"Sigmoid", 0},
+                        {"Clip", 2}, {"HardSigmoid", 2}, {"HardSwish", 0}};
+
+static fused_act fused_act_of(const ir_node *n, const float **params, size_t *count) {
+  const char *name = ir_attr_string(n, "activation", "");
+  *count = ir_attr_floats(n, "activation_params", params);
+  for (int k = 0; k < FA_BAD; k++)
+    if (!strcmp(name, FUSED_ACTS[k].name)) return (fused_act)k;
+  return FA_BAD;
+}
+
+static bool claim_fused_conv(claim_ctx *c, const op_def *def) {
+  const float *params;
+  size_t count;
+  fused_act k = fused_act_of(c->node, &params, &count);
+  if (k == FA_BAD)
+    return claim_decline(c, "activation '%s' (ORT's CPU kernel takes Relu, LeakyRelu, Tanh, Sigmoid, Clip, HardSigmoid, "
+                         "HardSwish)", ir_attr_string(c->node, "activation", ""));
+  if (count < FUSED_ACTS[k].params) return claim_decline(c, "%s needs %zu activation_params", FUSED_ACTS[k].name, FUSED_ACTS[k].params);
+  if (!op_util_claim_same_dtypes(c, (const int[]){1, 2, 3}, 3)) return false;
+  return claim_conv(c, def);
+}
+
+static mlxb_array *fused_activate(mlxb_scope *s, mlxb_array *y, fused_act k, const float *p) {
+  mlxb_dtype t = mlxb_type(y);
+  mlxb_array *zero = mlxb_scalar_f64(s, 0.0, t), *one = mlxb_scalar_f64(s, 1.0, t);
+  switch (k) {
+  case FA_RELU: return mlxb_binary(s, MLXB_MAXIMUM, y, zero);
+  case FA_LEAKY_RELU:
+    return mlxb_where(s, mlxb_binary(s, MLXB_GREATER_EQUAL, y, zero), y, mlxb_binary(s, MLXB_MUL, y, mlxb_scalar_f64(s, p[0], t)));
+  case FA_TANH: return mlxb_unary(s, MLXB_TANH, y);
+  case FA_SIGMOID: return mlxb_unary(s, MLXB_SIGMOID, y);
+  case FA_CLIP: return mlxb_clip(s, y, mlxb_scalar_f64(s, p[0], t), mlxb_scalar_f64(s, p[1], t));
+  case FA_HARD_SIGMOID:
+  case FA_HARD_SWISH: {
+    double alpha = k == FA_HARD_SWISH ? 1.0 / 6.0 : p[0], beta = k == FA_HARD_SWISH ? 0.5 : p[1];
+    mlxb_array *h = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, y, mlxb_scalar_f64(s, alpha, t)), mlxb_scalar_f64(s, beta, t));
+    h = mlxb_clip(s, h, zero, one);
+    return k == FA_HARD_SWISH ? mlxb_binary(s, MLXB_MUL, y, h) : h;
+  }
+  default: return NULL;
+  }
+}
+
+static int lower_fused_conv(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const float *params;
+  size_t count;
+  fused_act k = fused_act_of(op_node(c), &params, &count);
+  if (k == FA_BAD || count < FUSED_ACTS[k].params) return op_fail(c, "unsupported activation");
+  mlxb_dtype ct, t = mlxb_type(op_input(c, 0));
+  mlxb_array *y = conv_forward(c, &ct);
+  if (!y) return conv_failed(c);
+  mlxb_array *z = op_input(c, 3);
+  if (z) {
+    int64_t yd[CONV_MAX_RANK], zd[CONV_MAX_RANK];
+    int r = mlxb_ndim(y);
+    mlxb_shape(y, yd);
+    if (mlxb_ndim(z) != r) return op_fail(c, "Z must have the output's shape");
+    mlxb_shape(z, zd);
+    if (memcmp(yd, zd, (size_t)r * sizeof *yd)) return op_fail(c, "Z must have the output's shape");
+    y = mlxb_binary(s, MLXB_ADD, y, mlxb_astype(s, z, ct));
+  }
+  y = fused_activate(s, y, k, params);
+  if (!y) return conv_failed(c);
   return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
 }
 
@@ -639,6 +724,11 @@ static const op_def defs[] = {
            .doc = "int8/uint8; scalar or per-channel w scale/zero point, int32 bias; exact accumulator, requantized "
                   "in float32 like ORT (round half to even, saturate); exact where ORT's AVX2 u8s8 kernel saturates "
                   "int16 pair sums (weights beyond 7 bits)"),
+    OP_ROW("com.microsoft", "FusedConv", 1, 1, .inputs = {2, 4}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_fused_conv, .lower = lower_fused_conv,
+           .doc = "Conv's forms (float32/float16, ORT's CPU kernels) plus the optional Z added before the "
+                  "activation: Relu, LeakyRelu, Tanh, Sigmoid, Clip, HardSigmoid, HardSwish with "
+                  "activation_params; float16 computed in float32 and rounded once"),
     OP_ROW("", "DeformConv", 19, 22, .inputs = {3, 5}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64,
            .claim = claim_deform_conv, .lower = lower_deform_conv,
            .doc = "2-D (as ORT), float32/float64 (ORT's CPU kernels); group, offset_group, optional bias and "
