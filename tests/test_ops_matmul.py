@@ -248,3 +248,36 @@ def test_fused_matmul_trans_batch_rank_refused():
     sess_model = fused_model(a.shape, b.shape, np.float32, {"transBatchA": 1})
     with pytest.raises(Exception, match="same rank and rank >= 3"):
         run_mlx(sess_model, {"a": a, "b": b})
+
+
+# ---- FusedGemm (com.microsoft) -----------------------------------------------------------------
+
+FUSED_GEMM_ACTS = [("Relu", {}), ("Tanh", {}), ("Sigmoid", {}), ("Softplus", {}), ("Softsign", {}),
+                   ("LeakyRelu", {"activation_alpha": 0.2}), ("Elu", {"activation_alpha": 0.7}),
+                   ("ThresholdedRelu", {"activation_alpha": 0.3}),
+                   ("HardSigmoid", {"activation_alpha": 0.3, "activation_beta": 0.4}),
+                   ("ScaledTanh", {"activation_alpha": 1.5, "activation_beta": 0.6}),
+                   ("ParametricSoftplus", {"activation_alpha": 0.8, "activation_beta": 1.7}),
+                   ("Selu", {"activation_alpha": 1.6, "activation_gamma": 1.05})]
+
+
+@pytest.mark.parametrize("act,params", FUSED_GEMM_ACTS)
+@pytest.mark.parametrize("gemm", [{}, {"transA": 1, "alpha": 0.7, "beta": 0.6}, {"transB": 1, "beta": 0.0}])
+def test_fused_gemm(act, params, gemm):
+    a_shape = (4, 3) if gemm.get("transA") else (3, 4)
+    b_shape = (5, 4) if gemm.get("transB") else (4, 5)
+    node = helper.make_node("FusedGemm", ["a", "b", "c"], ["y"], domain="com.microsoft", activation=act, **params, **gemm)
+    model = make_model([node], [("a", TensorProto.FLOAT, list(a_shape)), ("b", TensorProto.FLOAT, list(b_shape)),
+                                ("c", TensorProto.FLOAT, [5])], [("y", TensorProto.FLOAT, None)],
+                       domains=[("com.microsoft", 1)])
+    rng = np.random.default_rng(len(act))
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32), "b": rng.standard_normal(b_shape).astype(np.float32),
+             "c": rng.standard_normal(5).astype(np.float32)}
+    assert_parity(model, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_gemm_declines_defaulted_parameters(tmp_path):
+    node = helper.make_node("FusedGemm", ["a", "b"], ["y"], domain="com.microsoft", activation="LeakyRelu")
+    model = make_model([node], [("a", TensorProto.FLOAT, [2, 3]), ("b", TensorProto.FLOAT, [3, 2])],
+                       [("y", TensorProto.FLOAT, None)], domains=[("com.microsoft", 1)])
+    assert "activation 'LeakyRelu'" in declined_reason(model, tmp_path, session_may_fail=True)

@@ -245,6 +245,53 @@ static int lower_clip(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, y);
 }
 
+/* ---- the fused contrib ops' activations (op_util.h) --------------------------------------- */
+
+enum { FA_RELU, FA_LEAKY_RELU, FA_TANH, FA_SIGMOID, FA_CLIP, FA_HARD_SIGMOID, FA_HARD_SWISH, FA_ELU, FA_SELU,
+       FA_THRESHOLDED_RELU, FA_SCALED_TANH, FA_SOFTPLUS, FA_SOFTSIGN, FA_PARAMETRIC_SOFTPLUS, FA_COUNT };
+
+static const struct {
+  const char *name;
+  int params;
+} FUSED_ACTS[FA_COUNT] = {{"Relu", 0},        {"LeakyRelu", 1},       {"Tanh", 0},        {"Sigmoid", 0},
+                          {"Clip", 2},        {"HardSigmoid", 2},     {"HardSwish", 0},   {"Elu", 1},
+                          {"Selu", 2},        {"ThresholdedRelu", 1}, {"ScaledTanh", 2},  {"Softplus", 0},
+                          {"Softsign", 0},    {"ParametricSoftplus", 2}};
+
+int op_fused_act_find(const char *name) {
+  for (int k = 0; name && k < FA_COUNT; k++)
+    if (!strcmp(name, FUSED_ACTS[k].name)) return k;
+  return -1;
+}
+
+int op_fused_act_params(int kind) { return kind >= 0 && kind < FA_COUNT ? FUSED_ACTS[kind].params : 0; }
+
+mlxb_array *op_fused_act_apply(mlxb_scope *s, mlxb_array *x, int kind, const double *p) {
+  mlxb_dtype t = mlxb_type(x);
+  mlxb_array *zero = num(s, 0.0, t);
+  switch (kind) {
+  case FA_RELU: return maxm(s, x, zero);
+  case FA_LEAKY_RELU: return mlxb_where(s, less(s, x, zero), op_util_mul(s, num(s, p[0], t), x), x);
+  case FA_TANH: return mlxb_unary(s, MLXB_TANH, x);
+  case FA_SIGMOID: return mlxb_unary(s, MLXB_SIGMOID, x);
+  case FA_CLIP: return mlxb_clip(s, x, num(s, p[0], t), num(s, p[1], t));
+  case FA_HARD_SIGMOID: return hard_sigmoid(s, x, t, p[0], p[1]);
+  case FA_HARD_SWISH: return op_util_mul(s, x, hard_sigmoid(s, x, t, (double)(1.0f / 6.0f), 0.5));
+  case FA_ELU:
+  case FA_SELU: {
+    mlxb_array *neg = op_util_mul(s, num(s, p[0], t), mlxb_unary(s, MLXB_EXPM1, x));
+    mlxb_array *e = mlxb_where(s, greater(s, x, zero), x, neg);
+    return kind == FA_SELU ? op_util_mul(s, num(s, p[1], t), e) : e;
+  }
+  case FA_THRESHOLDED_RELU: return mlxb_where(s, greater(s, x, num(s, p[0], t)), x, zero);
+  case FA_SCALED_TANH: return op_util_mul(s, num(s, p[0], t), mlxb_unary(s, MLXB_TANH, op_util_mul(s, num(s, p[1], t), x)));
+  case FA_SOFTPLUS: return softplus(s, x, t);
+  case FA_SOFTSIGN: return mlxb_binary(s, MLXB_DIV, x, op_util_add(s, num(s, 1.0, t), mlxb_unary(s, MLXB_ABS, x)));
+  case FA_PARAMETRIC_SOFTPLUS: return op_util_mul(s, num(s, p[0], t), softplus(s, op_util_mul(s, num(s, p[1], t), x), t));
+  default: mlxb_set_error(s, "unknown fused activation"); return NULL;
+  }
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #define DT_FLOATS DT_FLOAT

@@ -301,61 +301,34 @@ static int lower_conv(op_ctx *c, const op_def *def) {
  * What ORT's optimizer makes of Conv (+ Add) + an activation for its CPU EP, as saved in optimized
  * models: activation(conv + bias + Z), with MLAS's activations and their activation_params. */
 
-typedef enum fused_act { FA_RELU, FA_LEAKY_RELU, FA_TANH, FA_SIGMOID, FA_CLIP, FA_HARD_SIGMOID, FA_HARD_SWISH, FA_BAD } fused_act;
-
-static const struct {
-  const char *name;
-  size_t params;
-} FUSED_ACTS[FA_BAD] = {{"Relu", 0}, {"LeakyRelu", 1}, {"Tanh", 0}, {"Sigmoid", 0},
-                        {"Clip", 2}, {"HardSigmoid", 2}, {"HardSwish", 0}};
-
-static fused_act fused_act_of(const ir_node *n, const float **params, size_t *count) {
+/* FusedConv's activations (a subset of op_fused_act's) and their activation_params. */
+static int fused_conv_act(const ir_node *n, double *p) {
+  static const char *const taken[] = {"Relu", "LeakyRelu", "Tanh", "Sigmoid", "Clip", "HardSigmoid", "HardSwish"};
   const char *name = ir_attr_string(n, "activation", "");
-  *count = ir_attr_floats(n, "activation_params", params);
-  for (int k = 0; k < FA_BAD; k++)
-    if (!strcmp(name, FUSED_ACTS[k].name)) return (fused_act)k;
-  return FA_BAD;
+  int kind = -1;
+  for (size_t i = 0; i < sizeof taken / sizeof *taken; i++)
+    if (!strcmp(name, taken[i])) kind = op_fused_act_find(name);
+  const float *params;
+  size_t count = ir_attr_floats(n, "activation_params", &params);
+  if (kind < 0 || count < (size_t)op_fused_act_params(kind)) return -1;
+  for (int i = 0; i < op_fused_act_params(kind); i++) p[i] = params[i];
+  return kind;
 }
 
 static bool claim_fused_conv(claim_ctx *c, const op_def *def) {
-  const float *params;
-  size_t count;
-  fused_act k = fused_act_of(c->node, &params, &count);
-  if (k == FA_BAD)
-    return claim_decline(c, "activation '%s' (ORT's CPU kernel takes Relu, LeakyRelu, Tanh, Sigmoid, Clip, HardSigmoid, "
-                         "HardSwish)", ir_attr_string(c->node, "activation", ""));
-  if (count < FUSED_ACTS[k].params) return claim_decline(c, "%s needs %zu activation_params", FUSED_ACTS[k].name, FUSED_ACTS[k].params);
+  double p[3];
+  if (fused_conv_act(c->node, p) < 0)
+    return claim_decline(c, "activation '%s' or its activation_params (ORT's CPU kernel takes Relu, LeakyRelu, Tanh, "
+                         "Sigmoid, Clip, HardSigmoid, HardSwish)", ir_attr_string(c->node, "activation", ""));
   if (!op_util_claim_same_dtypes(c, (const int[]){1, 2, 3}, 3)) return false;
   return claim_conv(c, def);
 }
 
-static mlxb_array *fused_activate(mlxb_scope *s, mlxb_array *y, fused_act k, const float *p) {
-  mlxb_dtype t = mlxb_type(y);
-  mlxb_array *zero = mlxb_scalar_f64(s, 0.0, t), *one = mlxb_scalar_f64(s, 1.0, t);
-  switch (k) {
-  case FA_RELU: return mlxb_binary(s, MLXB_MAXIMUM, y, zero);
-  case FA_LEAKY_RELU:
-    return mlxb_where(s, mlxb_binary(s, MLXB_GREATER_EQUAL, y, zero), y, mlxb_binary(s, MLXB_MUL, y, mlxb_scalar_f64(s, p[0], t)));
-  case FA_TANH: return mlxb_unary(s, MLXB_TANH, y);
-  case FA_SIGMOID: return mlxb_unary(s, MLXB_SIGMOID, y);
-  case FA_CLIP: return mlxb_clip(s, y, mlxb_scalar_f64(s, p[0], t), mlxb_scalar_f64(s, p[1], t));
-  case FA_HARD_SIGMOID:
-  case FA_HARD_SWISH: {
-    double alpha = k == FA_HARD_SWISH ? 1.0 / 6.0 : p[0], beta = k == FA_HARD_SWISH ? 0.5 : p[1];
-    mlxb_array *h = mlxb_binary(s, MLXB_ADD, mlxb_binary(s, MLXB_MUL, y, mlxb_scalar_f64(s, alpha, t)), mlxb_scalar_f64(s, beta, t));
-    h = mlxb_clip(s, h, zero, one);
-    return k == FA_HARD_SWISH ? mlxb_binary(s, MLXB_MUL, y, h) : h;
-  }
-  default: return NULL;
-  }
-}
-
 static int lower_fused_conv(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
-  const float *params;
-  size_t count;
-  fused_act k = fused_act_of(op_node(c), &params, &count);
-  if (k == FA_BAD || count < FUSED_ACTS[k].params) return op_fail(c, "unsupported activation");
+  double params[3];
+  int kind = fused_conv_act(op_node(c), params);
+  if (kind < 0) return op_fail(c, "unsupported activation");
   mlxb_dtype ct, t = mlxb_type(op_input(c, 0));
   mlxb_array *y = conv_forward(c, &ct);
   if (!y) return conv_failed(c);
@@ -369,7 +342,7 @@ static int lower_fused_conv(op_ctx *c, const op_def *def) {
     if (memcmp(yd, zd, (size_t)r * sizeof *yd)) return op_fail(c, "Z must have the output's shape");
     y = mlxb_binary(s, MLXB_ADD, y, mlxb_astype(s, z, ct));
   }
-  y = fused_activate(s, y, k, params);
+  y = op_fused_act_apply(s, y, kind, params);
   if (!y) return conv_failed(c);
   return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
 }

@@ -1,4 +1,4 @@
-/* MatMul, Gemm, Einsum and com.microsoft's FusedMatMul lowered onto MLX. MLX's matmul has float kernels only, so integer MatMul is
+/* MatMul, Gemm, Einsum and com.microsoft's FusedMatMul and FusedGemm lowered onto MLX. MLX's matmul has float kernels only, so integer MatMul is
  * built from a broadcast multiply and a sum over K (in chunks that bound the temporary), which wraps
  * exactly as ORT's integer GEMM does. */
 #include <ctype.h>
@@ -83,19 +83,86 @@ static mlxb_array *transpose_2d(mlxb_scope *s, mlxb_array *x) {
   return mlxb_transpose(s, x, perm, 2);
 }
 
-static int lower_gemm(op_ctx *c, const op_def *def) {
+/* Gemm's result, or NULL with the failure recorded. */
+static mlxb_array *gemm_compute(op_ctx *c) {
   const ir_node *n = op_node(c);
   mlxb_scope *s = op_scope(c);
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1), *bias = op_input(c, 2);
-  if (mlxb_ndim(a) != 2 || mlxb_ndim(b) != 2) return op_fail(c, "Gemm operands must be 2-D");
+  if (mlxb_ndim(a) != 2 || mlxb_ndim(b) != 2) {
+    op_fail(c, "Gemm operands must be 2-D");
+    return NULL;
+  }
   float alpha = ir_attr_float(n, "alpha", 1.0f), beta = ir_attr_float(n, "beta", 1.0f);
   if (ir_attr_int(n, "transA", 0)) a = transpose_2d(s, a);
   if (ir_attr_int(n, "transB", 0)) b = transpose_2d(s, b);
   /* like ORT, C is not read when beta is 0 (so inf/NaN in C do not leak through 0 * C) */
-  if (bias && beta != 0.0f) return op_set_output(c, 0, mlxb_addmm(s, bias, a, b, alpha, beta));
+  if (bias && beta != 0.0f) return mlxb_addmm(s, bias, a, b, alpha, beta);
   mlxb_array *y = mlxb_matmul(s, a, b);
   if (alpha != 1.0f && y) y = mlxb_binary(s, MLXB_MUL, y, mlxb_scalar_f64(s, alpha, mlxb_type(y)));
+  return y;
+}
+
+static int lower_gemm(op_ctx *c, const op_def *def) {
+  mlxb_array *y = gemm_compute(c);
+  if (!y) {
+    op_check(c); /* the bridge's error, where it was one */
+    return -1;
+  }
   return op_set_output(c, 0, y);
+}
+
+/* ---- FusedGemm (com.microsoft) -------------------------------------------------------------
+ * Gemm followed by an activation (ORT's Gemm + activation fusion for its CPU EP), whose
+ * parameters are activation_alpha, activation_beta and activation_gamma. The activations taking
+ * parameters are claimed only where the model states them: ORT's functors fall back on defaults
+ * of their own otherwise. */
+
+static int fused_gemm_act(const ir_node *n, double *p) {
+  static const struct {
+    const char *name;
+    const char *attrs[2];
+  } taken[] = {{"Relu", {0}},
+               {"Tanh", {0}},
+               {"Sigmoid", {0}},
+               {"Softplus", {0}},
+               {"Softsign", {0}},
+               {"LeakyRelu", {"activation_alpha"}},
+               {"Elu", {"activation_alpha"}},
+               {"ThresholdedRelu", {"activation_alpha"}},
+               {"HardSigmoid", {"activation_alpha", "activation_beta"}},
+               {"ScaledTanh", {"activation_alpha", "activation_beta"}},
+               {"ParametricSoftplus", {"activation_alpha", "activation_beta"}},
+               {"Selu", {"activation_alpha", "activation_gamma"}}};
+  const char *name = ir_attr_string(n, "activation", "");
+  for (size_t i = 0; i < sizeof taken / sizeof *taken; i++) {
+    if (strcmp(name, taken[i].name)) continue;
+    for (int j = 0; j < 2 && taken[i].attrs[j]; j++) {
+      if (!ir_node_attr(n, taken[i].attrs[j])) return -1;
+      p[j] = ir_attr_float(n, taken[i].attrs[j], 0.0f);
+    }
+    return op_fused_act_find(name);
+  }
+  return -1;
+}
+
+static bool claim_fused_gemm(claim_ctx *c, const op_def *def) {
+  double p[2];
+  if (fused_gemm_act(c->node, p) < 0)
+    return claim_decline(c, "activation '%s' or its activation_alpha/beta/gamma missing",
+                         ir_attr_string(c->node, "activation", ""));
+  return op_util_claim_same_dtypes(c, (const int[]){1, 2}, 2);
+}
+
+static int lower_fused_gemm(op_ctx *c, const op_def *def) {
+  double p[2];
+  int kind = fused_gemm_act(op_node(c), p);
+  if (kind < 0) return op_fail(c, "unsupported activation");
+  mlxb_array *y = gemm_compute(c);
+  if (!y) {
+    op_check(c);
+    return -1;
+  }
+  return op_set_output(c, 0, op_fused_act_apply(op_scope(c), y, kind, p));
 }
 
 /* ---- FusedMatMul (com.microsoft) -----------------------------------------------------------
@@ -215,6 +282,11 @@ static const op_def defs[] = {
          .lower = lower_einsum,
          .doc = "Explicit and implicit equations (implicit output made explicit in ONNX's ASCII order), ellipsis, "
                 "repeated labels (traces/diagonals), spaces. Declined: integer operands (MLX einsum uses matmul)."),
+  OP_ROW("com.microsoft", "FusedGemm", 1, 1, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_F32,
+         .claim = claim_fused_gemm, .lower = lower_fused_gemm,
+         .doc = "Gemm's forms (float32, ORT's CPU kernel) then Relu, Tanh, Sigmoid, Softplus, Softsign, LeakyRelu, "
+                "Elu, ThresholdedRelu, HardSigmoid, ScaledTanh, ParametricSoftplus or Selu with their "
+                "activation_alpha/beta/gamma. Declined: a parameter the model leaves to ORT's default"),
   OP_ROW("com.microsoft", "FusedMatMul", 1, 1, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64 | DT_F16,
          .claim = claim_fused_matmul, .lower = lower_fused_matmul,
          .doc = "alpha, transA, transB, transBatchA, transBatchB (equal ranks >= 3, as ORT), batch broadcasting; "

@@ -123,4 +123,13 @@ bool op_util_claim_input_rank(claim_ctx *c, int i);
 /* auto_pad is one the spec knows; declines it otherwise. */
 bool op_util_claim_auto_pad(claim_ctx *c);
 
+/* The activations ORT's fused contrib ops (FusedConv, FusedGemm) apply to their result, with
+ * ORT's formulas (src/ops/activation.c). op_fused_act_find gives a kind or -1; a kind reads
+ * op_fused_act_params(kind) values of p, in the order its formula names them (LeakyRelu, Elu,
+ * ThresholdedRelu: alpha; Clip: min, max; HardSigmoid, ScaledTanh, ParametricSoftplus: alpha,
+ * beta; Selu: alpha, gamma). x is float32 or float64. */
+int op_fused_act_find(const char *name);
+int op_fused_act_params(int kind);
+mlxb_array *op_fused_act_apply(mlxb_scope *s, mlxb_array *x, int kind, const double *p);
+
 #endif
