@@ -41,7 +41,7 @@ KERNELS = {
               PARTS=1),
          dict(T="float", HEAD=128, HQ=8, HKV=8, WARPS=8, WINDOW=16, ROT=0, INTER=True, LEN_ADD=0, POS_ADD=-1,
               PARTS=8)]),
-    "decode_merge_source": (None,
+    "decode_merge_source": ("rope_header",
         [("part_max", "float"), ("part_sum", "float"), ("part_acc", "float")], [("out", "T")],
         [dict(T="__half", HEAD=64, PARTS=8), dict(T="__nv_bfloat16", HEAD=128, PARTS=3)]),
     "kv_append_source": ("rope_header",

@@ -85,13 +85,10 @@ const char *decode_attention_source = R"(
     if (d < HEAD) sacc[warp][d] = acc[i];
   }
   __syncthreads();
-  float big = neg_inf;
-  for (int w = 0; w < WARPS; w++) big = fmaxf(big, sm[w]);
-  float total = 0.0f;
-  for (int w = 0; w < WARPS; w++) total += sm[w] == neg_inf ? 0.0f : sl[w] * expf(sm[w] - big);
+  float big;
+  const float total = merged_sum(sm, sl, WARPS, &big);
   for (int d = threadIdx.x; d < HEAD; d += blockDim.x) {
-    float o = 0.0f;
-    for (int w = 0; w < WARPS; w++) o += sm[w] == neg_inf ? 0.0f : sacc[w][d] * expf(sm[w] - big);
+    const float o = merged_output(sm, &sacc[0][d], WARPS, HEAD, big);
     if (PARTS == 1) out[(size_t)bh * HEAD + d] = static_cast<T>(total > 0.0f ? o / total : 0.0f);
     else part_acc[(size_t)blockIdx.x * HEAD + d] = o;
   }
@@ -105,24 +102,36 @@ const char *decode_attention_source = R"(
  * maximum, sum and unnormalized output over its share) merged as the single pass merges its warps. */
 const char *decode_merge_source = R"(
   const int bh = blockIdx.x;
-  const float neg_inf = -__int_as_float(0x7f800000);
   const float* pm = part_max + (size_t)bh * PARTS;
-  const float* ps = part_sum + (size_t)bh * PARTS;
-  float big = neg_inf;
-  for (int p = 0; p < PARTS; p++) big = fmaxf(big, pm[p]);
-  float total = 0.0f;
-  for (int p = 0; p < PARTS; p++) total += pm[p] == neg_inf ? 0.0f : ps[p] * expf(pm[p] - big);
+  float big;
+  const float total = merged_sum(pm, part_sum + (size_t)bh * PARTS, PARTS, &big);
   for (int d = threadIdx.x; d < HEAD; d += blockDim.x) {
-    float o = 0.0f;
-    for (int p = 0; p < PARTS; p++)
-      o += pm[p] == neg_inf ? 0.0f : part_acc[((size_t)bh * PARTS + p) * HEAD + d] * expf(pm[p] - big);
+    const float o = merged_output(pm, part_acc + (size_t)bh * PARTS * HEAD + d, PARTS, HEAD, big);
     out[(size_t)bh * HEAD + d] = static_cast<T>(total > 0.0f ? o / total : 0.0f);
   }
 )";
 
-/* Channel d of row x rotated (float32): pairs (j, j + ROT/2) or, interleaved, (2j, 2j + 1), by the
- * cos/sin cache row pos; channels past ROT (and every channel when ROT is 0) pass through. */
+/* The decode kernels' helpers: softmax states merged (below), and rotated(): channel d of row x
+ * rotated (float32): pairs (j, j + ROT/2) or, interleaved, (2j, 2j + 1), by the cos/sin cache row
+ * pos; channels past ROT (and every channel when ROT is 0) pass through. */
 const char *rope_header = R"(
+/* n running softmax states (maximum m, sum l, unnormalized output acc with stride between states)
+ * merged: the largest maximum (big) and the rescaled sum, then one channel's rescaled output;
+ * states that saw no key (m = -inf) add nothing. */
+__device__ inline float merged_sum(const float* m, const float* l, int n, float* big) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float b = neg_inf, total = 0.0f;
+  for (int i = 0; i < n; i++) b = fmaxf(b, m[i]);
+  for (int i = 0; i < n; i++) total += m[i] == neg_inf ? 0.0f : l[i] * expf(m[i] - b);
+  *big = b;
+  return total;
+}
+__device__ inline float merged_output(const float* m, const float* acc, int n, int stride, float big) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float o = 0.0f;
+  for (int i = 0; i < n; i++) o += m[i] == neg_inf ? 0.0f : acc[(size_t)i * stride] * expf(m[i] - big);
+  return o;
+}
 __device__ inline int clamp_position(long long p, int rows) {
   return p < 0 ? 0 : (p >= rows ? rows - 1 : (int)p);
 }
@@ -145,7 +154,7 @@ const cuda_kernel_spec decode_attention_kernel = {
     {"out", "part_max", "part_sum", "part_acc"}, decode_attention_source, rope_header, true};
 
 const cuda_kernel_spec decode_merge_kernel = {
-    "ort_ep_mlx_decode_merge", {"part_max", "part_sum", "part_acc"}, {"out"}, decode_merge_source, "", true};
+    "ort_ep_mlx_decode_merge", {"part_max", "part_sum", "part_acc"}, {"out"}, decode_merge_source, rope_header, true};
 
 const char *kv_append_source = R"(
   const int B = past_k_shape[0], HKV = past_k_shape[1], P = past_k_shape[2], PLEN = plen[0];
