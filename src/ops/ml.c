@@ -460,7 +460,7 @@ static int lower_label_encoder(op_ctx *c, const op_def *def) {
  * mapping to outputs is a gather built on the host. Token values are only compared, never used as
  * indices. */
 
-enum { TFIDF_TF = 1, TFIDF_IDF = 2, TFIDF_TFIDF = 3, TFIDF_MAX_LENGTHS = 64 };
+enum { TFIDF_TF = 1, TFIDF_IDF = 2, TFIDF_TFIDF = 3, TFIDF_MAX_LENGTHS = 64, TFIDF_MAX_OUTPUTS = 1 << 26 };
 
 typedef struct tfidf_attrs {
   int mode;
@@ -541,7 +541,8 @@ static const char *tfidf_parse(const ir_node *n, tfidf_attrs *a, char *why, size
   if ((size_t)a->max_n > a->n_counts) return "max_gram_length is past ngram_counts";
   if (ir_node_attr(n, "weights") && a->n_weights != a->n_indexes) return "weights and ngram_indexes differ in size";
   for (size_t i = 0; i < a->n_indexes; i++) {
-    if (a->indexes[i] < 0 || a->indexes[i] >= INT32_MAX) return "an ngram_indexes value is negative or too large";
+    /* the output's width is the largest index + 1: the host tables of the lowering are that wide */
+    if (a->indexes[i] < 0 || a->indexes[i] >= TFIDF_MAX_OUTPUTS) return "an ngram_indexes value is negative or past 2^26";
     if (a->indexes[i] + 1 > a->out_size) a->out_size = a->indexes[i] + 1;
   }
   for (size_t i = 0; i < a->n_counts; i++) {
@@ -681,14 +682,15 @@ static int lower_tfidf(op_ctx *c, const op_def *def) {
     }
     ordinal += m;
   }
-  mlxb_array *counts = np ? mlxb_concat(s, (const mlxb_array *const *)parts, np, 1) : NULL;
+  if (np == 0) { /* no row or no n-gram to count */
+    free(out_of);
+    return op_set_output(c, 0, mlxb_zeros(s, ydims, out_rank, MLXB_F32));
+  }
+  mlxb_array *counts = mlxb_concat(s, (const mlxb_array *const *)parts, np, 1);
   mlxb_array *vals = counts ? tfidf_values(s, &a, counts, first_gram) : NULL;
   mlxb_array *y = vals ? tfidf_to_outputs(s, &a, vals, out_of, grams, b) : NULL;
   free(out_of);
-  if (!y) {
-    if (op_check(c)) return -1;
-    return op_set_output(c, 0, mlxb_zeros(s, ydims, out_rank, MLXB_F32)); /* no row or no n-gram to count */
-  }
+  if (!y) return op_check(c) ? -1 : op_fail(c, "out of memory");
   if (a.mode == TFIDF_IDF && !a.n_weights) /* 1 where any n-gram of the output was seen */
     y = mlxb_astype(s, mlxb_binary(s, MLXB_GREATER, y, mlxb_scalar_f64(s, 0.0, MLXB_F32)), MLXB_F32);
   return op_set_output(c, 0, mlxb_reshape(s, y, ydims, out_rank));
