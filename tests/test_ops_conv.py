@@ -298,3 +298,50 @@ def test_fused_conv_declines_unknown_activation(tmp_path):
     model = make_model([node], [("x", TensorProto.FLOAT, [1, 2, 5, 5])], [("y", TensorProto.FLOAT, None)],
                        [("w", rand((3, 2, 3, 3), seed=5))], domains=[("com.microsoft", 1)])
     assert "activation 'Elu'" in claim_report(model, tmp_path, session_may_fail=True)
+
+
+# ---- CausalConvWithState (com.microsoft) -------------------------------------------------------
+
+CAUSAL_CASES = [  # (batch, channels, length, k, dilation, activation, past, bias)
+    (2, 4, 5, 3, 1, "silu", True, True),
+    (1, 3, 1, 4, 1, "none", True, True),  # one decode step
+    (2, 4, 2, 4, 2, "swish", True, False),  # the state longer than the input
+    (1, 2, 6, 3, 1, "none", False, False),  # a prompt without state
+    (3, 8, 7, 2, 3, "silu", False, True),
+]
+
+
+@pytest.mark.parametrize("b,ch,length,k,dil,act,past,bias", CAUSAL_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_causal_conv_with_state(b, ch, length, k, dil, act, past, bias, dtype):
+    t = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    names = ["x", "w", "b" if bias else "", "p" if past else ""]
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("CausalConvWithState", names, ["y", "state"], domain="com.microsoft", activation=act,
+                            dilation=dil)
+    state = (k - 1) * dil
+    ins = [("x", t, [b, ch, length]), ("w", t, [ch, 1, k])] + ([("b", t, [ch])] if bias else []) \
+        + ([("p", t, [b, ch, state])] if past else [])
+    model = make_model([node], ins, [("y", t, None), ("state", t, None)], domains=[("com.microsoft", 1)])
+    feeds = {name: rand(tuple(shape), seed=i).astype(dtype) for i, (name, _, shape) in enumerate(ins)}
+    tol = 1e-2 if dtype == np.float16 else 1e-5
+    assert_parity(model, feeds, rtol=tol, atol=tol)
+
+
+def test_causal_conv_streaming_matches_one_pass():
+    """Chunks fed with the carried state give the one-pass result over the whole sequence."""
+    from parity import run_mlx
+    b, ch, k = 1, 4, 4
+    node = helper.make_node("CausalConvWithState", ["x", "w", "", "p"], ["y", "state"], domain="com.microsoft",
+                            activation="silu")
+    model = make_model([node], [("x", TensorProto.FLOAT, [b, ch, "t"]), ("p", TensorProto.FLOAT, [b, ch, k - 1])],
+                       [("y", TensorProto.FLOAT, None), ("state", TensorProto.FLOAT, None)], [("w", rand((ch, 1, k), seed=2))],
+                       domains=[("com.microsoft", 1)])
+    x = rand((b, ch, 9), seed=3)
+    whole = run_mlx(model, {"x": x, "p": np.zeros((b, ch, k - 1), np.float32)})[0]
+    state, parts = np.zeros((b, ch, k - 1), np.float32), []
+    for lo, hi in [(0, 4), (4, 5), (5, 9)]:
+        y, state = run_mlx(model, {"x": x[:, :, lo:hi], "p": state})
+        parts.append(y)
+    np.testing.assert_allclose(np.concatenate(parts, axis=2), whole, rtol=1e-6, atol=1e-6)

@@ -674,6 +674,57 @@ static int lower_deform_conv(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, y);
 }
 
+/* ---- CausalConvWithState (com.microsoft) ---------------------------------------------------
+ * The depthwise causal convolution of Gated DeltaNet and Mamba layers with its carried state:
+ * the past (K - 1) * dilation positions (zeros when absent) go before the input, each channel
+ * is convolved with its own taps, the bias added and SiLU applied when asked; the present state
+ * is the last (K - 1) * dilation positions of past and input together. Computed as K shifted
+ * multiply-adds (float16/bfloat16 in float32, rounded once). */
+
+static bool claim_causal_conv(claim_ctx *c, const op_def *def) {
+  const ir_node *n = c->node;
+  if (ir_attr_int(n, "ndim", 1) != 1) return claim_decline(c, "ndim %lld (1-D only)", (long long)ir_attr_int(n, "ndim", 1));
+  if (ir_attr_int(n, "channels_last", 0) != 0) return claim_decline(c, "channels_last layout");
+  if (ir_attr_int(n, "state_window", 0) != 0) return claim_decline(c, "state_window (per-position states)");
+  if (ir_attr_int(n, "dilation", 1) < 1) return claim_decline(c, "dilation below 1");
+  const char *act = ir_attr_string(n, "activation", "none");
+  if (strcmp(act, "none") && strcmp(act, "silu") && strcmp(act, "swish"))
+    return claim_decline(c, "activation '%s' (none, silu or swish)", act);
+  return op_util_claim_same_dtypes(c, (const int[]){1, 2, 3}, 3);
+}
+
+static int lower_causal_conv(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  int64_t xd[OP_UTIL_MAX_RANK], wd[OP_UTIL_MAX_RANK], bd[OP_UTIL_MAX_RANK], pd[OP_UTIL_MAX_RANK];
+  mlxb_array *x, *w, *bias = NULL, *past = NULL;
+  if (op_util_input_dims(c, 0, &x, xd) != 3 || op_util_input_dims(c, 1, &w, wd) != 3)
+    return op_check(c) ? -1 : op_fail(c, "input must be (batch, channels, length) and weight (channels, 1, k)");
+  int64_t b = xd[0], ch = xd[1], len = xd[2], k = wd[2], dil = ir_attr_int(n, "dilation", 1);
+  if (wd[0] != ch || wd[1] != 1 || k < 1) return op_fail(c, "weight must be (channels, 1, k) with k >= 1");
+  if (k - 1 > INT32_MAX / dil) return op_fail(c, "(k - 1) * dilation is too large");
+  int64_t state = (k - 1) * dil;
+  if (op_has_input(c, 2) && (op_util_input_dims(c, 2, &bias, bd) != 1 || bd[0] != ch))
+    return op_check(c) ? -1 : op_fail(c, "bias must be (channels)");
+  if (op_has_input(c, 3) && (op_util_input_dims(c, 3, &past, pd) != 3 || pd[0] != b || pd[1] != ch || pd[2] != state))
+    return op_check(c) ? -1 : op_fail(c, "past_state must be (batch, channels, (k - 1) * dilation)");
+  mlxb_dtype t = mlxb_type(x), ct = conv_is_half(t) ? MLXB_F32 : t;
+  mlxb_array *head = past ? mlxb_astype(s, past, ct) : mlxb_zeros(s, (int64_t[]){b, ch, state}, 3, ct);
+  mlxb_array *padded = mlxb_concat(s, (const mlxb_array *[]){head, mlxb_astype(s, x, ct)}, 2, 2);
+  mlxb_array *taps = mlxb_astype(s, mlxb_reshape(s, w, (int64_t[]){1, ch, k}, 3), ct), *y = NULL;
+  for (int64_t j = 0; j < k; j++) {
+    mlxb_array *tap = op_util_slice_axis(s, taps, 2, j, j + 1, 1);
+    mlxb_array *term = op_util_mul(s, tap, op_util_slice_axis(s, padded, 2, j * dil, j * dil + len, 1));
+    y = y ? op_util_add(s, y, term) : term;
+  }
+  if (bias) y = op_util_add(s, y, mlxb_reshape(s, mlxb_astype(s, bias, ct), (int64_t[]){1, ch, 1}, 3));
+  if (strcmp(ir_attr_string(n, "activation", "none"), "none"))
+    y = op_util_mul(s, y, mlxb_unary(s, MLXB_SIGMOID, y));
+  mlxb_array *present = op_util_slice_axis(s, padded, 2, len, len + state, 1);
+  if (op_set_output(c, 0, mlxb_astype(s, y, t))) return -1;
+  return op_set_output(c, 1, mlxb_astype(s, present, t));
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #define DT_CONV (DT_F32 | DT_F16 | DT_BF16 | DT_F64)
@@ -702,6 +753,10 @@ static const op_def defs[] = {
            .doc = "Conv's forms (float32/float16, ORT's CPU kernels) plus the optional Z added before the "
                   "activation: Relu, LeakyRelu, Tanh, Sigmoid, Clip, HardSigmoid, HardSwish with "
                   "activation_params; float16 computed in float32 and rounded once"),
+    OP_ROW("com.microsoft", "CausalConvWithState", 1, 1, .inputs = {2, 4}, .outputs = {2, 2}, .dtypes = DT_F32 | DT_F16,
+           .claim = claim_causal_conv, .lower = lower_causal_conv,
+           .doc = "1-D channels-first, dilation, optional bias and past_state (zeros when absent), activation "
+                  "none/silu/swish; float16 in float32. Declined: ndim 2-3, channels_last, state_window"),
     OP_ROW("", "DeformConv", 19, 22, .inputs = {3, 5}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F64,
            .claim = claim_deform_conv, .lower = lower_deform_conv,
            .doc = "2-D (as ORT), float32/float64 (ORT's CPU kernels); group, offset_group, optional bias and "
