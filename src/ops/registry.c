@@ -10,6 +10,7 @@
   X(elementwise) X(activation) X(cast) X(emulated) X(matmul) X(normalization) X(reduction)      \
   X(shape) X(indexing) X(host_read) X(linalg) X(loss) X(quantize) X(signal) X(random) X(conv)  \
   X(pool) X(resize) X(vision) X(detection) X(attention) X(rotary) X(paged_attention)            \
+  X(linear_attention)                                                                           \
   X(contrib_quant) X(contrib_norm) X(contrib_act) X(moe) X(ml) X(ml_linear) X(ml_svm) X(ml_trees)   \
   X(rnn) X(control) X(sequence)
 
