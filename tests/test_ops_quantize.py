@@ -218,3 +218,49 @@ def test_qlinear_matmul_per_column():
              "bz": np.arange(4).astype(np.uint8) * 10, "ys": np.float32(0.3), "yz": np.uint8(100)}
     names = ["a", "as", "az", "b", "bs", "bz", "ys", "yz"]
     assert_parity(*build("QLinearMatMul", {"a": a, "b": b}, inits, out_dtypes=[ot(np.uint8)], opset=10, names=names))
+
+
+# ---- MatMulIntegerToFloat / DynamicQuantizeMatMul (com.microsoft) ---------------------------------
+
+def _ms_model(op, ins, n_out=1):
+    from onnx import TensorProto, helper
+    from parity import make_model
+    names = [n if n else "" for n, _ in ins]
+    node = helper.make_node(op, names, ["y"], domain="com.microsoft")
+    graph_ins = [(n, NP_TO_ONNX[a.dtype], list(a.shape)) for n, a in ins if n]
+    return make_model([node], graph_ins, [("y", TensorProto.FLOAT, None)], domains=[("com.microsoft", 1)])
+
+
+def _q(shape, dtype, seed):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("at,bt", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
+@pytest.mark.parametrize("per_column,zero_points,bias", [(False, False, False), (True, True, True), (False, True, False)])
+def test_matmul_integer_to_float(at, bt, per_column, zero_points, bias):
+    a, b = _q((2, 3, 16), at, 1), _q((16, 5), bt, 2)
+    n = 5
+    ins = [("a", a), ("b", b), ("as", np.array(0.02, np.float32)),
+           ("bs", np.linspace(0.01, 0.05, n).astype(np.float32) if per_column else np.array(0.03, np.float32))]
+    if zero_points or bias:
+        ins += [("az", np.array(3, at)) if zero_points else ("", None),
+                ("bz", (np.arange(n) % 4).astype(bt) if per_column else np.array(2, bt)) if zero_points else ("", None)]
+    if bias:
+        ins.append(("bias", np.linspace(-1, 1, n).astype(np.float32)))
+    model = _ms_model("MatMulIntegerToFloat", ins)
+    assert_parity(model, {k: v for k, v in ins if k}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bt", [np.int8, np.uint8])
+@pytest.mark.parametrize("per_column,zero_point,bias", [(False, False, False), (True, True, True)])
+def test_dynamic_quantize_matmul(bt, per_column, zero_point, bias):
+    a = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)
+    b, n = _q((16, 6), bt, 4), 6
+    ins = [("a", a), ("b", b), ("bs", np.linspace(0.01, 0.05, n).astype(np.float32) if per_column else np.array(0.03, np.float32))]
+    if zero_point or bias:
+        ins.append(("bz", (np.arange(n) % 3).astype(bt) if per_column else np.array(1, bt)) if zero_point else ("", None))
+    if bias:
+        ins.append(("bias", np.linspace(-1, 1, n).astype(np.float32)))
+    model = _ms_model("DynamicQuantizeMatMul", ins)
+    assert_parity(model, {k: v for k, v in ins if k}, rtol=1e-5, atol=1e-5)

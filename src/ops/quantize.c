@@ -107,9 +107,7 @@ static int lower_dequantize(op_ctx *c, const op_def *def) {
 
 /* ORT's GetQuantizationParameter: the range of x widened to hold 0, scale = range / 255 (1 for an
  * empty range), zero point = round_half_even(clamp(-min / scale, 0, 255)). */
-static int lower_dynamic_quantize(op_ctx *c, const op_def *def) {
-  mlxb_scope *s = op_scope(c);
-  mlxb_array *x = op_input(c, 0);
+static mlxb_array *q_dynamic(mlxb_scope *s, mlxb_array *x, mlxb_array **scale_out, mlxb_array **zp_out) {
   mlxb_array *zero = mlxb_scalar_f64(s, 0.0, MLXB_F32);
   mlxb_array *lo = zero, *hi = zero;
   if (mlxb_size(x) > 0) {
@@ -122,9 +120,17 @@ static int lower_dynamic_quantize(op_ctx *c, const op_def *def) {
   mlxb_array *izp = mlxb_binary(s, MLXB_SUB, zero, mlxb_binary(s, MLXB_DIV, lo, scale));
   izp = mlxb_clip(s, izp, zero, mlxb_scalar_f64(s, 255.0, MLXB_F32));
   mlxb_array *zpf = mlxb_unary(s, MLXB_ROUND, izp);
-  mlxb_array *y = q_quantize(s, x, scale, zpf, MLXB_U8);
+  *scale_out = scale;
+  *zp_out = mlxb_astype(s, zpf, MLXB_U8);
+  return q_quantize(s, x, scale, zpf, MLXB_U8);
+}
+
+static int lower_dynamic_quantize(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *scale, *zp;
+  mlxb_array *y = q_dynamic(s, op_input(c, 0), &scale, &zp);
   if (op_set_output(c, 0, y) || op_set_output(c, 1, scale)) return -1;
-  return op_set_output(c, 2, mlxb_astype(s, zpf, MLXB_U8));
+  return op_set_output(c, 2, zp);
 }
 
 /* ---- MatMulInteger / QLinearMatMul -------------------------------------------------------- */
@@ -217,6 +223,76 @@ static int lower_qlinear_matmul(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, mlxb_astype(s, v, yt));
 }
 
+/* ---- MatMulIntegerToFloat / DynamicQuantizeMatMul (com.microsoft) ---------------------------
+ * ORT's fusions of dynamically quantized matmuls: the exact int32 product of (A - a_zp) and
+ * (B - b_zp), times the float32 multiplier a_scale * b_scale (per column where B's scale is),
+ * plus the bias, as MLAS's scale-bias output processor does. DynamicQuantizeMatMul quantizes A
+ * first as DynamicQuantizeLinear does. */
+
+/* acc (int32) scaled and biased: inputs a_scale and b_scale are float32 scalars or B's columns. */
+static int q_scaled_product(op_ctx *c, mlxb_array *acc, mlxb_array *as, mlxb_array *bs, mlxb_array *bias) {
+  mlxb_scope *s = op_scope(c);
+  if (mlxb_size(as) != 1) return op_fail(c, "a_scale must be a scalar");
+  int64_t n = mlxb_ndim(acc) ? mlxb_dim(acc, -1) : 1;
+  if (mlxb_size(bs) != 1 && (int64_t)mlxb_size(bs) != n) return op_fail(c, "b_scale must be a scalar or hold one value per column of B");
+  if (bias && (int64_t)mlxb_size(bias) != n) return op_fail(c, "bias must hold one value per column of B");
+  mlxb_array *mult = mlxb_binary(s, MLXB_MUL, mlxb_reshape(s, as, NULL, 0),
+                                 mlxb_size(bs) == 1 ? mlxb_reshape(s, bs, NULL, 0) : mlxb_reshape(s, bs, &n, 1));
+  mlxb_array *y = mlxb_binary(s, MLXB_MUL, mlxb_astype(s, acc, MLXB_F32), mult);
+  if (bias) y = mlxb_binary(s, MLXB_ADD, y, mlxb_reshape(s, bias, &n, 1));
+  return op_set_output(c, 0, y);
+}
+
+static bool q_claim_b_side(claim_ctx *c, int b, int b_zp) {
+  if (!q_in(DT_Q8, claim_input_dtype(c, b))) return claim_decline(c, "B must be int8/uint8");
+  int32_t zt = claim_input_dtype(c, b_zp);
+  if (zt != ONNX_UNDEFINED && zt != claim_input_dtype(c, b)) return claim_decline(c, "b_zero_point's dtype differs from B's");
+  const ir_value *bv = claim_input(c, b);
+  if (bv && bv->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "rank too large");
+  return true;
+}
+
+static bool claim_matmul_integer_to_float(claim_ctx *c, const op_def *def) {
+  if (!q_in(DT_Q8, claim_input_dtype(c, 0))) return claim_decline(c, "A must be int8/uint8");
+  int32_t zt = claim_input_dtype(c, 4);
+  if (zt != ONNX_UNDEFINED && zt != claim_input_dtype(c, 0)) return claim_decline(c, "a_zero_point's dtype differs from A's");
+  static const int floats[] = {2, 3, 6}; /* a_scale, b_scale, bias */
+  for (size_t i = 0; i < sizeof floats / sizeof *floats; i++)
+    if (claim_input_dtype(c, floats[i]) != ONNX_UNDEFINED && claim_input_dtype(c, floats[i]) != ONNX_FLOAT)
+      return claim_decline(c, "scales and bias must be float32");
+  const ir_value *a = claim_input(c, 0);
+  if (a && a->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "rank too large");
+  return q_claim_b_side(c, 1, 5);
+}
+
+static int lower_matmul_integer_to_float(op_ctx *c, const op_def *def) {
+  mlxb_array *azp = op_input(c, 4);
+  if (azp && mlxb_size(azp) != 1) return op_fail(c, "a_zero_point must be a scalar");
+  mlxb_array *acc = q_int_matmul(c, op_input(c, 0), azp, op_input(c, 1), op_input(c, 5));
+  if (!acc) return -1; /* the failure is recorded */
+  return q_scaled_product(c, acc, op_input(c, 2), op_input(c, 3), op_input(c, 6));
+}
+
+static bool claim_dynamic_quantize_matmul(claim_ctx *c, const op_def *def) {
+  if (claim_input_dtype(c, 0) != ONNX_FLOAT) return claim_decline(c, "A must be float32");
+  static const int floats[] = {2, 4}; /* b_scale, bias */
+  for (size_t i = 0; i < sizeof floats / sizeof *floats; i++)
+    if (claim_input_dtype(c, floats[i]) != ONNX_UNDEFINED && claim_input_dtype(c, floats[i]) != ONNX_FLOAT)
+      return claim_decline(c, "b_scale and bias must be float32");
+  const ir_value *a = claim_input(c, 0);
+  if (a && a->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "rank too large");
+  return q_claim_b_side(c, 1, 3);
+}
+
+static int lower_dynamic_quantize_matmul(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *a_scale, *a_zp;
+  mlxb_array *aq = q_dynamic(s, op_input(c, 0), &a_scale, &a_zp);
+  mlxb_array *acc = q_int_matmul(c, aq, a_zp, op_input(c, 1), op_input(c, 3));
+  if (!acc) return -1; /* the failure is recorded */
+  return q_scaled_product(c, acc, a_scale, op_input(c, 2), op_input(c, 4));
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static bool claim_dynamic_quantize(claim_ctx *c, const op_def *def) { return true; }
@@ -240,6 +316,14 @@ static const op_def defs[] = {
          .claim = claim_matmul_integer, .lower = lower_matmul_integer,
          .doc = "int8/uint8 A and B, optional zero points (A: scalar or per row, B: scalar or per column); exact "
                 "int32 result accumulated in float64 on the CPU"),
+  OP_ROW("com.microsoft", "MatMulIntegerToFloat", 1, 1, .inputs = {4, 7}, .outputs = {1, 1}, .dtypes = DT_Q8,
+         .claim = claim_matmul_integer_to_float, .lower = lower_matmul_integer_to_float,
+         .doc = "int8/uint8 A and B, float32 scales (a scalar, b scalar or per column), zero points (a scalar, b "
+                "scalar or per column), optional bias; exact int32 product times a_scale * b_scale, plus bias"),
+  OP_ROW("com.microsoft", "DynamicQuantizeMatMul", 1, 1, .inputs = {3, 5}, .outputs = {1, 1}, .dtypes = DT_F32,
+         .claim = claim_dynamic_quantize_matmul, .lower = lower_dynamic_quantize_matmul,
+         .doc = "float32 A quantized to uint8 as DynamicQuantizeLinear, int8/uint8 B with scalar or per-column "
+                "scale and zero point, optional bias; then as MatMulIntegerToFloat"),
   OP_ROW("", "QLinearMatMul", 10, 21, .inputs = {8, 8}, .outputs = {1, 1}, .dtypes = DT_Q8,
          .claim = claim_qlinear_matmul, .lower = lower_qlinear_matmul,
          .doc = "int8/uint8 tensors with float32/float16 scales (B's per column allowed); exact integer "
