@@ -476,3 +476,28 @@ def test_slice_of_an_empty_axis(starts, ends, steps):
     check("Slice", [("x", data((0, 3, 4)), "feed"), ("st", np.array(starts, np.int64), "init"),
                     ("en", np.array(ends, np.int64), "init"), ("ax", np.array([0], np.int64), "init"),
                     ("sp", np.array(steps, np.int64), "init")])
+
+
+# ---- ExpandDims (com.microsoft) ------------------------------------------------------------------
+
+def _expand_dims_model(x, axis_const):
+    node = helper.make_node("ExpandDims", ["x", "axis"], ["y"], domain="com.microsoft")
+    ins = [("x", NP_TO_ONNX[x.dtype], list(x.shape))] + ([] if axis_const is not None else [("axis", TensorProto.INT32, [])])
+    inits = [("axis", np.array(axis_const, np.int32))] if axis_const is not None else []
+    return make_model([node], ins, [("y", NP_TO_ONNX[x.dtype], None)], inits, domains=[("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
+@pytest.mark.parametrize("const", [True, False])
+def test_expand_dims(axis, const):
+    x = data((2, 3), dtype=np.float32) if axis % 2 else np.arange(6, dtype=np.int64).reshape(2, 3)
+    model = _expand_dims_model(x, axis if const else None)
+    feeds = {"x": x} if const else {"x": x, "axis": np.array(axis, np.int32)}
+    got = assert_parity(model, feeds)[0]
+    assert got.shape == np.expand_dims(x, axis).shape
+
+
+def test_expand_dims_axis_out_of_range():
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(Exception, match=r"outside \[-3, 2\]"):
+        run_mlx(_expand_dims_model(x, None), {"x": x, "axis": np.array(3, np.int32)})

@@ -239,6 +239,21 @@ static int lower_unsqueeze(op_ctx *c, const op_def *def) {
   return shape_set_reshaped(c, 0, x, out, out_rank);
 }
 
+/* com.microsoft ExpandDims: one axis of size 1 inserted at the axis input (read on the host), in
+ * [-rank - 1, rank] as ORT checks it. */
+static int lower_expand_dims(op_ctx *c, const op_def *def) {
+  mlxb_array *x;
+  int64_t dims[OP_UTIL_MAX_RANK], out[OP_UTIL_MAX_RANK], axis;
+  int rank = op_util_input_dims(c, 0, &x, dims);
+  if (rank < 0 || op_util_input_int(c, 1, &axis)) return -1;
+  if (axis < -(int64_t)rank - 1 || axis > rank)
+    return op_fail(c, "axis %lld is outside [%d, %d]", (long long)axis, -rank - 1, rank);
+  if (rank + 1 > OP_UTIL_MAX_RANK) return op_fail(c, "output rank %d exceeds %d", rank + 1, OP_UTIL_MAX_RANK);
+  if (axis < 0) axis += rank + 1;
+  for (int i = 0, j = 0; i <= rank; i++) out[i] = i == axis ? 1 : dims[j++];
+  return shape_set_reshaped(c, 0, x, out, rank + 1);
+}
+
 static int lower_flatten(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[OP_UTIL_MAX_RANK];
@@ -848,6 +863,9 @@ static const op_def defs[] = {
          .lower = lower_squeeze, .doc = "axes attribute (<13) or input (13+), or every size-1 axis"),
   OP_ROW("", "Unsqueeze", 1, 25, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
          .lower = lower_unsqueeze, .doc = "axes attribute (<13) or input (13+), negative axes"),
+  OP_ROW("com.microsoft", "ExpandDims", 1, 1, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL,
+         .claim = shape_claim_host, .lower = lower_expand_dims,
+         .doc = "int32 axis read on the host, in [-rank - 1, rank]"),
   OP_ROW("", "Flatten", 1, 25, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_rank,
          .lower = lower_flatten, .doc = "axis in [-r, r]"),
   OP_ROW("", "Expand", 8, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
