@@ -13,7 +13,8 @@ Ways (x is the float16 activation, W int4 in blocks of 32 with float16 scales an
 Float32 GEMMs on MLX's CUDA backend use TF32 unless MLX_ENABLE_TF32=0: run it both ways. Prints
 per shape the median ms of each way, the decoder's total per prompt (shapes weighted by how often a
 prompt runs them) and each way's largest error (its result rounded to the float16 output) relative to the float64
-reference's largest value.
+reference's largest value; then f32_dequant's dequantization and GEMM apart (the bandwidth MLX's
+float32 dequantization reaches: a kernel of our own would have to beat it).
 """
 import argparse
 import os
@@ -104,6 +105,24 @@ def main():
         print(f"  {name:8s} K {k:5d} N {n:6d} x{uses:3d}: " + ", ".join(row))
     print("per prompt (ms, shapes weighted by use): " + ", ".join(f"{w} {t:.2f}" for w, t in totals.items()))
     print("largest error / reference max: " + ", ".join(f"{w} {e:.1e}" for w, e in worst.items()))
+    split_f32_dequant(cfg, args, rng)
+
+
+def split_f32_dequant(cfg, args, rng):
+    """f32_dequant's two parts apart, each shape's uses in one eval (so one eval's fixed cost is
+    shared as in a prompt's graph): MLX's dequantization (and the bandwidth its float32 writes
+    reach) and the float32 GEMM over weights dequantized beforehand."""
+    print("f32_dequant split (ms per op, all of a shape's uses in one eval):")
+    for name, k, n, uses in shapes(cfg):
+        x32 = mx.array(rng.standard_normal((args.rows, k)).astype(np.float32))
+        w, scales, biases = mx.quantize(mx.array(rng.standard_normal((n, k)).astype(np.float16) * 0.05), GROUP, BITS)
+        s32, b32 = scales.astype(mx.float32), biases.astype(mx.float32)
+        dense_t = mx.dequantize(w, s32, b32, GROUP, BITS).T
+        mx.eval(dense_t, s32, b32)
+        deq = median_ms(lambda: [mx.dequantize(w, s32, b32, GROUP, BITS) for _ in range(uses)], args.iters) / uses
+        gemm = median_ms(lambda: [mx.matmul(x32, dense_t) for _ in range(uses)], args.iters) / uses
+        gbs = n * k * 4 / (deq * 1e-3) / 1e9
+        print(f"  {name:8s} dequantize {deq:.3f} ({gbs:.1f} GB/s written), GEMM {gemm:.3f}")
 
 
 if __name__ == "__main__":
