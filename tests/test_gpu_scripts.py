@@ -44,13 +44,15 @@ def test_ptx_cache_round_trip(tmp_path):
     for d in (cache, out, back):
         d.mkdir()
     (cache / "kernel.cubin").write_bytes(os.urandom(4096))
+    (cache / "ort_ep_mlx_norm.cubin").write_bytes(os.urandom(512))  # the EP's own, first in the archive
     (out / "ptxcache.tar.xz.part.07").write_bytes(b"stale")
     script = (f"set -euo pipefail\n. {ROOT}/scripts/gpu_common.sh\nOUT={out}\nsave_ptx_cache {cache}\n"
               f"cat {out}/ptxcache.tar.xz.part.* | xz -d | tar x -C {back}\n")
     run = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in out.iterdir()) == ["ptxcache.tar.xz.part.00"]
-    assert (back / "kernel.cubin").read_bytes() == (cache / "kernel.cubin").read_bytes()
+    for name in ("kernel.cubin", "ort_ep_mlx_norm.cubin"):
+        assert (back / name).read_bytes() == (cache / name).read_bytes()
 
 
 def test_suite_chunks_cover_the_suite_once():
