@@ -30,8 +30,9 @@
 #            128-token prompt at Qwen2.5-0.5B's shapes (float16, int4), shared KV buffer and not:
 #            prompt time, decode median, and the run report's traces (examples/genai_llm.py)
 #   prefill  where a 128-token prompt's time goes: bench/prefill_matmul.py (the ways to run one
-#            MatMulNBits on 128 rows, timed and checked), the prompt's phases with the split GEMM on
-#            and off (ORT_EP_MLX_SPLIT_GEMM, alternating, two processes each) and its kernel profile
+#            MatMulNBits on 128 rows, timed and checked, and MLX's dequantization apart), the
+#            prompt's phases with our float32 dequantization kernel on and off
+#            (ORT_EP_MLX_DEQUANT_KERNEL, alternating, two processes each) and its kernel profile
 #            each way (bench/decode_kernels.py --mode prefill: device time per prompt)
 #   prefetch the device-memory prefetch floor (ORT_EP_MLX_PREFETCH_MIN) at 4096 and 65536 bytes,
 #            alternating: the prompt's and a decode step's phases with IOBinding
@@ -70,7 +71,8 @@ pytest_q() { timeout "$1" python3 -m pytest -q -p no:cacheprovider "${@:2}" 2>&1
 
 if step bridge; then
   cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
-  ORT_EP_MLX_SPLIT_GEMM=1 timeout 120 build-gpu/test_bridge 2>&1 | tail -5 >> "$log" # the split kernel too
+  # the split and float32 dequantization kernels too
+  ORT_EP_MLX_SPLIT_GEMM=1 ORT_EP_MLX_DEQUANT_KERNEL=1 timeout 120 build-gpu/test_bridge 2>&1 | tail -5 >> "$log"
 fi
 if step focus; then
   pytest_q 200 tests/test_device_memory.py tests/test_ops_attention.py -k "gqa or device or shared or copy or iobinding or plain"
@@ -153,13 +155,14 @@ if step genai; then
 fi
 if step prefill; then
   timeout 120 python3 bench/prefill_matmul.py --iters 20 >> "$log" 2>&1
-  for split in 1 0 1 0; do
-    echo "ORT_EP_MLX_SPLIT_GEMM=$split: $(ORT_EP_MLX_SPLIT_GEMM=$split timeout 100 python3 bench/decode_probe.py --mode io \
-      --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"
+  # our float32 dequantization kernel (ORT_EP_MLX_DEQUANT_KERNEL) against MLX's, alternating
+  for dq in 1 0 1 0; do
+    echo "ORT_EP_MLX_DEQUANT_KERNEL=$dq: $(ORT_EP_MLX_DEQUANT_KERNEL=$dq timeout 100 python3 bench/decode_probe.py \
+      --mode io --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"
   done
-  for split in 1 0; do
-    echo "ORT_EP_MLX_SPLIT_GEMM=$split kernels:" >> "$log"
-    ORT_EP_MLX_SPLIT_GEMM=$split timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
+  for dq in 1 0; do
+    echo "ORT_EP_MLX_DEQUANT_KERNEL=$dq kernels:" >> "$log"
+    ORT_EP_MLX_DEQUANT_KERNEL=$dq timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
       --top 12 >> "$log" 2>&1
   done
 fi

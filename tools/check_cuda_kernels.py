@@ -64,8 +64,10 @@ KERNELS = {
          dict(T="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4, LANES=32, SETS=2, BIASED=2, SWIGLU=False),
          dict(T="__half", BITS=4, GROUP=32, WARPS=4, LANES=16, SETS=2, BIASED=1, SWIGLU=True)]),
     "dequant_split_source": (None,
-        [("w", "uint32_t"), ("scales", "float"), ("biases", "float")], [("out", "__half")],
-        [dict(BITS=4, GROUP=32), dict(BITS=8, GROUP=128), dict(BITS=2, GROUP=64)]),
+        [("w", "uint32_t"), ("scales", "float"), ("biases", "float")], [("out", "T")],  # T: the output's type
+        [dict(T="__half", BITS=4, GROUP=32, F32=False), dict(T="__half", BITS=8, GROUP=128, F32=False),
+         dict(T="__half", BITS=2, GROUP=64, F32=False), dict(T="float", BITS=4, GROUP=32, F32=True),
+         dict(T="float", BITS=8, GROUP=64, F32=True), dict(T="float", BITS=2, GROUP=32, F32=True)]),
     "rms_norm_source": (None,
         [("x", "T"), ("skip", "T"), ("bias", "T"), ("gamma", "T"), ("eps", "float")], [("y", "T"), ("sum", "T")],
         [dict(T="__half", HAS_SKIP=True, HAS_BIAS=False, WRITE_SUM=True, SKIP_RANK=2),

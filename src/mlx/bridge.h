@@ -315,6 +315,11 @@ int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *cons
 bool mlxb_dequant_split_available(const mlxb_scope *s, int bits, int group_size);
 mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
                                int group_size, int bits);
+/* The same packed weights dequantized to float32 [N, K] (scale * q + bias), as mlxb_dequantize
+ * gives them: by a kernel of ours on MLX's CUDA backend when ORT_EP_MLX_DEQUANT_KERNEL=1 (bits 2,
+ * 4, 8; group_size a multiple of 32), by MLX's dequantization otherwise. */
+mlxb_array *mlxb_dequant_f32(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
+                             int group_size, int bits);
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                                   const mlxb_array *biases, bool transpose, int group_size, int bits);
 mlxb_array *mlxb_dequantize(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,

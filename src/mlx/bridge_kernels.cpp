@@ -399,15 +399,23 @@ const char *dequant_split_source = R"(
   const int K = WORDS * VPW, k0 = word_at * VPW, g = k0 / GROUP;
   const float scale = scales[(size_t)n * G + g], bias = biases[(size_t)n * G + g];
   const uint32_t word = w[idx];
+  alignas(16) float v[VPW];
+#pragma unroll
+  for (int j = 0; j < VPW; j++) v[j] = static_cast<float>((word >> (j * BITS)) & MASK) * scale + bias;
+  if constexpr (F32) { /* the float32 weights [N, K], as MLX's dequantization gives them */
+    float* row = reinterpret_cast<float*>(out) + (size_t)n * K + k0;
+#pragma unroll
+    for (int j = 0; j < VPW; j += 4) *reinterpret_cast<float4*>(row + j) = *reinterpret_cast<const float4*>(v + j);
+    return;
+  }
   alignas(16) __half hi[VPW];
   alignas(16) __half lo[VPW]; // read back as 16-byte words below
 #pragma unroll
   for (int j = 0; j < VPW; j++) {
-    const float v = static_cast<float>((word >> (j * BITS)) & MASK) * scale + bias;
-    hi[j] = __float2half_rn(v);
-    lo[j] = __float2half_rn(v - __half2float(hi[j]));
+    hi[j] = __float2half_rn(v[j]);
+    lo[j] = __float2half_rn(v[j] - __half2float(hi[j]));
   }
-  __half* hi_row = out + (size_t)n * 2 * K + k0;
+  __half* hi_row = reinterpret_cast<__half*>(out) + (size_t)n * 2 * K + k0;
   __half* lo_row = hi_row + K;
   if constexpr (VPW % 8 == 0) {
 #pragma unroll
@@ -800,18 +808,37 @@ bool mlxb_dequant_split_available(const mlxb_scope *s, int bits, int group_size)
          group_size % 32 == 0;
 }
 
+/* The checks both dequantizations share: K (the unpacked width) once the shapes fit. */
+static int64_t dequant_width(const mx::array &wa, const mx::array &sa, const mx::array &ba, int group_size, int bits,
+                             int64_t widen) {
+  if (wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
+      sa.dtype() != mx::float32 || ba.dtype() != mx::float32 || bits <= 0 || 32 % bits || group_size <= 0)
+    throw bridge_error("dequantization takes uint32 w [N, K * bits / 32], float32 scales and biases");
+  int64_t k = static_cast<int64_t>(wa.shape(1)) * (32 / bits);
+  if (sa.shape(0) != wa.shape(0) || k % group_size || sa.shape(1) != k / group_size ||
+      widen * k > std::numeric_limits<int>::max())
+    throw bridge_error("dequantization: shapes do not fit");
+  return k;
+}
+
+/* The kernel over every packed word (one thread each), writing `out` of dtype t. */
+static mx::array dequant_kernel(const mlxb_scope *s, const mx::array &wa, const mx::array &sa, const mx::array &ba,
+                                mx::Shape out_shape, mx::Dtype t, int group_size, int bits) {
+  enum { THREADS = 256 };
+  int64_t words = static_cast<int64_t>(wa.size());
+  if (words > std::numeric_limits<int>::max() - THREADS) throw bridge_error("dequantization: too many words");
+  int grid = static_cast<int>((words + THREADS - 1) / THREADS * THREADS);
+  return run_cuda_kernel(dequant_split_kernel, {wa, sa, ba}, {std::move(out_shape)}, {t}, {grid, 1, 1},
+                         {THREADS, 1, 1}, {{"BITS", bits}, {"GROUP", group_size}, {"F32", t == mx::float32}}, s)
+      .at(0);
+}
+
 mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
                                int group_size, int bits) {
   return guard(s, "mlxb_dequant_split", [&] {
     const mx::array &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
-    if (wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
-        sa.dtype() != mx::float32 || ba.dtype() != mx::float32 || bits <= 0 || 32 % bits || group_size <= 0)
-      throw bridge_error("split dequantization takes uint32 w [N, K * bits / 32], float32 scales and biases");
-    int n = wa.shape(0);
-    int64_t k = static_cast<int64_t>(wa.shape(1)) * (32 / bits);
-    if (sa.shape(0) != n || k % group_size || sa.shape(1) != k / group_size || 2 * k > std::numeric_limits<int>::max())
-      throw bridge_error("split dequantization: shapes do not fit");
-    mx::Shape out_shape = {n, static_cast<int>(2 * k)};
+    int64_t k = dequant_width(wa, sa, ba, group_size, bits, 2);
+    mx::Shape out_shape = {wa.shape(0), static_cast<int>(2 * k)};
     auto dev = scope_dev(s);
     if (wa.size() == 0) return mx::zeros(out_shape, mx::float16, dev);
     if (!mlxb_dequant_split_available(s, bits, group_size)) { /* the same values, composed */
@@ -820,13 +847,30 @@ mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_ar
       mx::array lo = mx::astype(mx::subtract(v, mx::astype(hi, mx::float32, dev), dev), mx::float16, dev);
       return mx::concatenate({hi, lo}, 1, dev);
     }
-    enum { THREADS = 256 };
-    int64_t words = static_cast<int64_t>(wa.size());
-    if (words > std::numeric_limits<int>::max() - THREADS) throw bridge_error("split dequantization: too many words");
-    int grid = static_cast<int>((words + THREADS - 1) / THREADS * THREADS);
-    return run_cuda_kernel(dequant_split_kernel, {wa, sa, ba}, {out_shape}, {mx::float16}, {grid, 1, 1},
-                           {THREADS, 1, 1}, {{"BITS", bits}, {"GROUP", group_size}}, s)
-        .at(0);
+    return dequant_kernel(s, wa, sa, ba, out_shape, mx::float16, group_size, bits);
+  });
+}
+
+/* ORT_EP_MLX_DEQUANT_KERNEL=1: MatMulNBits' float32 dequantization for many rows by our kernel
+ * (coalesced 16-byte stores) rather than MLX's. Off until an A/B on the GPU shows it pays: the
+ * prompt's profile on the H200 had MLX's at 5.4 ms for 2 GB written, about 0.4 TB/s. */
+static bool dequant_kernel_enabled() {
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_DEQUANT_KERNEL");
+    return v && (!std::strcmp(v, "1") || !std::strcmp(v, "on"));
+  }();
+  return on;
+}
+
+mlxb_array *mlxb_dequant_f32(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
+                             int group_size, int bits) {
+  return guard(s, "mlxb_dequant_f32", [&] {
+    const mx::array &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
+    bool kernel = is_cuda_gpu(s) && dequant_kernel_enabled() && (bits == 2 || bits == 4 || bits == 8) &&
+                  group_size >= 32 && group_size % 32 == 0 && wa.size() > 0;
+    if (!kernel) return mx::dequantize(wa, sa, ba, group_size, bits, "affine", std::nullopt, mx::float32, scope_dev(s));
+    int64_t k = dequant_width(wa, sa, ba, group_size, bits, 1);
+    return dequant_kernel(s, wa, sa, ba, {wa.shape(0), static_cast<int>(k)}, mx::float32, group_size, bits);
   });
 }
 
@@ -873,9 +917,11 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
         {&kv_append_kernel, past, {h, h},
          {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
         {&dequant_split_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {h},
-         {{"BITS", 4}, {"GROUP", 32}}},
+         {{"BITS", 4}, {"GROUP", 32}, {"F32", false}}},
         {&dequant_split_kernel, {z({128, 224}, u), z({128, 7}, f), z({128, 7}, f)}, {h},
-         {{"BITS", 8}, {"GROUP", 128}}},
+         {{"BITS", 8}, {"GROUP", 128}, {"F32", false}}},
+        {&dequant_split_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {f},
+         {{"BITS", 4}, {"GROUP", 32}, {"F32", true}}},
         {&kv_write_kernel, cache, {mx::int32},
          {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
     };

@@ -233,7 +233,7 @@ static bool mnb_prefers_dequantized(mlxb_scope *s, const mnb_attrs *a, mlxb_arra
 static mlxb_array *mnb_matmul_prepared(mlxb_scope *s, const mnb_attrs *a, mlxb_array *x, const mnb_prepared *m) {
   int group = mnb_group(a);
   if (mnb_prefers_dequantized(s, a, x)) {
-    mlxb_array *dense = mlxb_dequantize(s, m->w, m->scales, m->biases, group, (int)a->bits, MLXB_F32);
+    mlxb_array *dense = mlxb_dequant_f32(s, m->w, m->scales, m->biases, group, (int)a->bits);
     return mlxb_matmul(s, x, mlxb_transpose(s, dense, (int[]){1, 0}, 2));
   }
   return mlxb_quantized_matmul(s, x, m->w, m->scales, m->biases, true, group, (int)a->bits);

@@ -572,6 +572,23 @@ static void test_dequant_split(mlxb_scope *s) {
   }
 }
 
+/* mlxb_dequant_f32 against mlxb_dequantize, bit for bit: 4-bit weights [3, 64] in groups of 32
+ * with float32 scales of full precision and nonzero biases (the kernel on a CUDA scope with
+ * ORT_EP_MLX_DEQUANT_KERNEL=1, MLX's dequantization elsewhere). */
+static void test_dequant_f32(mlxb_scope *s) {
+  enum { N = 3, K = 64, G = 32 };
+  uint32_t packed[N * K / 8];
+  float scale[N * K / G], bias[N * K / G], want[N * K], got[N * K];
+  for (int i = 0; i < N * K / 8; i++) packed[i] = 0x9e3779b9u * (uint32_t)(i + 1);
+  for (int i = 0; i < N * K / G; i++) scale[i] = 0.0123457f * (float)(i + 1), bias[i] = -0.731f + 0.217f * (float)i;
+  mlxb_array *w = mlxb_from_data(s, packed, (int64_t[]){N, K / 8}, 2, MLXB_U32);
+  mlxb_array *sc = f32(s, scale, (int64_t[]){N, K / G}, 2), *bi = f32(s, bias, (int64_t[]){N, K / G}, 2);
+  mlxb_array *ref = mlxb_dequantize(s, w, sc, bi, G, 4, MLXB_F32), *out = mlxb_dequant_f32(s, w, sc, bi, G, 4);
+  CHECK(ref && out && mlxb_read(s, ref, want, sizeof want) == 0 && mlxb_read(s, out, got, sizeof got) == 0,
+        "dequant_f32 (%s)", mlxb_error(s));
+  if (ref && out) CHECK(memcmp(want, got, sizeof got) == 0, "dequant_f32 differs from mlxb_dequantize");
+}
+
 int main(void) {
   test_library();
   mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
@@ -589,6 +606,7 @@ int main(void) {
   test_eval_mixed_float64(s);
   test_float64_intermediate(s);
   test_quantized_matmul_rows(s);
+  test_dequant_f32(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
   if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
@@ -601,6 +619,7 @@ int main(void) {
       test_eval_mixed_float64(g);
       test_float64_intermediate(g);
       test_quantized_matmul_rows(g);
+      test_dequant_f32(g);
       CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
       mlxb_scope_free(g);
     }
