@@ -243,26 +243,33 @@ static int q_scaled_product(op_ctx *c, mlxb_array *acc, mlxb_array *as, mlxb_arr
   return op_set_output(c, 0, y);
 }
 
+static bool q_claim_rank(claim_ctx *c, int i) {
+  const ir_value *v = claim_input(c, i);
+  return !(v && v->rank > OP_UTIL_MAX_RANK) || claim_decline(c, "input %d's rank is too large", i);
+}
+
+/* The inputs given (absent ones pass) are float32. */
+static bool q_claim_float32(claim_ctx *c, const int *inputs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    int32_t t = claim_input_dtype(c, inputs[i]);
+    if (t != ONNX_UNDEFINED && t != ONNX_FLOAT) return claim_decline(c, "input %d must be float32", inputs[i]);
+  }
+  return true;
+}
+
+/* B (input b) is int8/uint8 with its zero point (input b_zp) of its dtype. */
 static bool q_claim_b_side(claim_ctx *c, int b, int b_zp) {
   if (!q_in(DT_Q8, claim_input_dtype(c, b))) return claim_decline(c, "B must be int8/uint8");
   int32_t zt = claim_input_dtype(c, b_zp);
   if (zt != ONNX_UNDEFINED && zt != claim_input_dtype(c, b)) return claim_decline(c, "b_zero_point's dtype differs from B's");
-  const ir_value *bv = claim_input(c, b);
-  if (bv && bv->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "rank too large");
-  return true;
+  return q_claim_rank(c, b);
 }
 
 static bool claim_matmul_integer_to_float(claim_ctx *c, const op_def *def) {
   if (!q_in(DT_Q8, claim_input_dtype(c, 0))) return claim_decline(c, "A must be int8/uint8");
   int32_t zt = claim_input_dtype(c, 4);
   if (zt != ONNX_UNDEFINED && zt != claim_input_dtype(c, 0)) return claim_decline(c, "a_zero_point's dtype differs from A's");
-  static const int floats[] = {2, 3, 6}; /* a_scale, b_scale, bias */
-  for (size_t i = 0; i < sizeof floats / sizeof *floats; i++)
-    if (claim_input_dtype(c, floats[i]) != ONNX_UNDEFINED && claim_input_dtype(c, floats[i]) != ONNX_FLOAT)
-      return claim_decline(c, "scales and bias must be float32");
-  const ir_value *a = claim_input(c, 0);
-  if (a && a->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "rank too large");
-  return q_claim_b_side(c, 1, 5);
+  return q_claim_float32(c, (const int[]){2, 3, 6}, 3) && q_claim_rank(c, 0) && q_claim_b_side(c, 1, 5);
 }
 
 static int lower_matmul_integer_to_float(op_ctx *c, const op_def *def) {
@@ -274,14 +281,7 @@ static int lower_matmul_integer_to_float(op_ctx *c, const op_def *def) {
 }
 
 static bool claim_dynamic_quantize_matmul(claim_ctx *c, const op_def *def) {
-  if (claim_input_dtype(c, 0) != ONNX_FLOAT) return claim_decline(c, "A must be float32");
-  static const int floats[] = {2, 4}; /* b_scale, bias */
-  for (size_t i = 0; i < sizeof floats / sizeof *floats; i++)
-    if (claim_input_dtype(c, floats[i]) != ONNX_UNDEFINED && claim_input_dtype(c, floats[i]) != ONNX_FLOAT)
-      return claim_decline(c, "b_scale and bias must be float32");
-  const ir_value *a = claim_input(c, 0);
-  if (a && a->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "rank too large");
-  return q_claim_b_side(c, 1, 3);
+  return q_claim_float32(c, (const int[]){0, 2, 4}, 3) && q_claim_rank(c, 0) && q_claim_b_side(c, 1, 3);
 }
 
 static int lower_dynamic_quantize_matmul(op_ctx *c, const op_def *def) {
