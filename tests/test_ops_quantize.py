@@ -264,3 +264,21 @@ def test_dynamic_quantize_matmul(bt, per_column, zero_point, bias):
         ins.append(("bias", np.linspace(-1, 1, n).astype(np.float32)))
     model = _ms_model("DynamicQuantizeMatMul", ins)
     assert_parity(model, {k: v for k, v in ins if k}, rtol=1e-5, atol=1e-5)
+
+
+# ---- com.microsoft QuantizeLinear / DequantizeLinear ----------------------------------------------
+
+@pytest.mark.parametrize("qt", [np.int8, np.uint8, np.int16, np.uint16])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_contrib_quantize_dequantize(qt, per_axis):
+    from onnx import TensorProto, helper
+    from parity import make_model
+    x = rand((2, 3, 4), scale=300.0)
+    scale = np.array([0.5, 2.0, 7.0], np.float32) if per_axis else np.array(1.5, np.float32)
+    zp = (np.array([1, 0, 3]) if per_axis else np.array(2)).astype(qt)
+    q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], domain="com.microsoft", axis=1)
+    d = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], domain="com.microsoft", axis=1)
+    model = make_model([q, d], [("x", TensorProto.FLOAT, [2, 3, 4])],
+                       [("q", NP_TO_ONNX[np.dtype(qt)], None), ("y", TensorProto.FLOAT, None)],
+                       [("s", scale), ("z", zp)], domains=[("com.microsoft", 1)])
+    assert_parity(model, {"x": x})

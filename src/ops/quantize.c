@@ -309,6 +309,13 @@ static const op_def defs[] = {
          .doc = "int8/uint8/int16/uint16/int32 input, float/float16 scale and output; per-tensor, per-axis and "
                 "blocked; computed as ORT does ((int32)x - zp in int32, times the scale in float32). Declined: "
                 "4-bit/float8 inputs, bfloat16 scales, an output dtype other than the scale's"),
+  OP_ROW("com.microsoft", "QuantizeLinear", 1, 1, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
+         .claim = claim_quantize, .lower = lower_quantize,
+         .doc = "the contrib form ORT's quantization tools write for 16-bit types: as QuantizeLinear (axis, "
+                "int8/uint8/int16/uint16 outputs)"),
+  OP_ROW("com.microsoft", "DequantizeLinear", 1, 1, .inputs = {2, 3}, .outputs = {1, 1},
+         .dtypes = DT_Q8 | DT_Q16 | DT(ONNX_INT32), .claim = claim_dequantize, .lower = lower_dequantize,
+         .doc = "the contrib form: as DequantizeLinear (axis, int8/uint8/int16/uint16/int32 inputs)"),
   OP_ROW("", "DynamicQuantizeLinear", 11, 11, .inputs = {1, 1}, .outputs = {3, 3}, .dtypes = DT_F32,
          .claim = claim_dynamic_quantize, .lower = lower_dynamic_quantize,
          .doc = "float32 to uint8 with ORT's scale and zero-point formulas"),
