@@ -501,3 +501,15 @@ def test_expand_dims_axis_out_of_range():
     x = np.ones((2, 3), np.float32)
     with pytest.raises(Exception, match=r"outside \[-3, 2\]"):
         run_mlx(_expand_dims_model(x, None), {"x": x, "axis": np.array(3, np.int32)})
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [None, -1, 2])
+def test_contrib_trilu(upper, k):
+    """com.microsoft Trilu: the same operator as ai.onnx Trilu 14."""
+    x = data((2, 4, 5), dtype=np.float32)
+    node = helper.make_node("Trilu", ["x"] + (["k"] if k is not None else []), ["y"], domain="com.microsoft", upper=upper)
+    inits = [("k", np.array(k, np.int64))] if k is not None else []
+    model = make_model([node], [("x", TensorProto.FLOAT, [2, 4, 5])], [("y", TensorProto.FLOAT, None)], inits,
+                       domains=[("com.microsoft", 1)])
+    assert_parity(model, {"x": x})

@@ -413,6 +413,8 @@ static const op_def defs[] = {
          .lower = lower_gather_elements,
          .doc = "int32/int64 indices, negative indices wrap; indices may be shorter than data on other axes; an "
                 "index outside [-n, n) fails the Run"),
+  OP_ROW("com.microsoft", "GatherND", 1, 1, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_indices,
+         .lower = lower_gather_nd, .doc = "the contrib form: GatherND without batch_dims, the same index rules"),
   OP_ROW("", "GatherND", 11, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_indices,
          .lower = lower_gather_nd,
          .doc = "int64 indices, batch_dims (12+), negative indices wrap; an empty last index axis is declined at run "

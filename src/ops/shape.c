@@ -908,6 +908,8 @@ static const op_def defs[] = {
          .lower = lower_eye_like, .doc = "dtype and k attributes, rank 2"),
   OP_ROW("", "Trilu", 14, 14, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
          .lower = lower_trilu, .doc = "upper/lower, k input read on the host"),
+  OP_ROW("com.microsoft", "Trilu", 1, 1, .inputs = {1, 2}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = shape_claim_host,
+         .lower = lower_trilu, .doc = "the contrib form of Trilu (the same attributes and inputs)"),
 };
 
 OPS_FAMILY(shape, defs);

@@ -65,6 +65,14 @@ def test_gather_nd_out_of_range(row):
                   {"x": X, "i": np.array([[1, 1], [-1, -1]], np.int64)}, OOR)
 
 
+@pytest.mark.parametrize("row", [[5, 0], [0, 2], [-6, 0], [I64_MAX, 0]])
+def test_contrib_gather_nd_out_of_range(row):
+    """com.microsoft GatherND takes the same index rules."""
+    model = node_model("GatherND", [("x", X), ("i", np.zeros((2, 2), np.int64))], [F], domain="com.microsoft")
+    check_hostile(model, {"x": X, "i": np.array([[1, 1], row], np.int64)},
+                  {"x": X, "i": np.array([[1, 1], [-1, -1]], np.int64)}, OOR)
+
+
 def test_gather_nd_batch_dims_out_of_range():
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     model = node_model("GatherND", [("x", x), ("i", np.zeros((2, 1), np.int64))], [F], attrs={"batch_dims": 1})
