@@ -27,6 +27,18 @@ def test_grid_sample_2d(mode, padding, align):
           rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_contrib_grid_sample(mode, padding, align):
+    """com.microsoft GridSample: ai.onnx GridSample 16's operator in the contrib domain."""
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], domain="com.microsoft", mode=mode, padding_mode=padding,
+                            align_corners=align)
+    model = make_model([node], [("x", TensorProto.FLOAT, [2, 3, 5, 6]), ("g", TensorProto.FLOAT, [2, 4, 7, 2])],
+                       [("y", TensorProto.FLOAT, None)], domains=[("com.microsoft", 1)])
+    assert_parity(model, {"x": rand((2, 3, 5, 6)), "g": grid((2, 4, 7, 2))}, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["linear", "nearest"])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align", [0, 1])

@@ -411,6 +411,10 @@ static const op_def defs[] = {
            .doc = "4-D and 5-D (like ORT); linear/bilinear, nearest (round half to even), cubic/bicubic (2-D); "
                   "padding zeros/border/reflection, align_corners; taps are clamped into the image before every "
                   "gather"),
+    OP_ROW("com.microsoft", "GridSample", 1, 1, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_VFLOAT,
+           .claim = claim_grid_sample, .lower = lower_grid_sample,
+           .doc = "the contrib form (ai.onnx GridSample 16's modes bilinear/nearest/bicubic, padding and "
+                  "align_corners)"),
     OP_ROW("", "AffineGrid", 20, 25, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_VFLOAT,
            .claim = claim_affine_grid, .lower = lower_affine_grid,
            .doc = "2-D and 3-D, size read on the host, align_corners; base grid as ORT builds it (Eigen LinSpaced)"),
