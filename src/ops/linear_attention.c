@@ -123,7 +123,8 @@ static const op_def defs[] = {
            .claim = claim_linear_attention, .lower = lower_linear_attention,
            .doc = "update_rule linear, gated, delta, gated_delta; decay per head or per key dimension, beta per head "
                   "or shared; GQA (q_num_heads a multiple of kv_num_heads); scale (0: 1/sqrt(d_k)); past_state "
-                  "(zeros when absent). Tokens unrolled in order, float16 in float32. Declined: state_window"),
+                  "(zeros when absent). Tokens unrolled in order, float16 in float32: a decode step is a handful "
+                  "of MLX operations, a prompt about ten per token (no chunked form yet). Declined: state_window"),
 };
 
 OPS_FAMILY(linear_attention, defs);
