@@ -237,3 +237,43 @@ def test_tfidf_declined_forms():
     assert claimed(tfidf_model(tfidf_attrs("TF", 1, 2, 0), x))
     far = tfidf_attrs("IDF", 1, 3, 0, weights=True, indexes=[7, 0, 3, 1, 6, 2, 5, 40])  # weights are per n-gram
     tfidf_check(far, np.array([[2, 3, 5, 7, 2, 3, 5]], np.int64))
+
+
+# ---- MurmurHash3 (com.microsoft) ----------------------------------------------------------------
+
+def _murmur_reference(x, seed, positive):
+    """MurmurHash3_x86_32 of each element's bytes, written out."""
+    mask = 0xFFFFFFFF
+
+    def rotl(v, r):
+        return ((v << r) | (v >> (32 - r))) & mask
+
+    n = x.dtype.itemsize
+    out = []
+    for row in np.ascontiguousarray(x).view(np.uint32).reshape(-1, n // 4):
+        h = seed & mask
+        for k in (int(v) for v in row):
+            k = rotl((k * 0xCC9E2D51) & mask, 15) * 0x1B873593 & mask
+            h = (rotl(h ^ k, 13) * 5 + 0xE6546B64) & mask
+        h ^= n
+        h ^= h >> 16
+        h = (h * 0x85EBCA6B) & mask
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & mask
+        h ^= h >> 16
+        out.append(h)
+    y = np.array(out, np.uint32).reshape(x.shape)
+    return y if positive else y.view(np.int32)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64])
+@pytest.mark.parametrize("seed,positive", [(0, 1), (42, 0), (0xDEADBEEF, 1)])
+def test_murmur_hash3(dtype, seed, positive):
+    from parity import NP_TO_ONNX
+    rng = np.random.default_rng(seed % 97)
+    x = (rng.integers(-(2**30), 2**30, (3, 5)) if np.dtype(dtype).kind in "iu" else rng.standard_normal((3, 5))).astype(dtype)
+    node = helper.make_node("MurmurHash3", ["x"], ["y"], domain="com.microsoft", seed=seed, positive=positive)
+    model = make_model([node], [("x", NP_TO_ONNX[np.dtype(dtype)], [3, 5])],
+                       [("y", TP.UINT32 if positive else TP.INT32, None)], domains=[("com.microsoft", 1)])
+    got = assert_parity(model, {"x": x})[0]
+    np.testing.assert_array_equal(got, _murmur_reference(x, seed, positive))

@@ -1,6 +1,6 @@
 /* Traditional-ML feature ops of the ai.onnx.ml domain on numeric tensors: Scaler, Normalizer,
  * Binarizer, Imputer, ArrayFeatureExtractor, FeatureVectorizer, OneHotEncoder and LabelEncoder,
- * and ai.onnx's TfIdfVectorizer on integer tokens (linear models, SVMs and tree ensembles are ml_linear.c, ml_svm.c and ml_trees.c). Every formula
+ * ai.onnx's TfIdfVectorizer on integer tokens and com.microsoft's MurmurHash3 (linear models, SVMs and tree ensembles are ml_linear.c, ml_svm.c and ml_trees.c). Every formula
  * follows ORT's CPU kernels; string tensors, maps and sequences are not MLX arrays and stay with
  * ORT. */
 #include <float.h>
@@ -696,6 +696,57 @@ static int lower_tfidf(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, mlxb_reshape(s, y, ydims, out_rank));
 }
 
+/* ---- MurmurHash3 (com.microsoft) -------------------------------------------------------------
+ * ORT's feature hashing: MurmurHash3_x86_32 of each element's bytes (4 or 8: one or two 32-bit
+ * blocks, little-endian) with the seed attribute, in uint32 arithmetic that wraps as C's does;
+ * positive = 0 gives the same bits as int32. String keys stay with ORT. */
+
+static mlxb_array *mm3_u32(mlxb_scope *s, uint32_t v) { return mlxb_scalar_i64(s, v, MLXB_U32); }
+
+static mlxb_array *mm3_rotl(mlxb_scope *s, mlxb_array *x, int r) {
+  return mlxb_binary(s, MLXB_BITWISE_OR, mlxb_binary(s, MLXB_LEFT_SHIFT, x, mm3_u32(s, (uint32_t)r)),
+                     mlxb_binary(s, MLXB_RIGHT_SHIFT, x, mm3_u32(s, (uint32_t)(32 - r))));
+}
+
+static mlxb_array *mm3_mul(mlxb_scope *s, mlxb_array *x, uint32_t c) { return mlxb_binary(s, MLXB_MUL, x, mm3_u32(s, c)); }
+
+static mlxb_array *mm3_xorshift(mlxb_scope *s, mlxb_array *h, int r) {
+  return mlxb_binary(s, MLXB_BITWISE_XOR, h, mlxb_binary(s, MLXB_RIGHT_SHIFT, h, mm3_u32(s, (uint32_t)r)));
+}
+
+static bool claim_murmur(claim_ctx *c, const op_def *def) {
+  int64_t positive = ir_attr_int(c->node, "positive", 1);
+  const ir_value *y = claim_output(c, 0);
+  int32_t want = positive ? ONNX_UINT32 : ONNX_INT32;
+  if (y && y->dtype != ONNX_UNDEFINED && y->dtype != want)
+    return claim_decline(c, "output dtype %s where positive=%lld gives %s", ir_dtype_name(y->dtype), (long long)positive,
+                         ir_dtype_name(want));
+  return true;
+}
+
+static int lower_murmur(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  int64_t dims[OP_UTIL_MAX_RANK];
+  mlxb_array *x;
+  int rank = op_util_input_dims(c, 0, &x, dims);
+  if (rank < 0) return -1;
+  int64_t count = op_util_numel(dims, rank), bytes = (int64_t)mlxb_dtype_size(mlxb_type(x)), words = bytes / 4;
+  mlxb_array *blocks = mlxb_view(s, mlxb_reshape(s, x, (int64_t[]){count, 1}, 2), MLXB_U32); /* [count, words] */
+  mlxb_array *h = mlxb_broadcast_to(s, mm3_u32(s, (uint32_t)ir_attr_int(n, "seed", 0)), (int64_t[]){count, 1}, 2);
+  for (int64_t w = 0; w < words; w++) {
+    mlxb_array *k = mm3_mul(s, mm3_rotl(s, mm3_mul(s, op_util_slice_axis(s, blocks, 1, w, w + 1, 1), 0xcc9e2d51u), 15),
+                            0x1b873593u);
+    h = mm3_rotl(s, mlxb_binary(s, MLXB_BITWISE_XOR, h, k), 13);
+    h = mlxb_binary(s, MLXB_ADD, mm3_mul(s, h, 5), mm3_u32(s, 0xe6546b64u));
+  }
+  h = mlxb_binary(s, MLXB_BITWISE_XOR, h, mm3_u32(s, (uint32_t)bytes));
+  h = mm3_mul(s, mm3_xorshift(s, h, 16), 0x85ebca6bu);
+  h = mm3_xorshift(s, mm3_mul(s, mm3_xorshift(s, h, 13), 0xc2b2ae35u), 16);
+  h = mlxb_reshape(s, h, dims, rank);
+  return op_set_output(c, 0, ir_attr_int(n, "positive", 1) ? h : mlxb_view(s, h, MLXB_I32));
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
@@ -728,6 +779,11 @@ static const op_def defs[] = {
            .doc = "int64/float/double keys to int64/float/double values from *_int64s/*_floats lists or (opset 4) "
                   "keys_tensor/values_tensor/default_tensor; duplicate keys keep the first value; NaN keys match NaN "
                   "from opset 4. Declined: string keys or values, opset 1"),
+    OP_ROW("com.microsoft", "MurmurHash3", 1, 1, .inputs = {1, 1}, .outputs = {1, 1},
+           .dtypes = DT(ONNX_INT32) | DT(ONNX_UINT32) | DT(ONNX_INT64) | DT(ONNX_UINT64) | DT_F32 | DT_F64,
+           .claim = claim_murmur, .lower = lower_murmur,
+           .doc = "MurmurHash3_x86_32 of each element's 4 or 8 bytes, seed, positive (uint32) or int32 output. "
+                  "Declined: string keys"),
     OP_ROW("", "TfIdfVectorizer", 9, 9, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT(ONNX_INT32) | DT(ONNX_INT64),
            .claim = claim_tfidf, .lower = lower_tfidf,
            .doc = "int32/int64 X of rank <= 2, pool_int64s; TF, IDF, TFIDF with or without weights (TFIDF as count "
