@@ -513,3 +513,19 @@ def test_contrib_trilu(upper, k):
     model = make_model([node], [("x", TensorProto.FLOAT, [2, 4, 5])], [("y", TensorProto.FLOAT, None)], inits,
                        domains=[("com.microsoft", 1)])
     assert_parity(model, {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64])
+@pytest.mark.parametrize("values", [(2, 11, None), (10, -3, -4), (0.5, 4.0, 0.75)])
+def test_contrib_range(dtype, values):
+    """com.microsoft Range: ai.onnx Range with delta optional (1 when absent)."""
+    start, limit, delta = values
+    if np.dtype(dtype).kind == "i" and any(isinstance(v, float) for v in values if v is not None):
+        pytest.skip("integer Range of fractional values")
+    names = ["a", "b"] + (["d"] if delta is not None else [])
+    vals = [start, limit] + ([delta] if delta is not None else [])
+    node = helper.make_node("Range", names, ["y"], domain="com.microsoft")
+    ins = [(n, NP_TO_ONNX[np.dtype(dtype)], []) for n in names]
+    model = make_model([node], ins, [("y", NP_TO_ONNX[np.dtype(dtype)], None)], domains=[("com.microsoft", 1)])
+    got = assert_parity(model, {n: np.array(v, dtype) for n, v in zip(names, vals)})[0]
+    assert got.shape == np.arange(start, limit, 1 if delta is None else delta).shape

@@ -693,9 +693,9 @@ static int range_count_ok(op_ctx *c, int64_t count, size_t esz) {
 /* Integer Range: count = max(ceil((limit - start) / delta), 0), values start + i * delta wrapping
  * in int64 and truncated to the element type. */
 static int range_ints(op_ctx *c, int32_t dtype) {
-  int64_t v[3];
+  int64_t v[3] = {0, 0, 1}; /* com.microsoft Range: delta 1 when absent */
   for (int i = 0; i < 3; i++)
-    if (op_util_input_int(c, i, &v[i])) return -1;
+    if (op_has_input(c, i) && op_util_input_int(c, i, &v[i])) return -1;
   int64_t start = v[0], limit = v[1], delta = v[2];
   if (delta == 0) return op_fail(c, "delta is zero");
   /* Differences in 128 bits: limit - start may overflow int64. */
@@ -731,9 +731,9 @@ static int range_ints(op_ctx *c, int32_t dtype) {
 /* Float Range accumulates in the element type exactly as ORT's kernel does (start += delta); a
  * count that is not finite (NaN or infinite start, limit or delta) fails like ORT. */
 static int range_floats(op_ctx *c, int32_t dtype) {
-  double v[3];
+  double v[3] = {0.0, 0.0, 1.0}; /* com.microsoft Range: delta 1 when absent */
   for (int i = 0; i < 3; i++)
-    if (op_util_input_double(c, i, &v[i])) return -1;
+    if (op_has_input(c, i) && op_util_input_double(c, i, &v[i])) return -1;
   if (v[2] == 0) return op_fail(c, "delta is zero");
   double n;
   if (dtype == ONNX_FLOAT) {
@@ -901,6 +901,8 @@ static const op_def defs[] = {
          .doc = "float/double/int16/int32/int64 scalars read on the host; float values accumulated like ORT (start "
                 "+= delta); a count that is not finite or passes int64 fails like ORT, one past the memory limit "
                 "before allocating; long integer ranges built in the graph; float16/bfloat16 declined"),
+  OP_ROW("com.microsoft", "Range", 1, 1, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_RANGE, .lower = lower_range,
+         .doc = "the contrib form of Range: delta optional (1), the same rules"),
   OP_ROW("", "ConstantOfShape", 9, 25, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT(ONNX_INT64),
          .claim = claim_constant_of_shape, .lower = lower_constant_of_shape,
          .doc = "shape read on the host; value of any MLX dtype (float8 declined)"),
