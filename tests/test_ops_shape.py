@@ -529,3 +529,19 @@ def test_contrib_range(dtype, values):
     model = make_model([node], ins, [("y", NP_TO_ONNX[np.dtype(dtype)], None)], domains=[("com.microsoft", 1)])
     got = assert_parity(model, {n: np.array(v, dtype) for n, v in zip(names, vals)})[0]
     assert got.shape == np.arange(start, limit, 1 if delta is None else delta).shape
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("pads_2d", [False, True])
+def test_contrib_pad(mode, pads_2d):
+    """com.microsoft Pad: pads as an input of [2 * rank] or [1, 2 * rank] values, the value input."""
+    x = data((2, 3, 4), dtype=np.float32)
+    pads = np.array([0, 1, 2, 1, 0, 1], np.int64)
+    if pads_2d:
+        pads = pads.reshape(1, 6)
+    names = ["x", "p"] + (["v"] if mode == "constant" else [])
+    node = helper.make_node("Pad", names, ["y"], domain="com.microsoft", mode=mode)
+    inits = [("p", pads)] + ([("v", np.array([1.5], np.float32))] if mode == "constant" else [])
+    model = make_model([node], [("x", TensorProto.FLOAT, [2, 3, 4])], [("y", TensorProto.FLOAT, None)], inits,
+                       domains=[("com.microsoft", 1)])
+    assert_parity(model, {"x": x})

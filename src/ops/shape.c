@@ -530,10 +530,13 @@ static bool claim_pad(claim_ctx *c, const op_def *def) {
   return claim_decline(c, "mode '%s' is not supported at opset %d", mode, c->node->since_version);
 }
 
+/* The com.microsoft Pad (opset 1) takes pads and the value as inputs, as ai.onnx Pad does from 11. */
+static bool pad_inputs_form(const ir_node *n) { return n->since_version >= 11 || !strcmp(n->domain, "com.microsoft"); }
+
 /* The pad value: opset 11+ input 2 (absent = 0), before that the `value` attribute. */
 static mlxb_array *pad_value(op_ctx *c, mlxb_dtype t) {
   mlxb_scope *s = op_scope(c);
-  if (op_node(c)->since_version < 11) return mlxb_scalar_f64(s, ir_attr_float(op_node(c), "value", 0.0f), t);
+  if (!pad_inputs_form(op_node(c))) return mlxb_scalar_f64(s, ir_attr_float(op_node(c), "value", 0.0f), t);
   if (!op_has_input(c, 2)) return mlxb_scalar_i64(s, 0, t);
   mlxb_array *v = op_input(c, 2);
   if (!v) return NULL;
@@ -565,7 +568,8 @@ static int lower_pad(op_ctx *c, const op_def *def) {
   if (rank < 0) return -1;
   const ir_node *node = op_node(c);
   const char *mode = ir_attr_string(node, "mode", "constant");
-  int np = op_util_attr_or_input_ints(c, "pads", 1, 11, pads, 2 * OP_UTIL_MAX_RANK);
+  int np = op_util_attr_or_input_ints(c, "pads", 1, pad_inputs_form(node) ? node->since_version : 11, pads,
+                                      2 * OP_UTIL_MAX_RANK);
   if (np < 0) return -1;
   int na = node->since_version >= 18 ? op_util_attr_or_input_ints(c, "", 3, 0, axes, OP_UTIL_MAX_RANK) : 0;
   if (na < 0) return -1;
@@ -893,6 +897,10 @@ static const op_def defs[] = {
          .lower = lower_pad, .arg = 2 * OP_UTIL_MAX_RANK,
          .doc = "modes constant/reflect/edge and wrap (19+); pads attribute (<11) or input, axes input (18+); "
                 "negative pads crop first; reflect pads beyond size-1 fail like ORT"),
+  OP_ROW("com.microsoft", "Pad", 1, 1, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_pad,
+         .lower = lower_pad, .arg = 2 * OP_UTIL_MAX_RANK,
+         .doc = "the contrib form of Pad: pads ([2 * rank] or [1, 2 * rank]) and value as inputs; constant, reflect "
+                "and edge"),
   OP_ROW("", "DepthToSpace", 1, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_blocks,
          .lower = lower_depth_to_space, .doc = "DCR and CRD modes, rank 4"),
   OP_ROW("", "SpaceToDepth", 1, 13, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_ALL, .claim = claim_blocks,
