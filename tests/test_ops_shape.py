@@ -545,3 +545,14 @@ def test_contrib_pad(mode, pads_2d):
     model = make_model([node], [("x", TensorProto.FLOAT, [2, 3, 4])], [("y", TensorProto.FLOAT, None)], inits,
                        domains=[("com.microsoft", 1)])
     assert_parity(model, {"x": x})
+
+
+@pytest.mark.parametrize("x", [np.array([2.0, 1.0, 1.0, 3.0, 4.0, 3.0], np.float32), np.array([5, 5, 5], np.float32),
+                               np.array([-0.5, 7.0, -0.5], np.float32), np.zeros(0, np.float32)])
+def test_contrib_unique(x):
+    """com.microsoft Unique: values in order of first occurrence, each element's index into them, counts."""
+    node = helper.make_node("Unique", ["x"], ["y", "idx", "counts"], domain="com.microsoft")
+    model = make_model([node], [("x", NP_TO_ONNX[x.dtype], [len(x)])],
+                       [("y", NP_TO_ONNX[x.dtype], None), ("idx", TensorProto.INT64, None), ("counts", TensorProto.INT64, None)],
+                       domains=[("com.microsoft", 1)])
+    assert_parity(model, {"x": x})

@@ -179,8 +179,11 @@ static int lower_unique(op_ctx *c, const op_def *def) {
   int r = op_util_input_dims(c, 0, &x, dims);
   if (r < 0) return -1;
   const ir_node *n = op_node(c);
-  const ir_attr *axis_attr = ir_node_attr(n, "axis");
-  bool sorted = ir_attr_int(n, "sorted", 1) != 0;
+  /* com.microsoft Unique: 1-D, values in order of first occurrence, outputs y, inverse, counts */
+  bool contrib = !strcmp(n->domain, "com.microsoft");
+  if (contrib && r != 1) return op_fail(c, "Input should be a 1-D tensor");
+  const ir_attr *axis_attr = contrib ? NULL : ir_node_attr(n, "axis");
+  bool sorted = !contrib && ir_attr_int(n, "sorted", 1) != 0;
   size_t total = mlxb_size(x);
   unique_rows u = {NULL, NULL, op_input_dtype(c, 0) == ONNX_UINT64, total, 1, 1};
   int axis = 0;
@@ -208,9 +211,13 @@ static int lower_unique(op_ctx *c, const op_def *def) {
   int64_t k = (int64_t)unique_group(&u, &w, sorted), nrows = (int64_t)u.rows;
   mlxb_array *sel = mlxb_from_data(s, k ? w.tmp : NULL, &k, 1, MLXB_I64);
   if (op_set_output(c, 0, mlxb_take(s, x, sel, axis))) goto done;
-  if (op_has_output(c, 1) && op_set_output(c, 1, sel)) goto done;
-  if (op_has_output(c, 2) && op_set_output(c, 2, mlxb_from_data(s, nrows ? w.order : NULL, &nrows, 1, MLXB_I64))) goto done;
-  if (op_has_output(c, 3) && op_set_output(c, 3, mlxb_from_data(s, k ? w.ocount : NULL, &k, 1, MLXB_I64))) goto done;
+  int inverse_out = contrib ? 1 : 2, counts_out = contrib ? 2 : 3;
+  if (!contrib && op_has_output(c, 1) && op_set_output(c, 1, sel)) goto done;
+  if (op_has_output(c, inverse_out) &&
+      op_set_output(c, inverse_out, mlxb_from_data(s, nrows ? w.order : NULL, &nrows, 1, MLXB_I64)))
+    goto done;
+  if (op_has_output(c, counts_out) && op_set_output(c, counts_out, mlxb_from_data(s, k ? w.ocount : NULL, &k, 1, MLXB_I64)))
+    goto done;
   rc = 0;
 done:
   unique_work_free(&w);
@@ -225,6 +232,10 @@ static const op_def defs[] = {
          .lower = lower_nonzero,
          .doc = "any dtype; the input is read on the host (the output shape depends on it); NaN counts as nonzero. "
                 "Declined: scalar inputs (ONNX and ORT disagree on the shape)"),
+  OP_ROW("com.microsoft", "Unique", 1, 1, .inputs = {1, 1}, .outputs = {3, 3}, .dtypes = DT(ONNX_FLOAT), .claim = claim_input0_rank,
+         .lower = lower_unique,
+         .doc = "the contrib form: a 1-D float32 input (ORT's CPU kernel), values in order of first occurrence, "
+                "outputs y, idx (each element's position in y) and counts; NaN as ai.onnx Unique here (one value)"),
   OP_ROW("", "Unique", 11, 28, .inputs = {1, 1}, .outputs = {1, 4}, .dtypes = DT_ALL, .claim = claim_input0_rank,
          .lower = lower_unique,
          .doc = "sorted and unsorted, with or without axis, all four outputs; the input is read on the host; -0.0 "
