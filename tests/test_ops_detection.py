@@ -169,3 +169,48 @@ def test_max_roi_pool_bad_batch_index_fails_cleanly():
                        [("y", TensorProto.FLOAT, None)], opset=21)
     with pytest.raises(Exception, match="batch index"):
         run_mlx(model, {"x": x, "r": rois})
+
+
+# ---- CropAndResize (com.microsoft) ----------------------------------------------------------------
+
+def _crop_model(extrapolation=0.0, mode="bilinear"):
+    node = helper.make_node("CropAndResize", ["x", "rois", "bi", "cs"], ["y"], domain="com.microsoft", mode=mode,
+                            extrapolation_value=extrapolation)
+    ins = [("x", TensorProto.FLOAT, [2, 3, 6, 7]), ("rois", TensorProto.FLOAT, ["r", 4]), ("bi", TensorProto.INT32, ["r"]),
+           ("cs", TensorProto.INT32, [2])]
+    return make_model([node], ins, [("y", TensorProto.FLOAT, None)], domains=[("com.microsoft", 1)])
+
+
+CROP_ROIS = np.array([[0.1, 0.2, 0.8, 0.9], [0.0, 0.0, 1.0, 1.0], [-0.2, 0.5, 0.4, 1.3], [0.6, 0.7, 0.2, 0.1],
+                      [0.3, 0.3, 0.3, 0.3]], np.float32)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("crop", [(3, 4), (1, 5), (4, 1), (1, 1)])
+@pytest.mark.parametrize("extrapolation", [0.0, -7.5])
+def test_crop_and_resize(mode, crop, extrapolation):
+    """Boxes inside, covering, partly outside (extrapolation), flipped and degenerate; one-row and
+    one-column crops (the centre sample)."""
+    x = np.random.default_rng(2).standard_normal((2, 3, 6, 7)).astype(np.float32)
+    feeds = {"x": x, "rois": CROP_ROIS, "bi": np.array([0, 1, 1, 0, 1], np.int32), "cs": np.array(crop, np.int32)}
+    assert_parity(_crop_model(extrapolation, mode), feeds, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("index", [2, -1, 2**31 - 1])
+def test_crop_and_resize_batch_index_out_of_range(index):
+    """A batch index outside [0, N) fails the Run (ORT's check refuses it too)."""
+    from parity import run_cpu
+    x = np.zeros((2, 3, 6, 7), np.float32)
+    feeds = {"x": x, "rois": CROP_ROIS[:2], "bi": np.array([0, index], np.int32), "cs": np.array([2, 2], np.int32)}
+    with pytest.raises(Exception):
+        run_cpu(_crop_model(), feeds)
+    with pytest.raises(Exception, match="batch index"):
+        run_mlx(_crop_model(), feeds)
+
+
+def test_crop_and_resize_far_rois():
+    """Coordinates far outside the image (past int32 once scaled) give extrapolation_value, as in ORT."""
+    x = np.random.default_rng(3).standard_normal((2, 3, 6, 7)).astype(np.float32)
+    rois = np.array([[1e30, -1e30, -1e30, 1e30], [0.1, 3e9, 0.9, -3e9]], np.float32)
+    feeds = {"x": x, "rois": rois, "bi": np.array([1, 0], np.int32), "cs": np.array([3, 3], np.int32)}
+    assert_parity(_crop_model(2.5), feeds, rtol=1e-5, atol=1e-5)

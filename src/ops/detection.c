@@ -485,6 +485,150 @@ done:
   return rc;
 }
 
+/* ---- CropAndResize (com.microsoft) ---------------------------------------------------------
+ * TensorFlow's crop_and_resize as ORT's CPU kernel computes it: each roi [y1, x1, y2, x2] (in
+ * [0, 1] of the image) is sampled on a crop_height x crop_width grid, corners aligned, with ORT's
+ * float arithmetic for the sample positions (the first and last rows and columns exactly at the
+ * roi's edges); a sample outside the image gives extrapolation_value, one inside the bilinear
+ * mix of its four neighbours (or the nearest one). rois, batch_indices and crop_size are read on
+ * the host; positions become gathers of rows of the [N*H*W, C] input, all inside the image. */
+
+static bool claim_crop_and_resize(claim_ctx *c, const op_def *def) {
+  const char *mode = ir_attr_string(c->node, "mode", "bilinear");
+  if (strcmp(mode, "bilinear") && strcmp(mode, "nearest")) return claim_decline(c, "unknown mode '%s'", mode);
+  const ir_value *x = claim_input(c, 0);
+  if (x && x->rank >= 0 && x->rank != 4) return claim_decline(c, "input rank %d (must be 4)", x->rank);
+  if (claim_input_dtype(c, 1) != ONNX_FLOAT) return claim_decline(c, "rois must be float32");
+  if (claim_input_dtype(c, 2) != ONNX_INT32 || claim_input_dtype(c, 3) != ONNX_INT32)
+    return claim_decline(c, "batch_indices and crop_size must be int32");
+  return true;
+}
+
+/* One axis of the sample grid of roi [lo, hi] in an image of `len` positions, `n` samples, as
+ * ORT computes it: the position in float (the 0.5 * (lo + hi) case in double, as ORT's literal
+ * makes it), whether it lies inside, and the lower index and lerp. */
+typedef struct crop_axis {
+  float pos, lerp;
+  int low, high, nearest;
+  bool inside;
+} crop_axis;
+
+static crop_axis crop_sample(float lo, float hi, int64_t len, int64_t n, int64_t i) {
+  crop_axis a;
+  float scale = n > 1 ? (hi - lo) * (float)(len - 1) / (float)(n - 1) : 0.0f;
+  if (n > 1)
+    a.pos = i == 0 ? lo * (float)(len - 1) : i == n - 1 ? hi * (float)(len - 1) : lo * (float)(len - 1) + (float)i * scale;
+  else
+    a.pos = (float)(0.5 * ((double)lo + (double)hi) * (double)(len - 1));
+  a.inside = !(a.pos < 0 || a.pos > (float)(len - 1)); /* NaN lies inside here as in ORT */
+  /* a position outside (masked later) or NaN is clamped before any integer conversion */
+  float p = isnan(a.pos) ? 0.0f : fminf(fmaxf(a.pos, 0.0f), (float)(len - 1));
+  a.low = (int)floorf(p), a.high = (int)ceilf(p), a.nearest = (int)roundf(p);
+  a.lerp = a.pos - (float)a.low;
+  /* keep every index in the image */
+  a.low = a.low < 0 ? 0 : (a.low >= len ? (int)len - 1 : a.low);
+  a.high = a.high < 0 ? 0 : (a.high >= len ? (int)len - 1 : a.high);
+  a.nearest = a.nearest < 0 ? 0 : (a.nearest >= len ? (int)len - 1 : a.nearest);
+  return a;
+}
+
+typedef struct crop_tables {
+  int64_t *at[4]; /* rows of [N*H*W, C]: top-left, top-right, bottom-left, bottom-right (or nearest in [0]) */
+  float *xl, *yl;
+  uint8_t *inside;
+} crop_tables;
+
+static void crop_tables_free(crop_tables *t) {
+  for (int i = 0; i < 4; i++) free(t->at[i]);
+  free(t->xl), free(t->yl), free(t->inside);
+}
+
+static bool crop_tables_alloc(crop_tables *t, int64_t p) {
+  size_t n = (size_t)(p ? p : 1);
+  for (int i = 0; i < 4; i++) t->at[i] = malloc(n * sizeof(int64_t));
+  t->xl = malloc(n * sizeof(float)), t->yl = malloc(n * sizeof(float)), t->inside = malloc(n);
+  return t->at[0] && t->at[1] && t->at[2] && t->at[3] && t->xl && t->yl && t->inside;
+}
+
+static int lower_crop_and_resize(op_ctx *c, const op_def *def) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *x = op_input(c, 0), *r = op_input(c, 1), *bi = op_input(c, 2), *cs = op_input(c, 3);
+  if (mlxb_ndim(x) != 4 || mlxb_ndim(r) != 2 || mlxb_dim(r, 1) != 4 || mlxb_ndim(bi) != 1 || mlxb_dim(bi, 0) != mlxb_dim(r, 0))
+    return op_fail(c, "X must be 4-D, rois [R, 4] and batch_indices [R]");
+  if (mlxb_ndim(cs) != 1) return op_fail(c, "Number of dimensions for crop size should be exactly 1");
+  int64_t size[2];
+  if (op_input_ints(c, 3, size, 2) != 2) return op_check(c) ? -1 : op_fail(c, "crop_size must hold two values");
+  int64_t N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3), R = mlxb_dim(r, 0);
+  int64_t ch = size[0], cw = size[1], out[4] = {R, C, ch, cw};
+  if (ch < 0 || cw < 0) return op_fail(c, "crop_size must not be negative");
+  size_t bytes = 4, limit = mlxb_memory_limit();
+  for (int i = 0; i < 4; i++)
+    if (__builtin_mul_overflow(bytes, (size_t)out[i], &bytes)) bytes = SIZE_MAX;
+  if (limit && bytes > limit) return op_fail(c, "output 0 needs %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
+  if (R * C * ch * cw == 0) return op_set_output(c, 0, mlxb_zeros(s, out, 4, mlxb_type(x)));
+  if (N * H * W == 0) return op_fail(c, "rois over an empty image");
+  float *rv = nms_read_floats(c, 1, (size_t)(R * 4));
+  int64_t *bv = malloc((size_t)R * sizeof *bv);
+  crop_tables t = {0};
+  int rc = -1;
+  if (!rv || !bv) {
+    if (rv && !bv) op_fail(c, "out of memory");
+    goto done;
+  }
+  if (op_input_ints(c, 2, bv, (int)R) != R) {
+    if (!op_check(c)) op_fail(c, "cannot read batch_indices");
+    goto done;
+  }
+  int64_t p = R * ch * cw;
+  if (!crop_tables_alloc(&t, p)) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
+  bool nearest = !strcmp(ir_attr_string(op_node(c), "mode", "bilinear"), "nearest");
+  for (int64_t n = 0; n < R; n++) {
+    if (bv[n] < 0 || bv[n] >= N) {
+      op_fail(c, "batch index %lld outside [0, %lld)", (long long)bv[n], (long long)N);
+      goto done;
+    }
+    const float *roi = rv + n * 4; /* y1, x1, y2, x2 */
+    for (int64_t i = 0; i < ch; i++) {
+      crop_axis ya = crop_sample(roi[0], roi[2], H, ch, i);
+      for (int64_t j = 0; j < cw; j++) {
+        crop_axis xa = crop_sample(roi[1], roi[3], W, cw, j);
+        int64_t k = (n * ch + i) * cw + j, base = bv[n] * H * W;
+        t.inside[k] = ya.inside && xa.inside;
+        t.at[0][k] = base + (nearest ? (int64_t)ya.nearest * W + xa.nearest : (int64_t)ya.low * W + xa.low);
+        t.at[1][k] = base + (int64_t)ya.low * W + xa.high;
+        t.at[2][k] = base + (int64_t)ya.high * W + xa.low;
+        t.at[3][k] = base + (int64_t)ya.high * W + xa.high;
+        t.xl[k] = xa.lerp, t.yl[k] = ya.lerp;
+      }
+    }
+  }
+  mlxb_dtype dt = mlxb_type(x);
+  mlxb_array *rows = mlxb_reshape(s, mlxb_transpose(s, x, (int[]){0, 2, 3, 1}, 4), (int64_t[]){N * H * W, C}, 2);
+  mlxb_array *corner[4];
+  for (int i = 0; i < (nearest ? 1 : 4); i++)
+    corner[i] = mlxb_astype(s, mlxb_take(s, rows, mlxb_from_data(s, t.at[i], &p, 1, MLXB_I64), 0), MLXB_F32);
+  mlxb_array *y = corner[0];
+  if (!nearest) {
+    int64_t col[2] = {p, 1};
+    mlxb_array *xl = mlxb_from_data(s, t.xl, col, 2, MLXB_F32), *yl = mlxb_from_data(s, t.yl, col, 2, MLXB_F32);
+    mlxb_array *top = op_util_add(s, corner[0], op_util_mul(s, op_util_sub(s, corner[1], corner[0]), xl));
+    mlxb_array *bottom = op_util_add(s, corner[2], op_util_mul(s, op_util_sub(s, corner[3], corner[2]), xl));
+    y = op_util_add(s, top, op_util_mul(s, op_util_sub(s, bottom, top), yl));
+  }
+  mlxb_array *inside = mlxb_from_data(s, t.inside, (int64_t[]){p, 1}, 2, MLXB_BOOL);
+  float extra = ir_attr_float(op_node(c), "extrapolation_value", 0.0f);
+  y = mlxb_where(s, inside, y, mlxb_scalar_f64(s, extra, MLXB_F32));
+  y = mlxb_transpose(s, mlxb_reshape(s, y, (int64_t[]){R, ch, cw, C}, 4), (int[]){0, 3, 1, 2}, 4);
+  rc = op_set_output(c, 0, mlxb_astype(s, y, dt));
+done:
+  crop_tables_free(&t);
+  free(rv), free(bv);
+  return rc;
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 static const op_def defs[] = {
@@ -498,6 +642,11 @@ static const op_def defs[] = {
          .claim = claim_roi_align, .lower = lower_roi_align,
          .doc = "rois and batch_indices read on the host (each Run); avg and max (ORT's maximum of weighted "
                 "corners), half_pixel/output_half_pixel, adaptive or fixed sampling_ratio; float64 declined"),
+  OP_ROW("com.microsoft", "CropAndResize", 1, 1, .inputs = {4, 4}, .outputs = {1, 1}, .dtypes = DT_F32,
+         .claim = claim_crop_and_resize, .lower = lower_crop_and_resize,
+         .doc = "float32 (ORT's CPU kernel); rois, batch_indices and crop_size read on the host (each Run); bilinear "
+                "and nearest with ORT's float sample positions, extrapolation_value outside the image; a batch index "
+                "outside [0, N) fails the Run"),
   OP_ROW("", "MaxRoiPool", 1, 22, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_max_roi_pool,
          .lower = lower_max_roi_pool,
          .doc = "rois read on the host (each Run) and turned into gather windows with ORT's float arithmetic; the "
