@@ -561,6 +561,24 @@ static mlxb_array *pad_wrap_axis(op_ctx *c, mlxb_array *x, int axis, int64_t dim
   return mlxb_take(op_scope(c), x, ia, axis);
 }
 
+/* Pads read from data may ask for more than memory holds (or than int64 counts): refused before
+ * anything is built, as the other sizes read from data are. */
+static int pad_size_fails(op_ctx *c, const mlxb_array *x, const int64_t *dims, const int64_t *lo, const int64_t *hi,
+                          int rank) {
+  size_t bytes = mlxb_dtype_size(mlxb_type(x)), limit = mlxb_memory_limit();
+  for (int i = 0; i < rank; i++) {
+    int64_t extent;
+    if (__builtin_add_overflow(dims[i], lo[i], &extent) || __builtin_add_overflow(extent, hi[i], &extent)) {
+      bytes = SIZE_MAX;
+      continue;
+    }
+    if (extent == 0) return 0; /* an empty result needs nothing */
+    if (__builtin_mul_overflow(bytes, (size_t)extent, &bytes)) bytes = SIZE_MAX;
+  }
+  if (limit && bytes > limit) return op_fail(c, "output 0 needs %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
+  return 0;
+}
+
 static int lower_pad(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[OP_UTIL_MAX_RANK], pads[2 * OP_UTIL_MAX_RANK], axes[OP_UTIL_MAX_RANK];
@@ -588,6 +606,8 @@ static int lower_pad(op_ctx *c, const op_def *def) {
   int64_t start[OP_UTIL_MAX_RANK], stop[OP_UTIL_MAX_RANK], step[OP_UTIL_MAX_RANK];
   bool crop = false, grow = false;
   for (int i = 0; i < rank; i++) {
+    /* compared before any negation: a pad of INT64_MIN has no positive twin */
+    if (lo[i] < -dims[i] || hi[i] < -dims[i]) return op_fail(c, "pads crop axis %d below zero", i);
     start[i] = lo[i] < 0 ? -lo[i] : 0;
     stop[i] = hi[i] < 0 ? dims[i] + hi[i] : dims[i];
     step[i] = 1;
@@ -600,6 +620,7 @@ static int lower_pad(op_ctx *c, const op_def *def) {
   }
   if (crop) x = mlxb_slice(op_scope(c), x, start, stop, step);
   if (!grow) return op_set_output(c, 0, x);
+  if (pad_size_fails(c, x, dims, lo, hi, rank)) return -1;
   for (int i = 0; i < rank; i++) {
     if (!lo[i] && !hi[i]) continue;
     if (strcmp(mode, "constant") && dims[i] == 0) return op_fail(c, "cannot pad empty axis %d in %s mode", i, mode);

@@ -218,3 +218,51 @@ def test_deform_conv_nan_offset_gives_nan():
         keep = np.ones(got.shape, bool)
         keep[0, :, 1, 2] = False
         np.testing.assert_allclose(got[keep], want[keep], rtol=1e-5, atol=1e-5)
+
+
+# ---- sizes and axes read from data by the contrib forms and the ops added on 2026-12-04 ------------
+
+PAD_X = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+
+@pytest.mark.parametrize("domain", ["", MS])
+@pytest.mark.parametrize("pads,match", [([0, 2**40, 0, 0], HUGE), ([0, 0, 0, 2**62], HUGE),
+                                        ([-5, 0, 0, 0], r"crop axis 0 below zero"),
+                                        ([0, -(2**63), 0, 0], r"crop axis 1 below zero")])
+def test_pad_sizes_from_data(domain, pads, match):
+    """Pads fed as data (ai.onnx Pad 18 and the contrib Pad): past memory or cropping below zero."""
+    model = node_model("Pad", [("x", PAD_X), ("p", np.zeros(4, np.int64))], [F], domain=domain,
+                       opset=18 if not domain else 21)
+    check_hostile(model, {"x": PAD_X, "p": np.array(pads, np.int64)}, {"x": PAD_X, "p": np.array([0, 1, 1, 0], np.int64)},
+                  match, reference_in_child=True)
+
+
+@pytest.mark.parametrize("axis", [3, -4, 2**31 - 1, -(2**31)])
+def test_expand_dims_axis_from_data(axis):
+    model = node_model("ExpandDims", [("x", PAD_X), ("a", np.array(0, np.int32))], [F], domain=MS)
+    check_hostile(model, {"x": PAD_X, "a": np.array(axis, np.int32)}, {"x": PAD_X, "a": np.array(-1, np.int32)},
+                  r"outside \[-3, 2\]")
+
+
+CROP_X = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+
+
+def _crop_feeds(size, index=0):
+    return {"x": CROP_X, "r": np.array([[0.1, 0.2, 0.9, 0.8]], np.float32), "b": np.array([index], np.int32),
+            "s": np.array(size, np.int32)}
+
+
+@pytest.mark.parametrize("size,index,match", [([2**31 - 1, 2**31 - 1], 0, HUGE),
+                                              ([-3, 2], 0, r"crop_size must not be negative"),
+                                              ([2, 2], 2**31 - 1, r"batch index"), ([2, 2], -(2**31), r"batch index")])
+def test_crop_and_resize_sizes_and_indices(size, index, match):
+    model = node_model("CropAndResize", [("x", CROP_X), ("r", np.zeros((1, 4), np.float32)), ("b", np.zeros(1, np.int32)),
+                                         ("s", np.zeros(2, np.int32))], [F], domain=MS)
+    check_hostile(model, _crop_feeds(size, index), _crop_feeds([2, 3]), match, reference_in_child=True)
+
+
+def test_contrib_range_count_beyond_memory():
+    """The contrib Range (no delta: 1) takes ai.onnx Range's count checks."""
+    z = np.array(0, np.int64)
+    model = node_model("Range", [("a", z), ("b", z)], [TensorProto.INT64], domain=MS)
+    check_refused(model, {"a": z, "b": np.array(10**13, np.int64)}, HUGE, reference_in_child=True)
