@@ -305,9 +305,9 @@ static int lower_conv(op_ctx *c, const op_def *def) {
 static int fused_conv_act(const ir_node *n, double *p) {
   static const char *const taken[] = {"Relu", "LeakyRelu", "Tanh", "Sigmoid", "Clip", "HardSigmoid", "HardSwish"};
   const char *name = ir_attr_string(n, "activation", "");
-  int kind = -1;
-  for (size_t i = 0; i < sizeof taken / sizeof *taken; i++)
-    if (!strcmp(name, taken[i])) kind = op_fused_act_find(name);
+  size_t i = 0;
+  while (i < sizeof taken / sizeof *taken && strcmp(name, taken[i])) i++;
+  int kind = i < sizeof taken / sizeof *taken ? op_fused_act_find(name) : -1;
   const float *params;
   size_t count = ir_attr_floats(n, "activation_params", &params);
   if (kind < 0 || count < (size_t)op_fused_act_params(kind)) return -1;

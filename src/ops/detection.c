@@ -570,6 +570,7 @@ static int lower_crop_and_resize(op_ctx *c, const op_def *def) {
   float *rv = nms_read_floats(c, 1, (size_t)(R * 4));
   int64_t *bv = malloc((size_t)R * sizeof *bv);
   crop_tables t = {0};
+  crop_axis *xs = NULL;
   int rc = -1;
   if (!rv || !bv) {
     if (rv && !bv) op_fail(c, "out of memory");
@@ -585,16 +586,22 @@ static int lower_crop_and_resize(op_ctx *c, const op_def *def) {
     goto done;
   }
   bool nearest = !strcmp(ir_attr_string(op_node(c), "mode", "bilinear"), "nearest");
+  xs = malloc((size_t)cw * sizeof *xs);
+  if (!xs) {
+    op_fail(c, "out of memory");
+    goto done;
+  }
   for (int64_t n = 0; n < R; n++) {
     if (bv[n] < 0 || bv[n] >= N) {
       op_fail(c, "batch index %lld outside [0, %lld)", (long long)bv[n], (long long)N);
       goto done;
     }
     const float *roi = rv + n * 4; /* y1, x1, y2, x2 */
+    for (int64_t j = 0; j < cw; j++) xs[j] = crop_sample(roi[1], roi[3], W, cw, j); /* one roi's columns */
     for (int64_t i = 0; i < ch; i++) {
       crop_axis ya = crop_sample(roi[0], roi[2], H, ch, i);
       for (int64_t j = 0; j < cw; j++) {
-        crop_axis xa = crop_sample(roi[1], roi[3], W, cw, j);
+        const crop_axis xa = xs[j];
         int64_t k = (n * ch + i) * cw + j, base = bv[n] * H * W;
         t.inside[k] = ya.inside && xa.inside;
         t.at[0][k] = base + (nearest ? (int64_t)ya.nearest * W + xa.nearest : (int64_t)ya.low * W + xa.low);
@@ -625,7 +632,7 @@ static int lower_crop_and_resize(op_ctx *c, const op_def *def) {
   rc = op_set_output(c, 0, mlxb_astype(s, y, dt));
 done:
   crop_tables_free(&t);
-  free(rv), free(bv);
+  free(xs), free(rv), free(bv);
   return rc;
 }
 

@@ -522,7 +522,7 @@ static bool tfidf_outputs_shared(const tfidf_attrs *a) {
 
 /* ORT's checks of the attributes (its kernel refuses the model otherwise) and the forms where its
  * kernel would read outside an attribute; NULL when the node is one the EP takes, else why not. */
-static const char *tfidf_parse(const ir_node *n, tfidf_attrs *a, char *why, size_t len) {
+static const char *tfidf_parse(const ir_node *n, tfidf_attrs *a) {
   *a = (tfidf_attrs){0};
   const char *mode = ir_attr_string(n, "mode", "");
   a->mode = !strcmp(mode, "TF") ? TFIDF_TF : !strcmp(mode, "IDF") ? TFIDF_IDF : !strcmp(mode, "TFIDF") ? TFIDF_TFIDF : 0;
@@ -553,6 +553,13 @@ static const char *tfidf_parse(const ir_node *n, tfidf_attrs *a, char *why, size
   }
   if ((size_t)a->grams > a->n_indexes) return "fewer ngram_indexes than pool n-grams";
   if (a->max_n - a->min_n >= TFIDF_MAX_LENGTHS) return "more than 64 n-gram lengths";
+  return NULL;
+}
+
+/* The checks over the whole pool, once, when the node is claimed (the lowering parses the same
+ * attributes again but needs none of them): repeated n-grams, which ORT refuses, and outputs
+ * shared where the EP declines them; NULL when the node is one the EP takes, else why not. */
+static const char *tfidf_validate(const tfidf_attrs *a, char *why, size_t len) {
   bool shared = tfidf_outputs_shared(a);
   if (shared && a->grams * a->out_size > ((int64_t)1 << 24)) return "n-grams sharing output indexes over a large pool";
   if (shared && a->mode == TFIDF_IDF && a->n_weights)
@@ -572,7 +579,8 @@ static const char *tfidf_parse(const ir_node *n, tfidf_attrs *a, char *why, size
 static bool claim_tfidf(claim_ctx *c, const op_def *def) {
   tfidf_attrs a;
   char why[64];
-  const char *bad = tfidf_parse(c->node, &a, why, sizeof why);
+  const char *bad = tfidf_parse(c->node, &a);
+  if (!bad) bad = tfidf_validate(&a, why, sizeof why);
   if (bad) return claim_decline(c, "%s", bad);
   const ir_value *x = claim_input(c, 0);
   if (x && x->rank > 2) return claim_decline(c, "input rank %d (ORT takes [C] or [B, C])", x->rank);
@@ -654,8 +662,7 @@ static mlxb_array *tfidf_values(mlxb_scope *s, const tfidf_attrs *a, mlxb_array 
 static int lower_tfidf(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   tfidf_attrs a;
-  char why[64];
-  const char *bad = tfidf_parse(op_node(c), &a, why, sizeof why);
+  const char *bad = tfidf_parse(op_node(c), &a);
   if (bad) return op_fail(c, "%s", bad);
   int64_t dims[OP_UTIL_MAX_RANK];
   mlxb_array *x;
