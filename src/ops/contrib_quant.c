@@ -218,21 +218,20 @@ static mnb_prepared mnb_weights(op_ctx *c, const mnb_attrs *a, mlxb_array *scale
 /* For many rows MLX's float32 quantized matmul is slower on the GPU than dequantizing the weights
  * and one GEMM (H200, 128 rows: K 4864 N 896 0.41 vs 0.10 ms, K 896 N 151936 1.70 vs 0.68 ms,
  * docs/PERFORMANCE_GPU.md); one row stays on the quantized kernel (1.5-3x faster there). Both
- * compute with the same float32 weights, scale * q + bias; the dequantized copy is transient and
- * capped so that a huge weight keeps the kernel that reads it packed. */
+ * compute with the same float32 weights, scale * q + bias. Here the dequantization can be the
+ * EP's own kernel (mlxb_dequant_f32); the rows between, on MLX's CUDA backend, are dequantized by
+ * mlxb_quantized_matmul itself (MLX's kernels past one row do not run there). */
 enum { MNB_DEQUANT_MIN_ROWS = 32 };
-#define MNB_DEQUANT_MAX_BYTES ((int64_t)1 << 30)
 
-static bool mnb_prefers_dequantized(mlxb_scope *s, const mnb_attrs *a, mlxb_array *x) {
+static bool mnb_prefers_dequantized(mlxb_scope *s, mlxb_array *x) {
   if (mlxb_scope_device(s) != MLXB_DEVICE_GPU) return false;
-  int64_t rows = (int64_t)mlxb_size(x) / mlxb_dim(x, -1);
-  return rows >= MNB_DEQUANT_MIN_ROWS && a->n * a->k_blocks * a->block * 4 <= MNB_DEQUANT_MAX_BYTES;
+  return (int64_t)mlxb_size(x) / mlxb_dim(x, -1) >= MNB_DEQUANT_MIN_ROWS;
 }
 
 /* x (float32, [rows, Kp]) times the weights m. */
 static mlxb_array *mnb_matmul_prepared(mlxb_scope *s, const mnb_attrs *a, mlxb_array *x, const mnb_prepared *m) {
   int group = mnb_group(a);
-  if (mnb_prefers_dequantized(s, a, x)) {
+  if (mnb_prefers_dequantized(s, x)) {
     mlxb_array *dense = mlxb_dequant_f32(s, m->w, m->scales, m->biases, group, (int)a->bits);
     return mlxb_matmul(s, x, mlxb_transpose(s, dense, (int[]){1, 0}, 2));
   }
@@ -268,7 +267,7 @@ static bool mnb_split_is_exact(op_ctx *c, const mnb_attrs *a, mlxb_array *scales
 static bool mnb_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool int8_path) {
   const mnb_prepared *kept = op_prepared(c);
   if (!kept || !kept->split_exact || int8_path || mlxb_type(x) != MLXB_F16 || op_has_input(c, MNB_BIAS)) return false;
-  return mnb_prefers_dequantized(op_scope(c), a, x);
+  return mnb_prefers_dequantized(op_scope(c), x);
 }
 
 /* x (float16 [..., Kp]) times the prepared weights' exact halves. */
@@ -665,10 +664,11 @@ static const op_def defs[] = {
                   "otherwise every Run; the block-16/g_idx path dequantizes B on every Run. Up to 8 rows on MLX's "
                   "CUDA backend take the EP's GEMV kernel (same float32 arithmetic), and projections of one A with "
                   "kept weights (Q/K/V, gate/up) are computed together by the first, with an Add of a constant bias "
-                  "that is one's only reader (one launch on CUDA). 32 rows or more of float16 A on CUDA, with "
-                  "kept weights, float16 scales, integer zero points and no bias: B as two exact float16 halves and "
-                  "one float16 GEMM accumulating in float32 (the same sum, up to order). Declined: other "
-                  "bits/block sizes, "
+                  "that is one's only reader (one launch on CUDA). More rows on CUDA dequantize B to float32 for "
+                  "one GEMM (MLX's quantized kernels past one row do not run there); with ORT_EP_MLX_SPLIT_GEMM=1, "
+                  "32 rows or more of float16 A with kept weights, float16 scales, integer zero points and no bias "
+                  "take B as two exact float16 halves and one float16 GEMM accumulating in float32 (the same sum, up "
+                  "to order). Declined: other bits/block sizes, "
                   "weight_prepacked, 8-bit with float zero points (ORT rejects them), g_idx with 2/8-bit weights or "
                   "uint8 zero points (ORT reads 4-bit values only and ignores those zero points), accuracy_level 4 "
                   "with 2-bit weights (CPU-dependent in ORT) or with non-constant scales/zero points, bfloat16 (no "
