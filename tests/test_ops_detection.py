@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import check_feeds, check_op as check, f32, i64, NP_TO_ONNX, args_model, assert_parity, make_model, normal_data as rand, run_mlx
+from parity import check_feeds, check_op as check, f32, i64, NP_TO_ONNX, args_model, assert_parity, make_model, normal_data as rand, run_cpu, run_mlx
 
 
 RNG = np.random.default_rng(0)
@@ -140,6 +140,53 @@ def test_roi_align_bad_batch_index_fails_cleanly():
                                 ("b", TensorProto.INT64, [1])], [("y", TensorProto.FLOAT, None)], opset=16)
     with pytest.raises(Exception, match="batch index"):
         run_mlx(model, {"x": rand((1, 1, 4, 4)), "r": f32(0, 0, 2, 2).reshape(1, 4), "b": i64(7)})
+
+
+def test_roi_align_large_adaptive_grid():
+    """A wide roi with sampling_ratio 0 takes ceil(width / bins) samples per bin: 3 x 499999 here
+    (found by tools/fuzz's data pool; the EP used to refuse grids past 4096 per side)."""
+    rois = np.array([[2.2, -0.27, 1e6, 4.65], [2.6, 3.1, 5.6, 5.1]], np.float32)
+    attrs = {"output_height": 1, "output_width": 1, "sampling_ratio": 0, "spatial_scale": 0.5}
+    check("RoiAlign", [("x", rand((1, 1, 5, 5)), "feed"), ("r", rois, "feed"), ("b", i64(0, 0), "feed")], attrs,
+          opset=16, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("corner,match", [(3e12, "more than the memory limit"), (1e7, "more than the memory limit"),
+                                          (np.inf, "must be finite"), (np.nan, "must be finite"), (1e30, None)])
+def test_roi_align_huge_roi(corner, match):
+    """ORT refuses non-finite rois and fails to allocate past memory; the EP refuses both before
+    building anything. A grid count past int64 (1e30) is ORT's undefined conversion, INT64_MIN on
+    x86: no samples, zeros, which the EP gives too."""
+    node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=2, output_width=2)
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 1, 4, 4]), ("r", TensorProto.FLOAT, [1, 4]),
+                                ("b", TensorProto.INT64, [1])], [("y", TensorProto.FLOAT, None)], opset=16)
+    feeds = {"x": rand((1, 1, 4, 4)), "r": f32(0, 0, corner, corner).reshape(1, 4), "b": i64(0)}
+    if match is None:
+        np.testing.assert_array_equal(run_mlx(model, feeds)[0], run_cpu(model, feeds)[0])
+        return
+    with pytest.raises(Exception):
+        run_cpu(model, feeds)
+    with pytest.raises(Exception, match=match):
+        run_mlx(model, feeds)
+
+
+@pytest.mark.parametrize("roi,refused", [([0, 3, 3, 0], True), ([3, 0, 0, 3], True), ([3, 0, 0, -0.5], False),
+                                         ([0, 1, 3, 0.5], False), ([3, 3, 0, 0], False)])
+def test_roi_align_backwards_roi(roi, refused):
+    """A roi given backwards along one side has a negative sample grid: ORT's table size (a size_t)
+    fails on the negative product; backwards along both sides, or with a zero side, nothing is
+    sampled (found by tools/fuzz's data pool)."""
+    node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=2, output_width=2)
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 1, 4, 4]), ("r", TensorProto.FLOAT, [1, 4]),
+                                ("b", TensorProto.INT64, [1])], [("y", TensorProto.FLOAT, None)], opset=16)
+    feeds = {"x": rand((1, 1, 4, 4)), "r": np.array([roi], np.float32), "b": i64(0)}
+    if not refused:
+        np.testing.assert_array_equal(run_mlx(model, feeds)[0], run_cpu(model, feeds)[0])
+        return
+    with pytest.raises(Exception, match="Integer overflow"):
+        run_cpu(model, feeds)
+    with pytest.raises(Exception, match="negative sample grid"):
+        run_mlx(model, feeds)
 
 
 # ---- MaxRoiPool ---------------------------------------------------------------------------------

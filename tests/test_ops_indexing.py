@@ -119,6 +119,16 @@ def test_gather_nd_dtypes(dtype):
           dynamic=True)
 
 
+@pytest.mark.parametrize("xshape,idx,b", [((2, 0, 1, 3, 0), [[0, -1], [0, -1]], 1), ((2, 0), [0], 0),
+                                          ((0, 0, 4, 0), [[0], [0], [0], [2**62]], 0), ((2, 1), np.zeros((0, 1, 1)), 1)])
+def test_gather_nd_empty_result(xshape, idx, b):
+    """An empty result reads nothing, so ORT answers it whatever the indices hold (an index into an
+    axis of size 0, past the end, a batch dim that differs); so does the EP (found by tools/fuzz's
+    data pool)."""
+    check("GatherND", [("x", np.zeros(xshape, np.float32), "feed"), ("i", np.array(idx, np.int64), "feed")],
+          attrs={"batch_dims": b})
+
+
 # ---- ScatterElements ---------------------------------------------------------------------------
 
 def unique_indices(shape, dim, axis, seed=2):

@@ -227,6 +227,34 @@ static bool claim_roi_align(claim_ctx *c, const op_def *def) {
   return true;
 }
 
+/* ORT's sample count along one side of a roi: the sampling ratio when one is set, else
+ * ceil(extent / bins) in float, which is negative for a roi given backwards. A count past int64 is
+ * what ORT converts to INT64_MIN on x86 (the conversion is undefined in C++); any other is held to
+ * 2^40 either way before its conversion (such a grid fails the memory check after). */
+static int64_t roi_grid(int64_t ratio, float extent, int64_t bins) {
+  if (ratio > 0) return ratio;
+  float g = ceilf(extent / (float)bins);
+  if (!(g > -0x1p63f && g < 0x1p63f)) return INT64_MIN;
+  if (g > 0x1p40f) return (int64_t)1 << 40;
+  if (g < -0x1p40f) return -((int64_t)1 << 40);
+  return (int64_t)g;
+}
+
+/* The tables and gathers of `samples` sample points (bins times the largest grid) take about
+ * this many bytes: (position, weight) quadruples on the host, four gathered rows of C values and
+ * their weighted products in the graph. Refused past MLX's memory limit, as ORT would fail to
+ * allocate; any grid that fits is computed, however many samples a bin takes. */
+static int roi_memory_fails(op_ctx *c, int64_t samples, int64_t C, size_t esz) {
+  size_t per = 4 * (sizeof(int64_t) + sizeof(float)) + 1, bytes, graph;
+  if (__builtin_mul_overflow((size_t)C, 8 * esz, &graph) || __builtin_add_overflow(per, graph, &per) ||
+      __builtin_mul_overflow((size_t)samples, per, &bytes))
+    bytes = SIZE_MAX;
+  size_t limit = mlxb_memory_limit();
+  if (limit && bytes > limit)
+    return op_fail(c, "the rois' sample grids need %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
+  return 0;
+}
+
 /* The rois are read on the host and every sample point of every bin becomes four (position,
  * weight) pairs with ORT's float arithmetic (PreCalcForBilinearInterpolate); the pairs gather
  * rows of the [N*H*W, C] input. avg sums the weighted corners; max takes ORT's maximum of the
@@ -263,6 +291,11 @@ static int lower_roi_align(op_ctx *c, const op_def *def) {
   }
   /* per roi sample grid */
   int64_t smax = 0;
+  for (int64_t i = 0; i < R * 4; i++)
+    if (!isfinite(rv[i])) {
+      op_fail(c, "all rois values must be finite (roi %lld)", (long long)(i / 4));
+      goto done;
+    }
   for (int64_t n = 0; n < R; n++) {
     if (bv[n] < 0 || bv[n] >= N) {
       op_fail(c, "batch index %lld outside [0, %lld)", (long long)bv[n], (long long)N);
@@ -273,18 +306,23 @@ static int lower_roi_align(op_ctx *c, const op_def *def) {
     float ew = (float)rv[n * 4 + 2] * scale - off, eh = (float)rv[n * 4 + 3] * scale - off;
     float rw = ew - sw, rh = eh - sh;
     if (!half_pixel) rw = fmaxf(rw, 1.0f), rh = fmaxf(rh, 1.0f);
-    int64_t gh = ratio > 0 ? ratio : (int64_t)ceilf(rh / (float)PH), gw = ratio > 0 ? ratio : (int64_t)ceilf(rw / (float)PW);
-    if (gh < 0) gh = 0;
-    if (gw < 0) gw = 0;
-    if (gh > 4096 || gw > 4096) {
-      op_fail(c, "roi %lld needs a %lldx%lld sample grid per bin", (long long)n, (long long)gh, (long long)gw);
+    int64_t gh = roi_grid(ratio, rh, PH), gw = roi_grid(ratio, rw, PW), cells;
+    /* ORT sizes its tables by gh * gw * bins as a size_t: a negative product fails there */
+    if ((gh < 0 && gw > 0) || (gh > 0 && gw < 0)) {
+      op_fail(c, "roi %lld has a negative sample grid (%lld x %lld: given backwards along one side)", (long long)n,
+              (long long)gh, (long long)gw);
       goto done;
     }
+    gh = gh < 0 ? 0 : gh, gw = gw < 0 ? 0 : gw; /* backwards along both sides: no samples, as in ORT */
+    if (__builtin_mul_overflow(gh, gw, &cells)) cells = INT64_MAX;
     grid[2 * n] = gh, grid[2 * n + 1] = gw;
-    if (gh * gw > smax) smax = gh * gw;
+    if (cells > smax) smax = cells;
   }
   if (smax == 0) smax = 1;
-  int64_t bins = R * PH * PW, tn = bins * smax * 4;
+  int64_t bins = R * PH * PW, samples;
+  if (__builtin_mul_overflow(bins, smax, &samples)) samples = INT64_MAX;
+  if (roi_memory_fails(c, samples, C, mlxb_dtype_size(op_util_compute_type(mlxb_type(x))))) goto done;
+  int64_t tn = samples * 4;
   pos = malloc(sizeof *pos * (size_t)(tn ? tn : 1));
   wt = malloc(sizeof *wt * (size_t)(tn ? tn : 1));
   live = malloc((size_t)(bins * smax > 0 ? bins * smax : 1));

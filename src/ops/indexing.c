@@ -95,12 +95,19 @@ static int lower_gather_nd(op_ctx *c, const op_def *def) {
   if (q < 1 || b < 0 || b >= q || b >= r) return op_fail(c, "invalid batch_dims %lld for ranks %d, %d", (long long)b, r, q);
   int m = (int)idims[q - 1];
   if (m < 1 || b + m > r) return op_fail(c, "indices' last dimension %d does not fit data rank %d", m, r);
+  mlxb_scope *s = op_scope(c);
+  int64_t out[2 * OP_UTIL_MAX_RANK];
+  int on = 0;
+  for (int i = 0; i < q - 1; i++) out[on++] = idims[i];
+  for (int i = (int)b + m; i < r; i++) out[on++] = dims[i];
+  /* An empty result reads nothing: ORT gives it whatever the indices (and their batch dims) hold,
+   * and so does the EP. */
+  if (op_util_numel(out, on) == 0) return op_set_output(c, 0, mlxb_zeros(s, out, on, mlxb_type(x)));
   for (int i = 0; i < b; i++)
     if (dims[i] != idims[i]) return op_fail(c, "batch dimension %d differs between data and indices", i);
-  mlxb_scope *s = op_scope(c);
   /* Fold the batch dims into one axis of size B, indexed by a broadcast iota. */
   int64_t B = op_util_numel(dims, (int)b);
-  int64_t xd[OP_UTIL_MAX_RANK], id[OP_UTIL_MAX_RANK], out[2 * OP_UTIL_MAX_RANK];
+  int64_t xd[OP_UTIL_MAX_RANK], id[OP_UTIL_MAX_RANK];
   int xr = 0, ir = 0;
   if (b > 0) xd[xr++] = B, id[ir++] = B;
   for (int i = (int)b; i < r; i++) xd[xr++] = dims[i];
@@ -122,9 +129,6 @@ static int lower_gather_nd(op_ctx *c, const op_def *def) {
   }
   for (int i = 0; i < xr; i++) slice[i] = i < n ? 1 : xd[i];
   mlxb_array *g = mlxb_gather(s, x, (const mlxb_array *const *)parts, n, axes, slice);
-  int on = 0;
-  for (int i = 0; i < q - 1; i++) out[on++] = idims[i];
-  for (int i = (int)b + m; i < r; i++) out[on++] = dims[i];
   return op_set_output(c, 0, mlxb_reshape(s, g, out, on));
 }
 
@@ -326,7 +330,8 @@ static bool claim_input0_rank(claim_ctx *c, const op_def *def) { return op_util_
 /* ---- ReverseSequence ---------------------------------------------------------------------- */
 
 /* out[t, b] = in[len[b] - 1 - t, b] for t < len[b], else in[t, b]: one gather along time.
- * Lengths are clipped into [0, T] (ORT rejects others). */
+ * A length outside [0, T] fails the Run, as in ORT; the gather's lengths are clipped into
+ * [0, T] as well, so none reaches memory outside x. */
 static int lower_reverse_sequence(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *lens = op_input(c, 1);
@@ -338,6 +343,7 @@ static int lower_reverse_sequence(op_ctx *c, const op_def *def) {
   if (r < 2 || !((ta == 0 && ba == 1) || (ta == 1 && ba == 0))) return op_fail(c, "time_axis/batch_axis must be 0/1 or 1/0 on rank >= 2");
   int64_t steps = dims[ta], batch = dims[ba];
   if (mlxb_ndim(lens) != 1 || mlxb_dim(lens, 0) != batch) return op_fail(c, "sequence_lens must hold one length per batch entry");
+  if (op_util_require_range(c, lens, 0, steps + 1, "sequence length")) return -1;
   int64_t bshape[2];
   bshape[ta] = 1, bshape[ba] = batch;
   mlxb_array *t = op_util_iota(s, 0, steps, (int)ta, 2, MLXB_I64);
@@ -436,7 +442,7 @@ static const op_def defs[] = {
          .doc = "the condition is read on the host (its values decide the output shape); with or without axis"),
   OP_ROW("", "ReverseSequence", 10, 28, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL,
          .claim = claim_input0_rank, .lower = lower_reverse_sequence,
-         .doc = "time_axis/batch_axis 0/1 and 1/0, any rank >= 2; lengths clipped into [0, T] (ORT rejects others)"),
+         .doc = "time_axis/batch_axis 0/1 and 1/0, any rank >= 2; a length outside [0, T] fails the Run"),
   OP_ROW("", "TensorScatter", 24, 24, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_ALL,
          .claim = claim_tensor_scatter, .lower = lower_tensor_scatter,
          .doc = "linear and circular modes, optional write_indices, any sequence axis but 0; linear writes past the "

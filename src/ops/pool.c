@@ -458,8 +458,8 @@ static bool claim_maxunpool(claim_ctx *c, const op_def *def) {
 }
 
 /* Scatters x to the flattened positions I of a zero output. Where several elements go to the
- * same position the last one in input order wins, as in ORT's loop; positions outside the output
- * (an error in ORT) are dropped. */
+ * same position the last one in input order wins, as in ORT's loop. A position outside the output
+ * fails the Run, as in ORT; the scatter drops such positions anyway, so none reaches memory. */
 static int lower_maxunpool(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   int64_t dims[POOL_MAX_RANK], out[POOL_MAX_RANK];
@@ -487,6 +487,7 @@ static int lower_maxunpool(op_ctx *c, const op_def *def) {
   int64_t flat_t = T, slots = total + 1;
   /* winner[p] = the last input position writing p (-1 for none); slot `total` takes the rest. */
   mlxb_array *idx = mlxb_reshape(s, ind, &flat_t, 1);
+  if (op_util_require_range(c, idx, 0, total, "index")) return -1;
   mlxb_array *valid = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_GREATER_EQUAL, idx, mlxb_scalar_i64(s, 0, MLXB_I64)),
                                   mlxb_binary(s, MLXB_LESS, idx, mlxb_scalar_i64(s, total, MLXB_I64)));
   idx = mlxb_where(s, valid, idx, mlxb_scalar_i64(s, total, MLXB_I64));
@@ -536,7 +537,7 @@ static const op_def defs[] = {
     OP_ROW("", "MaxUnpool", 9, 22, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_NUMERIC, .claim = claim_maxunpool,
            .lower = lower_maxunpool,
            .doc = "int64 indices; default output extents or the output_shape input (read on the host); a position "
-                  "written twice keeps the later element like ORT; out-of-range indices are dropped (ORT fails)"),
+                  "written twice keeps the later element like ORT; an index outside [0, output size) fails the Run"),
 };
 
 OPS_FAMILY(pool, defs);

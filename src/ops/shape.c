@@ -288,6 +288,20 @@ static int lower_expand(op_ctx *c, const op_def *def) {
   return op_set_output(c, 0, mlxb_broadcast_to(op_scope(c), x, out, out_rank));
 }
 
+/* Tile of an empty input: an empty result of the tiled shape. ORT still refuses one whose nonzero
+ * output dims multiply past 4 GiB of elements' bytes (its output size check skips zero dims). */
+static int tile_empty(op_ctx *c, mlxb_array *x, const int64_t *dims, const int64_t *reps, int rank) {
+  int64_t out[OP_UTIL_MAX_RANK];
+  uint64_t bytes = mlxb_dtype_size(mlxb_type(x));
+  for (int i = 0; i < rank; i++) {
+    if (__builtin_mul_overflow(dims[i], reps[i], &out[i])) return op_fail(c, "output dimension %d overflows int64", i);
+    if (out[i] && __builtin_mul_overflow(bytes, (uint64_t)out[i], &bytes)) bytes = UINT64_MAX;
+  }
+  if (bytes > ((uint64_t)1 << 32))
+    return op_fail(c, "output would require more than 4294967296 bytes (its nonzero dims), ORT's maximum for Tile");
+  return op_set_output(c, 0, mlxb_zeros(op_scope(c), out, rank, mlxb_type(x)));
+}
+
 static int lower_tile(op_ctx *c, const op_def *def) {
   mlxb_array *x;
   int64_t dims[OP_UTIL_MAX_RANK], reps[OP_UTIL_MAX_RANK];
@@ -299,6 +313,7 @@ static int lower_tile(op_ctx *c, const op_def *def) {
   for (int i = 0; i < n; i++)
     if (reps[i] < 0) return op_fail(c, "negative repeat %lld", (long long)reps[i]);
   if (rank == 0) return op_set_output(c, 0, x);
+  if (mlxb_size(x) == 0) return tile_empty(c, x, dims, reps, rank);
   return op_set_output(c, 0, mlxb_tile(op_scope(c), x, reps, n));
 }
 
@@ -566,17 +581,43 @@ static mlxb_array *pad_wrap_axis(op_ctx *c, mlxb_array *x, int axis, int64_t dim
 static int pad_size_fails(op_ctx *c, const mlxb_array *x, const int64_t *dims, const int64_t *lo, const int64_t *hi,
                           int rank) {
   size_t bytes = mlxb_dtype_size(mlxb_type(x)), limit = mlxb_memory_limit();
+  bool empty = false;
   for (int i = 0; i < rank; i++) {
     int64_t extent;
-    if (__builtin_add_overflow(dims[i], lo[i], &extent) || __builtin_add_overflow(extent, hi[i], &extent)) {
-      bytes = SIZE_MAX;
-      continue;
-    }
-    if (extent == 0) return 0; /* an empty result needs nothing */
+    if (__builtin_add_overflow(dims[i], lo[i], &extent) || __builtin_add_overflow(extent, hi[i], &extent))
+      return op_fail(c, "padded axis %d is too large (its extent overflows int64)", i);
+    empty |= extent == 0;
     if (__builtin_mul_overflow(bytes, (size_t)extent, &bytes)) bytes = SIZE_MAX;
   }
+  if (empty) return 0; /* an empty result needs nothing */
   if (limit && bytes > limit) return op_fail(c, "output 0 needs %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
   return 0;
+}
+
+/* ORT's rules for edge, reflect and wrap where there is nothing to pad from. An empty input may
+ * give only an empty output that grows no axis of size 0 (wrap: none at all); a non-empty input
+ * cropped to nothing along any axis fails. Returns 1 with the (empty) output set, 0 to go on,
+ * -1 on failure. in_dims: the input's dims; extent: after the crop; lo, hi: the growth. */
+static int pad_from_nothing(op_ctx *c, const char *mode, const int64_t *in_dims, const int64_t *extent,
+                            const int64_t *lo, const int64_t *hi, int rank, mlxb_dtype t) {
+  int64_t out[OP_UTIL_MAX_RANK], in_size = 1;
+  for (int i = 0; i < rank; i++) out[i] = extent[i] + lo[i] + hi[i], in_size *= in_dims[i];
+  if (in_size == 0) {
+    if (!strcmp(mode, "wrap")) return op_fail(c, "wrap mode cannot pad an empty input");
+    for (int i = 0; i < rank; i++)
+      if (in_dims[i] == 0 && out[i] > 0) return op_fail(c, "cannot pad axis %d of size 0 in %s mode", i, mode);
+    return op_set_output(c, 0, mlxb_zeros(op_scope(c), out, rank, t)) ? -1 : 1;
+  }
+  for (int i = 0; i < rank; i++)
+    if (extent[i] == 0) return op_fail(c, "pads crop axis %d to nothing: %s mode has no data to pad from", i, mode);
+  return 0;
+}
+
+/* Whether the padded result has no element (pad_size_fails has checked its extents fit int64). */
+static bool pad_result_empty(const int64_t *dims, const int64_t *lo, const int64_t *hi, int rank) {
+  for (int i = 0; i < rank; i++)
+    if (dims[i] + lo[i] + hi[i] == 0) return true;
+  return false;
 }
 
 static int lower_pad(op_ctx *c, const op_def *def) {
@@ -603,8 +644,9 @@ static int lower_pad(op_ctx *c, const op_def *def) {
     lo[a] = pads[k], hi[a] = pads[k + na];
   }
   /* Negative pads crop first (ORT crops, then pads what is left). */
-  int64_t start[OP_UTIL_MAX_RANK], stop[OP_UTIL_MAX_RANK], step[OP_UTIL_MAX_RANK];
+  int64_t start[OP_UTIL_MAX_RANK], stop[OP_UTIL_MAX_RANK], step[OP_UTIL_MAX_RANK], in_dims[OP_UTIL_MAX_RANK];
   bool crop = false, grow = false;
+  memcpy(in_dims, dims, sizeof(int64_t) * (size_t)rank);
   for (int i = 0; i < rank; i++) {
     /* compared before any negation: a pad of INT64_MIN has no positive twin */
     if (lo[i] < -dims[i] || hi[i] < -dims[i]) return op_fail(c, "pads crop axis %d below zero", i);
@@ -619,11 +661,19 @@ static int lower_pad(op_ctx *c, const op_def *def) {
     grow |= lo[i] > 0 || hi[i] > 0;
   }
   if (crop) x = mlxb_slice(op_scope(c), x, start, stop, step);
+  if (strcmp(mode, "constant")) {
+    int done = pad_from_nothing(c, mode, in_dims, dims, lo, hi, rank, mlxb_type(x));
+    if (done) return done < 0 ? -1 : 0;
+  }
   if (!grow) return op_set_output(c, 0, x);
   if (pad_size_fails(c, x, dims, lo, hi, rank)) return -1;
+  if (pad_result_empty(dims, lo, hi, rank)) { /* nothing to write, however far an axis grows */
+    int64_t out[OP_UTIL_MAX_RANK];
+    for (int i = 0; i < rank; i++) out[i] = dims[i] + lo[i] + hi[i];
+    return op_set_output(c, 0, mlxb_zeros(op_scope(c), out, rank, mlxb_type(x)));
+  }
   for (int i = 0; i < rank; i++) {
     if (!lo[i] && !hi[i]) continue;
-    if (strcmp(mode, "constant") && dims[i] == 0) return op_fail(c, "cannot pad empty axis %d in %s mode", i, mode);
     if (!strcmp(mode, "reflect") && (lo[i] > dims[i] - 1 || hi[i] > dims[i] - 1))
       return op_fail(c, "reflect pads of axis %d exceed its size %lld minus one", i, (long long)dims[i]);
   }
@@ -732,6 +782,8 @@ static int range_ints(op_ctx *c, int32_t dtype) {
   int64_t count = (int64_t)n;
   size_t esz = ir_dtype_size(dtype);
   if (range_count_ok(c, count, esz)) return -1;
+  if (count > INT32_MAX) /* MLX's arange counts in int */
+    return op_fail(c, "%lld elements: more than MLX makes in one range (2^31 - 1)", (long long)count);
   if (count > RANGE_HOST_COUNT) {
     mlxb_scope *s = op_scope(c);
     mlxb_array *i = mlxb_arange(s, 0, (double)count, 1, MLXB_I64);
@@ -753,20 +805,16 @@ static int range_ints(op_ctx *c, int32_t dtype) {
   return rc;
 }
 
-/* Float Range accumulates in the element type exactly as ORT's kernel does (start += delta); a
+/* Float Range accumulates in the element type exactly as ORT's kernel does (start += delta). Its
+ * count is ceil((limit - start) / delta) in double for float32 too, as ORT's kernel computes it
+ * (measured: float32 arithmetic gives another count for about one random case in sixteen); a
  * count that is not finite (NaN or infinite start, limit or delta) fails like ORT. */
 static int range_floats(op_ctx *c, int32_t dtype) {
   double v[3] = {0.0, 0.0, 1.0}; /* com.microsoft Range: delta 1 when absent */
   for (int i = 0; i < 3; i++)
     if (op_has_input(c, i) && op_util_input_double(c, i, &v[i])) return -1;
   if (v[2] == 0) return op_fail(c, "delta is zero");
-  double n;
-  if (dtype == ONNX_FLOAT) {
-    float start = (float)v[0], limit = (float)v[1], delta = (float)v[2];
-    n = __builtin_ceil((double)(limit - start) / delta);
-  } else {
-    n = __builtin_ceil((v[1] - v[0]) / v[2]);
-  }
+  double n = __builtin_ceil((v[1] - v[0]) / v[2]);
   if (!__builtin_isfinite(n)) return op_fail(c, "the computed number of elements is not a finite value");
   if (!(n > 0)) n = 0;
   if (n >= 0x1p63) return op_fail(c, "the computed number of elements exceeds the supported range");

@@ -22,6 +22,9 @@ fuzz = importlib.util.module_from_spec(_spec)  # by path: bench/run.py is anothe
 _spec.loader.exec_module(fuzz)
 
 SLICE_SEED, SLICE_COUNT = 100_000, 200
+# the data pool (tools/fuzz/gen_data.py): ops reading indices and sizes from tensors, each Run
+# replayed on other (often hostile) values
+DATA_SLICE_SEED, DATA_SLICE_COUNT = 200_000, 150
 CASES = sorted(glob.glob(os.path.join(ROOT, "tests", "fuzz", "cases", "*.json")))
 
 
@@ -32,6 +35,16 @@ def test_fuzz_slice():
     assert not bad, f"{len(bad)} unexplained failures ({dict(counts)}); reproduce with " \
                     f"tools/fuzz/run.py --seed S --count 1 --save:\n" + "\n".join(bad)
     assert counts["ok"] > SLICE_COUNT // 2, dict(counts)
+
+
+def test_fuzz_data_slice():
+    counts, failures = fuzz.run(range(DATA_SLICE_SEED, DATA_SLICE_SEED + DATA_SLICE_COUNT), jobs=1, timeout=120,
+                                pool="data")
+    bad = [f"seed {s}: {r['class']}: {mr.get('detail', '')[:300]}\n  minimised: {json.dumps(m['nodes'])}"
+           for s, r, m, mr, why in failures if not why]
+    assert not bad, f"{len(bad)} unexplained failures ({dict(counts)}); reproduce with " \
+                    f"tools/fuzz/run.py --pool data --seed S --count 1 --save:\n" + "\n".join(bad)
+    assert counts["ok"] > DATA_SLICE_COUNT // 2, dict(counts)
 
 
 def _case_params():

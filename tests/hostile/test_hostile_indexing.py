@@ -107,3 +107,26 @@ def test_one_hot_out_of_range_gives_off(idx):
     model = node_model("OneHot", [("i", np.zeros(3, np.int64)), ("d", np.array(4, np.int64)),
                                   ("v", np.array([0, 1], np.float32))], [F], consts={"d", "v"})
     check_hostile(model, {"i": np.array([1, idx, -1], np.int64)}, {"i": np.array([0, 1, 2], np.int64)}, None)
+
+
+# ---- MaxUnpool / ReverseSequence (found by tools/fuzz's data pool: both used to answer where ORT
+# refuses, MaxUnpool dropping the position, ReverseSequence clipping the length) -----------------
+
+@pytest.mark.parametrize("idx", [16, -1, 10**12, I64_MIN, I64_MAX])
+def test_max_unpool_index_out_of_range(idx):
+    x = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 2, 2)
+    model = node_model("MaxUnpool", [("x", x), ("i", np.zeros((1, 1, 2, 2), np.int64))], [F],
+                       attrs={"kernel_shape": [2, 2], "strides": [2, 2]})
+    check_hostile(model, {"x": x, "i": np.array([[[[0, idx], [5, 15]]]], np.int64)},
+                  {"x": x, "i": np.array([[[[0, 2], [5, 15]]]], np.int64)}, r"index -?\d+ out of range \[0, 16\)")
+
+
+@pytest.mark.parametrize("length", [4, -1, 2**40, I64_MIN])
+@pytest.mark.parametrize("axes", [(0, 1), (1, 0)])
+def test_reverse_sequence_length_out_of_range(length, axes):
+    t_axis, b_axis = axes
+    x = np.arange(6, dtype=np.float32).reshape((3, 2) if t_axis == 0 else (2, 3))
+    model = node_model("ReverseSequence", [("x", x), ("l", np.zeros(2, np.int64))], [F],
+                       attrs={"time_axis": t_axis, "batch_axis": b_axis})
+    check_hostile(model, {"x": x, "l": np.array([length, 2], np.int64)}, {"x": x, "l": np.array([3, 0], np.int64)},
+                  r"sequence length -?\d+ out of range \[0, 4\)")

@@ -70,6 +70,16 @@ def test_tile_beyond_memory():
                   HUGE)
 
 
+@pytest.mark.parametrize("reps", [[2**29, 3], [2**29 + 1, 3], [2**40, 3], [3, 2**62], [1, 2**40]])
+def test_tile_of_empty_input(reps):
+    """Nothing to repeat: an empty result, which ORT still refuses when the output's nonzero dims
+    multiply past 4 GiB (found by tools/fuzz's data pool)."""
+    x = np.ones((2, 0), np.float32)
+    model = node_model("Tile", [("x", x), ("r", np.array([1, 1], np.int64))], [F])
+    check_hostile(model, {"x": x, "r": np.array(reps, np.int64)}, {"x": x, "r": np.array([2, 1], np.int64)},
+                  r"more than 4294967296 bytes")
+
+
 def test_range_beyond_memory():
     a, d = np.array(0, np.int64), np.array(1, np.int64)
     model = node_model("Range", [("a", a), ("b", a), ("d", d)], [TensorProto.INT64])

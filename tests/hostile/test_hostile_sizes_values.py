@@ -237,6 +237,35 @@ def test_pad_sizes_from_data(domain, pads, match):
                   match, reference_in_child=True)
 
 
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+def test_pad_crop_to_nothing(mode):
+    """A non-empty input cropped to nothing along an axis leaves edge, reflect and wrap nothing to pad
+    from: ORT fails even when nothing grows (found by tools/fuzz's data pool)."""
+    model = node_model("Pad", [("x", PAD_X), ("p", np.zeros(4, np.int64))], [F], attrs={"mode": mode})
+    for bad in ([1, 0, 0, -4], [0, 0, 0, -4], [-3, 1, 0, 0]):
+        check_hostile(model, {"x": PAD_X, "p": np.array(bad, np.int64)}, {"x": PAD_X, "p": np.array([0, 0, 0, -1], np.int64)},
+                      r"crop axis \d to nothing")
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect"])
+def test_pad_empty_input(mode):
+    """An empty input: edge and reflect may give an empty output, but not grow an axis of size 0."""
+    x = np.zeros((2, 0), np.float32)
+    model = node_model("Pad", [("x", x), ("p", np.zeros(4, np.int64))], [F], attrs={"mode": mode})
+    check_hostile(model, {"x": x, "p": np.array([0, 1, 0, 0], np.int64)}, {"x": x, "p": np.array([1, 0, 0, 0], np.int64)},
+                  r"cannot pad axis 1 of size 0")
+    x3 = np.zeros((8, 0, 2), np.float32)
+    model = node_model("Pad", [("x", x3), ("p", np.zeros(6, np.int64))], [F], attrs={"mode": mode})
+    check_hostile(model, {"x": x3, "p": np.array([-7, 0, 3, 9, 0, 1], np.int64)},
+                  {"x": x3, "p": np.array([1, 0, 0, 0, 0, 0], np.int64)}, None)
+
+
+def test_pad_wrap_empty_input():
+    x = np.zeros((2, 0), np.float32)
+    model = node_model("Pad", [("x", x), ("p", np.zeros(4, np.int64))], [F], attrs={"mode": "wrap"})
+    check_refused(model, {"x": x, "p": np.array([1, 0, 0, 0], np.int64)}, r"wrap mode cannot pad an empty input")
+
+
 @pytest.mark.parametrize("axis", [3, -4, 2**31 - 1, -(2**31)])
 def test_expand_dims_axis_from_data(axis):
     model = node_model("ExpandDims", [("x", PAD_X), ("a", np.array(0, np.int32))], [F], domain=MS)

@@ -528,7 +528,23 @@ BUILDERS.update({"ArgMax": b_argmax, "ArgMin": b_argmax, "Softmax": b_softmax, "
 OPS = sorted(BUILDERS)
 
 
-def generate(seed: int) -> dict:
+POOLS = ("core", "data")
+
+
+def _pool(name):
+    """(op names, {op: builder}) of a pool: "core" (the ops above) or "data" (gen_data.py: ops that
+    read an index, size or shape from a tensor, with a mix of core ops to consume their outputs)."""
+    if name == "core":
+        return OPS, BUILDERS
+    import gen_data
+    builders = dict(gen_data.DATA_BUILDERS)
+    builders.update({op: BUILDERS[op] for op in gen_data.CORE_MIX if op not in builders})
+    ops = sorted(gen_data.DATA_BUILDERS) * 2 + sorted(gen_data.CORE_MIX)   # data ops drawn twice as often
+    return ops, builders
+
+
+def generate(seed: int, pool: str = "core") -> dict:
+    ops, builders = _pool(pool)
     g = Gen(seed)
     first = list(DTYPE_WEIGHTS)
     w = np.array([DTYPE_WEIGHTS[d] for d in first])
@@ -538,8 +554,8 @@ def generate(seed: int) -> dict:
     tries = 0
     while len(g.nodes) < n_nodes and tries < 50:
         tries += 1
-        op = g.choice(OPS)
-        BUILDERS[op](g, op)
+        op = g.choice(ops)
+        builders[op](g, op)
     used = {i for nd in g.nodes for i in nd["inputs"]}
     produced = [(o, dt) for nd in g.nodes for o in nd["outputs"] for (nm, dt, _) in g.values if nm == o]
     outputs = [{"name": o, "dtype": dt} for o, dt in produced if o not in used]
@@ -547,4 +563,7 @@ def generate(seed: int) -> dict:
         o = g.nodes[-1]["outputs"][0]
         outputs.append({"name": o, "dtype": next(dt for nm, dt in produced if nm == o)})
     inputs = [i for i in g.inputs if i["name"] in used]   # a fresh input nothing consumed is dropped
-    return {"seed": seed, "opset": OPSET, "inputs": inputs, "inits": g.inits, "nodes": g.nodes, "outputs": outputs}
+    spec = {"seed": seed, "opset": OPSET, "inputs": inputs, "inits": g.inits, "nodes": g.nodes, "outputs": outputs}
+    if pool != "core":
+        spec["pool"] = pool
+    return spec

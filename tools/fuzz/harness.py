@@ -54,11 +54,29 @@ def arr_of(t):
     return np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"])
 
 
+def node_attrs(n) -> dict:
+    """A spec node's attributes for helper.make_node: a tensor attribute is written in the spec as
+    {"tensor": {"dtype", "shape", "data"}} (JSON has no TensorProto)."""
+    return {k: numpy_helper.from_array(arr_of(v["tensor"]), k) if isinstance(v, dict) and "tensor" in v else v
+            for k, v in n["attrs"].items()}
+
+
+def make_node(n):
+    return helper.make_node(n["op"], n["inputs"], n["outputs"], **node_attrs(n))
+
+
+def alt_feeds(spec) -> dict | None:
+    """The second feed set of a spec whose inputs carry "alt" values (gen_data.py), else None."""
+    if not any("alt" in i for i in spec["inputs"]):
+        return None
+    return {i["name"]: arr_of(dict(i, data=i["alt"]) if "alt" in i else i) for i in spec["inputs"]}
+
+
 def build_model(spec, outputs=None) -> tuple[bytes, dict]:
     """(model bytes, feeds). outputs: names to expose (default: the spec's outputs); every name
     must be a node output whose dtype is known (from the spec's outputs or `dtypes`)."""
     outs = spec["outputs"] if outputs is None else outputs
-    nodes = [helper.make_node(n["op"], n["inputs"], n["outputs"], **n["attrs"]) for n in spec["nodes"]]
+    nodes = [make_node(n) for n in spec["nodes"]]
     graph = helper.make_graph(
         nodes, "fuzz",
         [helper.make_tensor_value_info(i["name"], ONNX_DT[i["dtype"]], i["shape"]) for i in spec["inputs"]],
@@ -71,7 +89,7 @@ def build_model(spec, outputs=None) -> tuple[bytes, dict]:
 
 def _short(e):
     s = str(e).replace("\n", " ")
-    return s[:300]
+    return s[:500]
 
 
 def compare(got, want, name, tol=None):
@@ -152,7 +170,7 @@ def working_dtype(spec, name, dtypes) -> str | None:
     return worst
 
 
-def stepwise_values(spec) -> dict | None:
+def stepwise_values(spec, partial=False) -> dict | None:
     """Every value computed node by node, each node in its own ORT CPU session with its inputs fed
     and its outputs materialised in their ONNX dtype: the graph's per-node semantics, without ORT's
     whole-graph rewrites (a float16 node that lacks a float16 kernel runs in float32, and between
@@ -163,9 +181,9 @@ def stepwise_values(spec) -> dict | None:
     for n in spec["nodes"]:
         ins = [i for i in n["inputs"] if i]
         if any(i not in vals for i in ins) or any(o not in dtypes for o in n["outputs"]):
-            return None
+            return vals if partial else None
         graph = helper.make_graph(
-            [helper.make_node(n["op"], n["inputs"], n["outputs"], **n["attrs"])], "step",
+            [make_node(n)], "step",
             [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(vals[i].dtype), vals[i].shape)
              for i in dict.fromkeys(ins)],
             [helper.make_tensor_value_info(o, ONNX_DT[dtypes[o]], None) for o in n["outputs"]])
@@ -175,7 +193,7 @@ def stepwise_values(spec) -> dict | None:
             got = ort.InferenceSession(model.SerializeToString(), _quiet(), providers=["CPUExecutionProvider"]).run(
                 None, {i: vals[i] for i in ins})
         except Exception:  # noqa: BLE001
-            return None
+            return vals if partial else None   # partial: the values before the node ORT refuses
         vals.update(zip(n["outputs"], got))
     return vals
 
@@ -282,9 +300,66 @@ def ort_symbolic(spec):
         return None
 
 
+ALT_ORDER = (0, 0, 1, 1, 0)   # eager and trace on the first values, the replay on alt, then back
+
+
+def _ort_answer(sess, feeds):
+    """ORT's outputs, or its error message."""
+    try:
+        return sess.run(None, feeds)
+    except Exception as e:  # noqa: BLE001
+        return _short(e)
+
+
+def run_spec_alt(spec, model, sets) -> dict:
+    """run_spec for a spec with a second feed set: the EP's Runs follow ALT_ORDER and each is held to
+    ORT's answer for its own feeds: the same outputs, or an error where ORT errors."""
+    import onnxruntime_ep_mlx as mlx_ep
+    names = [o["name"] for o in spec["outputs"]]
+    try:
+        sess = ort.InferenceSession(model, _quiet(), providers=["CPUExecutionProvider"])
+        want = [_ort_answer(sess, f) for f in sets]
+    except Exception as e:  # noqa: BLE001
+        msg = _short(e)
+        if "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg:
+            return {"class": "no-ref", "detail": msg}
+        want = ["session: " + msg] * len(sets)
+    for w in want:
+        if isinstance(w, str) and "data type is not supported" in w:
+            return {"class": "no-ref", "detail": w}
+    try:
+        esess = mlx_ep.session(model, strict=True, sess_options=_quiet())
+    except Exception as e:  # noqa: BLE001
+        msg = _short(e)
+        if "fallback" in msg.lower() or "assigned to the default CPU" in msg:
+            return {"class": "declined", "detail": msg}
+        if all(isinstance(w, str) for w in want):
+            return {"class": "both-error", "detail": f"ep session: {msg} | ort: {want[0]}"}
+        return {"class": "one-sided", "detail": f"EP session fails, ORT runs: {msg}"}
+    dtypes, errors = {}, 0
+    for run, which in enumerate(ALT_ORDER):
+        got, ref = _ort_answer(esess, sets[which]), want[which]
+        where = f"run {run + 1} ({'alt' if which else 'first'} values)"
+        if isinstance(got, str) and isinstance(ref, str):
+            errors += 1
+            continue
+        if isinstance(got, str):
+            return {"class": "one-sided", "detail": f"EP errors, ORT answers, {where}: {got}"}
+        if isinstance(ref, str):
+            return {"class": "one-sided", "detail": f"ORT errors, EP answers, {where}: {ref}"}
+        for nm, gv, wv in zip(names, got, ref):
+            d = compare_working(spec, gv, wv, nm, dtypes)
+            if d:
+                return {"class": "mismatch", "detail": f"{where}: {d}", "output": nm}
+    return {"class": "both-error" if errors == len(ALT_ORDER) else "ok"}
+
+
 def run_spec(spec) -> dict:
     import onnxruntime_ep_mlx as mlx_ep
     model, feeds = build_model(spec)
+    alt = alt_feeds(spec)
+    if alt is not None:
+        return run_spec_alt(spec, model, (feeds, alt))
     names = [o["name"] for o in spec["outputs"]]
     cpu_err = cpu_full = want = None
     try:
@@ -372,7 +447,7 @@ def cpu_values(spec) -> dict:
 
 
 def handle(req) -> dict:
-    spec = req.get("spec") or gen.generate(req["seed"])
+    spec = req.get("spec") or gen.generate(req["seed"], req.get("pool", "core"))
     if req.get("mode") == "values":
         return {"values": cpu_values(spec)}
     out = run_spec(spec)

@@ -159,6 +159,25 @@ def _has_nan(spec, names):
     return False
 
 
+def _runtime_shapes(spec, alt: bool) -> dict:
+    """{value name: shape} from ORT's kernels run node by node (harness.stepwise_values) on the spec's
+    first values, or its alt values: the shapes a value read at Run decides. {} when that fails."""
+    import numpy as np
+    import harness
+    if alt:
+        spec = dict(spec, inputs=[dict(i, data=i["alt"]) if "alt" in i else i for i in spec["inputs"]])
+    vals = harness.stepwise_values(spec, partial=True)
+    return {k: list(np.shape(v)) for k, v in vals.items()} if vals else {}
+
+
+def _values(spec, name):
+    """Every value a fed or constant tensor takes: its data, and its alt values if it has them."""
+    t = _tensor(spec, name)
+    if not t:
+        return []
+    return list(t["data"]) + list(t.get("alt", []))
+
+
 def _tensor(spec, name):
     for t in spec["inputs"] + spec["inits"]:
         if t["name"] == name:
@@ -245,6 +264,8 @@ def explain(spec, res):
         if op in REDUCES + ("ArgMax", "ArgMin"):
             shapes = _shapes(spec) if shapes is None else shapes
             xs = shapes.get(ins[0])
+            if xs is None:   # a shape decided by a value read at Run (the data pool)
+                xs = _runtime_shapes(spec, "(alt values)" in detail).get(ins[0])
             if op in REDUCES:
                 axes = _tensor(spec, ins[1]) if len(ins) > 1 and ins[1] else None
                 neg = bool(axes) and any(a < 0 for a in axes["data"])
@@ -256,6 +277,9 @@ def explain(spec, res):
         if op == "MatMul":
             shapes = _shapes(spec) if shapes is None else shapes
             a, b = shapes.get(ins[0]), shapes.get(ins[1])
+            if a is None or b is None:   # shapes decided by values read at Run (the data pool)
+                run_shapes = _runtime_shapes(spec, "(alt values)" in detail)
+                a, b = a or run_shapes.get(ins[0]), b or run_shapes.get(ins[1])
             if (a is not None and b is not None and res["class"] == "one-sided" and "MatMul node" in detail
                     and "cannot broadcast" in detail and _matmul_zero_broadcast(a, b)):
                 return ("ORT bug: MatMul batch broadcasting refuses a 0 against a 1 (NumPy, which ONNX MatMul "
@@ -276,12 +300,44 @@ def explain(spec, res):
         if op == "LayerNormalization" and mismatch and _layernorm_constant_row(spec, n):
             return ("LayerNormalization of a row constant up to rounding: its output is rounding error over "
                     "sqrt(epsilon) (ORT accumulates float32 in double, the EP in float32)")
+        if op == "TopK" and res["class"] == "one-sided" and "EP errors" in detail and len(ins) > 1:
+            if any(not -(2**31) <= k < 2**31 for k in _values(spec, ins[1])):
+                return ("ORT bug: TopK truncates K to 32 bits (K = 2^40 gives 0 elements, 2^32 + 7 is refused as 7); "
+                        "the EP refuses a K outside [0, axis size]")
+        if op == "CumSum" and res["class"] == "one-sided" and "EP errors" in detail and "axis" in detail:
+            shapes = _shapes(spec) if shapes is None else shapes
+            xs = shapes.get(ins[0]) or _runtime_shapes(spec, "(alt values)" in detail).get(ins[0])
+            if xs is not None and 0 in xs:
+                return ("ORT skips CumSum's axis check on an empty input (it returns the input); the EP refuses an "
+                        "axis outside [-rank, rank) whatever the input")
+        if op == "GridSample" and len(ins) > 1:
+            import math
+            if any(not math.isfinite(v) or abs(v) >= 1e17 for v in _values(spec, ins[1])):
+                return ("GridSample with a grid coordinate that is infinite or past int64 once scaled: ORT converts "
+                        "it to an integer index (undefined in C++; INT64_MIN on x86, or a pixel after its clamps), "
+                        "the EP treats it as outside the image (padding_mode)")
+        if op == "Concat" and res["class"] == "one-sided" and "EP errors" in detail:
+            shapes = _shapes(spec) if shapes is None else shapes
+            run_shapes = None
+            for i in ins:
+                xs = shapes.get(i)
+                if xs is None:
+                    run_shapes = _runtime_shapes(spec, "(alt values)" in detail) if run_shapes is None else run_shapes
+                    xs = run_shapes.get(i)
+                if xs is not None and 0 in xs:
+                    return ("ORT bug: Concat does not check an empty input's dims against the others' (ONNX requires "
+                            "them equal): [0, 4] with [2, 3] on axis 1 gives ORT a [2, 7] output, 8 of its values never "
+                            "written; the EP refuses the mismatch")
         if op == "Slice" and len(ins) > 2:
             ends = _tensor(spec, ins[2])
             steps = _tensor(spec, ins[4]) if len(ins) > 4 and ins[4] else None
-            if ends and steps and any(e == I64_MAX and st < 0 for e, st in zip(ends["data"], steps["data"])):
+            if ends and steps and any(e == I64_MAX and st < 0 for key in ("data", "alt")
+                                      for e, st in zip(ends.get(key, ends["data"]), steps.get(key, steps["data"]))):
                 return ("ORT convention: Slice end INT64_MAX with a negative step runs to the start of the axis "
                         "(the ONNX spec clamps it to dim-1: an empty slice, which the EP gives)")
+    if res["class"] == "one-sided" and "EP errors" in detail and "does not fit in int32" in detail:
+        return ("MLX's dims are int32: a result with a dim past 2^31 - 1 (an empty one, which ORT can give) "
+                "cannot be made; the EP refuses it")
     if res["class"] == "one-sided" and res.get("symbolic"):   # harness.ort_symbolic
         if "re-use buffer" in res["symbolic"]:
             return ("ORT bug: with static input shapes holding a 0, ORT's allocation planner reuses a buffer of "
@@ -304,7 +360,8 @@ def explain(spec, res):
 
 def save_case(spec, res, reason=None):
     os.makedirs(CASES, exist_ok=True)
-    path = os.path.join(CASES, f"seed{spec['seed']}.json")
+    pool = spec.get("pool", "core")
+    path = os.path.join(CASES, f"seed{spec['seed']}.json" if pool == "core" else f"{pool}-seed{spec['seed']}.json")
     case = {"seed": spec["seed"], "found": res["class"], "detail": res.get("detail", ""),
             "xfail": reason, "spec": spec}
     with open(path, "w") as f:
@@ -312,7 +369,7 @@ def save_case(spec, res, reason=None):
     return path
 
 
-def run(seeds, jobs=1, save=False, minimize=True, timeout=60.0, log=None):
+def run(seeds, jobs=1, save=False, minimize=True, timeout=60.0, log=None, pool="core"):
     """Runs the seeds; returns (counts, failures [(seed, res, minimised spec, min res, explanation)])."""
     counts = collections.Counter()
     failures = []
@@ -323,11 +380,11 @@ def run(seeds, jobs=1, save=False, minimize=True, timeout=60.0, log=None):
         w = Worker(timeout)
         try:
             for s in part:
-                res = w.call({"seed": s})
+                res = w.call({"seed": s, "pool": pool})
                 cls = res["class"]
                 entry = None
                 if cls in FAILURES:
-                    spec = gen.generate(s)
+                    spec = gen.generate(s, pool)
                     mspec, mres = minimise(w, spec, res) if minimize and cls not in ("crash", "hang") else (spec, res)
                     why = explain(mspec, mres)
                     entry = (s, res, mspec, mres, why)
@@ -360,19 +417,22 @@ def main():
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--pool", choices=gen.POOLS, default="core",
+                    help="core: the ops of gen.py; data: ops reading indices/sizes from tensors, replayed on other values")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--save", action="store_true", help="save unexplained failures under tests/fuzz/cases/")
     ap.add_argument("--no-minimise", action="store_true")
     ap.add_argument("--json", help="write counts and failures here")
     a = ap.parse_args()
     t0 = time.time()
-    counts, failures = run(range(a.seed, a.seed + a.count), a.jobs, a.save, not a.no_minimise, a.timeout, log=sys.stdout)
+    counts, failures = run(range(a.seed, a.seed + a.count), a.jobs, a.save, not a.no_minimise, a.timeout, log=sys.stdout,
+                           pool=a.pool)
     dt = time.time() - t0
-    print(f"{a.count} graphs (seeds {a.seed}..{a.seed + a.count - 1}) in {dt:.0f} s:",
+    print(f"{a.count} graphs ({a.pool} pool, seeds {a.seed}..{a.seed + a.count - 1}) in {dt:.0f} s:",
           ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"count": a.count, "seed": a.seed, "seconds": dt, "counts": counts,
+            json.dump({"count": a.count, "seed": a.seed, "pool": a.pool, "seconds": dt, "counts": counts,
                        "failures": [{"seed": s, "class": r["class"], "detail": r.get("detail"),
                                      "minimised": m, "minimised_result": mr, "explanation": why}
                                     for s, r, m, mr, why in failures]}, f, indent=1)
