@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import assert_parity, claim_report as declined_reason, make_model, run_mlx, single_op_model, uniform_data
+from parity import assert_parity, claim_report as declined_reason, make_model, run_cpu, run_mlx, single_op_model, uniform_data
 
 
 def data(shape, dtype, lo=-2.0, hi=2.0, seed=0):
@@ -64,6 +64,22 @@ def test_matmul_int_chunked():
     """Large enough that the broadcast product is split over K in several chunks."""
     feeds = {"a": data([300, 200], np.int32, -50, 50, seed=5), "b": data([200, 300], np.int32, -50, 50, seed=6)}
     assert_parity(single_op_model("MatMul", feeds, opset=13), feeds)
+
+
+@pytest.mark.parametrize("sa,sb", [((2, 1), (3, 4)), ((2, 0), (1, 3)), ((1,), (3, 2)), ((2, 3), (1,))])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.float32])
+def test_matmul_inner_dims_differ(sa, sb, dtype):
+    """A K of 1 against another K: the integer path's broadcast multiply took it (and answered)
+    where ORT refuses (found by tools/fuzz's data pool, NonZero feeding MatMul); symbolic input
+    dims, so ORT's graph checks do not see it first."""
+    a, b = np.ones(sa, dtype), np.ones(sb, dtype)
+    ot = TensorProto.INT64 if dtype == np.int64 else TensorProto.INT32 if dtype == np.int32 else TensorProto.FLOAT
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    model = make_model([node], [("a", ot, [None] * len(sa)), ("b", ot, [None] * len(sb))], [("y", ot, None)])
+    with pytest.raises(Exception, match="dimension mismatch|must be equal|inner"):
+        run_cpu(model, {"a": a, "b": b})
+    with pytest.raises(Exception, match="MatMul"):
+        run_mlx(model, {"a": a, "b": b})
 
 
 def test_matmul_opset9_and_symbolic_dims():

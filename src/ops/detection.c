@@ -228,13 +228,14 @@ static bool claim_roi_align(claim_ctx *c, const op_def *def) {
 }
 
 /* ORT's sample count along one side of a roi: the sampling ratio when one is set, else
- * ceil(extent / bins) in float, which is negative for a roi given backwards. A count past int64 is
- * what ORT converts to INT64_MIN on x86 (the conversion is undefined in C++); any other is held to
- * 2^40 either way before its conversion (such a grid fails the memory check after). */
-static int64_t roi_grid(int64_t ratio, float extent, int64_t bins) {
+ * ceil(extent / bins) in float, which is negative for a roi given backwards. Counts are held to
+ * +-2^40 before their conversion (such a grid fails the memory check after). *past is set for a
+ * count outside int64, whose conversion in ORT is undefined (x86 gives INT64_MIN, and ORT's table
+ * size then wraps): refused. */
+static int64_t roi_grid(int64_t ratio, float extent, int64_t bins, bool *past) {
   if (ratio > 0) return ratio;
   float g = ceilf(extent / (float)bins);
-  if (!(g > -0x1p63f && g < 0x1p63f)) return INT64_MIN;
+  if (!(g > -0x1p63f && g < 0x1p63f)) *past = true;
   if (g > 0x1p40f) return (int64_t)1 << 40;
   if (g < -0x1p40f) return -((int64_t)1 << 40);
   return (int64_t)g;
@@ -306,7 +307,12 @@ static int lower_roi_align(op_ctx *c, const op_def *def) {
     float ew = (float)rv[n * 4 + 2] * scale - off, eh = (float)rv[n * 4 + 3] * scale - off;
     float rw = ew - sw, rh = eh - sh;
     if (!half_pixel) rw = fmaxf(rw, 1.0f), rh = fmaxf(rh, 1.0f);
-    int64_t gh = roi_grid(ratio, rh, PH), gw = roi_grid(ratio, rw, PW), cells;
+    bool past = false;
+    int64_t gh = roi_grid(ratio, rh, PH, &past), gw = roi_grid(ratio, rw, PW, &past), cells;
+    if (past) {
+      op_fail(c, "roi %lld needs a sample grid past int64 (extent %g x %g)", (long long)n, (double)rh, (double)rw);
+      goto done;
+    }
     /* ORT sizes its tables by gh * gw * bins as a size_t: a negative product fails there */
     if ((gh < 0 && gw > 0) || (gh > 0 && gw < 0)) {
       op_fail(c, "roi %lld has a negative sample grid (%lld x %lld: given backwards along one side)", (long long)n,

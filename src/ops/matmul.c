@@ -3,6 +3,7 @@
  * exactly as ORT's integer GEMM does. */
 #include <ctype.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -40,6 +41,13 @@ static mlxb_array *matmul_int(mlxb_scope *s, mlxb_array *a, mlxb_array *b) {
     return NULL;
   }
   int64_t m = mlxb_dim(a, -2), k = mlxb_dim(a, -1), n = mlxb_dim(b, -1);
+  if (mlxb_dim(b, -2) != k) { /* the broadcast multiply below would take a K of 1 against any other */
+    char msg[128];
+    snprintf(msg, sizeof msg, "MatMul dimension mismatch: K is %lld on the left, %lld on the right", (long long)k,
+             (long long)mlxb_dim(b, -2));
+    mlxb_set_error(s, msg);
+    return NULL;
+  }
   int last = -1, mid = -3;
   mlxb_array *ae = mlxb_expand_dims(s, a, &last, 1); /* [..., M, K, 1] */
   mlxb_array *be = mlxb_expand_dims(s, b, &mid, 1);  /* [..., 1, K, N] */

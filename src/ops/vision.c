@@ -241,8 +241,8 @@ static int lower_affine_grid(op_ctx *c, const op_def *def) {
   int64_t N = size[0];
   if (mlxb_ndim(theta) != 3 || mlxb_dim(theta, 0) != N || mlxb_dim(theta, 1) != nsp || mlxb_dim(theta, 2) != nsp + 1)
     return op_fail(c, "theta must be [N, %d, %d]", nsp, nsp + 1);
-  for (int i = 2; i < ns; i++)
-    if (size[i] < 0) return op_fail(c, "negative size");
+  for (int i = 2; i < ns; i++) /* ORT's rule: every spatial size positive (an empty grid is refused too) */
+    if (size[i] <= 0) return op_fail(c, "size[%d] (%lld) must be positive", i, (long long)size[i]);
   mlxb_dtype t = mlxb_type(theta), ct = op_util_compute_type(t);
   mlxb_array *th = mlxb_astype(s, theta, ct);
   /* base[j]: coordinate j (0 = x over the last axis) shaped to broadcast over [N, spatial...] */
@@ -360,6 +360,19 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
 
 /* ======================================================================== CenterCropPad */
 
+/* ONNX's function body for a negative target size t along an axis of size n, as ORT runs it: no
+ * padding (max(t, n) is n), then Slice from start = (n - t) / 2 to start + t, both in wrapping
+ * int64 arithmetic and clamped as Slice clamps. An empty crop for most t; INT64_MIN wraps to the
+ * whole axis. */
+static void ccp_negative_target(int64_t n, int64_t t, int64_t *start, int64_t *stop) {
+  int64_t from = (int64_t)((uint64_t)n - (uint64_t)t) / 2;
+  int64_t to = (int64_t)((uint64_t)from + (uint64_t)t);
+  if (from < 0) from = from < -n ? 0 : from + n;
+  if (to < 0) to = to < -n ? 0 : to + n;
+  from = from > n ? n : from, to = to > n ? n : to;
+  *start = from, *stop = to > from ? to : from;
+}
+
 static int lower_center_crop_pad(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0);
@@ -389,8 +402,10 @@ static int lower_center_crop_pad(op_ctx *c, const op_def *def) {
   for (int k = 0; k < ns; k++) {
     int a = axes[k];
     int64_t want = shape[k], dim = dims[a];
-    if (want < 0) return op_fail(c, "negative target size");
-    if (want < dim) {
+    if (want < 0) {
+      ccp_negative_target(dim, want, &st[a], &sp[a]);
+      crop = true;
+    } else if (want < dim) {
       st[a] = (dim - want) / 2, sp[a] = st[a] + want, crop = true;
     } else if (want > dim) {
       lo[a] = (want - dim) / 2, hi[a] = want - dim - lo[a], grow = true;
@@ -424,7 +439,9 @@ static const op_def defs[] = {
                   "the columns landing on each pixel, summed"),
     OP_ROW("", "CenterCropPad", 18, 25, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_ALL,
            .lower = lower_center_crop_pad,
-           .doc = "shape read on the host, optional axes; crops centred (floor) and zero-pads (extra at the end)"),
+           .doc = "shape read on the host, optional axes; crops centred (floor) and zero-pads (extra at the end); a "
+                  "negative target size crops as ONNX's function body does under ORT (empty; INT64_MIN wraps to the "
+                  "whole axis)"),
 };
 
 OPS_FAMILY(vision, defs);

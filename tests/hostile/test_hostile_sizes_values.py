@@ -266,6 +266,15 @@ def test_pad_wrap_empty_input():
     check_refused(model, {"x": x, "p": np.array([1, 0, 0, 0], np.int64)}, r"wrap mode cannot pad an empty input")
 
 
+@pytest.mark.parametrize("size", [[2, 1, 4, 0], [2, 1, 0, 3], [2, 1, -1, 3], [2, 1, 4, -(2**63)]])
+def test_affine_grid_size_not_positive(size):
+    """ORT refuses a spatial size of 0 or less, an empty grid included (found by tools/fuzz's data pool)."""
+    theta = np.zeros((2, 2, 3), np.float32)
+    model = node_model("AffineGrid", [("t", theta), ("s", np.zeros(4, np.int64))], [F])
+    check_hostile(model, {"t": theta, "s": np.array(size, np.int64)}, {"t": theta, "s": np.array([2, 1, 4, 3], np.int64)},
+                  r"must be positive")
+
+
 @pytest.mark.parametrize("axis", [3, -4, 2**31 - 1, -(2**31)])
 def test_expand_dims_axis_from_data(axis):
     model = node_model("ExpandDims", [("x", PAD_X), ("a", np.array(0, np.int32))], [F], domain=MS)

@@ -30,6 +30,7 @@ class Gen:
         self.inputs = []        # graph inputs: dict(name, dtype, shape, data)
         self.inits = []         # initializers: same form
         self.nodes = []
+        self.out_dtypes = {}    # every node output's dtype (values a builder withdrew included)
         self.n = 0
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -96,6 +97,7 @@ class Gen:
                            "attrs": {k: v for k, v in attrs.items() if v is not None}})
         for nm, (dt, sh) in zip(names, outs):
             self.values.append((nm, dt, tuple(int(d) for d in sh)))
+            self.out_dtypes[nm] = dt
         return names
 
     def bcast_shape(self, shape):
@@ -557,7 +559,7 @@ def generate(seed: int, pool: str = "core") -> dict:
         op = g.choice(ops)
         builders[op](g, op)
     used = {i for nd in g.nodes for i in nd["inputs"]}
-    produced = [(o, dt) for nd in g.nodes for o in nd["outputs"] for (nm, dt, _) in g.values if nm == o]
+    produced = [(o, g.out_dtypes[o]) for nd in g.nodes for o in nd["outputs"]]
     outputs = [{"name": o, "dtype": dt} for o, dt in produced if o not in used]
     if g.nodes and g.nodes[-1]["outputs"][0] not in [o["name"] for o in outputs]:
         o = g.nodes[-1]["outputs"][0]

@@ -392,13 +392,119 @@ def b_gather_rt(g: Gen, op):
     return True
 
 
+def b_resize(g: Gen, op):
+    x = float_data(g, rank_lo=1, rank_hi=5)
+    r = len(x[2])
+    if g.chance(0.5):   # sizes
+        sizes = np.array([d if g.chance(0.5) else int(g.rng.integers(0, 7)) for d in x[2]], np.int64)
+        alt = spoil(g, sizes, [-1, 0, 2**40, 2**62, -(2**63)])
+        ins = [x[0], "", "", size_feed(g, sizes, alt)]
+        out = tuple(int(v) for v in sizes)
+    else:               # scales
+        scales = np.array([1.0 if g.chance(0.5) else float(g.choice([0.5, 2.0, 1.5, 3.0])) for _ in x[2]], np.float32)
+        alt = np.array(scales, copy=True)
+        if g.chance(0.6):
+            alt[int(g.rng.integers(r))] = g.choice([0.0, -1.0, 1e12, np.inf, np.nan, 1e-30])
+        ins = [x[0], "", size_feed(g, scales, alt, "float32")]
+        out = tuple(int(np.floor(d * sc)) for d, sc in zip(x[2], scales))
+    mode = g.choice(["nearest", "linear", "cubic"])
+    g.node(op, ins, [(x[1], out)], mode=mode)
+    return True
+
+
+def b_center_crop_pad(g: Gen, op):
+    x = g.pick(lambda v: len(v[2]) > 0, fresh_dtype="float32", fresh_shape=g.shape(int(g.rng.integers(1, 4))))
+    shape = np.array([int(g.rng.integers(0, d + 3)) for d in x[2]], np.int64)
+    alt = spoil(g, shape, [-1, 2**40, -(2**63), 2**62])
+    g.node(op, [x[0], size_feed(g, shape, alt)], [(x[1], tuple(int(v) for v in shape))])
+    return True
+
+
+def b_window(g: Gen, op):
+    n = int(g.rng.integers(0, 9))
+    dt = g.choice(["int64", "int32"])
+    # int32 holds no size past memory that is not also one both sides would fill (2^31 - 1 floats)
+    size = size_feed(g, np.array(n), np.array(g.choice([n, 0, -1, -(2**31) if dt == "int32" else 2**40])), dt)
+    g.node(op, [size], [("float32", (n,))], periodic=int(g.rng.integers(0, 2)))
+    return True
+
+
+def b_dft(g: Gen, op):
+    b, n = int(g.rng.integers(1, 3)), int(g.rng.integers(1, 7))
+    x = g.feed("float32", (b, n, g.choice([1, 2])))
+    length = int(g.rng.integers(1, 9))
+    lin = size_feed(g, np.array(length), np.array(g.choice([length, 0, -1, 2**40, -(2**63)])))
+    inverse = int(g.rng.integers(0, 2))
+    onesided = int(g.rng.integers(0, 2)) if not inverse else 0
+    cols = length // 2 + 1 if onesided else length
+    g.node(op, [x, lin, g.const(np.array(1, np.int64))], [("float32", (b, cols, 2))], inverse=inverse, onesided=onesided)
+    return True
+
+
+def b_col2im(g: Gen, op):
+    n, c = int(g.rng.integers(1, 3)), int(g.rng.integers(1, 3))
+    kh, kw = int(g.rng.integers(1, 3)), int(g.rng.integers(1, 3))
+    h, w = int(g.rng.integers(kh, kh + 4)), int(g.rng.integers(kw, kw + 4))
+    blocks = (h - kh + 1) * (w - kw + 1)
+    x = g.feed("float32", (n, c * kh * kw, blocks))
+    image = np.array([h, w], np.int64)
+    block = np.array([kh, kw], np.int64)
+    ialt = spoil(g, image, [0, -1, 2**40, -(2**63), h + 5])
+    balt = spoil(g, block, [0, -1, 2**40, -(2**63)], p=0.3)
+    g.node(op, [x, size_feed(g, image, ialt), size_feed(g, block, balt)], [("float32", (n, c, h, w))])
+    return True
+
+
+def b_nms(g: Gen, op):
+    b, cl, n = int(g.rng.integers(1, 3)), int(g.rng.integers(1, 3)), int(g.rng.integers(0, 6))
+    boxes = g.rng.uniform(-2, 10, (b, n, 4)).astype(np.float32)
+    balt = np.array(boxes, copy=True)
+    if balt.size and g.chance(0.5):
+        balt.flat[int(g.rng.integers(balt.size))] = g.choice([np.inf, -np.inf, np.nan, 1e30])
+    scores = g.rng.random((b, cl, n)).astype(np.float32)
+    k = int(g.rng.integers(0, 5))
+    ins = [size_feed(g, boxes, balt, "float32", const_p=0.1), g.feed("float32", scores.shape, scores),
+           size_feed(g, np.array([k]), np.array([g.choice([k, -1, 2**40, 2**63 - 1, -(2**63)])]))]
+    if g.chance(0.7):
+        ins.append(g.const(np.array([float(g.choice([0.0, 0.3, 0.7]))], np.float32), "float32"))
+    # its output's row count depends on the data: declared only by rank
+    g.node(op, ins, [("int64", (0, 3))], center_point_box=int(g.rng.integers(0, 2)))
+    g.values.pop()   # the declared shape is not the real one: nothing consumes it
+    return True
+
+
+def b_affine_grid(g: Gen, op):
+    n, h, w = int(g.rng.integers(1, 3)), int(g.rng.integers(1, 5)), int(g.rng.integers(1, 5))
+    theta = g.feed("float32", (n, 2, 3))
+    size = np.array([n, 1, h, w], np.int64)
+    alt = spoil(g, size, [-1, 0, 2**40, -(2**63), n + 1])
+    g.node(op, [theta, size_feed(g, size, alt)], [("float32", (n, h, w, 2))], align_corners=int(g.rng.integers(0, 2)))
+    return True
+
+
+def b_gather_block_quantized(g: Gen, op):
+    rows, blocks = int(g.rng.integers(1, 6)), int(g.rng.integers(1, 3))
+    bs = 16
+    data = g.feed("uint8", (rows, blocks * bs // 2), g.rng.integers(0, 256, (rows, blocks * bs // 2)).astype(np.uint8))
+    scales = g.feed("float32", (rows, blocks), g.rng.uniform(0.1, 2, (rows, blocks)).astype(np.float32))
+    ishape = g.shape(int(g.rng.integers(1, 3)))
+    dt = g.choice(["int64", "int32"])
+    arr = valid_indices(g, rows, ishape, dt)
+    idx = size_feed(g, arr, spoil(g, arr, index_bad(rows)), dt)
+    g.node(op, [data, idx, scales], [("float32", tuple(ishape) + (blocks * bs,))], domain="com.microsoft",
+           block_size=bs, gather_axis=0, quantize_axis=1)
+    return True
+
+
 DATA_BUILDERS = {
     "GatherND": b_gather_nd, "ScatterND": b_scatter_nd, "OneHot": b_one_hot, "Pad": b_pad, "TopK": b_top_k,
     "Range": b_range, "ConstantOfShape": b_constant_of_shape, "Compress": b_compress, "NonZero": b_non_zero,
     "Split": b_split, "ReverseSequence": b_reverse_sequence, "Expand": b_expand_rt, "Tile": b_tile_rt,
     "Reshape": b_reshape_rt, "Slice": b_slice_rt, "CumSum": b_cumsum_rt, "Trilu": b_trilu_rt,
     "MaxUnpool": b_max_unpool, "GridSample": b_grid_sample, "RoiAlign": b_roi_align, "Gather": b_gather_rt,
-    "GatherElements": b_gather_rt,
+    "GatherElements": b_gather_rt, "Resize": b_resize, "CenterCropPad": b_center_crop_pad, "HannWindow": b_window,
+    "BlackmanWindow": b_window, "DFT": b_dft, "Col2Im": b_col2im, "NonMaxSuppression": b_nms,
+    "AffineGrid": b_affine_grid, "GatherBlockQuantized": b_gather_block_quantized,
 }
 # core ops that consume what the data ops give (arithmetic, casts, reductions, joins)
 CORE_MIX = ["Add", "Mul", "Neg", "Relu", "Cast", "ReduceSum", "ReduceMax", "Concat", "Where", "MatMul", "Transpose",

@@ -310,6 +310,13 @@ def explain(spec, res):
             if xs is not None and 0 in xs:
                 return ("ORT skips CumSum's axis check on an empty input (it returns the input); the EP refuses an "
                         "axis outside [-rank, rank) whatever the input")
+        if op == "Resize" and res["class"] == "one-sided" and "ORT errors" in detail and "upsamplebase.h" in detail \
+                and ("only supports" in detail or "ScalesValidation" in detail):
+            return ("ORT's CPU Resize implements linear and cubic only over the innermost two (linear: or three) axes "
+                    "(outer scales must be 1); the EP resizes every axis the scales name, as ONNX defines")
+        if op == "RoiAlign" and res["class"] == "one-sided" and "past int64" in detail:
+            return ("RoiAlign with a roi whose sample grid count is past int64: ORT's float-to-int conversion is "
+                    "undefined (x86: INT64_MIN, then its table size wraps: zeros or an error); the EP refuses")
         if op == "GridSample" and len(ins) > 1:
             import math
             if any(not math.isfinite(v) or abs(v) >= 1e17 for v in _values(spec, ins[1])):
