@@ -237,11 +237,14 @@ static int lower_one_hot(op_ctx *c, const op_def *def) {
   if (op_util_onnx_is_float(op_input_dtype(c, 1))) {
     double d;
     if (op_input_doubles(c, 1, &d, 1) != 1) return op_fail(c, "depth must hold one value");
+    if (!(d > -0x1p63 && d < 0x1p63)) return op_fail(c, "depth %g is not a count", d);
     depth = (int64_t)d; /* ORT casts the depth to int64 */
   } else if (op_input_ints(c, 1, &depth, 1) != 1) {
     return op_fail(c, "depth must hold one value");
   }
   if (depth <= 0) return op_fail(c, "depth %lld must be positive", (long long)depth);
+  if (depth > INT32_MAX) /* an output dim MLX cannot make, even for empty indices */
+    return op_fail(c, "depth %lld does not fit in int32 (MLX's dims)", (long long)depth);
   int axis = op_util_axis(ir_attr_int(op_node(c), "axis", -1), r + 1);
   if (axis < 0) return op_fail(c, "axis out of range for output rank %d", r + 1);
   mlxb_scope *s = op_scope(c);

@@ -66,9 +66,14 @@ int op_util_resolve_axis(op_ctx *c, int64_t axis, int rank) {
   return a;
 }
 
+/* Saturates at INT64_MAX (sizes read from data can overflow; a saturated size fails every memory
+ * check after), and is 0 when any dim is, whatever the others. */
 int64_t op_util_numel(const int64_t *dims, int n) {
+  for (int i = 0; i < n; i++)
+    if (dims[i] == 0) return 0;
   int64_t total = 1;
-  for (int i = 0; i < n; i++) total *= dims[i];
+  for (int i = 0; i < n; i++)
+    if (__builtin_mul_overflow(total, dims[i], &total)) return INT64_MAX;
   return total;
 }
 

@@ -515,7 +515,10 @@ static int lower_split(op_ctx *c, const op_def *def) {
       op_fail(c, "negative split size");
       goto done;
     }
-    at += sizes[i];
+    if (__builtin_add_overflow(at, sizes[i], &at) || at > dim) {
+      op_fail(c, "split sizes add to more than dimension %lld", (long long)dim);
+      goto done;
+    }
     cuts[i] = at;
   }
   if (at != dim) {
@@ -600,9 +603,11 @@ static int pad_size_fails(op_ctx *c, const mlxb_array *x, const int64_t *dims, c
  * -1 on failure. in_dims: the input's dims; extent: after the crop; lo, hi: the growth. */
 static int pad_from_nothing(op_ctx *c, const char *mode, const int64_t *in_dims, const int64_t *extent,
                             const int64_t *lo, const int64_t *hi, int rank, mlxb_dtype t) {
-  int64_t out[OP_UTIL_MAX_RANK], in_size = 1;
-  for (int i = 0; i < rank; i++) out[i] = extent[i] + lo[i] + hi[i], in_size *= in_dims[i];
-  if (in_size == 0) {
+  int64_t out[OP_UTIL_MAX_RANK];
+  for (int i = 0; i < rank; i++)
+    if (__builtin_add_overflow(extent[i], lo[i], &out[i]) || __builtin_add_overflow(out[i], hi[i], &out[i]))
+      return op_fail(c, "padded axis %d is too large (its extent overflows int64)", i);
+  if (op_util_numel(in_dims, rank) == 0) {
     if (!strcmp(mode, "wrap")) return op_fail(c, "wrap mode cannot pad an empty input");
     for (int i = 0; i < rank; i++)
       if (in_dims[i] == 0 && out[i] > 0) return op_fail(c, "cannot pad axis %d of size 0 in %s mode", i, mode);

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from hostile import I32_MIN, check_hostile, check_refused, node_model
 
@@ -61,6 +61,16 @@ def test_constant_of_shape_beyond_memory():
     s = np.array([2**20, 2**20], np.int64)
     model = node_model("ConstantOfShape", [("s", s)], [F])
     check_hostile(model, {"s": s}, {"s": np.array([3, 2], np.int64)}, HUGE)
+
+
+@pytest.mark.parametrize("shape", [[2**32, 2**32], [2**62, 5], [3, 2**63 - 1]])
+def test_constant_of_shape_int_value_overflowing_count(shape):
+    """An int64 value takes a host path for small counts: a count that overflows int64 (2^32 x 2^32
+    wrapped to 0) must not look small (found by UBSan under tools/fuzz's data pool)."""
+    s = np.array(shape, np.int64)
+    model = node_model("ConstantOfShape", [("s", s)], [TensorProto.INT64],
+                       attrs={"value": helper.make_tensor("value", TensorProto.INT64, [1], [7])})
+    check_hostile(model, {"s": s}, {"s": np.array([3, 2], np.int64)}, HUGE, reference_in_child=True)
 
 
 def test_tile_beyond_memory():

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from hostile import MS, check_hostile, check_refused, node_model
+from parity import make_model
 import onnxruntime_ep_mlx as mlx_ep
 
 F = TensorProto.FLOAT
@@ -260,6 +261,16 @@ def test_pad_empty_input(mode):
                   {"x": x3, "p": np.array([1, 0, 0, 0, 0, 0], np.int64)}, None)
 
 
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+def test_pad_extent_overflows(mode):
+    """Pads whose sum with the extent overflows int64, in the modes with nothing-to-pad-from rules
+    (found by UBSan under tools/fuzz's data pool)."""
+    model = node_model("Pad", [("x", PAD_X), ("p", np.zeros(4, np.int64))], [F], attrs={"mode": mode})
+    check_hostile(model, {"x": PAD_X, "p": np.array([0, 2**63 - 1, 0, 5], np.int64)},
+                  {"x": PAD_X, "p": np.array([0, 1, 0, 1], np.int64)}, r"too large|more than the memory limit|exceed",
+                  reference_in_child=True)
+
+
 def test_pad_wrap_empty_input():
     x = np.zeros((2, 0), np.float32)
     model = node_model("Pad", [("x", x), ("p", np.zeros(4, np.int64))], [F], attrs={"mode": "wrap"})
@@ -273,6 +284,16 @@ def test_affine_grid_size_not_positive(size):
     model = node_model("AffineGrid", [("t", theta), ("s", np.zeros(4, np.int64))], [F])
     check_hostile(model, {"t": theta, "s": np.array(size, np.int64)}, {"t": theta, "s": np.array([2, 1, 4, 3], np.int64)},
                   r"must be positive")
+
+
+@pytest.mark.parametrize("sizes", [[2**63 - 1, 3], [3, 2**63 - 1], [-1, 6], [2**62, 2**62]])
+def test_split_sizes_from_data(sizes):
+    """Split sizes that overflow int64 as they add up (found by UBSan under tools/fuzz's data pool)."""
+    x = np.arange(5, dtype=np.float32)
+    node = helper.make_node("Split", ["x", "s"], ["a", "b"], axis=0)
+    model = make_model([node], [("x", F, [5]), ("s", TensorProto.INT64, [2])], [("a", F, None), ("b", F, None)])
+    check_hostile(model, {"x": x, "s": np.array(sizes, np.int64)}, {"x": x, "s": np.array([2, 3], np.int64)},
+                  r"split size|add to")
 
 
 @pytest.mark.parametrize("axis", [3, -4, 2**31 - 1, -(2**31)])

@@ -496,6 +496,55 @@ def b_gather_block_quantized(g: Gen, op):
     return True
 
 
+def _sequence(g: Gen):
+    """A sequence built inside the graph (SplitToSequence along axis 0, split sizes read at Run):
+    (name, the parts' shapes). The sequence is not offered to other builders."""
+    x = g.pick(lambda v: len(v[2]) > 0 and v[2][0] > 0 and v[1] != "bool", fresh_dtype="float32",
+               fresh_shape=(int(g.rng.integers(1, 5)),) + g.shape(int(g.rng.integers(0, 2))))
+    n = x[2][0]
+    parts = int(g.rng.integers(1, 4))
+    cuts = sorted(g.rng.integers(0, n + 1, size=parts - 1).tolist())
+    sizes = np.diff([0] + cuts + [n]).astype(np.int64)
+    sin = size_feed(g, sizes, spoil(g, sizes, [-1, n + 1, 2**40, -(2**63)], p=0.3))
+    (seq,) = g.node("SplitToSequence", [x[0], sin], [("seq", ())], axis=0)
+    g.values.pop()
+    return seq, x[1], [(int(k),) + tuple(x[2][1:]) for k in sizes], x[2]
+
+
+def _position(g: Gen, n, insert=False):
+    lo, hi = -n, n if insert else n - 1
+    pos = int(g.rng.integers(lo, hi + 1)) if hi >= lo else 0
+    bad = [hi + 1, lo - 1, 2**40, -(2**63), 2**63 - 1]
+    return size_feed(g, np.array(pos), np.array(g.choice(bad) if g.chance(0.6) else pos), const_p=0.2), pos
+
+
+def b_sequence_at(g: Gen, op):
+    seq, dt, shapes, _ = _sequence(g)
+    pin, pos = _position(g, len(shapes))
+    g.node(op, [seq, pin], [(dt, shapes[pos])])
+    return True
+
+
+def b_sequence_erase(g: Gen, op):
+    seq, dt, shapes, _ = _sequence(g)
+    pin, _ = _position(g, len(shapes))
+    (erased,) = g.node(op, [seq, pin], [("seq", ())])
+    g.values.pop()
+    g.node("SequenceLength", [erased], [("int64", ())])
+    return True
+
+
+def b_sequence_insert(g: Gen, op):
+    seq, dt, shapes, xshape = _sequence(g)
+    part = g.feed(dt, shapes[0])
+    pin, _ = _position(g, len(shapes), insert=True)
+    (grown,) = g.node(op, [seq, part, pin], [("seq", ())])
+    g.values.pop()
+    out = (xshape[0] + shapes[0][0],) + tuple(xshape[1:])
+    g.node("ConcatFromSequence", [grown], [(dt, out)], axis=0)
+    return True
+
+
 DATA_BUILDERS = {
     "GatherND": b_gather_nd, "ScatterND": b_scatter_nd, "OneHot": b_one_hot, "Pad": b_pad, "TopK": b_top_k,
     "Range": b_range, "ConstantOfShape": b_constant_of_shape, "Compress": b_compress, "NonZero": b_non_zero,
@@ -504,7 +553,8 @@ DATA_BUILDERS = {
     "MaxUnpool": b_max_unpool, "GridSample": b_grid_sample, "RoiAlign": b_roi_align, "Gather": b_gather_rt,
     "GatherElements": b_gather_rt, "Resize": b_resize, "CenterCropPad": b_center_crop_pad, "HannWindow": b_window,
     "BlackmanWindow": b_window, "DFT": b_dft, "Col2Im": b_col2im, "NonMaxSuppression": b_nms,
-    "AffineGrid": b_affine_grid, "GatherBlockQuantized": b_gather_block_quantized,
+    "AffineGrid": b_affine_grid, "GatherBlockQuantized": b_gather_block_quantized, "SequenceAt": b_sequence_at,
+    "SequenceErase": b_sequence_erase, "SequenceInsert": b_sequence_insert,
 }
 # core ops that consume what the data ops give (arithmetic, casts, reductions, joins)
 CORE_MIX = ["Add", "Mul", "Neg", "Relu", "Cast", "ReduceSum", "ReduceMax", "Concat", "Where", "MatMul", "Transpose",

@@ -369,10 +369,24 @@ def _ort_answers(model, sets):
     return [_ort_answer(sess, f) for f in sets]
 
 
+def _ep_session(model, ort_error):
+    """(the EP's strict session, None), or (None, the result when it cannot be built: declined,
+    both-error when ORT errors too (ort_error: ORT's message, or None), else one-sided)."""
+    import onnxruntime_ep_mlx as mlx_ep
+    try:
+        return mlx_ep.session(model, strict=True, sess_options=_quiet()), None
+    except Exception as e:  # noqa: BLE001
+        msg = _short(e)
+        if "fallback" in msg.lower() or "assigned to the default CPU" in msg:
+            return None, {"class": "declined", "detail": msg}
+        if ort_error:
+            return None, {"class": "both-error", "detail": f"ep session: {msg} | ort: {ort_error}"}
+        return None, {"class": "one-sided", "detail": f"EP session fails, ORT runs: {msg}"}
+
+
 def run_spec_alt(spec, model, sets) -> dict:
     """run_spec for a spec with a second feed set: the EP's Runs follow ALT_ORDER and each is held to
     ORT's answer for its own feeds: the same outputs, or an error where ORT errors."""
-    import onnxruntime_ep_mlx as mlx_ep
     names = [o["name"] for o in spec["outputs"]]
     try:
         want = _ort_answers(model, sets)
@@ -384,15 +398,9 @@ def run_spec_alt(spec, model, sets) -> dict:
     for w in want:
         if isinstance(w, str) and "data type is not supported" in w:
             return {"class": "no-ref", "detail": w}
-    try:
-        esess = mlx_ep.session(model, strict=True, sess_options=_quiet())
-    except Exception as e:  # noqa: BLE001
-        msg = _short(e)
-        if "fallback" in msg.lower() or "assigned to the default CPU" in msg:
-            return {"class": "declined", "detail": msg}
-        if all(isinstance(w, str) for w in want):
-            return {"class": "both-error", "detail": f"ep session: {msg} | ort: {want[0]}"}
-        return {"class": "one-sided", "detail": f"EP session fails, ORT runs: {msg}"}
+    esess, failed = _ep_session(model, want[0] if all(isinstance(w, str) for w in want) else None)
+    if failed:
+        return failed
     dtypes, errors = {}, 0
     for run, which in enumerate(ALT_ORDER):
         got, ref = _ort_answer(esess, sets[which]), want[which]
@@ -412,7 +420,6 @@ def run_spec_alt(spec, model, sets) -> dict:
 
 
 def run_spec(spec) -> dict:
-    import onnxruntime_ep_mlx as mlx_ep
     model, feeds = build_model(spec)
     alt = alt_feeds(spec)
     if alt is not None:
@@ -433,15 +440,9 @@ def run_spec(spec) -> dict:
             cpu_err, cpu_full = _short(e), str(e)
             if "data type is not supported" in str(e):  # a kernel without this dtype's form
                 return {"class": "no-ref", "detail": cpu_err}
-    try:
-        esess = mlx_ep.session(model, strict=True, sess_options=_quiet())
-    except Exception as e:  # noqa: BLE001
-        msg = _short(e)
-        if "fallback" in msg.lower() or "assigned to the default CPU" in msg:
-            return {"class": "declined", "detail": msg}
-        if cpu_err:
-            return {"class": "both-error", "detail": f"ep session: {msg} | ort: {cpu_err}"}
-        return {"class": "one-sided", "detail": f"EP session fails, ORT runs: {msg}"}
+    esess, failed = _ep_session(model, cpu_err)
+    if failed:
+        return failed
     results = []
     for _ in range(RUNS):
         try:

@@ -39,9 +39,12 @@ class Worker:
     def start(self):
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1")
+        # FUZZ_WORKER_STDERR=path appends the workers' stderr there (a sanitizer's report of a crash)
+        err = open(os.environ["FUZZ_WORKER_STDERR"], "a") if os.environ.get("FUZZ_WORKER_STDERR") else subprocess.DEVNULL
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "harness.py")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
-                                     env=env, cwd=ROOT)
+                                     stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1, env=env, cwd=ROOT)
+        if err is not subprocess.DEVNULL:
+            err.close()
 
     def stop(self):
         if self.proc:
@@ -166,8 +169,31 @@ def _runtime_shapes(spec, alt: bool) -> dict:
     import harness
     if alt:
         spec = dict(spec, inputs=[dict(i, data=i["alt"]) if "alt" in i else i for i in spec["inputs"]])
-    vals = harness.stepwise_values(spec, partial=True)
-    return {k: list(np.shape(v)) for k, v in vals.items()} if vals else {}
+    vals = harness.stepwise_values(spec, partial=True) or {}
+    shapes = {k: list(np.shape(v)) for k, v in vals.items()}
+    if len(vals) < len(spec["inputs"]) + len(spec["inits"]) + sum(len(n["outputs"]) for n in spec["nodes"]):
+        shapes.update(_prefix_shapes(spec))   # a node stepwise cannot run alone (sequences) stopped it
+    return shapes
+
+
+def _prefix_shapes(spec) -> dict:
+    """Shapes of the tensors of the longest prefix of the graph ORT's CPU EP runs whole, every
+    tensor it computes exposed (the node ORT refuses, and those after it, cut off)."""
+    import numpy as np
+    import harness
+    dtypes = harness.value_dtypes(spec)
+    for k in range(len(spec["nodes"]) - 1, 0, -1):
+        nodes = spec["nodes"][:k]
+        outs = [{"name": o, "dtype": dtypes[o]} for n in nodes for o in n["outputs"] if dtypes.get(o) in harness.ONNX_DT]
+        if not outs:
+            continue
+        model, feeds = harness.build_model(dict(spec, nodes=nodes), outs)
+        try:
+            got = harness._session(model, False).run(None, feeds)
+        except Exception:  # noqa: BLE001
+            continue
+        return {o["name"]: list(np.shape(v)) for o, v in zip(outs, got)}
+    return {}
 
 
 def _values(spec, name):
