@@ -42,6 +42,9 @@
 #            buffer) with the EP's phases, single pass and split: what the context costs a step
 #            (about 8 minutes: a call of its own)
 #   families the test files of the families the 2026-12-04 suite run failed on the GPU
+#   changed  the test files of what changed since the last GPU run and never ran there: the chunked
+#            LinearAttention, the fuzzer's data pool (every Run replayed on hostile values, so the
+#            GPU's paths meet them too) and the ops its findings changed
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   models   bench/gpu_session.sh's models step: the BERT layer and the CNN (squeezenet, from the
@@ -203,6 +206,12 @@ if step families; then
   pytest_q 300 -n 8 tests/test_ops_moe.py tests/test_ops_contrib_quant.py tests/test_llm_generation.py \
     tests/test_ops_elementwise.py tests/test_ops_emulated.py tests/test_ops_random.py \
     tests/hostile/test_hostile_sizes_values.py
+fi
+if step changed; then
+  # 2026-12-04 (second session, no GPU lent): CPU-tested only
+  pytest_q 400 -n 8 tests/test_ops_linear_attention.py tests/fuzz tests/hostile tests/test_ops_indexing.py \
+    tests/test_ops_shape.py tests/test_ops_matmul.py tests/test_ops_detection.py tests/test_ops_vision.py \
+    tests/test_ops_pool.py tests/test_ops_sequence.py
 fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)

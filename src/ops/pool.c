@@ -34,11 +34,7 @@ static bool pool_is_half(mlxb_dtype t) { return t == MLXB_F16 || t == MLXB_BF16;
 
 static bool pool_is_float(mlxb_dtype t) { return pool_is_half(t) || t == MLXB_F32 || t == MLXB_F64; }
 
-static int64_t pool_numel(const int64_t *d, int n) {
-  int64_t p = 1;
-  for (int i = 0; i < n; i++) p *= d[i];
-  return p;
-}
+static int64_t pool_numel(const int64_t *d, int n) { return op_util_numel(d, n); }
 
 /* A NULL array means a failure: the bridge's error, or one recorded already with op_fail. */
 static int pool_failed(op_ctx *c) {
@@ -484,6 +480,8 @@ static int lower_maxunpool(op_ctx *c, const op_def *def) {
   for (int i = 0; i < rank; i++)
     if (out[i] < 0) return op_fail(c, "negative output extent");
   int64_t total = pool_numel(out, rank), T = (int64_t)mlxb_size(x);
+  if (total >= INT32_MAX) /* the scatter below is one axis of total + 1 slots */
+    return op_fail(c, "output of %lld elements: more than one MLX axis holds", (long long)total);
   int64_t flat_t = T, slots = total + 1;
   /* winner[p] = the last input position writing p (-1 for none); slot `total` takes the rest. */
   mlxb_array *idx = mlxb_reshape(s, ind, &flat_t, 1);

@@ -61,7 +61,7 @@ static int lower_reshape(op_ctx *c, const op_def *def) {
       want[i] = in_dims[i];
     }
     if (want[i] < 0) return op_fail(c, "invalid shape value %lld", (long long)want[i]);
-    known *= want[i];
+    known = op_util_numel((const int64_t[]){known, want[i]}, 2); /* saturates: such a shape fits nothing */
   }
   int64_t total = op_util_numel(in_dims, in_rank);
   if (infer >= 0) {

@@ -130,3 +130,15 @@ def test_reverse_sequence_length_out_of_range(length, axes):
                        attrs={"time_axis": t_axis, "batch_axis": b_axis})
     check_hostile(model, {"x": x, "l": np.array([length, 2], np.int64)}, {"x": x, "l": np.array([3, 0], np.int64)},
                   r"sequence length -?\d+ out of range \[0, 4\)")
+
+
+@pytest.mark.parametrize("shape", [[1, 1, 2**40, 2**40], [1, 1, 2**32, 2**32], [1, 1, 2**62, 8]])
+def test_max_unpool_output_shape_from_data(shape):
+    """output_shape read from data, its element count past an MLX axis or overflowing int64 (the
+    count saturates; found by UBSan's audit after tools/fuzz's data pool)."""
+    x = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 2, 2)
+    i = np.array([[[[0, 2], [5, 15]]]], np.int64)
+    model = node_model("MaxUnpool", [("x", x), ("i", i), ("s", np.zeros(4, np.int64))], [F],
+                       attrs={"kernel_shape": [2, 2], "strides": [2, 2]})
+    check_hostile(model, {"x": x, "i": i, "s": np.array(shape, np.int64)},
+                  {"x": x, "i": i, "s": np.array([1, 1, 4, 4], np.int64)}, r"more than one MLX axis", reference_in_child=True)

@@ -286,6 +286,17 @@ def test_affine_grid_size_not_positive(size):
                   r"must be positive")
 
 
+@pytest.mark.parametrize("shape", [[2**63 - 1, 2], [2, -1, 2**63 - 1], [2**32, 2**32, 0, 0], [2**62, 4, -1]])
+def test_reshape_shape_overflowing(shape):
+    """A shape whose known dims overflow int64 as they multiply (found by UBSan under tools/fuzz's data
+    pool; [2^32, 2^32, 0, 0] fails first on its 0s, which copy dims the input lacks)."""
+    x = np.arange(6, dtype=np.float32)
+    model = node_model("Reshape", [("x", x), ("s", np.zeros(len(shape), np.int64))], [F])
+    check_hostile(model, {"x": x, "s": np.array(shape, np.int64)}, {"x": x, "s": np.array([6] + [1] * (len(shape) - 1),
+                                                                                          np.int64)},
+                  r"cannot reshape|cannot infer|copies a dimension")
+
+
 @pytest.mark.parametrize("sizes", [[2**63 - 1, 3], [3, 2**63 - 1], [-1, 6], [2**62, 2**62]])
 def test_split_sizes_from_data(sizes):
     """Split sizes that overflow int64 as they add up (found by UBSan under tools/fuzz's data pool)."""
