@@ -369,6 +369,13 @@ def _ort_answers(model, sets):
     return [_ort_answer(sess, f) for f in sets]
 
 
+def with_values(spec, alt: bool):
+    """The spec with its inputs holding their alt values (alt=True), or as it is."""
+    if not alt:
+        return spec
+    return dict(spec, inputs=[dict(i, data=i["alt"]) if "alt" in i else i for i in spec["inputs"]])
+
+
 def _ep_session(model, ort_error):
     """(the EP's strict session, None), or (None, the result when it cannot be built: declined,
     both-error when ORT errors too (ort_error: ORT's message, or None), else one-sided)."""
@@ -415,7 +422,11 @@ def run_spec_alt(spec, model, sets) -> dict:
         for nm, gv, wv in zip(names, got, ref):
             d = compare_working(spec, gv, wv, nm, dtypes)
             if d:
-                return {"class": "mismatch", "detail": f"{where}: {d}", "output": nm}
+                res = {"class": "mismatch", "detail": f"{where}: {d}", "output": nm}
+                amp = amplified(with_values(spec, alt=which == 1))
+                if amp:
+                    res["amplified"] = amp
+                return res
     return {"class": "both-error" if errors == len(ALT_ORDER) else "ok"}
 
 

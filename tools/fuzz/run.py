@@ -167,8 +167,7 @@ def _runtime_shapes(spec, alt: bool) -> dict:
     first values, or its alt values: the shapes a value read at Run decides. {} when that fails."""
     import numpy as np
     import harness
-    if alt:
-        spec = dict(spec, inputs=[dict(i, data=i["alt"]) if "alt" in i else i for i in spec["inputs"]])
+    spec = harness.with_values(spec, alt)
     vals = harness.stepwise_values(spec, partial=True) or {}
     shapes = {k: list(np.shape(v)) for k, v in vals.items()}
     if len(vals) < len(spec["inputs"]) + len(spec["inits"]) + sum(len(n["outputs"]) for n in spec["nodes"]):
