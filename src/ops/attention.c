@@ -797,6 +797,7 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   if (mlxb_ndim(query) != 3) return op_fail(c, "query must be 3-D");
   int64_t tsl;
   if (op_input_ints(c, 6, &tsl, 1) != 1) return op_fail(c, "total_sequence_length must be one value");
+  if (tsl <= 0) return op_fail(c, "total_sequence_length must be positive, got %lld", (long long)tsl);
   mlxb_dtype t = mlxb_type(query);
   int64_t b = mlxb_dim(query, 0), seq = mlxb_dim(query, 1);
   /* older exporters give seqlens_k as [batch, 1]; ORT only needs batch values */

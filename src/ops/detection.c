@@ -235,7 +235,10 @@ static bool claim_roi_align(claim_ctx *c, const op_def *def) {
 static int64_t roi_grid(int64_t ratio, float extent, int64_t bins, bool *past) {
   if (ratio > 0) return ratio;
   float g = ceilf(extent / (float)bins);
-  if (!(g > -0x1p63f && g < 0x1p63f)) *past = true;
+  if (!(g > -0x1p63f && g < 0x1p63f)) { /* NaN too (inf - inf of a scaled roi): no conversion */
+    *past = true;
+    return 0;
+  }
   if (g > 0x1p40f) return (int64_t)1 << 40;
   if (g < -0x1p40f) return -((int64_t)1 << 40);
   return (int64_t)g;
@@ -325,7 +328,7 @@ static int lower_roi_align(op_ctx *c, const op_def *def) {
     if (cells > smax) smax = cells;
   }
   if (smax == 0) smax = 1;
-  int64_t bins = R * PH * PW, samples;
+  int64_t bins = op_util_numel((const int64_t[]){R, PH, PW}, 3), samples; /* PH, PW: model attributes */
   if (__builtin_mul_overflow(bins, smax, &samples)) samples = INT64_MAX;
   if (roi_memory_fails(c, samples, C, mlxb_dtype_size(op_util_compute_type(mlxb_type(x))))) goto done;
   int64_t tn = samples * 4;
@@ -450,7 +453,9 @@ static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
   const int64_t *ps;
   if (ir_attr_ints(op_node(c), "pooled_shape", &ps) != 2) return op_fail(c, "pooled_shape must hold two values");
   int64_t PH = ps[0], PW = ps[1], N = mlxb_dim(x, 0), C = mlxb_dim(x, 1), H = mlxb_dim(x, 2), W = mlxb_dim(x, 3);
-  int64_t R = mlxb_dim(r, 0), bins = R * PH * PW;
+  int64_t R = mlxb_dim(r, 0), bins = op_util_numel((const int64_t[]){R, PH, PW}, 3);
+  if (PH < 1 || PW < 1 || bins > INT32_MAX) /* pooled_shape is a model attribute: its bins are one MLX axis */
+    return op_fail(c, "pooled_shape %lld x %lld gives %lld bins", (long long)PH, (long long)PW, (long long)bins);
   if (R > 0 && N * H * W == 0) return op_fail(c, "rois over an empty image");
   float scale = ir_attr_float(op_node(c), "spatial_scale", 1.0f);
   double *rv = malloc(sizeof *rv * (size_t)(R * 5 + 1));
@@ -492,7 +497,10 @@ static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
       }
     }
   }
-  int64_t tn = bins * maxwin, sentinel = N * H * W;
+  int64_t tn = op_util_numel((const int64_t[]){bins, maxwin}, 2), sentinel = N * H * W;
+  /* windows read from rois: the table, and the graph's gather of C values per entry, past memory
+   * fail here rather than in an allocation the host may overcommit */
+  if (roi_memory_fails(c, tn, C, mlxb_dtype_size(op_util_compute_type(mlxb_type(x))))) goto done;
   table = malloc(sizeof *table * (size_t)(tn ? tn : 1));
   empty = malloc((size_t)(bins ? bins : 1));
   if (!table || !empty) {
@@ -553,7 +561,7 @@ static bool claim_crop_and_resize(claim_ctx *c, const op_def *def) {
  * makes it), whether it lies inside, and the lower index and lerp. */
 typedef struct crop_axis {
   float pos, lerp;
-  int low, high, nearest;
+  int64_t low, high, nearest; /* (float)(len - 1) can round up to 2^31 on a long axis */
   bool inside;
 } crop_axis;
 
@@ -567,12 +575,12 @@ static crop_axis crop_sample(float lo, float hi, int64_t len, int64_t n, int64_t
   a.inside = !(a.pos < 0 || a.pos > (float)(len - 1)); /* NaN lies inside here as in ORT */
   /* a position outside (masked later) or NaN is clamped before any integer conversion */
   float p = isnan(a.pos) ? 0.0f : fminf(fmaxf(a.pos, 0.0f), (float)(len - 1));
-  a.low = (int)floorf(p), a.high = (int)ceilf(p), a.nearest = (int)roundf(p);
+  a.low = (int64_t)floorf(p), a.high = (int64_t)ceilf(p), a.nearest = (int64_t)roundf(p);
   a.lerp = a.pos - (float)a.low;
   /* keep every index in the image */
-  a.low = a.low < 0 ? 0 : (a.low >= len ? (int)len - 1 : a.low);
-  a.high = a.high < 0 ? 0 : (a.high >= len ? (int)len - 1 : a.high);
-  a.nearest = a.nearest < 0 ? 0 : (a.nearest >= len ? (int)len - 1 : a.nearest);
+  a.low = a.low < 0 ? 0 : (a.low >= len ? len - 1 : a.low);
+  a.high = a.high < 0 ? 0 : (a.high >= len ? len - 1 : a.high);
+  a.nearest = a.nearest < 0 ? 0 : (a.nearest >= len ? len - 1 : a.nearest);
   return a;
 }
 
@@ -609,7 +617,7 @@ static int lower_crop_and_resize(op_ctx *c, const op_def *def) {
   for (int i = 0; i < 4; i++)
     if (__builtin_mul_overflow(bytes, (size_t)out[i], &bytes)) bytes = SIZE_MAX;
   if (limit && bytes > limit) return op_fail(c, "output 0 needs %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
-  if (R * C * ch * cw == 0) return op_set_output(c, 0, mlxb_zeros(s, out, 4, mlxb_type(x)));
+  if (op_util_numel(out, 4) == 0) return op_set_output(c, 0, mlxb_zeros(s, out, 4, mlxb_type(x)));
   if (N * H * W == 0) return op_fail(c, "rois over an empty image");
   float *rv = nms_read_floats(c, 1, (size_t)(R * 4));
   int64_t *bv = malloc((size_t)R * sizeof *bv);

@@ -196,6 +196,10 @@ static mlxb_array *quant_param_blocked(op_ctx *c, mlxb_array *p, const int64_t *
     op_fail(c, "blocked parameters must have the input's rank %d", rank);
     return NULL;
   }
+  if (block > INT32_MAX) { /* checked first: dims + block - 1 below must not pass int64 */
+    op_fail(c, "block_size %lld is too large", (long long)block);
+    return NULL;
+  }
   int64_t pd[OP_UTIL_MAX_RANK];
   mlxb_shape(p, pd);
   for (int i = 0; i < rank; i++) {
@@ -204,10 +208,6 @@ static mlxb_array *quant_param_blocked(op_ctx *c, mlxb_array *p, const int64_t *
       op_fail(c, "blocked parameter dim %d is %lld, expected %lld", i, (long long)pd[i], (long long)want);
       return NULL;
     }
-  }
-  if (block > INT32_MAX) {
-    op_fail(c, "block_size %lld is too large", (long long)block);
-    return NULL;
   }
   /* the last block may be partial: cut the repeats back to the input's length */
   mlxb_scope *s = op_scope(c);

@@ -77,6 +77,10 @@ static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g
   for (int i = 0; i < g->nsp; i++) {
     g->in[i] = dims[i + 2];
     if (g->k[i] < 1 || g->s[i] < 1 || g->d[i] < 1) return op_fail(c, "kernel, strides and dilations must be >= 1");
+    /* model attributes: bounded so that the extent arithmetic below cannot overflow int64 */
+    if (g->k[i] > INT32_MAX || g->s[i] > INT32_MAX || g->d[i] > INT32_MAX || g->pl[i] < 0 || g->ph[i] < 0 ||
+        g->pl[i] > INT32_MAX || g->ph[i] > INT32_MAX)
+      return op_fail(c, "kernel, strides, dilations and pads must lie in [0, 2^31)");
     if (ap == OP_UTIL_PAD_SAME_UPPER || ap == OP_UTIL_PAD_SAME_LOWER) {
       /* ORT pads with the undilated kernel here. */
       int64_t target = (g->in[i] + g->s[i] - 1) / g->s[i];

@@ -407,8 +407,13 @@ static int rs_geometry(op_ctx *c, const rs_attrs *a, const int64_t *in, int rank
     for (int i = 0; i < rank; i++)
       if (!naxes || sel[i]) pick = a->policy == 1 ? fminf(pick, scales[i]) : fmaxf(pick, scales[i]);
     for (int i = 0; i < rank; i++) {
-      if (!naxes || sel[i]) scales[i] = pick, out[i] = (int64_t)roundf(pick * (float)in[i]);
-      else scales[i] = 1.0f, out[i] = in[i];
+      if (naxes && !sel[i]) {
+        scales[i] = 1.0f, out[i] = in[i];
+        continue;
+      }
+      float v = roundf(pick * (float)in[i]);
+      if (!(v < 0x1p62f)) return op_fail(c, "output dimension %d (%g) is too large", i, (double)v);
+      scales[i] = pick, out[i] = (int64_t)v;
     }
   }
   for (int i = 0; i < rank; i++)
@@ -419,12 +424,16 @@ static int rs_geometry(op_ctx *c, const rs_attrs *a, const int64_t *in, int rank
 /* The output's bytes against MLX's memory limit, before any host table or array is allocated. */
 static int rs_check_size(op_ctx *c, const int64_t *out, int rank, mlxb_dtype t) {
   size_t bytes = mlxb_dtype_size(t), limit = mlxb_memory_limit();
+  bool empty = false;
   for (int i = 0; i < rank; i++) {
-    if (out[i] == 0) return 0;
+    empty |= out[i] == 0;
     if (out[i] < 0 || __builtin_mul_overflow(bytes, (size_t)out[i], &bytes)) bytes = SIZE_MAX;
   }
-  if (limit && bytes > limit)
+  if (!empty && limit && bytes > limit)
     return op_fail(c, "output 0 needs %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
+  for (int i = 0; i < rank; i++) /* an empty result too: every axis would get a table of out[i] entries */
+    if (out[i] > INT32_MAX)
+      return op_fail(c, "output dimension %d (%lld) is more than an MLX dimension holds", i, (long long)out[i]);
   return 0;
 }
 
@@ -446,6 +455,8 @@ static int lower_resize(op_ctx *c, const op_def *def) {
   if (same) return op_set_output(c, 0, x); /* ORT copies the input whatever the scales */
   for (int i = 0; i < rank; i++)
     if (in[i] == 0 && out[i] != 0) return op_fail(c, "cannot resize an empty axis");
+  if (op_util_numel(out, rank) == 0) /* nothing to compute: no table for the other axes either */
+    return op_set_output(c, 0, mlxb_zeros(s, out, rank, mlxb_type(x)));
   mlxb_dtype t = mlxb_type(x), ct = op_util_is_float(t) ? op_util_compute_type(t) : t;
   if (a.mode != RS_NEAREST && !op_util_is_float(t)) return op_fail(c, "linear/cubic resize needs a float input");
   mlxb_array *y = ct == t ? x : mlxb_astype(s, x, ct);

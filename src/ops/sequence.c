@@ -167,11 +167,15 @@ static int lower_split_to_sequence(op_ctx *c, const op_def *def) {
           op_fail(c, "split %lld is negative", (long long)sizes[k]);
           goto done;
         }
+        if (sizes[k] > dim - total) { /* compared before the sum, which could pass int64 */
+          total = dim + 1;
+          break;
+        }
         total += sizes[k];
-        if (total > dim) break;
       }
       if (total != dim) {
-        op_fail(c, "split sizes sum to %lld, not the dimension %lld of axis %d", (long long)total, (long long)dim, axis);
+        op_fail(c, "split sizes sum to %s%lld, not the dimension %lld of axis %d", total > dim ? "more than " : "",
+                (long long)(total > dim ? dim : total), (long long)dim, axis);
         goto done;
       }
     }

@@ -428,9 +428,9 @@ static bool claim_constant(claim_ctx *c, const op_def *def) {
     if (op_mlx_dtype(t->dtype) < 0 || !ir_dtype_size(t->dtype))
       return claim_decline(c, "value has dtype %s, which MLX lacks", ir_dtype_name(t->dtype));
     if (t->rank > OP_UTIL_MAX_RANK) return claim_decline(c, "value has rank %d", t->rank);
-    int64_t cnt = 1;
-    for (int i = 0; i < t->rank; i++) cnt *= t->dims[i];
-    if ((size_t)cnt * ir_dtype_size(t->dtype) != t->bytes || (cnt && !t->data))
+    int64_t cnt = op_util_numel(t->dims, t->rank); /* saturates: dims from the model file */
+    size_t bytes;
+    if (__builtin_mul_overflow((size_t)cnt, ir_dtype_size(t->dtype), &bytes) || bytes != t->bytes || (cnt && !t->data))
       return claim_decline(c, "value tensor data is not available");
     return true;
   }
@@ -716,6 +716,10 @@ static bool claim_blocks(claim_ctx *c, const op_def *def) {
   return true;
 }
 
+/* A blocksize past this would overflow the block's bs * bs * dim arithmetic (and no MLX axis holds
+ * a block that large); an empty input divides by any blocksize. */
+#define SHAPE_MAX_BLOCK 46340
+
 /* Reshape to six dims, permute, reshape to four: the formulas of the ONNX spec. */
 static int shape_blocks(op_ctx *c, mlxb_array *x, const int64_t *six, const int *perm, const int64_t *four) {
   mlxb_scope *s = op_scope(c);
@@ -728,7 +732,8 @@ static int lower_depth_to_space(op_ctx *c, const op_def *def) {
   int64_t d[OP_UTIL_MAX_RANK];
   if (op_util_input_dims(c, 0, &x, d) != 4) return op_fail(c, "input must have rank 4");
   int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
-  if (bs <= 0 || d[1] % (bs * bs)) return op_fail(c, "channels %lld not divisible by blocksize^2", (long long)d[1]);
+  if (bs <= 0 || bs > SHAPE_MAX_BLOCK) return op_fail(c, "blocksize %lld out of range", (long long)bs);
+  if (d[1] % (bs * bs)) return op_fail(c, "channels %lld not divisible by blocksize^2", (long long)d[1]);
   int64_t cc = d[1] / (bs * bs);
   int64_t four[4] = {d[0], cc, d[2] * bs, d[3] * bs};
   if (!strcmp(ir_attr_string(op_node(c), "mode", "DCR"), "CRD")) {
@@ -746,7 +751,8 @@ static int lower_space_to_depth(op_ctx *c, const op_def *def) {
   int64_t d[OP_UTIL_MAX_RANK];
   if (op_util_input_dims(c, 0, &x, d) != 4) return op_fail(c, "input must have rank 4");
   int64_t bs = ir_attr_int(op_node(c), "blocksize", 0);
-  if (bs <= 0 || d[2] % bs || d[3] % bs) return op_fail(c, "spatial dims not divisible by blocksize");
+  if (bs <= 0 || bs > SHAPE_MAX_BLOCK) return op_fail(c, "blocksize %lld out of range", (long long)bs);
+  if (d[2] % bs || d[3] % bs) return op_fail(c, "spatial dims not divisible by blocksize");
   int64_t six[6] = {d[0], d[1], d[2] / bs, bs, d[3] / bs, bs};
   int64_t four[4] = {d[0], d[1] * bs * bs, d[2] / bs, d[3] / bs};
   static const int perm[6] = {0, 3, 5, 1, 2, 4};

@@ -241,8 +241,15 @@ static int lower_affine_grid(op_ctx *c, const op_def *def) {
   int64_t N = size[0];
   if (mlxb_ndim(theta) != 3 || mlxb_dim(theta, 0) != N || mlxb_dim(theta, 1) != nsp || mlxb_dim(theta, 2) != nsp + 1)
     return op_fail(c, "theta must be [N, %d, %d]", nsp, nsp + 1);
-  for (int i = 2; i < ns; i++) /* ORT's rule: every spatial size positive (an empty grid is refused too) */
+  for (int i = 2; i < ns; i++) { /* ORT's rule: every spatial size positive (an empty grid is refused too) */
     if (size[i] <= 0) return op_fail(c, "size[%d] (%lld) must be positive", i, (long long)size[i]);
+    if (size[i] > INT32_MAX) return op_fail(c, "size[%d] (%lld) is more than an MLX dimension holds", i, (long long)size[i]);
+  }
+  size_t bytes = mlxb_dtype_size(op_util_compute_type(mlxb_type(theta))) * (size_t)nsp, limit = mlxb_memory_limit();
+  for (int i = 0; i < ns; i++) /* the grid [N, spatial..., nsp], before its base tables are built */
+    if (__builtin_mul_overflow(bytes, (size_t)(i == 1 ? 1 : size[i]), &bytes)) bytes = SIZE_MAX;
+  if (limit && bytes > limit)
+    return op_fail(c, "output 0 needs %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
   mlxb_dtype t = mlxb_type(theta), ct = op_util_compute_type(t);
   mlxb_array *th = mlxb_astype(s, theta, ct);
   /* base[j]: coordinate j (0 = x over the last axis) shaped to broadcast over [N, spatial...] */
@@ -283,6 +290,19 @@ static bool claim_col2im(claim_ctx *c, const op_def *def) {
   return true;
 }
 
+/* The host table of tn entries and the graph's [N * C, tn] gather, against MLX's memory limit (the
+ * image shape is data: its pixels times the block's taps can pass any memory). */
+static int col2im_table_fails(op_ctx *c, int64_t tn, int64_t nc, size_t esz) {
+  size_t limit = mlxb_memory_limit(), table, gather;
+  if (__builtin_mul_overflow((size_t)tn, sizeof(int64_t), &table)) table = SIZE_MAX;
+  if (__builtin_mul_overflow((size_t)tn, (size_t)nc, &gather) || __builtin_mul_overflow(gather, esz, &gather))
+    gather = SIZE_MAX;
+  if (tn == INT64_MAX || (limit && (table > limit || gather > limit)))
+    return op_fail(c, "image_shape and block_shape need %lld gather entries per channel, more than the memory limit "
+                   "(%zu bytes)", (long long)tn, limit);
+  return 0;
+}
+
 /* Each output pixel gathers the column entries that land on it (a host table padded with a
  * zero entry), then sums them: the adjoint of im2col without a scatter. */
 static int lower_col2im(op_ctx *c, const op_def *def) {
@@ -304,23 +324,35 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
   for (size_t i = 0; i < cnt; i++) str[i] = v[i];
   if ((cnt = ir_attr_ints(node, "pads", &v)) && cnt != (size_t)(2 * nsp)) return op_fail(c, "pads length");
   for (size_t i = 0; i < cnt; i++) pads[i] = v[i];
-  int64_t K = 1, L = 1, P = 1;
+  int64_t K = 1, L = 1, P = 1; /* saturating products: image and block shapes come from data */
   for (int i = 0; i < nsp; i++) {
     if (dil[i] < 1 || str[i] < 1 || blk[i] < 1 || img[i] < 0 || pads[i] < 0 || pads[i + nsp] < 0)
       return op_fail(c, "invalid block, stride, dilation, pad or image value");
-    int64_t span = dil[i] * (blk[i] - 1) + 1;
-    nblk[i] = (img[i] + pads[i] + pads[i + nsp] - span) / str[i] + 1;
+    int64_t span, ext;
+    if (__builtin_mul_overflow(dil[i], blk[i] - 1, &span) || __builtin_add_overflow(span, 1, &span) ||
+        __builtin_add_overflow(img[i], pads[i], &ext) || __builtin_add_overflow(ext, pads[i + nsp], &ext))
+      return op_fail(c, "image_shape %lld and block_shape %lld overflow int64 on axis %d", (long long)img[i],
+                     (long long)blk[i], i);
+    nblk[i] = (ext - span) / str[i] + 1;
     if (nblk[i] < 0) nblk[i] = 0;
-    K *= blk[i], L *= nblk[i], P *= img[i];
+    K = op_util_numel((const int64_t[]){K, blk[i]}, 2);
+    L = op_util_numel((const int64_t[]){L, nblk[i]}, 2);
+    P = op_util_numel((const int64_t[]){P, img[i]}, 2);
   }
   if (mlxb_ndim(x) != 3 || mlxb_dim(x, 2) != L || mlxb_dim(x, 1) % K)
     return op_fail(c, "input must be [N, C*%lld, %lld]", (long long)K, (long long)L);
   int64_t N = mlxb_dim(x, 0), C = mlxb_dim(x, 1) / K;
+  int64_t od[OP_UTIL_MAX_RANK + 2];
+  od[0] = N, od[1] = C;
+  for (int i = 0; i < nsp; i++) od[2 + i] = img[i];
+  if (N == 0 || C == 0 || P == 0) /* an empty image gathers nothing, however large its other sides */
+    return op_set_output(c, 0, mlxb_zeros(s, od, nsp + 2, mlxb_type(x)));
   /* taps per pixel: product over axes of the (kernel offset, block) pairs hitting it */
-  int64_t T = 1;
-  for (int i = 0; i < nsp; i++) T *= blk[i];
-  int64_t tn = P * T, sentinel = K * L;
-  int64_t *table = malloc(sizeof *table * (size_t)(tn ? tn : 1));
+  int64_t T = K;
+  int64_t tn = op_util_numel((const int64_t[]){P, T}, 2), sentinel = K * L; /* K * L is x's own size */
+  if (col2im_table_fails(c, tn, op_util_numel((const int64_t[]){N, C}, 2), mlxb_dtype_size(op_util_compute_type(mlxb_type(x)))))
+    return -1;
+  int64_t *table = malloc(sizeof *table * (size_t)tn);
   if (!table) return op_fail(c, "out of memory");
   for (int64_t p = 0; p < P; p++) {
     int64_t pi[OP_UTIL_MAX_RANK], rem = p;
@@ -351,9 +383,6 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
   mlxb_array *g = mlxb_reshape(s, mlxb_take(s, xf, idx, 2), gd, 4);
   int ax = 3;
   mlxb_array *y = mlxb_reduce(s, MLXB_RSUM, g, &ax, 1, false);
-  int64_t od[OP_UTIL_MAX_RANK + 2];
-  od[0] = N, od[1] = C;
-  for (int i = 0; i < nsp; i++) od[2 + i] = img[i];
   y = mlxb_reshape(s, y, od, nsp + 2);
   return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
 }

@@ -336,3 +336,69 @@ def test_contrib_range_count_beyond_memory():
     z = np.array(0, np.int64)
     model = node_model("Range", [("a", z), ("b", z)], [TensorProto.INT64], domain=MS)
     check_refused(model, {"a": z, "b": np.array(10**13, np.int64)}, HUGE, reference_in_child=True)
+
+
+# ---- found by an audit of the sizes read at Run (2026-12-04): heap overflow, division by zero and
+# signed overflow before any check ---------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape,img,blk", [((1, 4, 1), [2**32, 2**32], [2**32, 2**32]),  # K wrapped to 0: SIGFPE
+                                             ((1, 0, 0), [1, 2**60], [2, 1]),  # table bytes wrapped: heap overflow
+                                             ((1, 4, 1), [2**62, 2**62], [2, 2])])
+def test_col2im_shapes_from_data(x_shape, img, blk):
+    x = np.zeros(x_shape, np.float32)
+    good_x = np.zeros((1, 4, 9), np.float32)
+    node = helper.make_node("Col2Im", ["x", "i", "b"], ["y"])
+    model = make_model([node], [("x", F, [None, None, None]), ("i", TensorProto.INT64, [2]), ("b", TensorProto.INT64, [2])],
+                       [("y", F, None)], opset=18)
+    bad = {"x": x, "i": np.array(img, np.int64), "b": np.array(blk, np.int64)}
+    good = {"x": good_x, "i": np.array([4, 4], np.int64), "b": np.array([2, 2], np.int64)}
+    sess = mlx_ep.session(model, strict=True)
+    for feeds in (good, bad, good, bad):
+        if feeds is bad:
+            with pytest.raises(Exception, match=r"overflow|memory limit|input must be|MLX dimension|does not fit"):
+                sess.run(None, feeds)
+        else:
+            sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("size", [[1, 1, 2**62 + 1, 1], [1, 1, 2**31, 2], [1, 1, 2**20, 2**20]])
+def test_affine_grid_size_too_large(size):
+    """size[2] = 2^62 + 1 wrapped its base table's bytes: a heap overflow before."""
+    theta = np.zeros((1, 2, 3), np.float32)
+    model = node_model("AffineGrid", [("t", theta), ("s", np.zeros(4, np.int64))], [F])
+    check_hostile(model, {"t": theta, "s": np.array(size, np.int64)}, {"t": theta, "s": np.array([1, 1, 3, 4], np.int64)},
+                  r"MLX dimension|memory limit", reference_in_child=True)
+
+
+def test_split_to_sequence_sizes_overflow():
+    x = np.zeros(4, np.float32)
+    n1 = helper.make_node("SplitToSequence", ["x", "s"], ["q"])
+    n2 = helper.make_node("SequenceLength", ["q"], ["y"])
+    model = make_model([n1, n2], [("x", F, [4]), ("s", TensorProto.INT64, [2])], [("y", TensorProto.INT64, [])])
+    check_hostile(model, {"x": x, "s": np.array([1, 2**63 - 1], np.int64)}, {"x": x, "s": np.array([1, 3], np.int64)},
+                  r"sum to more than")
+
+
+@pytest.mark.parametrize("sizes,policy", [([0, 2**62], None), ([2**62, 4], "not_smaller"), ([3, 2**31], None)])
+def test_resize_sizes_too_large(sizes, policy):
+    """An empty axis no longer switches the size check off for the others (their tables were built);
+    keep_aspect_ratio_policy's product is checked before its conversion."""
+    x = np.zeros((0, 2) if sizes[0] == 0 else (1, 4), np.float32)
+    attrs = {"mode": "cubic"} if policy is None else {"keep_aspect_ratio_policy": policy}
+    model = node_model("Resize", [("x", x), ("r", None), ("c", None), ("s", np.zeros(2, np.int64))], [F], attrs=attrs,
+                       opset=19)
+    good = np.array([0, 4] if sizes[0] == 0 else [2, 8], np.int64)
+    check_hostile(model, {"x": x, "s": np.array(sizes, np.int64)}, {"x": x, "s": good},
+                  r"MLX dimension|too large|memory limit", reference_in_child=True)
+
+
+def test_roi_align_scaled_roi_not_finite():
+    """rois finite in float32 become inf - inf = NaN once scaled: refused before any conversion."""
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    b = np.zeros(1, np.int64)
+    model = node_model("RoiAlign", [("x", x), ("r", np.zeros((1, 4), np.float32)), ("b", b)], [F],
+                       attrs={"spatial_scale": 2.0}, opset=16)
+    sess = mlx_ep.session(model, strict=True)
+    with pytest.raises(Exception, match=r"past int64|finite"):
+        sess.run(None, {"x": x, "r": np.array([[3e38, 0, 3e38, 1]], np.float32), "b": b})
+    sess.run(None, {"x": x, "r": np.array([[0, 0, 2, 2]], np.float32), "b": b})

@@ -105,6 +105,13 @@ def test_gqa_seqlens_k(bad):
     check_hostile(model, {**good, "seqlens": np.array([bad], np.int32)}, good, r"seqlens_k -?\d+ out of range")
 
 
+@pytest.mark.parametrize("bad", [0, -1, I32_MIN])
+def test_gqa_total_sequence_length_not_positive(bad):
+    """ORT refuses it first, with its own words (the EP refused it through seqlens_k's range)."""
+    model, good = _gqa_model(8)
+    check_hostile(model, {**good, "total": np.array(bad, np.int32)}, good, r"total_sequence_length must be positive")
+
+
 def _mnb(g_idx, const_gidx):
     k, n, block = 32, 4, 16
     g = np.random.default_rng(7)
