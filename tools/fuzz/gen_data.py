@@ -4,7 +4,9 @@ initializer otherwise), and a graph input carries a second value, "alt": the har
 the first value (eager, then the compiled trace), then on alt (the trace replayed with other data,
 often hostile: past either end, negative, INT64_MIN/MAX, 2^40, a zero step), then on the first
 again, and compares every Run with ORT's CPU EP on the same value. This is the path where a value
-read at Run must be checked again: a trace built on benign data replayed on hostile data.
+read at Run must be checked again: a trace built on benign data replayed on hostile data. Where alt
+is not hostile, index-like tensors get another valid value, not the same one, so a replay that
+kept the first values (a runtime input folded into the trace) shows as a mismatch.
 
 Huge sizes are 2^40 and above: ORT's CPU EP must refuse them at allocation (a size it could
 allocate but not fill, tens of GiB, would take the machine's memory rather than fail)."""
@@ -66,9 +68,10 @@ def b_gather_nd(g: Gen, op):
     k = int(g.rng.integers(1, r - b + 1))
     mid = g.shape(int(g.rng.integers(0, 2)))
     lead = tuple(x[2][:b]) + mid
-    cols = [valid_indices(g, x[2][b + j], lead) for j in range(k)]
-    arr = np.stack(cols, axis=-1).astype(np.int64) if cols else np.zeros(lead + (0,), np.int64)
-    idx = size_feed(g, arr, spoil(g, arr, index_bad(max(x[2][b:b + k]))))
+    def draw():
+        return np.stack([valid_indices(g, x[2][b + j], lead) for j in range(k)], axis=-1).astype(np.int64)
+    arr = draw()
+    idx = size_feed(g, arr, spoil(g, draw(), index_bad(max(x[2][b:b + k]))))
     g.node(op, [x[0], idx], [(x[1], lead + tuple(x[2][b + k:]))], batch_dims=b)
     return True
 
@@ -82,13 +85,16 @@ def b_scatter_nd(g: Gen, op):
     cells = int(np.prod(lead))
     red = g.choice(["none", "none", "add", "mul", "max", "min"])
     m = int(g.rng.integers(0, min(cells, 4) + 1))
-    if red == "none":   # distinct index tuples: duplicates with reduction none are unspecified
-        flat = g.rng.permutation(cells)[:m] if cells else np.zeros(0, np.int64)
-    else:
-        flat = g.rng.integers(0, cells, size=m) if cells else np.zeros(0, np.int64)
-    arr = np.stack(np.unravel_index(flat, lead), axis=-1).astype(np.int64) if m else np.zeros((0, k), np.int64)
-    arr = np.where(g.rng.random(arr.shape) < 0.3, arr - np.array(lead, np.int64), arr)   # negative forms
-    idx = size_feed(g, arr, spoil(g, arr, index_bad(max(lead))))
+
+    def draw():
+        if red == "none":   # distinct index tuples: duplicates with reduction none are unspecified
+            flat = g.rng.permutation(cells)[:m] if cells else np.zeros(0, np.int64)
+        else:
+            flat = g.rng.integers(0, cells, size=m) if cells else np.zeros(0, np.int64)
+        arr = np.stack(np.unravel_index(flat, lead), axis=-1).astype(np.int64) if m else np.zeros((0, k), np.int64)
+        return np.where(g.rng.random(arr.shape) < 0.3, arr - np.array(lead, np.int64), arr)   # negative forms
+    arr = draw()
+    idx = size_feed(g, arr, spoil(g, draw(), index_bad(max(lead))))
     upd = g.feed(x[1], (m,) + tuple(x[2][k:]))
     g.node(op, [x[0], idx, upd], [(x[1], x[2])], reduction=None if red == "none" and g.chance(0.5) else red)
     return True
@@ -249,8 +255,10 @@ def b_reverse_sequence(g: Gen, op):
     t_axis = int(g.rng.integers(0, 2))
     b_axis = 1 - t_axis
     t, b = x[2][t_axis], x[2][b_axis]
-    lens = g.rng.integers(0 if t == 0 else 1, t + 1, size=b).astype(np.int64)
-    lin = size_feed(g, lens, spoil(g, lens, [t + 1, -1, 0, 2**40, -(2**63)]))
+    def draw():
+        return g.rng.integers(0 if t == 0 else 1, t + 1, size=b).astype(np.int64)
+    lens = draw()
+    lin = size_feed(g, lens, spoil(g, draw(), [t + 1, -1, 0, 2**40, -(2**63)]))
     g.node(op, [x[0], lin], [(x[1], x[2])], time_axis=t_axis, batch_axis=b_axis)
     return True
 
@@ -329,12 +337,14 @@ def b_max_unpool(g: Gen, op):
     oh, ow = 2 * h, 2 * w
     total = n * c * oh * ow
     # distinct positions (duplicates are unspecified), each inside its own (n, c) plane as MaxPool gives
-    arr = np.zeros((n, c, h, w), np.int64)
-    for i in range(n):
-        for j in range(c):
-            plane = g.rng.permutation(oh * ow)[:h * w].reshape(h, w)
-            arr[i, j] = (i * c + j) * oh * ow + plane
-    idx = size_feed(g, arr, spoil(g, arr, [total, -1, total + 7, 2**40, -(2**63), 2**63 - 1], p=0.7))
+    def draw():
+        arr = np.zeros((n, c, h, w), np.int64)
+        for i in range(n):
+            for j in range(c):
+                arr[i, j] = (i * c + j) * oh * ow + g.rng.permutation(oh * ow)[:h * w].reshape(h, w)
+        return arr
+    arr = draw()
+    idx = size_feed(g, arr, spoil(g, draw(), [total, -1, total + 7, 2**40, -(2**63), 2**63 - 1], p=0.7))
     g.node(op, [x, idx], [("float32", (n, c, oh, ow))], kernel_shape=[2, 2], strides=[2, 2])
     return True
 
@@ -365,7 +375,7 @@ def b_roi_align(g: Gen, op):
         ralt.flat[int(g.rng.integers(ralt.size))] = g.choice([1e30, -1e30, 3e9, -3e9, 1e6])
     bidx = g.rng.integers(0, n, size=r).astype(np.int64)
     rin = size_feed(g, rois, ralt, "float32", const_p=0.1)
-    bin_ = size_feed(g, bidx, spoil(g, bidx, [n, -1, 2**40, -(2**63)]))
+    bin_ = size_feed(g, bidx, spoil(g, g.rng.integers(0, n, size=r).astype(np.int64), [n, -1, 2**40, -(2**63)]))
     oh, ow = int(g.rng.integers(1, 4)), int(g.rng.integers(1, 4))
     g.node(op, [x, rin, bin_], [("float32", (r, c, oh, ow))], output_height=oh, output_width=ow,
            sampling_ratio=int(g.rng.integers(0, 3)), mode=g.choice(["avg", "max"]),
@@ -387,7 +397,7 @@ def b_gather_rt(g: Gen, op):
         ishape = g.shape(int(g.rng.integers(0, 3)))
         out = x[2][:a] + tuple(ishape) + x[2][a + 1:]
     arr = valid_indices(g, x[2][a], ishape, dt)
-    idx = size_feed(g, arr, spoil(g, arr, index_bad(x[2][a])), dt)
+    idx = size_feed(g, arr, spoil(g, valid_indices(g, x[2][a], ishape, dt), index_bad(x[2][a])), dt)
     g.node(op, [x[0], idx], [(x[1], out)], axis=axis)
     return True
 
@@ -490,7 +500,7 @@ def b_gather_block_quantized(g: Gen, op):
     ishape = g.shape(int(g.rng.integers(1, 3)))
     dt = g.choice(["int64", "int32"])
     arr = valid_indices(g, rows, ishape, dt)
-    idx = size_feed(g, arr, spoil(g, arr, index_bad(rows)), dt)
+    idx = size_feed(g, arr, spoil(g, valid_indices(g, rows, ishape, dt), index_bad(rows)), dt)
     g.node(op, [data, idx, scales], [("float32", tuple(ishape) + (blocks * bs,))], domain="com.microsoft",
            block_size=bs, gather_axis=0, quantize_axis=1)
     return True
@@ -514,8 +524,9 @@ def _sequence(g: Gen):
 def _position(g: Gen, n, insert=False):
     lo, hi = -n, n if insert else n - 1
     pos = int(g.rng.integers(lo, hi + 1)) if hi >= lo else 0
+    other = int(g.rng.integers(lo, hi + 1)) if hi >= lo else 0   # another valid position
     bad = [hi + 1, lo - 1, 2**40, -(2**63), 2**63 - 1]
-    return size_feed(g, np.array(pos), np.array(g.choice(bad) if g.chance(0.6) else pos), const_p=0.2), pos
+    return size_feed(g, np.array(pos), np.array(g.choice(bad) if g.chance(0.6) else other), const_p=0.2), pos
 
 
 def b_sequence_at(g: Gen, op):
