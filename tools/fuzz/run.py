@@ -348,6 +348,9 @@ def explain(spec, res):
                 return ("GridSample with a grid coordinate that is infinite or past int64 once scaled: ORT converts "
                         "it to an integer index (undefined in C++; INT64_MIN on x86, or a pixel after its clamps), "
                         "the EP treats it as outside the image (padding_mode)")
+        if op == "GatherND" and res["class"] == "one-sided" and "EP errors" in detail and "batch dimension" in detail:
+            return ("ORT's GatherND accepts an indices batch that is a multiple of the data's (it checks "
+                    "divisibility); ONNX requires the batch dims equal, and the EP refuses others")
         if op == "Concat" and res["class"] == "one-sided" and "EP errors" in detail:
             shapes = _shapes(spec) if shapes is None else shapes
             run_shapes = None
