@@ -152,7 +152,8 @@ def test_repeated_checks_counted_once(tmp_path):
     cfg = dataclasses.replace(TINY, layers=3)
     model = make_llm(cfg, weights="int4", block_size=32)
     sess = mlx_ep.session(model, strict=True)
-    past = {k: np.zeros((1, cfg.kv_heads, 4, cfg.head_dim), np.float32) for k in empty_past(cfg)}
+    # a fixed 1000-row buffer holding the step (ORT's lengths rule: total <= past), position 999
+    past = {k: np.zeros((1, cfg.kv_heads, 1000, cfg.head_dim), np.float32) for k in empty_past(cfg)}
     feeds = step_feeds(cfg, np.array([[7]], np.int64), past, np.ones((1, 1000), np.int64))
     with pytest.raises(Exception, match=r"node ./model/layers\.0/attn/GroupQueryAttention.*rotary position 999 out of range"):
         sess.run(None, feeds)

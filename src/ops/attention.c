@@ -788,6 +788,19 @@ static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb
   return attn_set_outputs(c, y, present_k, present_v, NULL);
 }
 
+/* ORT's rules for the lengths of a Run: the past buffer (past rows) either grows by the new rows
+ * (total = past + new) or is a fixed buffer that holds them (total <= past); a prompt continuing a
+ * past (new rows > 1, total != new rows) takes one sequence. */
+static int gqa_lengths_fail(op_ctx *c, int64_t batch, int64_t seq, int64_t past, int64_t total) {
+  if (seq > 1 && seq != total && batch != 1)
+    return op_fail(c, "batch_size must be 1 when sequence_length > 1 and past context is given");
+  if (total != past + seq && total > past)
+    return op_fail(c, "total_sequence_length must equal past_sequence_length + kv_sequence_length for a dynamic "
+                   "cache, or be no greater than past_sequence_length for a static cache (got %lld, past %lld, new "
+                   "%lld)", (long long)total, (long long)past, (long long)seq);
+  return 0;
+}
+
 static int lower_gqa(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
@@ -812,6 +825,7 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   if (pk && (mlxb_ndim(pk) != 4 || mlxb_dim(pk, 1) != kv_heads || mlxb_dim(pk, 3) != h ||
              mlxb_dim(pv, 2) != mlxb_dim(pk, 2)))
     return op_fail(c, "past_key/past_value must be [batch, kv_num_heads, past, head_size]");
+  if (gqa_lengths_fail(c, b, seq, pk ? mlxb_dim(pk, 2) : 0, tsl)) return -1;
 
   /* ORT: the first prompt is S == total_sequence_length; otherwise batch b's past is
    * seqlens_k[b] + 1 - S rows of the past buffer. */

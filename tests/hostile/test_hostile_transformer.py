@@ -112,6 +112,14 @@ def test_gqa_total_sequence_length_not_positive(bad):
     check_hostile(model, {**good, "total": np.array(bad, np.int32)}, good, r"total_sequence_length must be positive")
 
 
+@pytest.mark.parametrize("bad", [10, 100, 2**31 - 1])
+def test_gqa_total_sequence_length_past_the_buffer(bad):
+    """More than past + new rows, and more than a fixed buffer holds: ORT's lengths rule (found by
+    tools/fuzz's data pool; the EP answered)."""
+    model, good = _gqa_model(8)
+    check_hostile(model, {**good, "total": np.array(bad, np.int32)}, good, r"total_sequence_length must equal")
+
+
 def _mnb(g_idx, const_gidx):
     k, n, block = 32, 4, 16
     g = np.random.default_rng(7)

@@ -566,6 +566,7 @@ def generate(seed: int, pool: str = "core") -> dict:
         outputs.append({"name": o, "dtype": next(dt for nm, dt in produced if nm == o)})
     inputs = [i for i in g.inputs if i["name"] in used]   # a fresh input nothing consumed is dropped
     spec = {"seed": seed, "opset": OPSET, "inputs": inputs, "inits": g.inits, "nodes": g.nodes, "outputs": outputs}
-    if pool != "core":
+    if pool != "core":   # contrib nodes' outputs are typed here: ONNX's shape inference does not know them
         spec["pool"] = pool
+        spec["dtypes"] = {nm: dt for nm, dt in g.out_dtypes.items() if dt != "seq"}
     return spec

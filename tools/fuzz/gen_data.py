@@ -556,6 +556,49 @@ def b_sequence_insert(g: Gen, op):
     return True
 
 
+def b_ms_rotary(g: Gen, op):
+    """com.microsoft RotaryEmbedding: position_ids [B, S], or one start offset, read at Run."""
+    b, sq, heads, half = (int(g.rng.integers(1, 3)), int(g.rng.integers(1, 5)), int(g.rng.integers(1, 3)),
+                          int(g.rng.integers(1, 5)))
+    max_pos = int(g.rng.integers(sq, 17))
+    x = g.feed("float32", (b, sq, heads * 2 * half))
+    ang = np.arange(max_pos)[:, None] * (0.3 + np.arange(half))[None, :]
+    cos, sin = g.const(np.cos(ang), "float32"), g.const(np.sin(ang), "float32")
+    bad = [max_pos, -1, 2**40, -(2**63), 2**63 - 1]
+    if g.chance(0.7):
+        def draw():
+            return g.rng.integers(0, max_pos, size=(b, sq)).astype(np.int64)
+    else:   # one start offset: positions offset .. offset + S - 1
+        def draw():
+            return np.array([int(g.rng.integers(0, max_pos - sq + 1))], np.int64)
+    pos = draw()
+    pin = size_feed(g, pos, spoil(g, draw(), bad), const_p=0.1)
+    g.node(op, [x, pin, cos, sin], [("float32", (b, sq, heads * 2 * half))], domain="com.microsoft",
+           interleaved=int(g.rng.integers(0, 2)), num_heads=heads)
+    return True
+
+
+def b_gqa(g: Gen, op):
+    """com.microsoft GroupQueryAttention after a past of P rows: seqlens_k (each batch's length - 1)
+    and total_sequence_length read at Run; another valid pattern of lengths, or a hostile one."""
+    b, kv = int(g.rng.integers(1, 3)), int(g.rng.integers(1, 3))
+    heads, h, past, sq = kv * int(g.rng.integers(1, 3)), 8, int(g.rng.integers(1, 6)), int(g.rng.integers(1, 3))
+    total = past + sq
+    q = g.feed("float32", (b, sq, heads * h))
+    k, v = g.feed("float32", (b, sq, kv * h)), g.feed("float32", (b, sq, kv * h))
+    pk, pv = g.feed("float32", (b, kv, past, h)), g.feed("float32", (b, kv, past, h))
+
+    def draw():   # each batch's past may be shorter than the buffer: seqlens_k in [S - 1, total - 1]
+        return g.rng.integers(sq - 1, total, size=b).astype(np.int32)
+    lens = draw()
+    sin_ = size_feed(g, lens, spoil(g, draw(), [total, -1, 2**31 - 1, -(2**31)]), "int32", const_p=0)
+    tin = size_feed(g, np.array(total), np.array(g.choice([total, total, 0, -1, total + 1])), "int32", const_p=0.2)
+    g.node(op, [q, k, v, pk, pv, sin_, tin], [("float32", (b, sq, heads * h)), ("float32", (b, kv, total, h)),
+                                            ("float32", (b, kv, total, h))], domain="com.microsoft",
+           num_heads=heads, kv_num_heads=kv)
+    return True
+
+
 DATA_BUILDERS = {
     "GatherND": b_gather_nd, "ScatterND": b_scatter_nd, "OneHot": b_one_hot, "Pad": b_pad, "TopK": b_top_k,
     "Range": b_range, "ConstantOfShape": b_constant_of_shape, "Compress": b_compress, "NonZero": b_non_zero,
@@ -565,7 +608,8 @@ DATA_BUILDERS = {
     "GatherElements": b_gather_rt, "Resize": b_resize, "CenterCropPad": b_center_crop_pad, "HannWindow": b_window,
     "BlackmanWindow": b_window, "DFT": b_dft, "Col2Im": b_col2im, "NonMaxSuppression": b_nms,
     "AffineGrid": b_affine_grid, "GatherBlockQuantized": b_gather_block_quantized, "SequenceAt": b_sequence_at,
-    "SequenceErase": b_sequence_erase, "SequenceInsert": b_sequence_insert,
+    "SequenceErase": b_sequence_erase, "SequenceInsert": b_sequence_insert, "RotaryEmbedding": b_ms_rotary,
+    "GroupQueryAttention": b_gqa,
 }
 # core ops that consume what the data ops give (arithmetic, casts, reductions, joins)
 CORE_MIX = ["Add", "Mul", "Neg", "Relu", "Cast", "ReduceSum", "ReduceMax", "Concat", "Where", "MatMul", "Transpose",

@@ -149,6 +149,7 @@ def value_dtypes(spec) -> dict:
     ONNX shape inference); a value inference cannot type is left out."""
     inv = {v: k for k, v in ONNX_DT.items()}
     out = {t["name"]: t["dtype"] for t in spec["inputs"] + spec["inits"]}
+    out.update(spec.get("dtypes", {}))   # the generator's own types (contrib nodes' outputs among them)
     model, _ = build_model(spec)
     try:
         inferred = onnx.shape_inference.infer_shapes(onnx.load_from_string(model))
