@@ -113,7 +113,7 @@ int64_t ir_value_static_size(const ir_value *v) {
   int64_t n = 1;
   for (int i = 0; i < v->rank; i++) {
     if (v->dims[i] < 0) return -1;
-    n *= v->dims[i];
+    if (__builtin_mul_overflow(n, v->dims[i], &n)) return -1; /* declared dims past int64: not a size */
   }
   return n;
 }

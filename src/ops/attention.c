@@ -287,6 +287,10 @@ static int lower_onnx_attention(op_ctx *c, const op_def *def) {
   mlxb_dtype t = mlxb_type(q);
   if (rank == 3) {
     int64_t hq = ir_attr_int(n, "q_num_heads", 0), hkv = ir_attr_int(n, "kv_num_heads", 0);
+    /* the claim saw no rank when Q came without a declared shape */
+    if (hq <= 0 || hkv <= 0)
+      return op_fail(c, "3-D inputs need positive q_num_heads and kv_num_heads (%lld, %lld)", (long long)hq,
+                     (long long)hkv);
     if (mlxb_dim(q, 2) % hq || mlxb_dim(k, 2) % hkv || mlxb_dim(v, 2) % hkv)
       return op_fail(c, "hidden sizes are not multiples of the head counts");
     q = attn_to_bnsh(s, q, hq);
@@ -491,7 +495,9 @@ static bool claim_ms_attention(claim_ctx *c, const op_def *def) {
   if (heads <= 0) return claim_decline(c, "num_heads must be > 0");
   const int64_t *sizes;
   size_t ns = ir_attr_ints(n, "qkv_hidden_sizes", &sizes);
-  if (ns && (ns != 3 || sizes[0] != sizes[1] || sizes[0] <= 0 || sizes[2] <= 0 || sizes[0] % heads || sizes[2] % heads))
+  if (ns && (ns != 3 || sizes[0] > INT32_MAX || sizes[2] > INT32_MAX)) /* 2 q + v must not pass int64 */
+    return claim_decline(c, "qkv_hidden_sizes must be 3 sizes below 2^31");
+  if (ns && (sizes[0] != sizes[1] || sizes[0] <= 0 || sizes[2] <= 0 || sizes[0] % heads || sizes[2] % heads))
     return claim_decline(c, "qkv_hidden_sizes must be 3 positive multiples of num_heads with q == k");
   if (ns && claim_input(c, 4) && sizes[2] != sizes[0]) return claim_decline(c, "past with a different value hidden size");
   return true;

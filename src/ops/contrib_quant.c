@@ -53,7 +53,7 @@ static mnb_attrs mnb_read_attrs(const ir_node *node) {
   a.bits = ir_attr_int(node, "bits", 4);
   a.block = ir_attr_int(node, "block_size", 0);
   a.acc = ir_attr_int(node, "accuracy_level", 0);
-  a.k_blocks = a.block > 0 ? (a.k + a.block - 1) / a.block : 0;
+  a.k_blocks = a.block > 0 && a.k > 0 ? a.k / a.block + (a.k % a.block != 0) : 0; /* K + block could pass int64 */
   return a;
 }
 

@@ -36,11 +36,26 @@ static int conv_failed(op_ctx *c) {
 
 /* ---- attributes --------------------------------------------------------------------------- */
 
+/* The geometry's attributes (a model file's) bounded to int32, so that kernel, stride, dilation
+ * and pad arithmetic cannot pass int64, whatever the rank (which may be unknown at claim). */
+static bool conv_claim_attr_bounds(claim_ctx *c) {
+  static const char *const lists[] = {"kernel_shape", "strides", "dilations", "output_padding", "pads", "output_shape"};
+  for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+    const int64_t *v;
+    size_t cnt = ir_attr_ints(c->node, lists[i], &v);
+    for (size_t j = 0; j < cnt; j++)
+      if (v[j] > INT32_MAX) return claim_decline(c, "%s holds %lld (above int32)", lists[i], (long long)v[j]);
+  }
+  if (ir_attr_int(c->node, "group", 1) > INT32_MAX) return claim_decline(c, "group is above int32");
+  return true;
+}
+
 /* Attribute checks shared by every conv row; rank is the input rank when known (else -1),
  * w_input the index of the weight input. */
 static bool conv_claim_attrs(claim_ctx *c, int rank, int w_input) {
   const ir_node *n = c->node;
   if (!op_util_claim_auto_pad(c)) return false;
+  if (!conv_claim_attr_bounds(c)) return false;
   if (ir_attr_int(n, "group", 1) < 1) return claim_decline(c, "group must be >= 1");
   if (rank >= 0 && (rank < 3 || rank > CONV_MAX_RANK))
     return claim_decline(c, "input rank %d (MLX convolves 1 to 3 spatial axes)", rank);
@@ -524,6 +539,7 @@ static bool claim_deform_conv(claim_ctx *c, const op_def *def) {
     size_t cnt = ir_attr_ints(n, lists[i].name, &v);
     if (cnt && cnt != lists[i].count) return claim_decline(c, "%s has %zu values (ORT takes %zu)", lists[i].name, cnt, lists[i].count);
   }
+  if (!conv_claim_attr_bounds(c)) return false;
   return op_util_claim_same_dtypes(c, (const int[]){1, 2, 3, 4}, 4);
 }
 

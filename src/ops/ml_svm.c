@@ -180,7 +180,9 @@ static bool svm_model_read(const ir_node *n, svm_model *m, const char **why) {
   if (m->ncoef < 1) return *why = "no coefficients", false;
   for (int64_t i = 0; i < npc; i++) {
     if (m->per_class[i] < 0) return *why = "negative vectors_per_class", false;
-    m->vectors += m->per_class[i];
+    /* a sum that wraps would size the pair tables below what the per-class loops index */
+    if (__builtin_add_overflow(m->vectors, m->per_class[i], &m->vectors) || m->vectors > m->nsv)
+      return *why = "vectors_per_class sums past the support vectors", false;
   }
   int64_t pairs = m->classes * (m->classes - 1) / 2;
   if (m->vectors > 0) {

@@ -144,6 +144,7 @@ static bool tree_depth(tree_model *m, tree_err *e) {
 static bool tree_finish(tree_model *m, tree_err *e) {
   if (m->trees < 1) return tree_fail(e, "no trees");
   if (m->targets < 1) return tree_fail(e, "no targets or classes");
+  if (m->targets > INT32_MAX) return tree_fail(e, "too many targets or classes (above int32)");
   for (int64_t i = 0; i < m->n; i++) {
     if (m->mode[i] == TREE_LEAF) {
       m->tnext[i] = m->fnext[i] = (int32_t)i, m->feature[i] = 0;
@@ -342,11 +343,11 @@ static bool tree_from_v5(const ir_node *n, int32_t xt, tree_model *m, tree_err *
     m->miss[i] = i < nmiss && miss[i] == 1;
     if (feats[i] < 0 || feats[i] > INT32_MAX) { tree_fail(e, "feature id out of range"); goto fail; }
     m->feature[i] = (int32_t)feats[i];
-    int64_t t = tleaf[i] ? nn + tids[i] : tids[i], f = fleaf[i] ? nn + fids[i] : fids[i];
     if (tids[i] < 0 || fids[i] < 0 || (tleaf[i] ? tids[i] >= nl : tids[i] >= nn) || (fleaf[i] ? fids[i] >= nl : fids[i] >= nn)) {
       tree_fail(e, "child index out of range");
       goto fail;
     }
+    int64_t t = tleaf[i] ? nn + tids[i] : tids[i], f = fleaf[i] ? nn + fids[i] : fids[i]; /* in range: no overflow */
     m->tnext[i] = (int32_t)t, m->fnext[i] = (int32_t)f;
     if (m->mode[i] == TREE_MEMBER) { /* values up to the next NaN */
       m->set_off[i] = cur;
@@ -499,7 +500,9 @@ static mlxb_array *tree_leaves(op_ctx *c, const tree_prepared *tp, mlxb_array *x
 /* Per-(node, target) tables of the leaf weights: their sum (or min/max) in the threshold type and
  * whether there is any; a target many leaves never name keeps has = 0. */
 static int tree_weight_tables(op_ctx *c, const tree_model *m, mlxb_dtype t, mlxb_array **score, mlxb_array **has) {
-  int64_t k = m->targets, cells = m->n * k;
+  int64_t k = m->targets, cells;
+  if (__builtin_mul_overflow(m->n, k, &cells) || cells > INT32_MAX)
+    return op_fail(c, "%lld nodes x %lld targets: more cells than one MLX axis holds", (long long)m->n, (long long)k);
   double *sc = calloc((size_t)(cells ? cells : 1), sizeof *sc);
   float *scf = calloc((size_t)(cells ? cells : 1), sizeof *scf);
   uint8_t *hs = calloc((size_t)(cells ? cells : 1), 1);

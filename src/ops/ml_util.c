@@ -20,8 +20,7 @@ mlxb_array *ml_vec_i64(mlxb_scope *s, const int64_t *v, int64_t n) { return mlxb
  * kernels to cast with. */
 mlxb_array *ml_host_reals(mlxb_scope *s, const double *v, const int64_t *dims, int rank, mlxb_dtype t) {
   if (t == MLXB_F64) return mlxb_from_data(s, v, dims, rank, MLXB_F64);
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= dims[i];
+  int64_t n = op_util_numel(dims, rank);
   float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
   if (!f) {
     mlxb_set_error(s, "out of memory");

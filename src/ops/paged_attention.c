@@ -78,6 +78,7 @@ static bool claim_paged_attention(claim_ctx *c, const op_def *def) {
   int64_t heads = ir_attr_int(n, "num_heads", 0), kv_heads = ir_attr_int(n, "kv_num_heads", 0);
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
     return claim_decline(c, "num_heads must be a positive multiple of kv_num_heads");
+  if (heads > INT32_MAX) return claim_decline(c, "num_heads %lld is above int32", (long long)heads);
   if (strcmp(ir_attr_string(n, "kv_cache_layout", "SEPARATE"), "SEPARATE"))
     return claim_decline(c, "kv_cache_layout LATENT (multi-head latent attention) is not supported");
   if (ir_attr_int(n, "v_head_size", 0) != 0)
