@@ -335,3 +335,25 @@ def test_cumprod_empty_and_scalarlike():
         x = cumprod_data(shape, np.float32)
         model, feeds = args_model("CumProd", [("x", x, "feed"), ("a", np.array(-1, np.int64), "init")], opset=26)
         assert_parity(model, feeds)
+
+
+# ---- attribute values other than 0 and 1, read as ORT reads them (found by tools/fuzz's attrs pool)
+
+@pytest.mark.parametrize("keepdims", [2, -1, 2**31])
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ArgMax"])
+def test_keepdims_other_than_one_reduces(op, keepdims):
+    """ORT keeps the reduced dims only for keepdims == 1; any other value reduces them away."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    attrs = {"keepdims": keepdims, **({"axis": 1} if op == "ArgMax" else {})}
+    model = single_op_model(op, {"x": x}, attrs=attrs, out_dtypes=[TensorProto.INT64] if op == "ArgMax" else None)
+    assert_parity(model, {"x": x})
+
+
+@pytest.mark.parametrize("sorted_", [2, -1])
+def test_topk_sorted_other_than_one_is_declined(tmp_path, sorted_):
+    """ORT's TopK sorts only for sorted == 1; other values leave its heap order, which cannot be matched."""
+    x = np.array([1, 5, 3, 4, 2], np.float32)
+    node = helper.make_node("TopK", ["x", "k"], ["y", "i"], sorted=sorted_)
+    model = make_model([node], [("x", TensorProto.FLOAT, [5]), ("k", TensorProto.INT64, [1])],
+                       [("y", TensorProto.FLOAT, None), ("i", TensorProto.INT64, None)], [("k", np.array([3], np.int64))])
+    assert "sorted=0 with K > 1" in declined_reason(model, tmp_path)

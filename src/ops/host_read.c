@@ -183,7 +183,7 @@ static int lower_unique(op_ctx *c, const op_def *def) {
   bool contrib = !strcmp(n->domain, "com.microsoft");
   if (contrib && r != 1) return op_fail(c, "Input should be a 1-D tensor");
   const ir_attr *axis_attr = contrib ? NULL : ir_node_attr(n, "axis");
-  bool sorted = !contrib && ir_attr_int(n, "sorted", 1) != 0;
+  bool sorted = !contrib && ir_attr_int(n, "sorted", 1) == 1; /* ORT: only 1 sorts */
   size_t total = mlxb_size(x);
   unique_rows u = {NULL, NULL, op_input_dtype(c, 0) == ONNX_UINT64, total, 1, 1};
   int axis = 0;

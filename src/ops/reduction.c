@@ -79,7 +79,7 @@ static int reduce_plan_build(op_ctx *c, const op_def *def, const mlxb_array *x, 
   memset(p, 0, sizeof *p);
   p->rank = op_util_dims(c, x, p->dims);
   if (p->rank < 0) return -1;
-  p->keepdims = ir_attr_int(op_node(c), "keepdims", 1) != 0;
+  p->keepdims = ir_attr_int(op_node(c), "keepdims", 1) == 1; /* ORT: only 1 keeps (2 or -1 reduce them away) */
   if (reduce_read_axes(c, def, axes, &count, &p->noop)) return -1;
   if (p->noop) {
     p->count = 1;
@@ -239,7 +239,7 @@ static int lower_arg(op_ctx *c, const op_def *def) {
   int rank = mlxb_ndim(x);
   int axis = op_util_resolve_axis(c, ir_attr_int(n, "axis", 0), rank);
   if (axis < 0) return -1;
-  bool keepdims = ir_attr_int(n, "keepdims", 1) != 0;
+  bool keepdims = ir_attr_int(n, "keepdims", 1) == 1; /* as ORT reads it */
   bool last = ir_attr_int(n, "select_last_index", 0) != 0;
   int64_t len = mlxb_dim(x, axis);
   if (mlxb_size(x) == 0) {
@@ -280,9 +280,10 @@ static int lower_cumulative(op_ctx *c, const op_def *def) {
 
 /* ---- TopK -------------------------------------------------------------------------------- */
 
-/* sorted=0 leaves the order to the implementation (ORT's heap order), which cannot be matched. */
+/* sorted=0 (ORT: anything but 1) leaves the order to the implementation (ORT's heap order), which
+ * cannot be matched. */
 static bool claim_topk(claim_ctx *c, const op_def *def) {
-  if (ir_attr_int(c->node, "sorted", 1) != 0) return true;
+  if (ir_attr_int(c->node, "sorted", 1) == 1) return true;
   int64_t k;
   if (claim_const_ints(c, 1, &k, 1) == 1 && k <= 1) return true;
   return claim_decline(c, "sorted=0 with K > 1: ORT's unsorted order is implementation-defined");

@@ -105,8 +105,9 @@ static bool rnn_parse(const ir_node *n, int kind, rnn_attrs *a, char *why, size_
   a->hidden = ir_attr_int(n, "hidden_size", -1);
   if (ir_node_attr(n, "hidden_size") && a->hidden <= 0)
     return snprintf(why, why_len, "hidden_size %lld", (long long)a->hidden), false;
-  a->layout = (int)ir_attr_int(n, "layout", 0);
-  if (a->layout != 0 && a->layout != 1) return snprintf(why, why_len, "layout %d", a->layout), false;
+  int64_t layout = ir_attr_int(n, "layout", 0); /* compared before narrowing: 2^32 is not layout 0 */
+  if (layout != 0 && layout != 1) return snprintf(why, why_len, "layout %lld", (long long)layout), false;
+  a->layout = (int)layout;
   if (ir_node_attr(n, "clip")) {
     a->has_clip = true;
     a->clip = ir_attr_float(n, "clip", 0.f);

@@ -707,18 +707,19 @@ static int lower_pad(op_ctx *c, const op_def *def) {
 
 /* ---- DepthToSpace / SpaceToDepth ---------------------------------------------------------- */
 
+/* A blocksize past this would overflow the block's bs * bs * dim arithmetic (and no MLX axis holds
+ * a block that large); an empty input divides by any blocksize. */
+#define SHAPE_MAX_BLOCK 46340
+
 static bool claim_blocks(claim_ctx *c, const op_def *def) {
   const ir_value *v = claim_input(c, 0);
   if (v && v->rank >= 0 && v->rank != 4) return claim_decline(c, "input rank %d (must be 4)", v->rank);
-  if (ir_attr_int(c->node, "blocksize", 0) <= 0) return claim_decline(c, "blocksize must be positive");
+  int64_t bs = ir_attr_int(c->node, "blocksize", 0);
+  if (bs <= 0 || bs > SHAPE_MAX_BLOCK) return claim_decline(c, "blocksize %lld out of range", (long long)bs);
   const char *mode = ir_attr_string(c->node, "mode", "DCR");
   if (strcmp(mode, "DCR") && strcmp(mode, "CRD")) return claim_decline(c, "mode '%s' is unknown", mode);
   return true;
 }
-
-/* A blocksize past this would overflow the block's bs * bs * dim arithmetic (and no MLX axis holds
- * a block that large); an empty input divides by any blocksize. */
-#define SHAPE_MAX_BLOCK 46340
 
 /* Reshape to six dims, permute, reshape to four: the formulas of the ONNX spec. */
 static int shape_blocks(op_ctx *c, mlxb_array *x, const int64_t *six, const int *perm, const int64_t *four) {

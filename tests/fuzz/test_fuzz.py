@@ -25,6 +25,8 @@ SLICE_SEED, SLICE_COUNT = 100_000, 200
 # the data pool (tools/fuzz/gen_data.py): ops reading indices and sizes from tensors, each Run
 # replayed on other (often hostile) values
 DATA_SLICE_SEED, DATA_SLICE_COUNT = 200_000, 150
+# the attrs pool (tools/fuzz/gen_attrs.py): a hostile model file, attributes at the edges of int64
+ATTRS_SLICE_SEED, ATTRS_SLICE_COUNT = 300_000, 60
 CASES = sorted(glob.glob(os.path.join(ROOT, "tests", "fuzz", "cases", "*.json")))
 
 
@@ -45,6 +47,16 @@ def test_fuzz_data_slice():
     assert not bad, f"{len(bad)} unexplained failures ({dict(counts)}); reproduce with " \
                     f"tools/fuzz/run.py --pool data --seed S --count 1 --save:\n" + "\n".join(bad)
     assert counts["ok"] > DATA_SLICE_COUNT // 2, dict(counts)
+
+
+def test_fuzz_attrs_slice():
+    counts, failures = fuzz.run(range(ATTRS_SLICE_SEED, ATTRS_SLICE_SEED + ATTRS_SLICE_COUNT), jobs=1, timeout=120,
+                                pool="attrs")
+    bad = [f"seed {s}: {r['class']}: {mr.get('detail', '')[:300]}\n  minimised: {json.dumps(m['nodes'])}"
+           for s, r, m, mr, why in failures if not why]
+    assert not bad, f"{len(bad)} unexplained failures ({dict(counts)}); reproduce with " \
+                    f"tools/fuzz/run.py --pool attrs --seed S --count 1:\n" + "\n".join(bad)
+    assert counts["ok"] > 0, dict(counts)   # most such models are refused by ORT and the EP alike
 
 
 def _case_params():

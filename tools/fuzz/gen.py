@@ -530,7 +530,7 @@ BUILDERS.update({"ArgMax": b_argmax, "ArgMin": b_argmax, "Softmax": b_softmax, "
 OPS = sorted(BUILDERS)
 
 
-POOLS = ("core", "data")
+POOLS = ("core", "data", "attrs")
 
 
 def _pool(name):
@@ -538,6 +538,9 @@ def _pool(name):
     read an index, size or shape from a tensor, with a mix of core ops to consume their outputs)."""
     if name == "core":
         return OPS, BUILDERS
+    if name == "attrs":
+        import gen_attrs
+        return sorted(gen_attrs.BUILDERS), gen_attrs.BUILDERS
     import gen_data
     builders = dict(gen_data.DATA_BUILDERS)
     builders.update({op: BUILDERS[op] for op in gen_data.CORE_MIX if op not in builders})

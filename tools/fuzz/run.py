@@ -342,6 +342,16 @@ def explain(spec, res):
         if op == "RoiAlign" and res["class"] == "one-sided" and "past int64" in detail:
             return ("RoiAlign with a roi whose sample grid count is past int64: ORT's float-to-int conversion is "
                     "undefined (x86: INT64_MIN, then its table size wraps: zeros or an error); the EP refuses")
+        attrs = n["attrs"]
+        if res["class"] == "one-sided" and "EP errors" in detail and "axis" in detail and \
+                not -(2**31) <= attrs.get("axis", 0) < 2**31:
+            return ("ORT reads this axis attribute as 32 bits (2^62 checks as 0); the EP refuses an axis outside "
+                    "[-rank, rank)")
+        if op in ("MaxPool", "AveragePool", "LpPool") and res["class"] == "one-sided" and "must lie in [0, 2^31)" in detail:
+            return ("the EP bounds pooling's kernel, strides, dilations and pads to int32 (its windows are MLX "
+                    "arrays); ORT's loops clip each window to the input")
+        if op == "Split" and res["class"] == "one-sided" and "EP errors" in detail and "num_outputs" in detail:
+            return "ORT's Split takes a num_outputs that differs from the node's outputs; the EP refuses it"
         if op == "GridSample" and len(ins) > 1:
             import math
             if any(not math.isfinite(v) or abs(v) >= 1e17 for v in _values(spec, ins[1])):
