@@ -211,7 +211,8 @@ if step changed; then
   # 2026-12-04 (second session, no GPU lent): CPU-tested only
   pytest_q 400 -n 8 tests/test_ops_linear_attention.py tests/fuzz tests/hostile tests/test_ops_indexing.py \
     tests/test_ops_shape.py tests/test_ops_matmul.py tests/test_ops_detection.py tests/test_ops_vision.py \
-    tests/test_ops_pool.py tests/test_ops_sequence.py
+    tests/test_ops_pool.py tests/test_ops_sequence.py tests/test_ops_paged_attention.py tests/test_ops_attention.py \
+    tests/test_ops_reduction.py tests/test_ops_host_read.py tests/test_ops_conv.py
 fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)

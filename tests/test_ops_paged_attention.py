@@ -289,3 +289,37 @@ def test_bfloat16():
     want = reference(ref, **BASE, do_rotary=1)
     np.testing.assert_allclose(got[0], want[0], rtol=3e-2, atol=3e-2)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-2, atol=1e-2, equal_nan=True)
+
+
+# ---- lengths and block numbers from data (ORT's CPU EP has no kernel to compare refusals with) --
+
+@pytest.mark.parametrize("name,bad", [
+    ("block_table", lambda f: np.full_like(f["block_table"], 2**31 - 1)),
+    ("block_table", lambda f: np.full_like(f["block_table"], -1)),
+    ("past_seqlens", lambda f: np.full_like(f["past_seqlens"], 2**31 - 1)),
+    ("past_seqlens", lambda f: np.full_like(f["past_seqlens"], -5)),
+    ("past_seqlens", lambda f: np.array([17, 0, 62], np.int32)),  # 62 + 3 new rows past the 64-row table
+    ("cumulative_sequence_length", lambda f: np.array([0, 9, 3, 9], np.int32)),
+    ("cumulative_sequence_length", lambda f: np.array([0, 1, 6, 2**31 - 1], np.int32)),
+    ("slot_mapping", lambda f: np.array([0, 1, 2, 3, 4, 5, 6, 7, 12 * 16], np.int32)),
+])
+def test_hostile_lengths_fail_the_run(name, bad):
+    """A block number or length that does not fit the caches fails the Run (every index is clipped
+    as well, so none reaches memory outside them); the session then answers valid feeds as before.
+    Block-table entries past a sequence's length are padding and stay unchecked."""
+    f = make_case([1, 5, 3], [17, 0, 30], slot_mapping=None)
+    if name == "slot_mapping":  # the slots the block table gives, given explicitly
+        bt, bs = f["block_table"], f["key_cache"].shape[1]
+        rows = [(b, p) for b, (n, past) in enumerate(zip([1, 5, 3], [17, 0, 30])) for p in range(past, past + n)]
+        f["slot_mapping"] = np.array([bt[b, p // bs] * bs + p % bs for b, p in rows], np.int32)
+    sess = run_and_check(f, BASE)
+    with pytest.raises(Exception, match=r"out of range"):
+        sess.run(None, dict(f, **{name: bad(f)}))
+    run_and_check(f, BASE, sess)
+
+
+def test_padding_entries_of_the_block_table_are_not_checked():
+    f = make_case([1, 5, 3], [17, 0, 30])
+    bt = f["block_table"].copy()
+    bt[1, 1:] = -1  # sequence 1 holds 5 rows: only its first block is read
+    run_and_check(dict(f, block_table=bt), BASE)

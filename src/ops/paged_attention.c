@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/op_util.h"
 
 /* Defined in rotary.c: rotates the first rot_dim channels of x's last axis. */
 mlxb_array *rotary_embed(mlxb_scope *s, mlxb_array *x, mlxb_array *cos, mlxb_array *sin, int64_t rot_dim,
@@ -342,6 +342,33 @@ static mlxb_array *pa_attend_softcap(mlxb_scope *s, const pa_dims *d, mlxb_array
   return mlxb_astype(s, out, t);
 }
 
+/* The lengths and block numbers a Run reads, held to what the caches and the block table hold:
+ * every index below is also clipped, so none can leave its array, but a table or length that does
+ * not fit fails the Run rather than attending to other rows. Block-table entries past a sequence's
+ * length are padding and are not checked. */
+static int pa_check_lengths(op_ctx *c, const pa_dims *d, mlxb_array *cu, mlxb_array *past, mlxb_array *bt) {
+  mlxb_scope *s = op_scope(c);
+  mlxb_array *qlen = pa_bin(s, MLXB_SUB, pa_slice_axis(s, cu, 0, 1, d->batch + 1), pa_slice_axis(s, cu, 0, 0, d->batch));
+  if (op_util_require_range(c, cu, 0, d->tokens + 1, "cumulative_sequence_length") ||
+      op_util_require_range(c, qlen, 0, d->tokens + 1, "new tokens of a sequence (cumulative_sequence_length must "
+                                                        "not decrease):") ||
+      op_util_require_range(c, past, 0, d->context + 1, "past_seqlens"))
+    return -1;
+  mlxb_array *total = pa_bin(s, MLXB_ADD, past, qlen);
+  if (op_util_require_range(c, total, 0, d->context + 1, "past + new tokens of a sequence (the block table's capacity):"))
+    return -1;
+  mlxb_array *need = pa_bin(s, MLXB_FLOOR_DIVIDE, pa_bin(s, MLXB_ADD, total, pa_i32(s, d->block_size - 1)),
+                            pa_i32(s, d->block_size));
+  mlxb_array *col = pa_expand(s, mlxb_arange(s, 0, (double)d->max_blocks, 1, MLXB_I32), 0);
+  mlxb_array *bt32 = mlxb_astype(s, bt, MLXB_I32);
+  mlxb_array *inside = mlxb_binary(s, MLXB_LOGICAL_AND, mlxb_binary(s, MLXB_GREATER_EQUAL, bt32, pa_i32(s, 0)),
+                                   mlxb_binary(s, MLXB_LESS, bt32, pa_i32(s, d->num_blocks)));
+  mlxb_array *ok = mlxb_binary(s, MLXB_LOGICAL_OR, mlxb_binary(s, MLXB_GREATER_EQUAL, col, pa_expand(s, need, 1)), inside);
+  if (op_require(c, ok, bt32, "block_table entry {} out of range [0, %lld)", (long long)d->num_blocks)) return -1;
+  if (!op_has_input(c, PA_SLOT_MAPPING)) return 0;
+  return op_util_require_range(c, op_input(c, PA_SLOT_MAPPING), -1, d->num_blocks * d->block_size, "slot_mapping");
+}
+
 static int lower_paged_attention(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   const ir_node *n = op_node(c);
@@ -355,6 +382,7 @@ static int lower_paged_attention(op_ctx *c, const op_def *def) {
     return op_set_output(c, 1, kc) || op_set_output(c, 2, vc) ? -1 : 0;
   }
   mlxb_array *cu = op_input(c, PA_CU_SEQLENS), *past = op_input(c, PA_PAST_SEQLENS), *bt = op_input(c, PA_BLOCK_TABLE);
+  if (pa_check_lengths(c, &d, cu, past, bt)) return -1;
   mlxb_array *seq, *pos;
   pa_token_positions(s, &d, cu, past, &seq, &pos);
   if (pa_prepare_qk(c, &d, pos, &q, &k)) return -1;
@@ -422,7 +450,8 @@ static const op_def defs[] = {
                   "do_rotary (interleaved or half-split, partial rotary); scale, softcap, head_sink, q/k RMS norm. "
                   "Declined: LATENT layout, quantized caches (int8/fp8/int4, k/v_scale), local_window_size, "
                   "rotary_offset. attention_metadata is ignored (a hint). Shapes depend on input shapes only; the "
-                  "caches are returned as updated copies"),
+                  "caches are returned as updated copies. A block number, length or slot that does not fit the "
+                  "caches fails the Run (block-table padding past a sequence's length is not checked)"),
 };
 
 OPS_FAMILY(paged_attention, defs);
