@@ -497,7 +497,7 @@ static int lower_max_roi_pool(op_ctx *c, const op_def *def) {
       }
     }
   }
-  int64_t tn = op_util_numel((const int64_t[]){bins, maxwin}, 2), sentinel = N * H * W;
+  int64_t tn = op_util_mul_sat(bins, maxwin), sentinel = N * H * W;
   /* windows read from rois: the table, and the graph's gather of C values per entry, past memory
    * fail here rather than in an allocation the host may overcommit */
   if (roi_memory_fails(c, tn, C, mlxb_dtype_size(op_util_compute_type(mlxb_type(x))))) goto done;

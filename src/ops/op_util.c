@@ -77,6 +77,8 @@ int64_t op_util_numel(const int64_t *dims, int n) {
   return total;
 }
 
+int64_t op_util_mul_sat(int64_t a, int64_t b) { return op_util_numel((const int64_t[]){a, b}, 2); }
+
 int op_util_input_dims(op_ctx *c, int i, mlxb_array **x, int64_t *dims) {
   *x = op_input(c, i);
   if (!*x) return op_fail(c, "input %d is missing", i);

@@ -37,6 +37,7 @@ int op_util_axis(int64_t axis, int rank);
 /* The same, recording "axis ... is out of range" and returning -1 when it is. */
 int op_util_resolve_axis(op_ctx *c, int64_t axis, int rank);
 int64_t op_util_numel(const int64_t *dims, int n); /* product of dims[0..n) */
+int64_t op_util_mul_sat(int64_t a, int64_t b);     /* a * b, INT64_MAX past int64 (for sizes >= 0) */
 /* Input i and its dims (dims holds OP_UTIL_MAX_RANK); the rank, or -1 with the failure recorded
  * when the input is missing or its rank is too large. */
 int op_util_input_dims(op_ctx *c, int i, mlxb_array **x, int64_t *dims);

@@ -61,7 +61,7 @@ static int lower_reshape(op_ctx *c, const op_def *def) {
       want[i] = in_dims[i];
     }
     if (want[i] < 0) return op_fail(c, "invalid shape value %lld", (long long)want[i]);
-    known = op_util_numel((const int64_t[]){known, want[i]}, 2); /* saturates: such a shape fits nothing */
+    known = op_util_mul_sat(known, want[i]); /* saturates: such a shape fits nothing */
   }
   int64_t total = op_util_numel(in_dims, in_rank);
   if (infer >= 0) {
@@ -579,20 +579,22 @@ static mlxb_array *pad_wrap_axis(op_ctx *c, mlxb_array *x, int axis, int64_t dim
   return mlxb_take(op_scope(c), x, ia, axis);
 }
 
-/* Pads read from data may ask for more than memory holds (or than int64 counts): refused before
- * anything is built, as the other sizes read from data are. */
-static int pad_size_fails(op_ctx *c, const mlxb_array *x, const int64_t *dims, const int64_t *lo, const int64_t *hi,
-                          int rank) {
-  size_t bytes = mlxb_dtype_size(mlxb_type(x)), limit = mlxb_memory_limit();
-  bool empty = false;
-  for (int i = 0; i < rank; i++) {
-    int64_t extent;
-    if (__builtin_add_overflow(dims[i], lo[i], &extent) || __builtin_add_overflow(extent, hi[i], &extent))
+/* The padded extents dims + lo + hi, or -1 with the failure recorded when one passes int64. */
+static int pad_extents(op_ctx *c, const int64_t *dims, const int64_t *lo, const int64_t *hi, int rank, int64_t *out) {
+  for (int i = 0; i < rank; i++)
+    if (__builtin_add_overflow(dims[i], lo[i], &out[i]) || __builtin_add_overflow(out[i], hi[i], &out[i]))
       return op_fail(c, "padded axis %d is too large (its extent overflows int64)", i);
-    empty |= extent == 0;
-    if (__builtin_mul_overflow(bytes, (size_t)extent, &bytes)) bytes = SIZE_MAX;
+  return 0;
+}
+
+/* Pads read from data may ask for more than memory holds: refused before anything is built, as
+ * the other sizes read from data are. An empty result needs nothing. */
+static int pad_size_fails(op_ctx *c, const mlxb_array *x, const int64_t *out, int rank) {
+  size_t bytes = mlxb_dtype_size(mlxb_type(x)), limit = mlxb_memory_limit();
+  for (int i = 0; i < rank; i++) {
+    if (out[i] == 0) return 0;
+    if (__builtin_mul_overflow(bytes, (size_t)out[i], &bytes)) bytes = SIZE_MAX;
   }
-  if (empty) return 0; /* an empty result needs nothing */
   if (limit && bytes > limit) return op_fail(c, "output 0 needs %zu bytes, more than the memory limit (%zu bytes)", bytes, limit);
   return 0;
 }
@@ -600,13 +602,9 @@ static int pad_size_fails(op_ctx *c, const mlxb_array *x, const int64_t *dims, c
 /* ORT's rules for edge, reflect and wrap where there is nothing to pad from. An empty input may
  * give only an empty output that grows no axis of size 0 (wrap: none at all); a non-empty input
  * cropped to nothing along any axis fails. Returns 1 with the (empty) output set, 0 to go on,
- * -1 on failure. in_dims: the input's dims; extent: after the crop; lo, hi: the growth. */
+ * -1 on failure. in_dims: the input's dims; extent: after the crop; out: the padded extents. */
 static int pad_from_nothing(op_ctx *c, const char *mode, const int64_t *in_dims, const int64_t *extent,
-                            const int64_t *lo, const int64_t *hi, int rank, mlxb_dtype t) {
-  int64_t out[OP_UTIL_MAX_RANK];
-  for (int i = 0; i < rank; i++)
-    if (__builtin_add_overflow(extent[i], lo[i], &out[i]) || __builtin_add_overflow(out[i], hi[i], &out[i]))
-      return op_fail(c, "padded axis %d is too large (its extent overflows int64)", i);
+                            const int64_t *out, int rank, mlxb_dtype t) {
   if (op_util_numel(in_dims, rank) == 0) {
     if (!strcmp(mode, "wrap")) return op_fail(c, "wrap mode cannot pad an empty input");
     for (int i = 0; i < rank; i++)
@@ -616,13 +614,6 @@ static int pad_from_nothing(op_ctx *c, const char *mode, const int64_t *in_dims,
   for (int i = 0; i < rank; i++)
     if (extent[i] == 0) return op_fail(c, "pads crop axis %d to nothing: %s mode has no data to pad from", i, mode);
   return 0;
-}
-
-/* Whether the padded result has no element (pad_size_fails has checked its extents fit int64). */
-static bool pad_result_empty(const int64_t *dims, const int64_t *lo, const int64_t *hi, int rank) {
-  for (int i = 0; i < rank; i++)
-    if (dims[i] + lo[i] + hi[i] == 0) return true;
-  return false;
 }
 
 static int lower_pad(op_ctx *c, const op_def *def) {
@@ -666,17 +657,16 @@ static int lower_pad(op_ctx *c, const op_def *def) {
     grow |= lo[i] > 0 || hi[i] > 0;
   }
   if (crop) x = mlxb_slice(op_scope(c), x, start, stop, step);
+  int64_t out[OP_UTIL_MAX_RANK];
+  if (pad_extents(c, dims, lo, hi, rank, out)) return -1;
   if (strcmp(mode, "constant")) {
-    int done = pad_from_nothing(c, mode, in_dims, dims, lo, hi, rank, mlxb_type(x));
+    int done = pad_from_nothing(c, mode, in_dims, dims, out, rank, mlxb_type(x));
     if (done) return done < 0 ? -1 : 0;
   }
   if (!grow) return op_set_output(c, 0, x);
-  if (pad_size_fails(c, x, dims, lo, hi, rank)) return -1;
-  if (pad_result_empty(dims, lo, hi, rank)) { /* nothing to write, however far an axis grows */
-    int64_t out[OP_UTIL_MAX_RANK];
-    for (int i = 0; i < rank; i++) out[i] = dims[i] + lo[i] + hi[i];
+  if (pad_size_fails(c, x, out, rank)) return -1;
+  if (op_util_numel(out, rank) == 0) /* nothing to write, however far an axis grows */
     return op_set_output(c, 0, mlxb_zeros(op_scope(c), out, rank, mlxb_type(x)));
-  }
   for (int i = 0; i < rank; i++) {
     if (!lo[i] && !hi[i]) continue;
     if (!strcmp(mode, "reflect") && (lo[i] > dims[i] - 1 || hi[i] > dims[i] - 1))

@@ -335,9 +335,9 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
                      (long long)blk[i], i);
     nblk[i] = (ext - span) / str[i] + 1;
     if (nblk[i] < 0) nblk[i] = 0;
-    K = op_util_numel((const int64_t[]){K, blk[i]}, 2);
-    L = op_util_numel((const int64_t[]){L, nblk[i]}, 2);
-    P = op_util_numel((const int64_t[]){P, img[i]}, 2);
+    K = op_util_mul_sat(K, blk[i]);
+    L = op_util_mul_sat(L, nblk[i]);
+    P = op_util_mul_sat(P, img[i]);
   }
   if (mlxb_ndim(x) != 3 || mlxb_dim(x, 2) != L || mlxb_dim(x, 1) % K)
     return op_fail(c, "input must be [N, C*%lld, %lld]", (long long)K, (long long)L);
@@ -349,8 +349,8 @@ static int lower_col2im(op_ctx *c, const op_def *def) {
     return op_set_output(c, 0, mlxb_zeros(s, od, nsp + 2, mlxb_type(x)));
   /* taps per pixel: product over axes of the (kernel offset, block) pairs hitting it */
   int64_t T = K;
-  int64_t tn = op_util_numel((const int64_t[]){P, T}, 2), sentinel = K * L; /* K * L is x's own size */
-  if (col2im_table_fails(c, tn, op_util_numel((const int64_t[]){N, C}, 2), mlxb_dtype_size(op_util_compute_type(mlxb_type(x)))))
+  int64_t tn = op_util_mul_sat(P, T), sentinel = K * L; /* K * L is x's own size */
+  if (col2im_table_fails(c, tn, op_util_mul_sat(N, C), mlxb_dtype_size(op_util_compute_type(mlxb_type(x)))))
     return -1;
   int64_t *table = malloc(sizeof *table * (size_t)tn);
   if (!table) return op_fail(c, "out of memory");
