@@ -722,6 +722,17 @@ def versions() -> str:
     return f"onnxruntime {ort.__version__}, mlx {mx.__version__}, onnxruntime-ep-mlx {mlx_ep.version()}"
 
 
+def cpu_blas() -> str:
+    """The BLAS under MLX's CPU products, as the EP reports it (OrtEpDevice metadata)."""
+    import onnxruntime as ort
+    import onnxruntime_ep_mlx as mlx_ep
+    mlx_ep.register_execution_provider_library()
+    for d in ort.get_ep_devices():
+        if d.ep_name == mlx_ep.ep_name():
+            return d.ep_metadata.get("mlx_cpu_blas", "unknown")
+    return "unknown"
+
+
 def throughput(r: dict) -> float:
     """EP throughput relative to MLX direct's: MLX direct median / EP median (>= 1: as fast)."""
     return r["mlx_direct"]["median_ms"] / r["mlx_ep"]["median_ms"]
@@ -744,7 +755,8 @@ def render(results: dict, args) -> str:
              "MLX direct` is MLX direct's median over the EP's: below 1 the EP is slower than hand-written MLX.",
              "`EP peak RSS` is the EP process's peak resident memory from session creation on (the model",
              "and its inputs are in memory already; generating them is not counted).",
-             "", f"- machine: {machine()}", f"- versions: {versions()}", f"- device: MLX {args.device}",
+             "", f"- machine: {machine()}", f"- versions: {versions()}",
+             f"- BLAS under MLX's CPU products (EP and MLX direct alike): {cpu_blas()}", f"- device: MLX {args.device}",
              f"- runs: {runs_line(results, args)}",
              f"- load average (1 min) at start / end: {args.load[0]:.2f} / {args.load[1]:.2f} "
              f"(the machine may be shared: numbers are noisy)",
@@ -1047,6 +1059,9 @@ def main() -> int:
     ap.add_argument("--verify-worker", nargs=3, metavar=("WORKLOAD", "ENGINE", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--tokens-from", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    # The EP's library loads libmlx before anything imports mlx.core, so MLX's CPU products (the
+    # EP's and MLX direct's, one libmlx) run on the BLAS the EP picks (src/mlx/cpu_blas.c).
+    cpu_blas()
     if args.out is None:
         args.out = os.path.join(ROOT, "docs", "PERFORMANCE_GPU.md" if args.device == "gpu" else "PERFORMANCE.md")
     try:

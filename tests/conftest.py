@@ -5,6 +5,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+# The EP's library loads libmlx before any test imports mlx.core, so the whole suite runs on the BLAS
+# a user of the EP gets under MLX's CPU products (src/mlx/cpu_blas.c), not on MLX's own.
+import onnxruntime_ep_mlx  # noqa: E402
+
+try:
+    onnxruntime_ep_mlx.register_execution_provider_library()
+except FileNotFoundError:  # not built yet: the tests that need the library say so themselves
+    pass
+
 
 def pytest_runtest_logreport(report):
     """With ORT_EP_MLX_FAILLOG=PATH, every failing test's report is appended to PATH as it happens

@@ -80,7 +80,9 @@ mixed = ort.InferenceSession(sys.argv[1], providers=["MLXExecutionProvider", "CP
 print(json.dumps({"providers": session.get_providers(), "mixed": mixed.get_providers(),
                   "library": onnxruntime_ep_mlx.library_path(), "module": onnxruntime_ep_mlx.__file__,
                   "version": onnxruntime_ep_mlx.version(), "package_version": onnxruntime_ep_mlx.__version__,
-                  "name": onnxruntime_ep_mlx.EP_NAME, "vendor": onnxruntime_ep_mlx.vendor()}))
+                  "name": onnxruntime_ep_mlx.EP_NAME, "vendor": onnxruntime_ep_mlx.vendor(),
+                  "blas": [d.ep_metadata["mlx_cpu_blas"] for d in ort.get_ep_devices()
+                           if d.ep_name == onnxruntime_ep_mlx.EP_NAME]}))
 '''
 
 
@@ -106,7 +108,7 @@ def test_wheel_installs_and_runs(tmp_path):
 
     # 2. A fresh virtualenv: the wheel with its [cpu] extra, dependencies from the wheelhouse.
     py = venv(tmp_path / "env")
-    pip_install(py, *pinned("mlx", "mlx-cpu", "onnxruntime", "numpy"))
+    pip_install(py, *pinned("mlx", "mlx-cpu", "scipy-openblas32", "onnxruntime", "numpy"))
     sh(py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index", "--find-links",
        WHEELHOUSE, f"{wheels[0]}[cpu]")
 
@@ -121,6 +123,9 @@ def test_wheel_installs_and_runs(tmp_path):
     assert result["providers"][0] == result["mixed"][0] == "MLXExecutionProvider", result
     assert result["version"] == result["package_version"] == VERSION, result
     assert (result["name"], result["vendor"]) == ("MLXExecutionProvider", "onnxruntime-ep-mlx")
+    # [cpu] brings OpenBLAS, and the installed library finds it beside MLX's backend wheel
+    assert len(result["blas"]) == 1 and result["blas"][0].startswith("OpenBLAS"), result["blas"]
+    assert str(site / "scipy_openblas32") in result["blas"][0], result["blas"]
     if shutil.which("readelf"):
         dyn = sh("readelf", "-d", result["library"]).stdout
         assert "RUNPATH" in dyn and "[$ORIGIN/../mlx/lib]" in dyn, dyn

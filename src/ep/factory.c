@@ -26,6 +26,7 @@ static OrtStatus *ORT_API_CALL factory_get_supported_devices(OrtEpFactory *this_
     rt->api->CreateKeyValuePairs(&meta);
     rt->api->AddKeyValuePair(meta, "mlx_version", mlxb_version());
     rt->api->AddKeyValuePair(meta, "mlx_gpu", mlxb_gpu_available() ? "1" : "0");
+    rt->api->AddKeyValuePair(meta, "mlx_cpu_blas", mlxb_cpu_blas_describe());
     OrtEpDevice *dev = NULL;
     OrtStatus *st = rt->ep_api->CreateEpDevice(this_ptr, devices[i], meta, NULL, &dev);
     rt->api->ReleaseKeyValuePairs(meta);
@@ -65,9 +66,10 @@ static OrtStatus *ORT_API_CALL factory_create_ep(OrtEpFactory *this_ptr, const O
       return ep_status_msg(&f->rt, ORT_INVALID_ARGUMENT, msg);
     }
   }
-  ep_log(&f->rt, ep->logger, ORT_LOGGING_LEVEL_INFO, "session EP created: device %s, compile %d, decode_bucket %d%s%s",
+  ep_log(&f->rt, ep->logger, ORT_LOGGING_LEVEL_INFO,
+         "session EP created: device %s, compile %d, decode_bucket %d%s%s; CPU BLAS: %s",
          opts.device == MLXB_DEVICE_GPU ? "gpu" : "cpu", (int)opts.compile, opts.decode_bucket,
-         *opts.trace_path ? ", trace " : "", opts.trace_path);
+         *opts.trace_path ? ", trace " : "", opts.trace_path, mlxb_cpu_blas_describe());
   *out = &ep->base;
   return NULL;
 }

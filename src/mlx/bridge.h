@@ -35,6 +35,9 @@ bool mlxb_gpu_available(void);
 size_t mlxb_dtype_size(mlxb_dtype t);
 /* Process-wide MLX settings applied once at load (e.g. cache sizes); 0 on success. */
 int mlxb_init(char *err, size_t err_len);
+/* The BLAS that MLX's CPU products run on (src/mlx/cpu_blas.c: this library forwards MLX's CBLAS
+ * calls to an optimized BLAS when one is installed): a line for reports, decided once per process. */
+const char *mlxb_cpu_blas_describe(void);
 
 /* Serializes MLX work on devices whose backend is not safe for concurrent use from several
  * threads: MLX 0.32.4's CUDA backend crashed (SIGSEGV/SIGABRT) when threads built and evaluated

@@ -70,32 +70,64 @@ mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, c
   });
 }
 
-/* Whether MLX's quantized matmul takes this product on its vector kernel where it runs on CUDA
- * (MLX 0.32: one row of one matrix, N and K up to 16384), or anywhere else. On an H200 its other
- * CUDA kernels were compiled at the first Run from CUDA headers the wheels do not carry
- * ("crt/mma.h": qmm_sm90_*.cu) or had no implementation for the shape (bits 8, group 128), so
- * every other product is dequantized and multiplied (faster there at 128 rows anyway,
- * bench/prefill_matmul.py): the same weights, scale * q + bias, in x's dtype. */
-static bool cuda_vector_qmm(const mlxb_scope *s, const mx::array &x, const mx::array &w, bool transpose, int bits) {
-  if (!is_cuda_gpu(s)) return true;
+/* Whether MLX's own quantized matmul should take this product; else its weights are dequantized
+ * (scale * q + bias, in x's dtype) and multiplied. Both compute the same float products.
+ * - CUDA: only where MLX runs its vector kernel (MLX 0.32: one row of one matrix, N and K up to
+ *   16384). On an H200 its other CUDA kernels were compiled at the first Run from CUDA headers the
+ *   wheels do not carry ("crt/mma.h": qmm_sm90_*.cu) or had no implementation for the shape (bits
+ *   8, group 128); dequantizing is faster there at 128 rows anyway (bench/prefill_matmul.py).
+ * - CPU: one row. MLX's CPU kernel walks the weights once per row, so its time grows with the rows
+ *   (K 512, N 1408: 0.6 ms a row), while one BLAS GEMM on the dequantized weights takes about a
+ *   row's time for 16 rows and 2.2 ms for 128 (OpenBLAS, 2 cores; src/mlx/cpu_blas.c).
+ * - Metal: always (MLX's Metal kernels cover every shape). */
+static bool quantized_kernel_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w, bool transpose,
+                                   int bits) {
+  bool cpu = s->force_cpu || s->device == mx::Device(mx::Device::cpu);
+  if (!cpu && !is_cuda_gpu(s)) return true;
   if (x.ndim() < 1 || w.ndim() != 2 || bits <= 0) return false;
   int64_t rows = x.size() / std::max<int64_t>(x.shape(-1), 1);
+  if (cpu) return rows <= 1;
   int64_t n = transpose ? w.shape(0) : (int64_t)w.shape(1) * 32 / bits;
   return rows == 1 && n <= 16384 && x.shape(-1) <= 16384;
 }
 
+/* Dequantized in slices of output columns on the CPU, so no more than about 64 MiB of dense
+ * weights exist at once (a 151936 x 896 vocabulary projection is 544 MB in float32): MLX frees
+ * each slice once its product is computed. One slice elsewhere (device memory is the GPU's). */
+static int64_t dequantized_slice_rows(const mlxb_scope *s, const mx::array &x, const mx::array &w, bool transpose,
+                                      int bits) {
+  int64_t n = w.shape(0), k = (int64_t)w.shape(1) * 32 / bits;
+  bool cpu = s->force_cpu || s->device == mx::Device(mx::Device::cpu);
+  if (!cpu || !transpose || w.ndim() != 2) return n;
+  int64_t per_row = k * (int64_t)x.itemsize();
+  return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t(64) << 20) / std::max<int64_t>(per_row, 1)));
+}
+
 static mx::array dequantized_matmul(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                                     const std::optional<mx::array> &biases, bool transpose, int group_size, int bits) {
-  mx::array dense = mx::dequantize(w, scales, biases, group_size, bits, "affine", std::nullopt, x.dtype(), scope_dev(s));
-  if (transpose) dense = mx::swapaxes(dense, -1, -2, scope_dev(s));
-  return mx::matmul(x, dense, scope_dev(s));
+  auto dense_product = [&](const mx::array &wq, const mx::array &sc, const std::optional<mx::array> &bi) {
+    mx::array dense = mx::dequantize(wq, sc, bi, group_size, bits, "affine", std::nullopt, x.dtype(), scope_dev(s));
+    if (transpose) dense = mx::swapaxes(dense, -1, -2, scope_dev(s));
+    return mx::matmul(x, dense, scope_dev(s));
+  };
+  int64_t n = w.ndim() == 2 ? w.shape(0) : 0, step = dequantized_slice_rows(s, x, w, transpose, bits);
+  if (n <= step) return dense_product(w, scales, biases);
+  std::vector<mx::array> parts;
+  for (int64_t lo = 0; lo < n; lo += step) {
+    int hi = (int)std::min(n, lo + step);
+    auto rows = [&](const mx::array &a) {
+      return mx::slice(a, {(int)lo, 0}, {hi, a.shape(1)}, scope_dev(s));
+    };
+    parts.push_back(dense_product(rows(w), rows(scales), biases ? std::optional<mx::array>(rows(*biases)) : std::nullopt));
+  }
+  return mx::concatenate(parts, -1, scope_dev(s));
 }
 
 mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                                   const mlxb_array *biases, bool transpose, int group_size, int bits) {
   return guard(s, "mlxb_quantized_matmul", [&] {
     const mx::array &in = arr(x), &packed = arr(w);
-    mx::array y = cuda_vector_qmm(s, in, packed, transpose, bits)
+    mx::array y = quantized_kernel_takes(s, in, packed, transpose, bits)
                       ? mx::quantized_matmul(in, packed, arr(scales), opt(biases), transpose, group_size, bits, "affine",
                                              scope_dev(s))
                       : dequantized_matmul(s, in, packed, arr(scales), opt(biases), transpose, group_size, bits);
