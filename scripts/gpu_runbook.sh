@@ -44,7 +44,7 @@
 #   families the test files of the families the 2026-12-04 suite run failed on the GPU
 #   changed  the test files of what changed since the last GPU run and never ran there: the chunked
 #            LinearAttention, the fuzzer's data pool (every Run replayed on hostile values, so the
-#            GPU's paths meet them too) and the ops its findings changed
+#            GPU's paths meet them too) and the ops its findings changed; the CPU BLAS forwarding
 #   bench    bench/gpu_session.sh's decoder step (engines as ENGINES; by default ORT's CUDA EP plain
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   models   bench/gpu_session.sh's models step: the BERT layer and the CNN (squeezenet, from the
@@ -213,6 +213,8 @@ if step changed; then
     tests/test_ops_shape.py tests/test_ops_matmul.py tests/test_ops_detection.py tests/test_ops_vision.py \
     tests/test_ops_pool.py tests/test_ops_sequence.py tests/test_ops_paged_attention.py tests/test_ops_attention.py \
     tests/test_ops_reduction.py tests/test_ops_host_read.py tests/test_ops_conv.py
+  # 2026-12-05 (no GPU lent): the EP's CBLAS definitions under mlx-cuda-13's libmlx (its CPU stream)
+  pytest_q 120 tests/test_cpu_blas.py tests/test_ep.py
 fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)
