@@ -324,6 +324,14 @@ inline mx::array row_major(const mx::array &x, mx::StreamOrDevice dev) {
   return row_major_by_construction(x) ? x : mx::contiguous(x, false, dev);
 }
 
+/* One float32 row times 4-bit affine weights [N, K/8] (transposed, float32 scales and biases,
+ * groups of a multiple of 32) on an x86-64 CPU scope with AVX2 and FMA: our own CPU kernel
+ * (bridge_cpu_qgemv.cpp) rather than MLX's quantized matmul. takes() says whether it applies. */
+bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
+                     const std::optional<mx::array> &biases, bool transpose, int group, int bits);
+mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
+                    const mx::array &biases, int group);
+
 /* Our precompiled kernels launched by a primitive of our own (bridge_launch.cpp): ready on MLX's
  * CUDA backend when its encoder's symbols and the driver are found (ORT_EP_MLX_DIRECT_LAUNCH=0:
  * never). The kernel `name` of `cubin` is loaded at once; the launch takes the input pointers,

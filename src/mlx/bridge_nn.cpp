@@ -127,6 +127,8 @@ mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb
                                   const mlxb_array *biases, bool transpose, int group_size, int bits) {
   return guard(s, "mlxb_quantized_matmul", [&] {
     const mx::array &in = arr(x), &packed = arr(w);
+    if (cpu_qgemv_takes(s, in, packed, arr(scales), opt(biases), transpose, group_size, bits))
+      return cpu_qgemv(s, in, packed, arr(scales), *opt(biases), group_size);
     mx::array y = quantized_kernel_takes(s, in, packed, transpose, bits)
                       ? mx::quantized_matmul(in, packed, arr(scales), opt(biases), transpose, group_size, bits, "affine",
                                              scope_dev(s))

@@ -1,0 +1,103 @@
+"""MatMulNBits' one-row product on the CPU through the EP's own kernel (src/mlx/bridge_cpu_qgemv.cpp:
+AVX2 unpacking, output columns over a few threads) against ORT's CPU EP, strict, every Run of the
+eager/trace/replay triple; tolerances are test_ops_contrib_quant's (float32: rtol 1e-5, atol 2e-6 of
+the largest output). That the kernel, not MLX's quantized matmul, computed them is read from the
+op histogram in a fresh process."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from test_ops_contrib_quant import compare, nbits_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def x86_with_avx2_fma() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx2" in flags and "fma" in flags
+
+
+needs_kernel = pytest.mark.skipif(not x86_with_avx2_fma(), reason="the kernel needs x86-64 with AVX2 and FMA")
+
+# (K, N, block): one group and many; N under 256 (one thread) and over (columns shared out); K not a
+# multiple of the block (padded to it at Compile)
+SHAPES = [(32, 8, 32), (64, 200, 32), (512, 1408, 32), (896, 300, 64), (1024, 260, 128), (100, 270, 32),
+          (4864, 64, 32)]
+
+
+@pytest.mark.parametrize("zp", [None, "u8", "float"])
+@pytest.mark.parametrize("k,n,block", SHAPES)
+def test_one_row(k, n, block, zp):
+    model, feeds = nbits_model(k, n, 4, block, zp=zp, a_shape=(1,), seed=k + n)
+    compare(model, feeds)
+
+
+@pytest.mark.parametrize("a_shape", [(), (1, 1), (1, 1, 1)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_row_ranks_and_bias(a_shape, bias):
+    model, feeds = nbits_model(256, 300, 4, 32, zp="u8", bias=bias, a_shape=a_shape)
+    compare(model, feeds)
+
+
+@pytest.mark.parametrize("where", ["inf", "-inf", "nan"])
+def test_one_row_non_finite(where):
+    """An infinity meets each weight as ORT multiplies it (a weight of 0 gives NaN, others infinity),
+    not through the kernel's reordered sums; a NaN spreads the same. (Finite values whose sum
+    overflows are summed as written too, but where a sum of huge terms overflows depends on the
+    order of the additions, which no two BLAS-like kernels share: not compared.)"""
+    model, feeds = nbits_model(256, 300, 4, 32, zp="u8", a_shape=(1,), seed=3)
+    a = feeds["A"]
+    a[0, 5] = {"inf": np.inf, "-inf": -np.inf, "nan": np.nan}[where]
+    (want,) = compare_non_finite(model, feeds)
+    assert not np.isfinite(want).all()
+
+
+def compare_non_finite(model, feeds):
+    from parity import run_cpu, run_mlx_each
+    want = run_cpu(model, feeds)
+    for run, got in enumerate(run_mlx_each(model, feeds)):
+        np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]), err_msg=f"run {run + 1}: NaN")
+        np.testing.assert_array_equal(np.isinf(got[0]), np.isinf(want[0]), err_msg=f"run {run + 1}: inf")
+        finite = np.isfinite(want[0])
+        np.testing.assert_allclose(got[0][finite], want[0][finite], rtol=1e-5, err_msg=f"run {run + 1}")
+    return want
+
+
+HISTOGRAM_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_ops_contrib_quant import compare, nbits_model
+for rows in ((1,), (3,)):
+    model, feeds = nbits_model(512, 300, 4, 32, zp="u8", a_shape=rows)
+    compare(model, feeds)
+"""
+
+
+@needs_kernel
+@pytest.mark.parametrize("switch", ["default", "off"])
+def test_kernel_computes_one_row_only(switch):
+    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
+    if switch == "off":
+        env["ORT_EP_MLX_CPU_GEMV"] = "0"
+    env.pop("ORT_EP_MLX_DEVICE", None)
+    out = subprocess.run([sys.executable, "-c", HISTOGRAM_PROBE, os.path.join(ROOT, "tests")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    programs = [line for line in out.stderr.splitlines() if " program: " in line]
+    assert len(programs) == 2, out.stderr[-3000:]
+    one_row, three_rows = programs
+    if switch == "off":
+        assert "EpCpuQGemv" not in out.stderr and "QuantizedMatmul" in one_row, one_row
+    else:
+        assert "EpCpuQGemv=1" in one_row and "QuantizedMatmul" not in one_row, one_row
+    assert "EpCpuQGemv" not in three_rows and "Matmul=" in three_rows, three_rows  # dequantized, one GEMM
