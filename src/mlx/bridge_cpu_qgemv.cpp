@@ -68,21 +68,24 @@ struct gemv_args {
   int k, group;
 };
 
-/* Output columns [lo, hi). */
+/* Output columns [lo, hi): per column, the groups' scaled sums kept in one vector (a horizontal
+ * sum per column, not per group), then the biases' term sum_g bias[g] * sum(x in g). */
 __attribute__((target("avx2,fma"))) void gemv_columns(const gemv_args &a, int64_t lo, int64_t hi) {
   const int groups = a.k / a.group, words_per_row = a.k / 8, chunks = a.group / 32;
   for (int64_t n = lo; n < hi; n++) {
     const uint32_t *row = a.w + n * words_per_row;
     const float *sc = a.scales + n * groups, *bi = a.biases + n * groups;
-    float total = 0.0f;
+    __m256 scaled = _mm256_setzero_ps();
     for (int g = 0; g < groups; g++) {
       __m256 acc = _mm256_setzero_ps();
       const uint32_t *wg = row + (int64_t)g * (a.group / 8);
       const float *xg = a.x + (int64_t)g * a.group;
       for (int c = 0; c < chunks; c++) acc = dot32(wg + 4 * c, xg + 32 * c, acc);
-      total += sc[g] * horizontal_sum(acc) + bi[g] * a.group_sums[g];
+      scaled = _mm256_fmadd_ps(_mm256_set1_ps(sc[g]), acc, scaled);
     }
-    a.y[n] = total;
+    float biased = 0.0f;
+    for (int g = 0; g < groups; g++) biased += bi[g] * a.group_sums[g];
+    a.y[n] = horizontal_sum(scaled) + biased;
   }
 }
 
