@@ -1,5 +1,6 @@
-"""MatMulNBits' one-row product on the CPU through the EP's own kernel (src/mlx/bridge_cpu_qgemv.cpp:
-AVX2 unpacking, output columns over a few threads) against ORT's CPU EP, strict, every Run of the
+"""MatMulNBits on the CPU through the EP's own kernels (src/mlx/bridge_cpu_qgemv.cpp: one row by an
+AVX2 GEMV over a few threads, many rows by tiles of dequantized weights and the BLAS) against ORT's
+CPU EP, strict, every Run of the
 eager/trace/replay triple; tolerances are test_ops_contrib_quant's (float32: rtol 1e-5, atol 2e-6 of
 the largest output). That the kernel, not MLX's quantized matmul, computed them is read from the
 op histogram in a fresh process."""
@@ -29,21 +30,23 @@ def x86_with_avx2_fma() -> bool:
 needs_kernel = pytest.mark.skipif(not x86_with_avx2_fma(), reason="the kernel needs x86-64 with AVX2 and FMA")
 
 # (K, N, block): one group and many; N under 256 (one thread) and over (columns shared out); K not a
-# multiple of the block (padded to it at Compile)
+# multiple of the block (padded to it at Compile); for many rows, N over one dequantized tile (about
+# 2 MiB of weights, at least 256 columns) with a partial last tile
 SHAPES = [(32, 8, 32), (64, 200, 32), (512, 1408, 32), (896, 300, 64), (1024, 260, 128), (100, 270, 32),
-          (4864, 64, 32)]
+          (4864, 600, 32), (512, 2500, 32)]
 
 
+@pytest.mark.parametrize("rows", [1, 3, 40])
 @pytest.mark.parametrize("zp", [None, "u8", "float"])
 @pytest.mark.parametrize("k,n,block", SHAPES)
-def test_one_row(k, n, block, zp):
-    model, feeds = nbits_model(k, n, 4, block, zp=zp, a_shape=(1,), seed=k + n)
+def test_rows(k, n, block, zp, rows):
+    model, feeds = nbits_model(k, n, 4, block, zp=zp, a_shape=(rows,), seed=k + n)
     compare(model, feeds)
 
 
-@pytest.mark.parametrize("a_shape", [(), (1, 1), (1, 1, 1)])
+@pytest.mark.parametrize("a_shape", [(), (1, 1), (1, 1, 1), (2, 3), (2, 1, 5)])
 @pytest.mark.parametrize("bias", [False, True])
-def test_one_row_ranks_and_bias(a_shape, bias):
+def test_ranks_and_bias(a_shape, bias):
     model, feeds = nbits_model(256, 300, 4, 32, zp="u8", bias=bias, a_shape=a_shape)
     compare(model, feeds)
 
@@ -84,7 +87,7 @@ for rows in ((1,), (3,)):
 
 @needs_kernel
 @pytest.mark.parametrize("switch", ["default", "off"])
-def test_kernel_computes_one_row_only(switch):
+def test_kernels_run(switch):
     env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1",
                PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
     if switch == "off":
@@ -100,4 +103,7 @@ def test_kernel_computes_one_row_only(switch):
         assert "EpCpuQGemv" not in out.stderr and "QuantizedMatmul" in one_row, one_row
     else:
         assert "EpCpuQGemv=1" in one_row and "QuantizedMatmul" not in one_row, one_row
-    assert "EpCpuQGemv" not in three_rows and "Matmul=" in three_rows, three_rows  # dequantized, one GEMM
+    if switch == "off":
+        assert "EpCpuQGemm" not in three_rows and "Matmul=" in three_rows, three_rows  # dequantized, one GEMM
+    else:
+        assert "EpCpuQGemm=1" in three_rows and "Matmul" not in three_rows, three_rows

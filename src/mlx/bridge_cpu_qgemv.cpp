@@ -1,15 +1,19 @@
-/* One row times int4 weights on MLX's CPU stream: a primitive of our own.
+/* MatMulNBits' products on MLX's CPU stream: primitives of our own.
  *
- * Why: a decode step is one row through every MatMulNBits, and MLX's CPU quantized matmul walks
- * the packed weights at about 1.1 G values a second on this project's x86 machines (scalar
- * unpacking), most of a decode step's time. This primitive computes the same product, y[n] =
- * sum_k x[k] * (scale[n,g] * q[n,k] + bias[n,g]), as sum_g (scale * sum_{k in g} x[k] q[n,k] +
- * bias * sum_{k in g} x[k]) in float32 (the reordering the CUDA GEMV kernel uses), unpacking 32
- * nibbles at a time with AVX2 and spreading the output columns over a few threads.
+ * Why: MLX's CPU quantized matmul walks the packed weights at about 1.1 G values a second on this
+ * project's x86 machines (scalar unpacking), once per row, and its CPU dequantization runs at
+ * 0.2-0.5 G values a second: a decode step spent most of its time in the first, a prompt in the
+ * second. Both forms here compute the same float32 products:
+ * - one row (EpCpuQGemv): y[n] = sum_g (scale * sum_{k in g} x[k] q[n,k] + bias * sum_{k in g}
+ *   x[k]) (the reordering the CUDA GEMV kernel uses), 32 nibbles per AVX2 step, the output columns
+ *   spread over a few threads; a row whose sums are not finite is summed term by term as written;
+ * - many rows (EpCpuQGemm): tiles of about 2 MiB of weights dequantized (scale * q + bias) by the
+ *   same threads, each multiplied with every row by one BLAS GEMM (src/mlx/cpu_blas.c's BLAS)
+ *   while it is in the cache.
  *
- * It takes float32 x of one row, 4-bit weights in MLX's affine layout (element 8w + j is nibble j
- * of word w), float32 scales and biases, groups of a multiple of 32. Anything else, and any CPU
- * without AVX2 and FMA, stays on MLX's kernel (cpu_qgemv_takes). ORT_EP_MLX_CPU_GEMV=0 turns it off.
+ * They take float32 x, 4-bit weights in MLX's affine layout (element 8w + j is nibble j of word
+ * w), float32 scales and biases, groups of a multiple of 32. Anything else, and any CPU without
+ * AVX2 and FMA, stays on MLX (cpu_qgemv_takes). ORT_EP_MLX_CPU_GEMV=0 turns them off.
  *
  * The work is enqueued on MLX's CPU stream like MLX's own CPU ops (its command encoder), holding
  * its input arrays until it has run. */
@@ -23,35 +27,49 @@
 #include <cmath>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__)
+/* x86-64 with the BLAS of src/mlx/cpu_blas.c (not macOS, where MLX's BLAS is Accelerate's) */
+#if defined(__x86_64__) && !defined(__APPLE__)
+#define EP_CPU_KERNELS 1
 #include <immintrin.h>
 #endif
+
+/* MLX's CPU products' BLAS: the definitions in src/mlx/cpu_blas.c, which forward to the BLAS chosen
+ * there. CBLAS's enums are ints. */
+extern "C" void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                            const float *b, int ldb, float beta, float *c, int ldc);
 
 namespace mlxb_detail {
 
 namespace {
 
-#if defined(__x86_64__)
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
-/* sum_{k < 32} x[k] * q[k] for the 32 nibbles of four words (element 8w + j = nibble j of word w,
+#if defined(EP_CPU_KERNELS)
+
+/* The 32 nibbles of four words as floats, in element order (element 8w + j = nibble j of word w,
  * so byte b holds elements 2b (low nibble) and 2b + 1 (high)). */
-__attribute__((target("avx2,fma"))) inline __m256 dot32(const uint32_t *w, const float *x, __m256 acc) {
+__attribute__((target("avx2,fma"))) inline void unpack32(const uint32_t *w, __m256 q[4]) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w));
   const __m128i mask = _mm_set1_epi8(0x0f);
   const __m128i lo = _mm_and_si128(packed, mask), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
   const __m128i first = _mm_unpacklo_epi8(lo, hi), second = _mm_unpackhi_epi8(lo, hi); /* elements 0-15, 16-31 */
-  __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(first));
-  __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(first, 8)));
-  __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(second));
-  __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(second, 8)));
-  acc = _mm256_fmadd_ps(q0, _mm256_loadu_ps(x), acc);
-  acc = _mm256_fmadd_ps(q1, _mm256_loadu_ps(x + 8), acc);
-  acc = _mm256_fmadd_ps(q2, _mm256_loadu_ps(x + 16), acc);
-  return _mm256_fmadd_ps(q3, _mm256_loadu_ps(x + 24), acc);
+  q[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(first));
+  q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(first, 8)));
+  q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(second));
+  q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(second, 8)));
+}
+
+/* acc + x[k] * q[k] over the 32 elements of four words. */
+__attribute__((target("avx2,fma"))) inline __m256 dot32(const uint32_t *w, const float *x, __m256 acc) {
+  __m256 q[4];
+  unpack32(w, q);
+  for (int i = 0; i < 4; i++) acc = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(x + 8 * i), acc);
+  return acc;
 }
 
 __attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
@@ -197,9 +215,50 @@ void qgemv_4bit(const float *x, const uint32_t *w, const float *scales, const fl
   else column_pool::get().run(n, [&](int64_t lo, int64_t hi) { gemv_columns_as_written(a, lo, hi); });
 }
 
+/* Weight rows [lo, hi) dequantized, scale * q + bias, into dst (row n at (n - lo) * k). */
+__attribute__((target("avx2,fma"))) void dequantize_rows(const uint32_t *w, const float *scales, const float *biases,
+                                                         int k, int group, int64_t lo, int64_t hi, float *dst) {
+  const int groups = k / group, words_per_row = k / 8, chunks = group / 32;
+  for (int64_t n = lo; n < hi; n++) {
+    const uint32_t *row = w + n * words_per_row;
+    float *out = dst + (n - lo) * k;
+    for (int g = 0; g < groups; g++) {
+      const __m256 sc = _mm256_set1_ps(scales[n * groups + g]), bi = _mm256_set1_ps(biases[n * groups + g]);
+      for (int c = 0; c < chunks; c++) {
+        __m256 q[4];
+        unpack32(row + (int64_t)g * (group / 8) + 4 * c, q);
+        float *o = out + (int64_t)g * group + 32 * c;
+        for (int i = 0; i < 4; i++) _mm256_storeu_ps(o + 8 * i, _mm256_fmadd_ps(q[i], sc, bi));
+      }
+    }
+  }
+}
+
+/* Columns of the output a dequantized tile holds: about 2 MiB of float32 weights (it stays in
+ * the cache between its dequantization and the GEMM that reads it), at least 256 columns. */
+int64_t tile_columns(int64_t n, int k) {
+  int64_t fit = ((int64_t(2) << 20) / (int64_t(4) * k)) & ~int64_t(63);
+  return std::min(n, std::max<int64_t>(256, fit));
+}
+
+/* Many rows: tile by tile, the weights dequantized by the pool's threads, then one BLAS GEMM of
+ * all rows against the tile (the BLAS MLX's CPU products run on, src/mlx/cpu_blas.c). */
+void qgemm_4bit(const float *x, const uint32_t *w, const float *scales, const float *biases, float *y, int64_t rows,
+                int64_t n, int k, int group, float *tile, int64_t tile_cols) {
+  for (int64_t n0 = 0; n0 < n; n0 += tile_cols) {
+    const int64_t cols = std::min(tile_cols, n - n0);
+    column_pool::get().run(cols, [&](int64_t lo, int64_t hi) {
+      dequantize_rows(w, scales, biases, k, group, n0 + lo, n0 + hi, tile + lo * k);
+    });
+    cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, k, 1.0f, x, k, tile, k, 0.0f,
+                y + n0, (int)n);
+  }
+}
+
 class ep_cpu_qgemv : public mx::Primitive {
  public:
-  ep_cpu_qgemv(mx::Stream stream, int group) : mx::Primitive(stream), group_(group) {}
+  ep_cpu_qgemv(mx::Stream stream, int group, bool many_rows)
+      : mx::Primitive(stream), group_(group), many_rows_(many_rows) {}
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
     mx::array &out = outputs[0];
@@ -208,12 +267,19 @@ class ep_cpu_qgemv : public mx::Primitive {
     for (const auto &in : inputs) encoder.set_input_array(in);
     encoder.set_output_array(out);
     const mx::array &x = inputs[0], &w = inputs[1];
-    int64_t n = w.shape(0);
+    int64_t n = w.shape(0), rows = static_cast<int64_t>(x.size()) / std::max(1, x.shape(-1));
     int k = x.shape(-1), group = group_;
-    /* the arrays travel with the task, so their buffers live until it has run */
-    encoder.dispatch([x, w, scales = inputs[2], biases = inputs[3], out, n, k, group]() mutable {
-      qgemv_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), out.data<float>(),
-                 n, k, group);
+    /* the arrays travel with the task, so their buffers live until it has run; the tile is
+     * allocated here, where a failure is an exception of this eval rather than of the task */
+    int64_t tile_cols = many_rows_ ? tile_columns(n, k) : 0;
+    std::shared_ptr<float[]> tile(many_rows_ ? new float[tile_cols * k] : nullptr);
+    encoder.dispatch([x, w, scales = inputs[2], biases = inputs[3], out, rows, n, k, group, tile, tile_cols]() mutable {
+      if (tile)
+        qgemm_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), out.data<float>(),
+                   rows, n, k, group, tile.get(), tile_cols);
+      else
+        qgemv_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), out.data<float>(),
+                   n, k, group);
     });
   }
 
@@ -221,15 +287,16 @@ class ep_cpu_qgemv : public mx::Primitive {
     throw std::runtime_error("EpCpuQGemv: a CPU kernel has no GPU form");
   }
 
-  const char *name() const override { return "EpCpuQGemv"; }
+  const char *name() const override { return many_rows_ ? "EpCpuQGemm" : "EpCpuQGemv"; }
 
   bool is_equivalent(const mx::Primitive &other) const override {
     auto *o = dynamic_cast<const ep_cpu_qgemv *>(&other);
-    return o && o->group_ == group_;
+    return o && o->group_ == group_ && o->many_rows_ == many_rows_;
   }
 
  private:
   int group_;
+  bool many_rows_;
 };
 
 bool cpu_has_avx2_fma() {
@@ -237,17 +304,18 @@ bool cpu_has_avx2_fma() {
   return yes;
 }
 
-#endif /* __x86_64__ */
+#endif /* EP_CPU_KERNELS */
 
 } // namespace
 
 bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                      const std::optional<mx::array> &biases, bool transpose, int group, int bits) {
-#if defined(__x86_64__)
+#if defined(EP_CPU_KERNELS)
   static const bool on = env_switch_on("ORT_EP_MLX_CPU_GEMV");
   bool cpu = s->force_cpu || s->device == mx::Device(mx::Device::cpu);
   if (!on || !cpu || !cpu_has_avx2_fma() || !transpose || bits != 4 || group <= 0 || group % 32 || !biases) return false;
-  if (x.dtype() != mx::float32 || x.ndim() < 1 || x.size() != (size_t)x.shape(-1) || w.ndim() != 2) return false;
+  if (x.dtype() != mx::float32 || x.ndim() < 1 || x.size() == 0 || w.ndim() != 2) return false;
+  if (x.size() / x.shape(-1) > INT32_MAX) return false; /* the BLAS counts rows in int */
   int64_t k = x.shape(-1), n = w.shape(0);
   return n > 0 && k > 0 && k % group == 0 && k / group <= MAX_GROUPS && w.dtype() == mx::uint32 && w.shape(1) == k / 8 &&
          scales.dtype() == mx::float32 && biases->dtype() == mx::float32 && scales.ndim() == 2 &&
@@ -260,14 +328,15 @@ bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w
 
 mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                     const mx::array &biases, int group) {
-#if defined(__x86_64__)
+#if defined(EP_CPU_KERNELS)
   auto dev = scope_dev(s);
   mx::Stream stream = mx::to_stream(dev);
   mx::Shape shape = x.shape();
   shape.back() = w.shape(0);
   column_pool::get(); /* its threads start here, where a failure is the scope's error, not in the task */
   std::vector<mx::array> ins = {row_major(x, dev), row_major(w, dev), row_major(scales, dev), row_major(biases, dev)};
-  return mx::array(shape, mx::float32, std::make_shared<ep_cpu_qgemv>(stream, group), std::move(ins));
+  bool many_rows = x.size() != static_cast<size_t>(x.shape(-1));
+  return mx::array(shape, mx::float32, std::make_shared<ep_cpu_qgemv>(stream, group, many_rows), std::move(ins));
 #else
   (void)s, (void)x, (void)w, (void)scales, (void)biases, (void)group;
   throw bridge_error("cpu_qgemv: x86-64 only");
