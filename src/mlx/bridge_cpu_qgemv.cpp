@@ -26,10 +26,13 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
-#include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include <sched.h>
+#include <unistd.h>
 #include <vector>
 
 /* x86-64 with the BLAS of src/mlx/cpu_blas.c (not macOS, where MLX's BLAS is Accelerate's) */
@@ -124,8 +127,12 @@ void gemv_columns_as_written(const gemv_args &a, int64_t lo, int64_t hi) {
   }
 }
 
-/* A few threads of our own, so the one-row product uses more than MLX's CPU stream thread: the
- * caller takes the first share and waits for the rest. One product at a time (a mutex). */
+/* The work the pool shares out: columns [lo, hi) of one product, from a context it does not own.
+ * A plain function and a pointer (not std::function): nothing to allocate inside a task. */
+using column_fn = void (*)(const void *ctx, int64_t lo, int64_t hi);
+
+/* A few threads of our own, so a product uses more than MLX's CPU stream thread: the caller takes
+ * the first share and waits for the rest. One product at a time (a mutex). */
 class column_pool {
  public:
   static column_pool &get() {
@@ -133,33 +140,35 @@ class column_pool {
     return *pool;
   }
 
-  void run(int64_t n, const std::function<void(int64_t, int64_t)> &work) {
+  void run(int64_t n, column_fn fn, const void *ctx) {
     int helpers = static_cast<int>(workers_.size());
-    if (helpers == 0 || n < 256) {
-      work(0, n);
+    /* a forked child has none of the helpers (fork copies the calling thread only) */
+    if (helpers == 0 || n < 256 || getpid() != owner_pid_) {
+      fn(ctx, 0, n);
       return;
     }
     std::lock_guard<std::mutex> one(run_mutex_);
     int64_t parts = helpers + 1, step = (n + parts - 1) / parts;
     {
       std::lock_guard<std::mutex> lk(m_);
-      work_ = &work;
+      fn_ = fn;
+      ctx_ = ctx;
       step_ = step;
       n_ = n;
       pending_ = helpers;
       generation_++;
     }
     cv_.notify_all();
-    work(0, std::min(n, step));
+    fn(ctx, 0, std::min(n, step));
     std::unique_lock<std::mutex> lk(m_);
     done_cv_.wait(lk, [&] { return pending_ == 0; });
-    work_ = nullptr;
+    fn_ = nullptr;
+    ctx_ = nullptr;
   }
 
  private:
-  column_pool() {
-    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    int helpers = static_cast<int>(std::min(cores, 8u)) - 1;
+  column_pool() : owner_pid_(getpid()) {
+    int helpers = std::min(usable_cores(), 8) - 1;
     for (int i = 0; i < helpers; i++) {
       try {
         workers_.emplace_back([this, i] { loop(i + 1); });
@@ -170,33 +179,52 @@ class column_pool {
     for (auto &t : workers_) t.detach();
   }
 
+  /* The cores this process may run on (its affinity mask), not the machine's. */
+  static int usable_cores() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+
   void loop(int part) {
     uint64_t seen = 0;
     for (;;) {
-      const std::function<void(int64_t, int64_t)> *work;
+      column_fn fn;
+      const void *ctx;
       int64_t lo, hi;
       {
         std::unique_lock<std::mutex> lk(m_);
         cv_.wait(lk, [&] { return generation_ != seen; });
         seen = generation_;
-        work = work_;
+        fn = fn_;
+        ctx = ctx_;
         lo = std::min(n_, part * step_);
         hi = std::min(n_, lo + step_);
       }
-      if (work && lo < hi) (*work)(lo, hi);
+      if (fn && lo < hi) fn(ctx, lo, hi);
       std::lock_guard<std::mutex> lk(m_);
       if (--pending_ == 0) done_cv_.notify_one();
     }
   }
 
+  const pid_t owner_pid_;
   std::vector<std::thread> workers_;
   std::mutex run_mutex_, m_;
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int64_t, int64_t)> *work_ = nullptr;
+  column_fn fn_ = nullptr;
+  const void *ctx_ = nullptr;
   int64_t step_ = 0, n_ = 0;
   int pending_ = 0;
   uint64_t generation_ = 0;
 };
+
+void gemv_columns_of(const void *ctx, int64_t lo, int64_t hi) {
+  gemv_columns(*static_cast<const gemv_args *>(ctx), lo, hi);
+}
+
+void gemv_columns_as_written_of(const void *ctx, int64_t lo, int64_t hi) {
+  gemv_columns_as_written(*static_cast<const gemv_args *>(ctx), lo, hi);
+}
 
 enum { MAX_GROUPS = 8192 }; /* per row: the group sums live on the task's stack (nothing to allocate there) */
 
@@ -211,8 +239,7 @@ void qgemv_4bit(const float *x, const uint32_t *w, const float *scales, const fl
     finite = finite && std::isfinite(sum);
   }
   gemv_args a{x, scales, biases, group_sums, w, y, k, group};
-  if (finite) column_pool::get().run(n, [&](int64_t lo, int64_t hi) { gemv_columns(a, lo, hi); });
-  else column_pool::get().run(n, [&](int64_t lo, int64_t hi) { gemv_columns_as_written(a, lo, hi); });
+  column_pool::get().run(n, finite ? gemv_columns_of : gemv_columns_as_written_of, &a);
 }
 
 /* Weight rows [lo, hi) dequantized, scale * q + bias, into dst (row n at (n - lo) * k). */
@@ -243,13 +270,25 @@ int64_t tile_columns(int64_t n, int k) {
 
 /* Many rows: tile by tile, the weights dequantized by the pool's threads, then one BLAS GEMM of
  * all rows against the tile (the BLAS MLX's CPU products run on, src/mlx/cpu_blas.c). */
+struct dequantize_args {
+  const uint32_t *w;
+  const float *scales, *biases;
+  float *tile;
+  int64_t n0;
+  int k, group;
+};
+
+void dequantize_tile_of(const void *ctx, int64_t lo, int64_t hi) {
+  const auto &a = *static_cast<const dequantize_args *>(ctx);
+  dequantize_rows(a.w, a.scales, a.biases, a.k, a.group, a.n0 + lo, a.n0 + hi, a.tile + lo * a.k);
+}
+
 void qgemm_4bit(const float *x, const uint32_t *w, const float *scales, const float *biases, float *y, int64_t rows,
                 int64_t n, int k, int group, float *tile, int64_t tile_cols) {
   for (int64_t n0 = 0; n0 < n; n0 += tile_cols) {
     const int64_t cols = std::min(tile_cols, n - n0);
-    column_pool::get().run(cols, [&](int64_t lo, int64_t hi) {
-      dequantize_rows(w, scales, biases, k, group, n0 + lo, n0 + hi, tile + lo * k);
-    });
+    dequantize_args a{w, scales, biases, tile, n0, k, group};
+    column_pool::get().run(cols, dequantize_tile_of, &a);
     cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, k, 1.0f, x, k, tile, k, 0.0f,
                 y + n0, (int)n);
   }
@@ -261,25 +300,33 @@ class ep_cpu_qgemv : public mx::Primitive {
       : mx::Primitive(stream), group_(group), many_rows_(many_rows) {}
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
+    const mx::array &x = inputs[0], &w = inputs[1];
+    int64_t n = w.shape(0), rows = static_cast<int64_t>(x.size()) / std::max(1, x.shape(-1));
+    int k = x.shape(-1), group = group_;
+    /* allocated here, where a failure is an exception of this eval (the bridge's to report), not
+     * of the task */
+    int64_t tile_cols = many_rows_ ? tile_columns(n, k) : 0;
+    std::shared_ptr<float[]> tile(many_rows_ ? new float[tile_cols * k] : nullptr);
     mx::array &out = outputs[0];
     out.set_data(mx::allocator::malloc(out.nbytes()));
     auto &encoder = mx::cpu::get_command_encoder(stream());
     for (const auto &in : inputs) encoder.set_input_array(in);
     encoder.set_output_array(out);
-    const mx::array &x = inputs[0], &w = inputs[1];
-    int64_t n = w.shape(0), rows = static_cast<int64_t>(x.size()) / std::max(1, x.shape(-1));
-    int k = x.shape(-1), group = group_;
-    /* the arrays travel with the task, so their buffers live until it has run; the tile is
-     * allocated here, where a failure is an exception of this eval rather than of the task */
-    int64_t tile_cols = many_rows_ ? tile_columns(n, k) : 0;
-    std::shared_ptr<float[]> tile(many_rows_ ? new float[tile_cols * k] : nullptr);
-    encoder.dispatch([x, w, scales = inputs[2], biases = inputs[3], out, rows, n, k, group, tile, tile_cols]() mutable {
-      if (tile)
-        qgemm_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), out.data<float>(),
-                   rows, n, k, group, tile.get(), tile_cols);
-      else
-        qgemv_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), out.data<float>(),
-                   n, k, group);
+    /* weak copies, as MLX's own CPU ops take: MLX's eval keeps the inputs' buffers until the
+     * stream has run the task, and the task must not own (or destroy) the graph */
+    encoder.dispatch([x = mx::array::unsafe_weak_copy(x), w = mx::array::unsafe_weak_copy(w),
+                      scales = mx::array::unsafe_weak_copy(inputs[2]), biases = mx::array::unsafe_weak_copy(inputs[3]),
+                      out = mx::array::unsafe_weak_copy(out), rows, n, k, group, tile, tile_cols]() mutable {
+      float *y = out.data<float>();
+      try {
+        if (tile)
+          qgemm_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), y, rows, n, k,
+                     group, tile.get(), tile_cols);
+        else
+          qgemv_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), y, n, k, group);
+      } catch (...) { /* nothing above throws today; a task must never let one reach MLX's scheduler */
+        std::fill(y, y + rows * n, std::numeric_limits<float>::quiet_NaN());
+      }
     });
   }
 

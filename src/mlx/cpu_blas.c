@@ -100,6 +100,8 @@ static bool openblas_beside_mlx(char *path, size_t len) {
   return n > 0 && (size_t)n < sizeof found && len >= PATH_MAX && realpath(found, path) != NULL;
 }
 
+static void resolve(void);
+
 static void *symbol(void *lib, const char *prefix, const char *name) {
   char full[64];
   snprintf(full, sizeof full, "%s%s", prefix, name);
@@ -126,7 +128,7 @@ static bool use_library(const char *path, char *why, size_t why_len) {
     dgemm_fn d = (dgemm_fn)symbol(lib, prefixes[i], "cblas_dgemm");
     cgemm_fn c = (cgemm_fn)symbol(lib, prefixes[i], "cblas_cgemm");
     if (!s || !d || !c) continue;
-    if (s == cblas_sgemm || d == cblas_dgemm || c == cblas_cgemm) {
+    if (!strcmp(library_of((const void *)s), library_of((const void *)resolve))) { /* this very library */
       snprintf(why, why_len, "%s resolves to this EP's own definitions", path);
       break;
     }
@@ -232,6 +234,9 @@ static void describe(void) {
 }
 
 const char *mlxb_cpu_blas_describe(void) {
+  /* Resolved here, on the caller's thread (registration), not lazily inside MLX's first product on
+   * its stream thread: resolve() may setenv, which must not race the host's threads. */
+  pthread_once(&blas.once, resolve);
   pthread_once(&described.once, describe);
   return described.text;
 }
