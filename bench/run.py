@@ -723,14 +723,9 @@ def versions() -> str:
 
 
 def cpu_blas() -> str:
-    """The BLAS under MLX's CPU products, as the EP reports it (OrtEpDevice metadata)."""
-    import onnxruntime as ort
+    """The BLAS under MLX's CPU products, as the EP reports it (registering the EP: libmlx loads with it)."""
     import onnxruntime_ep_mlx as mlx_ep
-    mlx_ep.register_execution_provider_library()
-    for d in ort.get_ep_devices():
-        if d.ep_name == mlx_ep.ep_name():
-            return d.ep_metadata.get("mlx_cpu_blas", "unknown")
-    return "unknown"
+    return mlx_ep.cpu_blas()
 
 
 def throughput(r: dict) -> float:

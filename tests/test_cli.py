@@ -48,6 +48,7 @@ def test_run_and_bench(tmp_path):
     model = split_model(tmp_path)
     out = cli("run", model, "--dim", "batch=2", "--runs", "3", "-o", "compile=off").stdout
     assert "inputs: x[2, 3, 3] float32" in out and "parity: OK" in out, out
+    assert "MLX's CPU BLAS: " in out, out  # which BLAS the timings below ran on
     np.save(tmp_path / "x.npy", np.eye(3, dtype=np.float32)[None].repeat(4, axis=0))
     out = cli("run", model, "--input", f"x={tmp_path / 'x.npy'}", "--runs", "2").stdout
     assert "inputs: x[4, 3, 3] float32" in out and "parity: OK" in out, out

@@ -31,6 +31,7 @@ from parity import make_model, run_cpu, run_mlx_each
 
 mlx_ep.register_execution_provider_library()
 blas = next(d.ep_metadata["mlx_cpu_blas"] for d in ort.get_ep_devices() if d.ep_name == mlx_ep.ep_name())
+assert mlx_ep.cpu_blas() == blas
 rng = np.random.default_rng(0)
 
 def worst(model, feeds):

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 __all__ = ["EP_NAME", "__version__", "ep_name", "version", "vendor", "library_path",
-           "register_execution_provider_library", "append_to_session_options", "ep_devices",
+           "register_execution_provider_library", "append_to_session_options", "ep_devices", "cpu_blas",
            "session_options", "session"]
 
 #: The EP's name: what its factory reports, the default registration name, the providers entry.
@@ -123,6 +123,16 @@ def version(ort=None) -> str:
         if reported:
             return reported
     return __version__
+
+
+def cpu_blas(ort=None) -> str:
+    """The BLAS under MLX's CPU products as the library chose it (OpenBLAS from scipy-openblas32,
+    the library ORT_EP_MLX_BLAS names, or MLX's own, with the reason); registers the EP first."""
+    for device in ep_devices(ort):
+        chosen = dict(device.ep_metadata).get("mlx_cpu_blas")
+        if chosen:
+            return chosen
+    return "unknown (a library without this report)"
 
 
 def append_to_session_options(session_options, name: str = EP_NAME, provider_options: dict | None = None,

@@ -106,7 +106,7 @@ def cmd_run(args) -> int:
     cpu = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
     want = cpu.run(None, feeds)
     cpu_ms = statistics.median(_time_runs(cpu, feeds, 1, args.runs))
-    print(f"{mlx_ep.EP_NAME} {mlx_ep.version()}, onnxruntime {ort.__version__}")
+    print(f"{mlx_ep.EP_NAME} {mlx_ep.version()}, onnxruntime {ort.__version__}; MLX's CPU BLAS: {mlx_ep.cpu_blas()}")
     print("inputs: " + ", ".join(f"{k}{list(v.shape)} {v.dtype}" for k, v in feeds.items()))
     worst = 0.0
     for meta, g, w in zip(sess.get_outputs(), got, want):
