@@ -213,8 +213,8 @@ if step changed; then
     tests/test_ops_shape.py tests/test_ops_matmul.py tests/test_ops_detection.py tests/test_ops_vision.py \
     tests/test_ops_pool.py tests/test_ops_sequence.py tests/test_ops_paged_attention.py tests/test_ops_attention.py \
     tests/test_ops_reduction.py tests/test_ops_host_read.py tests/test_ops_conv.py
-  # 2026-12-05 (no GPU lent): the EP's CBLAS definitions under mlx-cuda-13's libmlx (its CPU stream)
-  pytest_q 120 tests/test_cpu_blas.py tests/test_ep.py
+  # 2026-12-05 (no GPU lent): the EP's CBLAS definitions and CPU kernels under mlx-cuda-13's libmlx (CPU sessions)
+  pytest_q 120 tests/test_cpu_blas.py tests/test_cpu_qgemv.py tests/test_ep.py
 fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)

@@ -13,7 +13,21 @@ import sys
 import numpy as np
 import pytest
 
-from test_ops_contrib_quant import compare, nbits_model
+from parity import run_cpu, run_mlx_each
+from test_ops_contrib_quant import nbits_model
+
+# The kernels serve CPU scopes: on a machine with MLX's GPU the sessions ask for the CPU device.
+CPU = {"device": "cpu"}
+
+
+def compare(model, feeds):
+    """Every Run of the eager/trace/replay triple against ORT's CPU EP, test_ops_contrib_quant's
+    float32 tolerances."""
+    (want,) = run_cpu(model, feeds)
+    scale = float(np.abs(want.astype(np.float64)).max()) if want.size else 1.0
+    for run, (got,) in enumerate(run_mlx_each(model, feeds, options=CPU)):
+        assert got.dtype == want.dtype and got.shape == want.shape, f"run {run + 1}"
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6 * scale, err_msg=f"run {run + 1}")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,9 +79,8 @@ def test_one_row_non_finite(where):
 
 
 def compare_non_finite(model, feeds):
-    from parity import run_cpu, run_mlx_each
     want = run_cpu(model, feeds)
-    for run, got in enumerate(run_mlx_each(model, feeds)):
+    for run, got in enumerate(run_mlx_each(model, feeds, options=CPU)):
         np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]), err_msg=f"run {run + 1}: NaN")
         np.testing.assert_array_equal(np.isinf(got[0]), np.isinf(want[0]), err_msg=f"run {run + 1}: inf")
         finite = np.isfinite(want[0])
@@ -78,7 +91,8 @@ def compare_non_finite(model, feeds):
 HISTOGRAM_PROBE = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from test_ops_contrib_quant import compare, nbits_model
+from test_cpu_qgemv import compare
+from test_ops_contrib_quant import nbits_model
 for rows in ((1,), (3,)):
     model, feeds = nbits_model(512, 300, 4, 32, zp="u8", a_shape=rows)
     compare(model, feeds)

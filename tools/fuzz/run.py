@@ -13,6 +13,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -373,6 +374,11 @@ def explain(spec, res):
                     return ("ORT bug: Concat does not check an empty input's dims against the others' (ONNX requires "
                             "them equal): [0, 4] with [2, 3] on axis 1 gives ORT a [2, 7] output, 8 of its values never "
                             "written; the EP refuses the mismatch")
+        if op == "ConcatFromSequence" and res["class"] == "one-sided" and "EP errors" in detail and \
+                re.search(r"has dimension \d+ = 0,|tensor \d+ has 0\b", detail):
+            return ("ORT bug: ConcatFromSequence, like Concat, does not check an empty tensor's dims against the "
+                    "others' (ONNX requires them equal): [1, 1, 5] and [1, 0, 5] on axis 0 gives ORT a [2, 1, 5] "
+                    "output whose second row is never written; the EP refuses the mismatch")
         if op == "Slice" and len(ins) > 2:
             ends = _tensor(spec, ins[2])
             steps = _tensor(spec, ins[4]) if len(ins) > 4 and ins[4] else None
