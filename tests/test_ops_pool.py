@@ -98,6 +98,17 @@ def test_averagepool_negative_same_pads(auto_pad, k, s):
     check("AveragePool", {"x": rand((1, 2, 7, 9))}, {"kernel_shape": [k, k], "strides": [s, s], "auto_pad": auto_pad})
 
 
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "NOTSET"])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_averagepool_long_kernel(auto_pad, count_include_pad):
+    """A window of 2^16 taps, most of them padding: the counts per window are counted in closed form
+    (a hostile kernel_shape of 2^31 - 1 once cost seconds of host loops before any refusal)."""
+    attrs = {"kernel_shape": [2, 1 << 16], "auto_pad": auto_pad, "count_include_pad": count_include_pad}
+    if auto_pad == "NOTSET":
+        attrs.update(pads=[1, (1 << 16) - 3, 0, 0], strides=[1, 2], dilations=[1, 1])
+    check("AveragePool", {"x": rand((1, 2, 3, 4))}, attrs)
+
+
 @pytest.mark.parametrize("opset", [7, 10, 11])
 def test_averagepool_old_opsets(opset):
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}

@@ -215,6 +215,16 @@ static mlxb_array *pool_windows(mlxb_scope *s, mlxb_array *x, const pool_geom *g
   return mlxb_reshape(s, v, flat, rank + 1);
 }
 
+/* How many taps j in [0, k) of a window starting at `start` with dilation d >= 1 land on
+ * positions start + j * d in [lo, hi): counted, not walked, since a hostile kernel_shape may be
+ * 2^31 - 1 taps long (attributes are bounded to int32 at claim, so nothing here overflows). */
+static int64_t window_taps(int64_t start, int64_t d, int64_t k, int64_t lo, int64_t hi) {
+  int64_t first = lo <= start ? 0 : (lo - start + d - 1) / d;
+  int64_t end = hi <= start ? 0 : (hi - start + d - 1) / d;
+  if (end > k) end = k;
+  return end > first ? end - first : 0;
+}
+
 /* Per output position, how many window elements are real input (count_pad false) or lie within
  * the padded input (count_pad true). Separable: per-axis counts multiplied out, as an array
  * [out...] of dtype t broadcastable against [N, C, out...]. */
@@ -229,12 +239,9 @@ static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, ml
       return NULL;
     }
     for (int64_t o = 0; o < n; o++) {
-      int64_t start = o * g->s[i] - g->pl[i], real = 0, inpad = 0;
-      for (int64_t j = 0; j < g->k[i]; j++) {
-        int64_t p = start + j * g->d[i];
-        real += p >= 0 && p < g->in[i];
-        inpad += p < g->in[i] + g->ph[i];
-      }
+      int64_t start = o * g->s[i] - g->pl[i];
+      int64_t real = window_taps(start, g->d[i], g->k[i], 0, g->in[i]);
+      int64_t inpad = window_taps(start, g->d[i], g->k[i], INT64_MIN / 2, g->in[i] + g->ph[i]);
       cnt[o] = (float)(count_pad ? inpad : real);
     }
     int64_t shape[POOL_MAX_RANK];
@@ -257,14 +264,8 @@ static mlxb_array *pool_reduce_windows(mlxb_scope *s, mlxb_array *xp, const pool
  * common case builds no count arrays. */
 static bool pool_any_empty(const pool_geom *g) {
   for (int i = 0; i < g->nsp; i++) {
-    for (int64_t o = 0; o < g->out[i]; o++) {
-      int64_t start = o * g->s[i] - g->pl[i], real = 0;
-      for (int64_t j = 0; j < g->k[i] && !real; j++) {
-        int64_t p = start + j * g->d[i];
-        real = p >= 0 && p < g->in[i];
-      }
-      if (!real) return true;
-    }
+    for (int64_t o = 0; o < g->out[i]; o++)
+      if (!window_taps(o * g->s[i] - g->pl[i], g->d[i], g->k[i], 0, g->in[i])) return true;
   }
   return false;
 }

@@ -392,9 +392,10 @@ def explain(spec, res):
                 return ("ORT convention: Slice end INT64_MAX with a negative step runs to the start of the axis "
                         "(the ONNX spec clamps it to dim-1: an empty slice, which the EP gives)")
     if res["class"] == "one-sided" and "EP errors" in detail and \
-            ("does not fit in int32" in detail or "more than an MLX dimension holds" in detail):
-        return ("MLX's dims are int32: a result with a dim past 2^31 - 1 (an empty one, which ORT can give) "
-                "cannot be made; the EP refuses it")
+            ("does not fit in int32" in detail or "more than an MLX dimension holds" in detail or
+             "is outside the supported range [-2147483648, 2147483647]" in detail):
+        return ("MLX's dims are int32: a result or intermediate with a dim past 2^31 - 1 (an empty one, which "
+                "ORT can give, or a pooling window padded past it) cannot be made; the EP refuses it")
     if res["class"] == "one-sided" and res.get("symbolic"):   # harness.ort_symbolic
         if "re-use buffer" in res["symbolic"]:
             return ("ORT bug: with static input shapes holding a 0, ORT's allocation planner reuses a buffer of "
