@@ -57,7 +57,9 @@ extra=/tmp/gpu-extra-site
 for d in ${wheels//:/ }; do
   for w in "$d"/*.whl; do
     case "$w" in */mlx-*|*/mlx_cuda*|*/onnxruntime_gpu*|*'/*.whl') continue ;; esac
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$extra" "$w"
+    # OpenBLAS goes beside MLX: the EP looks for it in the site-packages that holds MLX's backend
+    case "$w" in */scipy_openblas32-*) target=$site ;; *) target=$extra ;; esac
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$target" "$w"
   done
 done
 [ -d "$extra" ] && export PYTHONPATH=$extra:$PYTHONPATH

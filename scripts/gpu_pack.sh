@@ -4,8 +4,8 @@
 #   scripts/gpu_pack.sh WHEEL_DIR OUT_DIR
 # WHEEL_DIR holds the cp312 wheels mlx-0.32.4 and mlx_cuda_13-0.32.4 (pip download ... --platform
 # manylinux_2_35_x86_64); OUT_DIR/p0, p1, ... get mlxsite.tar.xz.part.NN, and p0 the ONNX node
-# tests and light models as nodetests.tar.xz; p1 also gets the onnxruntime (CPU) and onnxruntime_genai wheels found
-# in WHEEL_DIR. When WHEEL_DIR also holds onnxruntime_gpu-*.whl (ORT's CUDA EP, for
+# tests and light models as nodetests.tar.xz; p1 also gets the onnxruntime (CPU), onnxruntime_genai and
+# scipy_openblas32 wheels found in WHEEL_DIR. When WHEEL_DIR also holds onnxruntime_gpu-*.whl (ORT's CUDA EP, for
 # the bench's peers), it is unpacked and packed the same way into OUT_DIR/g0, g1, ... (about four
 # folders). On the machine, copy every folder's files into one folder, one device call after
 # another within the machine's warm time, and pass it as WHEEL_DIR.
@@ -32,8 +32,9 @@ pack() {
 pack mlxsite p 58M "$wheels"/mlx-0.32.4-*.whl "$wheels"/mlx_cuda_13-0.32.4-*.whl
 # the node tests and the `light` models (the bench's CNN, squeezenet) ride with the first MLX part
 tar c -C "$root/third_party/root/usr/share/libonnx-testdata/data" node light | xz -T0 -6 > "$out/p0/nodetests.tar.xz"
-# the CPU onnxruntime and onnxruntime-genai wheels ride along with the last MLX part (p1)
-for w in "$wheels"/onnxruntime-[0-9]*.whl "$wheels"/onnxruntime_genai-*.whl; do
+# the CPU onnxruntime, onnxruntime-genai and scipy-openblas32 (the BLAS the EP gives MLX's CPU
+# products) wheels ride along with the last MLX part (p1)
+for w in "$wheels"/onnxruntime-[0-9]*.whl "$wheels"/onnxruntime_genai-*.whl "$wheels"/scipy_openblas32-*.whl; do
   [ -f "$w" ] && cp "$w" "$out/p1/"
 done
 ortgpu=$(ls "$wheels"/onnxruntime_gpu-*.whl 2>/dev/null | head -1)
