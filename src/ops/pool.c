@@ -161,6 +161,8 @@ static mlxb_array *pool_pad(mlxb_scope *s, mlxb_array *x, const pool_geom *g, co
 static mlxb_array *pool_reduce_axis_view(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, mlxb_reduce_op op) {
   x = mlxb_contiguous(s, x); /* the view's strides assume a row-major buffer */
   int rank = mlxb_ndim(x);
+  /* a failed padding (a size past MLX's int32 dims) gives NULL: the scope holds its error */
+  if (!x || rank < 3 || rank > POOL_MAX_RANK) return NULL;
   int64_t dims[POOL_MAX_RANK + 1], strides[POOL_MAX_RANK + 1];
   mlxb_shape(x, dims);
   int64_t st = 1;
@@ -180,6 +182,7 @@ static mlxb_array *pool_reduce_axis_view(mlxb_scope *s, mlxb_array *x, const poo
  * those as a vectorised strided loop, 3x to 25x faster than the general strided reduction of
  * pool_reduce_axis_view on CPU for 3x3 windows. Maximum propagates NaN as the reduction does. */
 static mlxb_array *pool_reduce_axis(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, pool_kind kind) {
+  if (!x) return NULL; /* an earlier axis or the padding failed: the scope holds its error */
   if (g->k[ax] > POOL_SLICE_MAX_K) return pool_reduce_axis_view(s, x, g, ax, kind == POOL_MAX ? MLXB_RMAX : MLXB_RSUM);
   int rank = mlxb_ndim(x), a = ax + 2;
   int64_t start[POOL_MAX_RANK] = {0}, stop[POOL_MAX_RANK], step[POOL_MAX_RANK];
@@ -201,6 +204,7 @@ static mlxb_array *pool_windows(mlxb_scope *s, mlxb_array *x, const pool_geom *g
   int rank = g->nsp + 2;
   int64_t dims[POOL_MAX_RANK], vd[2 * POOL_MAX_RANK], vs[2 * POOL_MAX_RANK], flat[POOL_MAX_RANK + 1];
   x = mlxb_contiguous(s, x); /* the view's strides assume a row-major buffer */
+  if (!x || mlxb_ndim(x) != rank) return NULL; /* a failed padding: the scope holds its error */
   mlxb_shape(x, dims);
   int64_t st[POOL_MAX_RANK], acc = 1;
   for (int i = rank - 1; i >= 0; i--) st[i] = acc, acc *= dims[i];

@@ -88,3 +88,16 @@ def test_matmul_nbits_k_near_int64():
     model = make_model([node], [("a", F, None), ("b", TensorProto.UINT8, None), ("s", F, None)], [("y", F, None)],
                        domains=[("com.microsoft", 1)])
     mlx_ep.session(model, strict=False)   # the K-blocks count no longer overflows at claim
+
+
+@pytest.mark.parametrize("op", ["AveragePool", "MaxPool", "LpPool"])
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_pool_kernel_padded_past_int32(op, auto_pad):
+    """A kernel of 2^31 - 1 taps (within int32, so claimed) padded SAME: the padded input is past MLX's
+    int32 dims, so padding fails. The long-window reduction then read the failed array's rank (-1)
+    and wrote below its shape table (UBSan: index -1); now the Run fails with MLX's message."""
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2**31 - 1, 2], strides=[1, 1], auto_pad=auto_pad)
+    model = make_model([node], [("x", F, [2, 2, 6, 3])], [("y", F, None)])
+    sess = mlx_ep.session(model, strict=True)
+    with pytest.raises(Exception, match="supported range|int32|dimension"):
+        sess.run(None, {"x": np.ones((2, 2, 6, 3), np.float32)})
