@@ -98,6 +98,23 @@ def test_averagepool_negative_same_pads(auto_pad, k, s):
     check("AveragePool", {"x": rand((1, 2, 7, 9))}, {"kernel_shape": [k, k], "strides": [s, s], "auto_pad": auto_pad})
 
 
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_maxpool_negative_same_pads_refused(auto_pad):
+    """Where SAME pads come out negative, ORT's MaxPool refuses (its AveragePool and LpPool crop):
+    so does the EP, with ORT's message, on every Run."""
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[4, 1],
+                                         auto_pad=auto_pad)], [("x", TensorProto.FLOAT, [1, 1, 3, 2])],
+                       [("y", TensorProto.FLOAT, None)])
+    x = {"x": rand((1, 1, 3, 2))}
+    with pytest.raises(Exception, match="padding values must be non-negative"):
+        run_cpu(model, x)
+    import onnxruntime_ep_mlx as mlx_ep
+    sess = mlx_ep.session(model, strict=True)
+    for _ in range(3):  # the eager Run, then the signature's trace and replay attempts
+        with pytest.raises(Exception, match="padding values must be non-negative"):
+            sess.run(None, x)
+
+
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "NOTSET"])
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 def test_averagepool_long_kernel(auto_pad, count_include_pad):

@@ -74,6 +74,10 @@ static mlxb_array *attn_concat2(mlxb_scope *s, mlxb_array *a, mlxb_array *b, int
  * lengths the inputs may not match). */
 static mlxb_array *attn_fit_axis(mlxb_scope *s, mlxb_array *x, int axis, int64_t n, mlxb_array *fill) {
   if (!x) return NULL;
+  if (axis < 0 || axis >= OP_UTIL_MAX_RANK) { /* hi[axis] below: a mask of unchecked rank reaches here */
+    mlxb_set_error(s, "attention: a mask or bias of rank above the EP's limit");
+    return NULL;
+  }
   int64_t have = mlxb_dim(x, axis);
   if (have >= n) return have == n ? x : attn_slice_axis(s, x, axis, 0, n);
   int64_t lo[OP_UTIL_MAX_RANK] = {0}, hi[OP_UTIL_MAX_RANK] = {0};

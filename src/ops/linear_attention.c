@@ -189,6 +189,7 @@ static void la_chunks_init(mlxb_scope *s, const la_dims *d, mlxb_array *const *i
  * 1 elsewhere, multiplied down the rows, then the upper triangle (products of nothing) zeroed. */
 static mlxb_array *la_pair_decay(mlxb_scope *s, mlxb_array *a) {
   int64_t dims[6];
+  if (!a) return NULL; /* a failed op upstream (dims would stay unset): the scope holds its error */
   mlxb_shape(a, dims);
   dims[5] = dims[4];
   mlxb_array *rows = mlxb_broadcast_to(s, mlxb_expand_dims(s, a, (const int[]){5}, 1), dims, 6);
@@ -236,6 +237,7 @@ static mlxb_array *la_scores(mlxb_scope *s, mlxb_array *x, mlxb_array *k, const 
  * without bound. */
 static mlxb_array *la_unit_lower_inverse(mlxb_scope *s, mlxb_array *l) {
   int64_t dims[5];
+  if (!l) return NULL; /* a failed op upstream (dims[4] bounds the loop): the scope holds its error */
   mlxb_shape(l, dims);
   mlxb_array *t = mlxb_broadcast_to(s, mlxb_eye(s, dims[4], dims[4], 0, mlxb_type(l)), dims, 5);
   for (int64_t j = 0; j + 1 < dims[4]; j++) /* the last column of L is zero */
@@ -248,6 +250,8 @@ static mlxb_array *la_unit_lower_inverse(mlxb_scope *s, mlxb_array *l) {
 static void la_wy(mlxb_scope *s, const la_chunks *x, const la_decay *e, mlxb_array **w, mlxb_array **u) {
   int64_t dims[6];
   mlxb_array *kk = la_scores(s, mlxb_expand_dims(s, x->k, (const int[]){3}, 1), x->k, e);
+  *w = *u = NULL;
+  if (!kk) return; /* a failed op upstream (dims would stay unset): the scope holds its error */
   mlxb_shape(kk, dims);
   mlxb_array *l = mlxb_tril(s, op_util_mul(s, x->beta, mlxb_reshape(s, kk, (int64_t[]){dims[0], dims[1], dims[2],
                                                                                        dims[4], dims[5]}, 5)), -1);

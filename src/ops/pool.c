@@ -362,6 +362,12 @@ static int lower_maxpool(op_ctx *c, const op_def *def) {
   mlxb_array *x = pool_input(c, dims, &rank);
   pool_geom g;
   if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
+  /* auto_pad SAME with a stride past the kernel needs negative pads: ORT's MaxPool refuses them
+   * (its AveragePool and LpPool crop, as the EP does there) */
+  for (int i = 0; i < g.nsp; i++)
+    if (g.pl[i] < 0 || g.ph[i] < 0)
+      return op_fail(c, "padding values must be non-negative (auto_pad SAME with stride %lld past the kernel on "
+                        "spatial axis %d), as ORT's MaxPool requires", (long long)g.s[i], i);
   mlxb_dtype t = mlxb_type(x);
   mlxb_array *xp = pool_pad(s, x, &g, pool_pad_value(s, POOL_MAX, t));
   mlxb_array *y = pool_reduce_windows(s, xp, &g, POOL_MAX);
@@ -524,7 +530,8 @@ static const op_def defs[] = {
            .lower = lower_maxpool,
            .doc = "1-D to 8-D; pads, strides, dilations, ceil_mode, auto_pad, storage_order and the Indices output "
                   "(flattened NCHW index, first maximum wins); int8/uint8 too; windows of padding only give the "
-                  "lowest finite value like ORT; NaN propagates (MLX max)"),
+                  "lowest finite value like ORT; NaN propagates (MLX max); negative SAME pads (a stride past the "
+                  "kernel) fail the Run as in ORT"),
     OP_ROW("", "AveragePool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_avgpool,
            .lower = lower_avgpool,
            .doc = "1-D to 8-D; pads, strides, dilations (19), ceil_mode, auto_pad, count_include_pad (counts the "

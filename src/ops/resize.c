@@ -465,6 +465,10 @@ static int lower_resize(op_ctx *c, const op_def *def) {
   for (int ax = rank - 1; ax >= 0 && rc == 0; ax--) {
     if (in[ax] == 0 || out[ax] == 0) {
       int64_t st[OP_UTIL_MAX_RANK], sp[OP_UTIL_MAX_RANK], one[OP_UTIL_MAX_RANK], dims[OP_UTIL_MAX_RANK];
+      if (!y) { /* a failed op upstream (dims would stay unset): the scope holds its error */
+        rc = rs_failed(c);
+        break;
+      }
       mlxb_shape(y, dims);
       for (int i = 0; i < rank; i++) st[i] = 0, sp[i] = dims[i], one[i] = 1;
       sp[ax] = 0;

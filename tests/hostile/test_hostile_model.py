@@ -57,6 +57,18 @@ def test_attention_3d_without_head_counts():
         sess.run(None, {"q": x, "k": x, "v": x})
 
 
+def test_attention_mask_rank_past_limit():
+    """attn_mask without a declared shape fed at rank 33, its last axis shorter than the keys: the
+    padding of that axis indexed a 32-entry table at 32 (a stack write past it); now refused."""
+    node = helper.make_node("Attention", ["q", "k", "v", "m"], ["y"])
+    model = make_model([node], [("q", F, [1, 1, 2, 4]), ("k", F, [1, 1, 3, 4]), ("v", F, [1, 1, 3, 4]),
+                                ("m", F, None)], [("y", F, None)], opset=23)
+    sess = mlx_ep.session(model, strict=True)
+    q, kv = np.ones((1, 1, 2, 4), np.float32), np.ones((1, 1, 3, 4), np.float32)
+    with pytest.raises(Exception, match="rank above the EP's limit"):
+        sess.run(None, {"q": q, "k": kv, "v": kv, "m": np.zeros([1] * 31 + [2, 2], np.float32)})
+
+
 W1 = numpy_helper.from_array(np.ones((2, 1, 3), np.float32), "w")
 
 
