@@ -64,7 +64,7 @@ static atomic_ulong forwarded_calls; /* products that came through these definit
 CBLAS_EXPORT void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                               const float *b, int ldb, float beta, float *c, int ldc);
 CBLAS_EXPORT void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a, int lda,
-                 const double *b, int ldb, double beta, double *c, int ldc);
+                              const double *b, int ldb, double beta, double *c, int ldc);
 CBLAS_EXPORT void cblas_cgemm(int order, int ta, int tb, int m, int n, int k, const void *alpha, const void *a, int lda,
                               const void *b, int ldb, const void *beta, void *c, int ldc);
 
