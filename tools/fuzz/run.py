@@ -15,6 +15,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -42,8 +43,11 @@ class Worker:
         env.setdefault("OMP_NUM_THREADS", "1")
         # FUZZ_WORKER_STDERR=path appends the workers' stderr there (a sanitizer's report of a crash)
         err = open(os.environ["FUZZ_WORKER_STDERR"], "a") if os.environ.get("FUZZ_WORKER_STDERR") else subprocess.DEVNULL
+        # its own process group: a hung worker is killed with the reference process it may have started
+        # (an ORT child left behind kept two cores busy for half an hour)
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "harness.py")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1, env=env, cwd=ROOT)
+                                     stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1, env=env, cwd=ROOT,
+                                     start_new_session=True)
         if err is not subprocess.DEVNULL:
             err.close()
 
@@ -53,9 +57,15 @@ class Worker:
                 self.proc.stdin.close()
                 self.proc.wait(5)
             except Exception:  # noqa: BLE001
-                self.proc.kill()
-                self.proc.wait()
+                self._kill()
             self.proc = None
+
+    def _kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            self.proc.kill()
+        self.proc.wait()
 
     def call(self, req: dict) -> dict:
         if self.proc is None or self.proc.poll() is not None:
@@ -71,8 +81,7 @@ class Worker:
         while True:
             left = deadline - time.time()
             if left <= 0:
-                self.proc.kill()
-                self.proc.wait()
+                self._kill()
                 self.proc = None
                 return {"class": "hang", "detail": f"no answer within {self.timeout:.0f} s"}
             r, _, _ = select.select([self.proc.stdout], [], [], left)
