@@ -14,22 +14,16 @@ import numpy as np
 import pytest
 
 from parity import run_cpu, run_mlx_each
-from test_ops_contrib_quant import nbits_model
+from test_ops_contrib_quant import compare as compare_any_device, nbits_model
 
 # The kernels serve CPU scopes: on a machine with MLX's GPU the sessions ask for the CPU device.
 CPU = {"device": "cpu"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def compare(model, feeds):
-    """Every Run of the eager/trace/replay triple against ORT's CPU EP, test_ops_contrib_quant's
-    float32 tolerances."""
-    (want,) = run_cpu(model, feeds)
-    scale = float(np.abs(want.astype(np.float64)).max()) if want.size else 1.0
-    for run, (got,) in enumerate(run_mlx_each(model, feeds, options=CPU)):
-        assert got.dtype == want.dtype and got.shape == want.shape, f"run {run + 1}"
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6 * scale, err_msg=f"run {run + 1}")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """test_ops_contrib_quant's comparison (every Run of the triple, its tolerances) on the CPU device."""
+    return compare_any_device(model, feeds, options=CPU)
 
 
 def x86_with_avx2_fma() -> bool:

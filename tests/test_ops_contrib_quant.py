@@ -17,11 +17,11 @@ from parity import claim_report, make_model, onnx_type, run_cpu, run_mlx_each
 MS = "com.microsoft"
 
 
-def compare(model, feeds):
+def compare(model, feeds, options=None):
     """Every Run of the eager/trace/replay triple against ORT's CPU EP; returns the first Run's output."""
     (want,) = run_cpu(model, feeds)
     scale = float(np.abs(want.astype(np.float64)).max()) if want.size else 1.0
-    runs = [got for (got,) in run_mlx_each(model, feeds)]
+    runs = [got for (got,) in run_mlx_each(model, feeds, options=options)]
     for run, got in enumerate(runs):
         assert got.dtype == want.dtype and got.shape == want.shape, f"run {run + 1}"
         if want.dtype == np.float16:

@@ -359,7 +359,7 @@ bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w
                      const std::optional<mx::array> &biases, bool transpose, int group, int bits) {
 #if defined(EP_CPU_KERNELS)
   static const bool on = env_switch_on("ORT_EP_MLX_CPU_GEMV");
-  bool cpu = s->force_cpu || s->device == mx::Device(mx::Device::cpu);
+  bool cpu = is_cpu_scope(s);
   if (!on || !cpu || !cpu_has_avx2_fma() || !transpose || bits != 4 || group <= 0 || group % 32 || !biases) return false;
   if (x.dtype() != mx::float32 || x.ndim() < 1 || x.size() == 0 || w.ndim() != 2) return false;
   if (x.size() / x.shape(-1) > INT32_MAX) return false; /* the BLAS counts rows in int */

@@ -71,6 +71,9 @@ inline mx::StreamOrDevice scope_dev(const mlxb_scope *s) {
   return s->device;
 }
 
+/* A scope whose ops run on MLX's CPU (a CPU scope, or a GPU scope forced there). */
+inline bool is_cpu_scope(const mlxb_scope *s) { return s->force_cpu || s->device == mx::Device(mx::Device::cpu); }
+
 /* A scope whose ops run on MLX's CUDA backend (a GPU scope where Metal is not MLX's GPU). */
 inline bool is_cuda_gpu(const mlxb_scope *s) {
   return !s->force_cpu && s->device == mx::Device(mx::Device::gpu) && !mx::metal::is_available();

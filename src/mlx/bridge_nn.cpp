@@ -82,7 +82,7 @@ mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, c
  * - Metal: always (MLX's Metal kernels cover every shape). */
 static bool quantized_kernel_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w, bool transpose,
                                    int bits) {
-  bool cpu = s->force_cpu || s->device == mx::Device(mx::Device::cpu);
+  bool cpu = is_cpu_scope(s);
   if (!cpu && !is_cuda_gpu(s)) return true;
   if (x.ndim() < 1 || w.ndim() != 2 || bits <= 0) return false;
   int64_t rows = x.size() / std::max<int64_t>(x.shape(-1), 1);
@@ -97,7 +97,7 @@ static bool quantized_kernel_takes(const mlxb_scope *s, const mx::array &x, cons
 static int64_t dequantized_slice_rows(const mlxb_scope *s, const mx::array &x, const mx::array &w, bool transpose,
                                       int bits) {
   int64_t n = w.shape(0), k = (int64_t)w.shape(1) * 32 / bits;
-  bool cpu = s->force_cpu || s->device == mx::Device(mx::Device::cpu);
+  bool cpu = is_cpu_scope(s);
   if (!cpu || !transpose || w.ndim() != 2) return n;
   int64_t per_row = k * (int64_t)x.itemsize();
   return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t(64) << 20) / std::max<int64_t>(per_row, 1)));

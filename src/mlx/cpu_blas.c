@@ -225,8 +225,7 @@ static void describe(void) {
     snprintf(described.text, sizeof described.text, "%s", blas.description);
     return;
   }
-  Dl_info info;
-  const char *own = dladdr((const void *)dlsym(RTLD_NEXT, "cblas_sgemm"), &info) ? info.dli_fname : "unknown";
+  const char *own = library_of(dlsym(RTLD_NEXT, "cblas_sgemm"));
   snprintf(described.text, sizeof described.text,
            "MLX's own, %s (libmlx was loaded before this EP's library, so its products do not reach the EP: "
            "load the EP before importing mlx)",
