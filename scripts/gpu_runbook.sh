@@ -34,6 +34,9 @@
 #            prompt's phases with our float32 dequantization kernel on and off
 #            (ORT_EP_MLX_DEQUANT_KERNEL, alternating, two processes each) and its kernel profile
 #            each way (bench/decode_kernels.py --mode prefill: device time per prompt)
+#   qgemm    MatMulNBits' many rows on the tensor cores (mlxb_qgemm_split, ORT_EP_MLX_QGEMM): its
+#            bridge checks and the MatMulNBits tests, then the prompt's phases with it on and off
+#            (alternating, two processes each) and the prompt's kernel profile each way
 #   prefetch the device-memory prefetch floor (ORT_EP_MLX_PREFETCH_MIN) at 4096 and 65536 bytes,
 #            alternating: the prompt's and a decode step's phases with IOBinding
 #   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), the
@@ -167,6 +170,20 @@ if step prefill; then
     echo "ORT_EP_MLX_DEQUANT_KERNEL=$dq kernels:" >> "$log"
     ORT_EP_MLX_DEQUANT_KERNEL=$dq timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
       --top 12 >> "$log" 2>&1
+  done
+fi
+if step qgemm; then
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  timeout 120 build-gpu/test_bridge 2>&1 | grep -E "qgemm|checks" | head -12 >> "$log"
+  pytest_q 200 -n 8 tests/test_ops_contrib_quant.py tests/test_llm_generation.py -k "nbits or llm or decoder or generation"
+  for q in 1 0 1 0; do
+    echo "ORT_EP_MLX_QGEMM=$q prompt: $(ORT_EP_MLX_QGEMM=$q timeout 100 python3 bench/decode_probe.py \
+      --mode io --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"
+  done
+  for q in 1 0; do
+    echo "ORT_EP_MLX_QGEMM=$q kernels:" >> "$log"
+    ORT_EP_MLX_QGEMM=$q timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 --top 12 \
+      >> "$log" 2>&1
   done
 fi
 if step prefetch; then

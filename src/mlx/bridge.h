@@ -318,6 +318,18 @@ int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *cons
 bool mlxb_dequant_split_available(const mlxb_scope *s, int bits, int group_size);
 mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
                                int group_size, int bits);
+/* x [..., K] float16 times the transpose of packed weights w [N, K * bits / 32] (uint32, MLX's affine
+ * layout) with float32 scales and biases [N, K / group_size], plus bias [N] (float16, or NULL) added
+ * in float32 before the one rounding: y [..., N] float16. Every weight v = scale * q + bias enters
+ * as its float16 halves hi and lo (see mlxb_dequant_split) and every product is exact in float32:
+ * the float32 GEMM on the dequantized weights wherever hi + lo == v, which the caller must know
+ * (float16 scales, integer zero points, no weight past float16's range). One tensor-core kernel on
+ * MLX's CUDA backend (sm_80 and later; a second one adds the partial sums of a long K), where
+ * mlxb_qgemm_split_available says so (bits 2, 4, 8; group_size a multiple of 32; not turned off by
+ * ORT_EP_MLX_QGEMM=0). */
+bool mlxb_qgemm_split_available(const mlxb_scope *s, int bits, int group_size);
+mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
+                             const mlxb_array *biases, const mlxb_array *bias, int group_size, int bits);
 /* The same packed weights dequantized to float32 [N, K] (scale * q + bias), as mlxb_dequantize
  * gives them: by a kernel of ours on MLX's CUDA backend when ORT_EP_MLX_DEQUANT_KERNEL=1 (bits 2,
  * 4, 8; group_size a multiple of 32), by MLX's dequantization otherwise. */

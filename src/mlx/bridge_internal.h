@@ -285,6 +285,9 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
                                        const std::vector<mx::Dtype> &out_dtypes, std::tuple<int, int, int> grid,
                                        std::tuple<int, int, int> block, const cuda_template_args &targs,
                                        const mlxb_scope *s, uint32_t unused = 0);
+/* The compute capability's major number of s's GPU (9 on an H200), 0 when the driver cannot say or
+ * s is no GPU scope (bridge_kernel_cache.cpp). */
+int gpu_compute_major(const mlxb_scope *s);
 /* An environment switch that is on unless set to 0 or off (read by the caller once). */
 inline bool env_switch_on(const char *name) {
   const char *v = std::getenv(name);

@@ -327,6 +327,19 @@ const std::string *cubin_for(kernel_cache &c, const std::string &name, const std
 
 } // namespace
 
+int gpu_compute_major(const mlxb_scope *s) {
+  static std::mutex mu;
+  static std::map<int, int> majors; /* GPU ordinal -> compute capability's major number, 0 unknown */
+  if (!s || s->device.type != mx::Device::gpu) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = majors.find(s->device.index);
+  if (it == majors.end()) {
+    std::string arch = gpu_arch(s->device.index); /* "sm_90" */
+    it = majors.emplace(s->device.index, arch.size() > 4 ? std::atoi(arch.c_str() + 3) / 10 : 0).first;
+  }
+  return it->second;
+}
+
 std::string versioned_kernel_name(const char *base, const char *source, const char *header) {
   uint64_t h = fnv1a(source, fnv1a(header));
   return std::string(base) + "_" + hex(h & 0xffffffffu, 8);

@@ -435,6 +435,188 @@ const char *dequant_split_source = R"(
 const cuda_kernel_spec dequant_split_kernel = {
     "ort_ep_mlx_dequant_split", {"w", "scales", "biases"}, {"out"}, dequant_split_source, "", true};
 
+/* MatMulNBits for many rows of float16 activations on the tensor cores (sm_80 and later): out
+ * [M, N] = x [M, K] times the packed weights' transpose, each weight v = q * scale + bias turned
+ * into float16 halves hi = float16(v) and lo = float16(v - hi) on the way into shared memory (no
+ * copy of the weights in memory), and every product of an activation with a half exact in the
+ * float32 accumulators of mma.sync m16n8k16. Where hi + lo == v (the callers' contract:
+ * mlxb_qgemm_split) that is the float32 GEMM on the dequantized weights, summed in another order.
+ * The two halves keep separate accumulators: an infinite activation times a zero lo would make NaN
+ * where the float32 GEMM gives the infinity, so a non-finite hi sum stands alone. Blocks of 64 x 64
+ * outputs (four warps of 32 x 32), 32 of K per step, the next step's loads in registers while the
+ * tensor cores work; the K steps may be split over gridDim.z blocks, each writing float32 partial
+ * sums that qgemm_reduce adds in a fixed order. */
+const char *qgemm_header = R"(
+__device__ __forceinline__ void ort_ep_mlx_mma16816(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+)";
+
+const char *qgemm_split_source = R"(
+  constexpr int BM = 64, BN = 64, BK = 32, LDS = BK + 8; /* halves per shared row: the pad spreads banks */
+  constexpr int VPW = 32 / BITS;
+  constexpr unsigned MASK = (1u << BITS) - 1u;
+  constexpr int WPR = BK / VPW;          /* packed words of one weight row per step */
+  constexpr int WLOADS = BN * WPR / 128; /* of them per thread */
+  const int M = x_shape[0], K = x_shape[1], N = w_shape[0], WORDS = w_shape[1], G = scales_shape[1];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  const int steps = K / BK, per = (steps + gridDim.z - 1) / gridDim.z;
+  const int s_begin = blockIdx.z * per, s_end = s_begin + per < steps ? s_begin + per : steps;
+  __shared__ __align__(16) __half sa[BM][LDS];
+  __shared__ __align__(16) __half shi[BN][LDS];
+  __shared__ __align__(16) __half slo[BN][LDS];
+  const bool x16 = (reinterpret_cast<unsigned long long>(x) & 15ull) == 0;
+  uint4 ra[2];
+  uint32_t rw[WLOADS];
+  float rs[WLOADS], rb[WLOADS];
+  /* step s's activations and packed weights into registers (zeros past M and N) */
+  auto fetch = [&](int s) {
+    const int k0 = s * BK;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int idx = tid + i * 128, m = m0 + idx / 4;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (m < M) {
+        const __half* p = x + (size_t)m * K + k0 + (idx % 4) * 8;
+        if (x16) {
+          v = *reinterpret_cast<const uint4*>(p);
+        } else {
+          alignas(16) __half h[8];
+#pragma unroll
+          for (int j = 0; j < 8; j++) h[j] = p[j];
+          v = *reinterpret_cast<const uint4*>(h);
+        }
+      }
+      ra[i] = v;
+    }
+#pragma unroll
+    for (int i = 0; i < WLOADS; i++) {
+      const int idx = tid + i * 128, n = n0 + idx / WPR;
+      const bool live = n < N;
+      rw[i] = live ? w[(size_t)n * WORDS + k0 / VPW + idx % WPR] : 0u;
+      rs[i] = live ? scales[(size_t)n * G + k0 / GROUP] : 0.0f;
+      rb[i] = live ? biases[(size_t)n * G + k0 / GROUP] : 0.0f;
+    }
+  };
+  /* the registers into shared memory, each weight as its two halves */
+  auto stage = [&]() {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int idx = tid + i * 128;
+      *reinterpret_cast<uint4*>(&sa[idx / 4][(idx % 4) * 8]) = ra[i];
+    }
+#pragma unroll
+    for (int i = 0; i < WLOADS; i++) {
+      const int idx = tid + i * 128, r = idx / WPR, kk = (idx % WPR) * VPW;
+      alignas(16) __half hi[VPW];
+      alignas(16) __half lo[VPW];
+#pragma unroll
+      for (int j = 0; j < VPW; j++) {
+        const float v = static_cast<float>((rw[i] >> (j * BITS)) & MASK) * rs[i] + rb[i];
+        hi[j] = __float2half_rn(v);
+        lo[j] = __float2half_rn(v - __half2float(hi[j]));
+      }
+      if constexpr (VPW % 8 == 0) {
+#pragma unroll
+        for (int j = 0; j < VPW; j += 8) {
+          *reinterpret_cast<uint4*>(&shi[r][kk + j]) = *reinterpret_cast<const uint4*>(hi + j);
+          *reinterpret_cast<uint4*>(&slo[r][kk + j]) = *reinterpret_cast<const uint4*>(lo + j);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < VPW; j++) {
+          shi[r][kk + j] = hi[j];
+          slo[r][kk + j] = lo[j];
+        }
+      }
+    }
+  };
+  auto lds = [](const __half* p) { return *reinterpret_cast<const uint32_t*>(p); };
+  float acc_hi[2][4][4], acc_lo[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) acc_hi[i][j][r] = acc_lo[i][j][r] = 0.0f;
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32 x 32 of the block's 64 x 64 */
+  if (s_begin < s_end) fetch(s_begin);
+  for (int s = s_begin; s < s_end; s++) {
+    __syncthreads();
+    stage();
+    __syncthreads();
+    if (s + 1 < s_end) fetch(s + 1); /* in flight while the tensor cores work */
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      /* fragments of m16n8k16: A row gid (+8), B column gid, K pairs at 2 * tig (+8) */
+      uint32_t a[2][4], bh[4][2], bl[4][2];
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        const int r = wm + i * 16 + gid;
+        a[i][0] = lds(&sa[r][kk + 2 * tig]);
+        a[i][1] = lds(&sa[r + 8][kk + 2 * tig]);
+        a[i][2] = lds(&sa[r][kk + 2 * tig + 8]);
+        a[i][3] = lds(&sa[r + 8][kk + 2 * tig + 8]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int c = wn + j * 8 + gid;
+        bh[j][0] = lds(&shi[c][kk + 2 * tig]);
+        bh[j][1] = lds(&shi[c][kk + 2 * tig + 8]);
+        bl[j][0] = lds(&slo[c][kk + 2 * tig]);
+        bl[j][1] = lds(&slo[c][kk + 2 * tig + 8]);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          ort_ep_mlx_mma16816(acc_hi[i][j], a[i], bh[j]);
+          ort_ep_mlx_mma16816(acc_lo[i][j], a[i], bl[j]);
+        }
+    }
+  }
+  /* accumulator r of tile (i, j): row gid (+8 from r = 2), column 2 * tig + r % 2 */
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int m = m0 + wm + i * 16 + gid + (r / 2) * 8, n = n0 + wn + j * 8 + 2 * tig + r % 2;
+        if (m >= M || n >= N) continue;
+        const float h = acc_hi[i][j][r], sum = isfinite(h) ? h + acc_lo[i][j][r] : h;
+        if (gridDim.z > 1) {
+          partial[((size_t)blockIdx.z * M + m) * N + n] = sum;
+        } else {
+          const float b = HAS_BIAS ? static_cast<float>(bias[n]) : 0.0f;
+          out[(size_t)m * N + n] = __float2half_rn(sum + b);
+        }
+      }
+)";
+
+/* The split-K partial sums [S, M, N] of qgemm_split added in order, the bias added, rounded once. */
+const char *qgemm_reduce_source = R"(
+  const int S = partial_shape[0], M = partial_shape[1], N = partial_shape[2];
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (long long)M * N) return;
+  float sum = 0.0f;
+  for (int s = 0; s < S; s++) sum += partial[(size_t)s * M * N + idx];
+  const float b = HAS_BIAS ? static_cast<float>(bias[idx % N]) : 0.0f;
+  out[idx] = __float2half_rn(sum + b);
+)";
+
+const cuda_kernel_spec qgemm_split_kernel = {
+    "ort_ep_mlx_qgemm_split", {"x", "w", "scales", "biases", "bias"}, {"out", "partial"}, qgemm_split_source,
+    qgemm_header, true};
+
+const cuda_kernel_spec qgemm_reduce_kernel = {
+    "ort_ep_mlx_qgemm_reduce", {"partial", "bias"}, {"out"}, qgemm_reduce_source, "", true};
+
 /* KV write: the shared buffer's in-place form of the append. One thread per (sequence, head,
  * channel) of the new rows writes row at_b of the caches, which are the step's past and present
  * at once (onnxruntime-genai's past_present_share_buffer), so the cache is neither copied nor
@@ -851,6 +1033,76 @@ mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_ar
   });
 }
 
+/* ORT_EP_MLX_QGEMM=0 turns the tensor-core kernel for MatMulNBits' many rows off (the float32
+ * dequantization and GEMM then): the switch for an A/B. */
+static bool qgemm_enabled() {
+  static const bool on = env_switch_on("ORT_EP_MLX_QGEMM");
+  return on;
+}
+
+bool mlxb_qgemm_split_available(const mlxb_scope *s, int bits, int group_size) {
+  return s && is_cuda_gpu(s) && qgemm_enabled() && (bits == 2 || bits == 4 || bits == 8) && group_size >= 32 &&
+         group_size % 32 == 0 && gpu_compute_major(s) >= 8; /* mma.sync m16n8k16 */
+}
+
+namespace {
+
+/* How many blocks share one output tile's K steps: enough tiles to fill an H200's 132
+ * multiprocessors twice over, each block keeping at least four steps, at most 16 partial sums. */
+int qgemm_splits(int64_t tiles, int64_t steps) {
+  enum { TARGET_BLOCKS = 264, MIN_STEPS = 4, MAX_SPLITS = 16 };
+  int64_t want = (TARGET_BLOCKS + tiles - 1) / tiles;
+  int64_t fit = steps / MIN_STEPS;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, fit, MAX_SPLITS})));
+}
+
+} // namespace
+
+mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
+                             const mlxb_array *biases, const mlxb_array *bias, int group_size, int bits) {
+  return guard(s, "mlxb_qgemm_split", [&] {
+    const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
+    if (!mlxb_qgemm_split_available(s, bits, group_size))
+      throw bridge_error("quantized GEMM: not available for this packing or device");
+    int64_t k = dequant_width(wa, sa, ba, group_size, bits, 1);
+    if (xa.dtype() != mx::float16 || xa.ndim() < 1 || xa.shape(-1) != k)
+      throw bridge_error("quantized GEMM takes float16 x [..., K] with K the weights' unpacked width");
+    enum { TILE = 64, THREADS = 128, STEP = 32 };
+    int n = wa.shape(0);
+    int64_t m = k > 0 ? static_cast<int64_t>(xa.size()) / k : 0;
+    mx::Shape out_shape = xa.shape();
+    out_shape.back() = n;
+    auto dev = scope_dev(s);
+    if (m == 0 || n == 0) return mx::zeros(out_shape, mx::float16, dev);
+    int64_t tiles_n = (n + TILE - 1) / TILE, tiles_m = (m + TILE - 1) / TILE;
+    if (tiles_m > 65535 || tiles_n * THREADS > std::numeric_limits<int>::max())
+      throw bridge_error("quantized GEMM: too many rows or columns for one launch");
+    if (bias && (arr(bias).ndim() != 1 || arr(bias).shape(0) != n))
+      throw bridge_error("quantized GEMM: the bias has one value per output");
+    int splits = qgemm_splits(tiles_n * tiles_m, k / STEP);
+    mx::array x2 = mx::reshape(xa, {static_cast<int>(m), static_cast<int>(k)}, dev);
+    mx::array b = bias ? mx::astype(arr(bias), mx::float16, dev) : x2; /* not read without a bias */
+    mx::Shape partial_shape = {splits, static_cast<int>(m), n};
+    auto outs = run_cuda_kernel(qgemm_split_kernel, {x2, wa, sa, ba, b},
+                                {{static_cast<int>(m), n}, splits > 1 ? partial_shape : mx::Shape{1}},
+                                {mx::float16, mx::float32},
+                                {static_cast<int>(tiles_n * THREADS), static_cast<int>(tiles_m), splits},
+                                {THREADS, 1, 1},
+                                {{"BITS", bits}, {"GROUP", group_size}, {"HAS_BIAS", bias != nullptr}}, s,
+                                splits > 1 ? 0x1u : 0x2u); /* the partial sums or the output */
+    mx::array y = outs.at(0);
+    if (splits > 1) {
+      enum { REDUCE_THREADS = 256 };
+      int64_t total = m * n, grid = (total + REDUCE_THREADS - 1) / REDUCE_THREADS * REDUCE_THREADS;
+      if (grid > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMM: too many outputs");
+      y = run_cuda_kernel(qgemm_reduce_kernel, {outs.at(1), b}, {{static_cast<int>(m), n}}, {mx::float16},
+                          {static_cast<int>(grid), 1, 1}, {REDUCE_THREADS, 1, 1}, {{"HAS_BIAS", bias != nullptr}}, s)
+              .at(0);
+    }
+    return mx::reshape(y, out_shape, dev);
+  });
+}
+
 /* ORT_EP_MLX_DEQUANT_KERNEL=1: MatMulNBits' float32 dequantization for many rows by our kernel
  * (coalesced 16-byte stores) rather than MLX's. Off until an A/B on the GPU shows it pays: the
  * prompt's profile on the H200 had MLX's at 5.4 ms for 2 GB written, about 0.4 TB/s. */
@@ -922,6 +1174,11 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
          {{"BITS", 8}, {"GROUP", 128}, {"F32", false}}},
         {&dequant_split_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {f},
          {{"BITS", 4}, {"GROUP", 32}, {"F32", true}}},
+        {&qgemm_split_kernel, {z({80, 896}, h), z({128, 112}, u), z({128, 28}, f), z({128, 28}, f), z({128}, h)},
+         {h, f}, {{"BITS", 4}, {"GROUP", 32}, {"HAS_BIAS", true}}},
+        {&qgemm_split_kernel, {z({80, 896}, h), z({128, 224}, u), z({128, 7}, f), z({128, 7}, f), z({80, 896}, h)},
+         {h, f}, {{"BITS", 8}, {"GROUP", 128}, {"HAS_BIAS", false}}},
+        {&qgemm_reduce_kernel, {z({4, 80, 128}, f), z({128}, h)}, {h}, {{"HAS_BIAS", true}}},
         {&kv_write_kernel, cache, {mx::int32},
          {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
     };

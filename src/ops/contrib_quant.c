@@ -256,7 +256,9 @@ static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_arra
  * prefill). A weight past float16's range would overflow hi: such scales keep the float32 path. */
 static bool mnb_split_is_exact(op_ctx *c, const mnb_attrs *a, mlxb_array *scales) {
   mlxb_scope *s = op_scope(c);
-  if (!mlxb_dequant_split_available(s, (int)a->bits, mnb_group(a))) return false;
+  if (!mlxb_qgemm_split_available(s, (int)a->bits, mnb_group(a)) &&
+      !mlxb_dequant_split_available(s, (int)a->bits, mnb_group(a)))
+    return false;
   if (op_input_dtype(c, MNB_SCALES) != ONNX_FLOAT16 || mnb_zp_is_float(op_input_dtype(c, MNB_ZP))) return false;
   double largest = 0.0;
   mlxb_array *peak = mlxb_reduce(s, MLXB_RMAX, mlxb_unary(s, MLXB_ABS, scales), NULL, 0, false);
@@ -264,16 +266,29 @@ static bool mnb_split_is_exact(op_ctx *c, const mnb_attrs *a, mlxb_array *scales
   return largest * (double)((1 << a->bits) - 1) <= 65504.0; /* false for NaN */
 }
 
+enum { MNB_GEMV_MAX_ROWS = 8 };
+
+/* Past the GEMV's rows the halves go through our tensor-core kernel (mlxb_qgemm_split: the halves
+ * made in shared memory, the bias added before the one rounding); without it, from
+ * MNB_DEQUANT_MIN_ROWS rows and without a bias, through the halves in memory and cuBLAS
+ * (ORT_EP_MLX_SPLIT_GEMM=1). */
 static bool mnb_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool int8_path) {
   const mnb_prepared *kept = op_prepared(c);
-  if (!kept || !kept->split_exact || int8_path || mlxb_type(x) != MLXB_F16 || op_has_input(c, MNB_BIAS)) return false;
-  return mnb_prefers_dequantized(op_scope(c), x);
+  mlxb_scope *s = op_scope(c);
+  if (!kept || !kept->split_exact || int8_path || mlxb_type(x) != MLXB_F16) return false;
+  if (mlxb_qgemm_split_available(s, (int)a->bits, mnb_group(a)))
+    return (int64_t)mlxb_size(x) / mlxb_dim(x, -1) > MNB_GEMV_MAX_ROWS;
+  return !op_has_input(c, MNB_BIAS) && mnb_prefers_dequantized(s, x);
 }
 
-/* x (float16 [..., Kp]) times the prepared weights' exact halves. */
+/* x (float16 [..., Kp]) times the prepared weights' exact halves (and the bias, when there is one). */
 static mlxb_array *mnb_split_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x) {
   mlxb_scope *s = op_scope(c);
   const mnb_prepared *m = op_prepared(c);
+  if (mlxb_qgemm_split_available(s, (int)a->bits, mnb_group(a))) {
+    mlxb_array *bias = op_has_input(c, MNB_BIAS) ? op_input(c, MNB_BIAS) : NULL;
+    return mlxb_qgemm_split(s, x, m->w, m->scales, m->biases, bias, mnb_group(a), (int)a->bits);
+  }
   mlxb_array *halves = mlxb_dequant_split(s, m->w, m->scales, m->biases, mnb_group(a), (int)a->bits);
   const mlxb_array *both[2] = {x, x};
   return mlxb_matmul(s, mlxb_concat(s, both, 2, -1), mlxb_transpose(s, halves, (int[]){1, 0}, 2));
@@ -283,8 +298,6 @@ static mlxb_array *mnb_split_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x
  * float32 quantized matmul, but it reads A in its own dtype and writes the output in it, so the
  * two casts around the matmul leave the decode graph (MLX's float16 kernel would accumulate in
  * float16). Not for the int8 path (A quantized first) or a bias (added in float32 before rounding). */
-enum { MNB_GEMV_MAX_ROWS = 8 };
-
 static bool mnb_takes_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool int8_path) {
   int64_t rows = (int64_t)mlxb_size(x) / mlxb_dim(x, -1);
   if (int8_path || a->block < 32 || rows > MNB_GEMV_MAX_ROWS) return false;

@@ -589,6 +589,69 @@ static void test_dequant_f32(mlxb_scope *s) {
   if (ref && out) CHECK(memcmp(want, got, sizeof got) == 0, "dequant_f32 differs from mlxb_dequantize");
 }
 
+/* mlxb_qgemm_split against a float64 reference of x * (scale * q + bias) + bias_n: 70 rows (two
+ * row tiles, the second partial), 100 outputs (two column tiles), float16 scales from normal to
+ * large, integer zero points; K 256 splits its steps over two blocks, K 64 does not. One row holds
+ * an infinite activation (the infinity where the weight is nonzero, NaN where it is zero, as the
+ * float32 GEMM gives them). On a scope without the kernel: refused with a message. */
+static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool with_bias) {
+  enum { M = 70, N = 100, KMAX = 256 };
+  static float x[M * KMAX], wv[N * KMAX], scale[N * KMAX / 32], bias[N * KMAX / 32], add[N], got[M * N];
+  static uint32_t packed[N * KMAX / 2];
+  int vpw = 32 / bits, groups = k / group, words = k / vpw;
+  memset(packed, 0, sizeof packed);
+  for (int n = 0; n < N; n++) {
+    for (int g = 0; g < groups; g++) {
+      int zp = (n * 3 + g) % (1 << bits);
+      float sc = ldexpf(1.0f + (float)((n + 5 * g) % 1024) / 1024.0f, -((n + g) % 9) - 4); /* 11-bit significands */
+      if (n == 7) sc = ldexpf(2047.0f, -5); /* large weights: up to 255 * 63.97 */
+      scale[n * groups + g] = sc;
+      bias[n * groups + g] = -(float)zp * sc;
+    }
+    for (int j = 0; j < k; j++) {
+      uint32_t q = (uint32_t)(n * 7 + j * 13 + (j >> 3)) % (1u << bits);
+      packed[n * words + j / vpw] |= q << (bits * (j % vpw));
+      wv[n * k + j] = (float)q * scale[n * groups + j / group] + bias[n * groups + j / group];
+    }
+    add[n] = (float)((n % 11) - 5) / 8.0f;
+  }
+  for (int i = 0; i < M * k; i++) x[i] = (float)((i * 37 % 61) - 30) / 32.0f;
+  x[3 * k + 5] = INFINITY;
+  mlxb_array *xa = mlxb_astype(s, f32(s, x, (int64_t[]){M, k}, 2), MLXB_F16);
+  mlxb_array *w = mlxb_from_data(s, packed, (int64_t[]){N, words}, 2, MLXB_U32);
+  mlxb_array *sc = f32(s, scale, (int64_t[]){N, groups}, 2), *bi = f32(s, bias, (int64_t[]){N, groups}, 2);
+  mlxb_array *ad = with_bias ? mlxb_astype(s, f32(s, add, (int64_t[]){N}, 1), MLXB_F16) : NULL;
+  mlxb_array *y = mlxb_qgemm_split(s, xa, w, sc, bi, ad, group, bits);
+  if (!mlxb_qgemm_split_available(s, bits, group)) {
+    CHECK(y == NULL && !mlxb_ok(s), "qgemm_split refused without the kernel");
+    mlxb_clear_error(s);
+    return;
+  }
+  expect_shape(y, (int64_t[]){M, N}, 2, "qgemm_split shape");
+  if (!y || mlxb_read(s, mlxb_astype(s, y, MLXB_F32), got, sizeof got) != 0) {
+    CHECK(0, "qgemm_split k %d bits %d: %s", k, bits, mlxb_error(s));
+    mlxb_clear_error(s);
+    return;
+  }
+  int wrong = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      double want = with_bias ? add[n] : 0.0;
+      for (int j = 0; j < k; j++) want += (double)x[m * k + j] * (double)wv[n * k + j];
+      float g = got[m * N + n];
+      bool ok = isnan(want) ? isnan(g) : isinf(want) ? g == (float)want : fabs(g - want) <= 1e-3 * fabs(want) + 1e-3;
+      if (!ok && wrong++ < 4) CHECK(0, "qgemm_split k %d bits %d [%d, %d] = %g, want %g", k, bits, m, n, g, want);
+    }
+  CHECK(wrong == 0, "qgemm_split k %d bits %d: %d outputs wrong", k, bits, wrong);
+}
+
+static void test_qgemm_split(mlxb_scope *s) {
+  check_qgemm_case(s, 256, 4, 32, true);
+  check_qgemm_case(s, 64, 4, 32, false);
+  check_qgemm_case(s, 256, 8, 64, false);
+  check_qgemm_case(s, 128, 2, 128, true);
+}
+
 int main(void) {
   test_library();
   mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
@@ -607,6 +670,7 @@ int main(void) {
   test_float64_intermediate(s);
   test_quantized_matmul_rows(s);
   test_dequant_f32(s);
+  test_qgemm_split(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
   if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
@@ -620,6 +684,7 @@ int main(void) {
       test_float64_intermediate(g);
       test_quantized_matmul_rows(g);
       test_dequant_f32(g);
+      test_qgemm_split(g);
       CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
       mlxb_scope_free(g);
     }
