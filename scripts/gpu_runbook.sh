@@ -36,7 +36,9 @@
 #            each way (bench/decode_kernels.py --mode prefill: device time per prompt)
 #   qgemm    MatMulNBits' many rows on the tensor cores (mlxb_qgemm_split, ORT_EP_MLX_QGEMM): its
 #            bridge checks and the MatMulNBits tests, then the prompt's phases with it on and off
-#            (alternating, two processes each) and the prompt's kernel profile each way
+#            (alternating, two processes each) and the prompt's kernel profile each way; then the
+#            decode program's operations left on the CPU stream (the integer ReduceSum of the mask
+#            now a GPU kernel: none expected) and the decode loops' phases (IOBinding, shared buffer)
 #   prefetch the device-memory prefetch floor (ORT_EP_MLX_PREFETCH_MIN) at 4096 and 65536 bytes,
 #            alternating: the prompt's and a decode step's phases with IOBinding
 #   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), the
@@ -184,6 +186,13 @@ if step qgemm; then
     echo "ORT_EP_MLX_QGEMM=$q kernels:" >> "$log"
     ORT_EP_MLX_QGEMM=$q timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 --top 12 \
       >> "$log" 2>&1
+  done
+  ORT_EP_MLX_OP_HISTOGRAM=1 timeout 120 python3 bench/decode_probe.py --mode shared --steps 4 --loops 1 \
+    > "$OUT/histogram.txt" 2>&1
+  echo "operations on the CPU stream: $(grep -c '@cpu' "$OUT/histogram.txt") lines; $(grep -m1 ' ops: ' "$OUT/histogram.txt" | cut -c1-300)" >> "$log"
+  for mode in io shared; do
+    timeout 120 python3 bench/decode_probe.py --mode "$mode" --steps 64 --loops 2 --phases 2>&1 \
+      | grep -E "loop 1|phases" >> "$log"
   done
 fi
 if step prefetch; then

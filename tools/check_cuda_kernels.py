@@ -75,6 +75,8 @@ KERNELS = {
          dict(BITS=2, GROUP=64, HAS_BIAS=True)]),
     "qgemm_reduce_source": (None, [("partial", "float"), ("bias", "__half")], [("out", "__half")],
         [dict(HAS_BIAS=True), dict(HAS_BIAS=False)]),
+    "int_reduce_source": (None, [("x", "T")], [("out", "T")],
+        [dict(T="int64_t", MEAN=False), dict(T="int32_t", MEAN=True)]),
     "rms_norm_source": (None,
         [("x", "T"), ("skip", "T"), ("bias", "T"), ("gamma", "T"), ("eps", "float")], [("y", "T"), ("sum", "T")],
         [dict(T="__half", HAS_SKIP=True, HAS_BIAS=False, WRITE_SUM=True, SKIP_RANK=2),

@@ -330,6 +330,11 @@ mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_ar
 bool mlxb_qgemm_split_available(const mlxb_scope *s, int bits, int group_size);
 mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                              const mlxb_array *biases, const mlxb_array *bias, int group_size, int bits);
+/* Each row of x [R, C] (int32 or int64, C >= 1) summed in float64, divided by C when mean, and cast
+ * back to x's dtype saturating: y [R], ORT's CPU EP's integer ReduceSum/ReduceMean. One CUDA kernel
+ * where mlxb_int_reduce_available says so (MLX's CUDA backend, which has no float64 of its own). */
+bool mlxb_int_reduce_available(const mlxb_scope *s, mlxb_dtype t);
+mlxb_array *mlxb_int_reduce_rows(mlxb_scope *s, const mlxb_array *x, bool mean);
 /* The same packed weights dequantized to float32 [N, K] (scale * q + bias), as mlxb_dequantize
  * gives them: by a kernel of ours on MLX's CUDA backend when ORT_EP_MLX_DEQUANT_KERNEL=1 (bits 2,
  * 4, 8; group_size a multiple of 32), by MLX's dequantization otherwise. */

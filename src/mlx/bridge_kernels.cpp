@@ -617,6 +617,33 @@ const cuda_kernel_spec qgemm_split_kernel = {
 const cuda_kernel_spec qgemm_reduce_kernel = {
     "ort_ep_mlx_qgemm_reduce", {"partial", "bias"}, {"out"}, qgemm_reduce_source, "", true};
 
+/* Integer ReduceSum / ReduceMean as ORT's CPU EP computes them, on the GPU: each row of x [R, C]
+ * (int32 or int64) summed in float64 (a warp per row: lanes take every 32nd element, then
+ * shuffles), divided by C for the mean, and cast back saturating (overflow gives the type's
+ * largest or smallest value, never a wrapped one). MLX has no float64 on the GPU, so without this
+ * the float64 work runs on the CPU stream and every Run crosses streams (a decode step's
+ * attention-mask ReduceSum did). */
+const char *int_reduce_source = R"(
+  const int R = x_shape[0], C = x_shape[1];
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= R) return;
+  const T* xr = x + (size_t)row * C;
+  double sum = 0.0;
+  for (int c = lane; c < C; c += 32) sum += static_cast<double>(xr[c]);
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane != 0) return;
+  if (MEAN) sum /= static_cast<double>(C);
+  if (sizeof(T) == 8) {
+    const double top = 9223372036854775808.0; /* 2^63 */
+    out[row] = sum >= top ? static_cast<T>(0x7fffffffffffffffll) : sum <= -top ? static_cast<T>(-0x7fffffffffffffffll - 1)
+                                                                               : static_cast<T>(sum);
+  } else {
+    out[row] = static_cast<T>(sum >= 2147483647.0 ? 2147483647.0 : sum <= -2147483648.0 ? -2147483648.0 : sum);
+  }
+)";
+
+const cuda_kernel_spec int_reduce_kernel = {"ort_ep_mlx_int_reduce", {"x"}, {"out"}, int_reduce_source, "", true};
+
 /* KV write: the shared buffer's in-place form of the append. One thread per (sequence, head,
  * channel) of the new rows writes row at_b of the caches, which are the step's past and present
  * at once (onnxruntime-genai's past_present_share_buffer), so the cache is neither copied nor
@@ -1103,6 +1130,27 @@ mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_arra
   });
 }
 
+bool mlxb_int_reduce_available(const mlxb_scope *s, mlxb_dtype t) {
+  return s && is_cuda_gpu(s) && (t == MLXB_I32 || t == MLXB_I64);
+}
+
+mlxb_array *mlxb_int_reduce_rows(mlxb_scope *s, const mlxb_array *x, bool mean) {
+  return guard(s, "mlxb_int_reduce_rows", [&] {
+    const mx::array &xa = arr(x);
+    if (!mlxb_int_reduce_available(s, from_mx(xa.dtype())))
+      throw bridge_error("integer reduction kernel: not available for this dtype or device");
+    if (xa.ndim() != 2 || xa.shape(1) < 1) throw bridge_error("integer reduction kernel takes x [R, C] with C >= 1");
+    enum { THREADS = 256, ROWS_PER_BLOCK = THREADS / 32 };
+    int64_t rows = xa.shape(0);
+    if (rows == 0) return mx::zeros({0}, xa.dtype(), scope_dev(s));
+    int64_t grid = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK * THREADS;
+    if (grid > std::numeric_limits<int>::max()) throw bridge_error("integer reduction kernel: too many rows");
+    return run_cuda_kernel(int_reduce_kernel, {xa}, {{xa.shape(0)}}, {xa.dtype()}, {static_cast<int>(grid), 1, 1},
+                           {THREADS, 1, 1}, {{"T", xa.dtype()}, {"MEAN", mean}}, s)
+        .at(0);
+  });
+}
+
 /* ORT_EP_MLX_DEQUANT_KERNEL=1: MatMulNBits' float32 dequantization for many rows by our kernel
  * (coalesced 16-byte stores) rather than MLX's. Off until an A/B on the GPU shows it pays: the
  * prompt's profile on the H200 had MLX's at 5.4 ms for 2 GB written, about 0.4 TB/s. */
@@ -1179,6 +1227,8 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
         {&qgemm_split_kernel, {z({80, 896}, h), z({128, 224}, u), z({128, 7}, f), z({128, 7}, f), z({80, 896}, h)},
          {h, f}, {{"BITS", 8}, {"GROUP", 128}, {"HAS_BIAS", false}}},
         {&qgemm_reduce_kernel, {z({4, 80, 128}, f), z({128}, h)}, {h}, {{"HAS_BIAS", true}}},
+        {&int_reduce_kernel, {z({2, 4096}, i64)}, {i64}, {{"T", i64}, {"MEAN", false}}},
+        {&int_reduce_kernel, {z({3, 7}, mx::int32)}, {mx::int32}, {{"T", mx::int32}, {"MEAN", true}}},
         {&kv_write_kernel, cache, {mx::int32},
          {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
     };

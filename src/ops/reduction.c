@@ -154,6 +154,20 @@ static mlxb_array *reduce_int_logsumexp(mlxb_scope *s, mlxb_array *x, const redu
   return cast_saturate(s, l, t);
 }
 
+/* Sum or mean on MLX's CUDA backend by one kernel of float64 arithmetic (the GPU stream only):
+ * the reduced axes moved last, every output one row. */
+static mlxb_array *reduce_int_rows(mlxb_scope *s, reduce_kind k, mlxb_array *x, const reduce_plan *p) {
+  int perm[OP_UTIL_MAX_RANK], n = 0;
+  bool moved = false;
+  for (int a = 0; a < p->rank; a++)
+    if (!p->reduced[a]) perm[n++] = a;
+  for (int i = 0; i < p->naxes; i++) perm[n++] = p->axes[i];
+  for (int a = 0; a < p->rank; a++) moved |= perm[a] != a;
+  mlxb_array *xt = moved ? mlxb_transpose(s, x, perm, p->rank) : x;
+  mlxb_array *rows = op_util_reshape2(s, xt, p->out_size, p->count);
+  return mlxb_reshape(s, mlxb_int_reduce_rows(s, rows, k == RK_MEAN), p->out_dims, p->out_rank);
+}
+
 static mlxb_array *reduce_int(mlxb_scope *s, reduce_kind k, mlxb_array *x, const reduce_plan *p) {
   mlxb_dtype t = mlxb_type(x);
   if (k == RK_MAX || k == RK_MIN) return reduce_float(s, k, x, p); /* exact in T */
@@ -162,6 +176,8 @@ static mlxb_array *reduce_int(mlxb_scope *s, reduce_kind k, mlxb_array *x, const
     mlxb_set_error(s, "integer reduction supports int32 and int64 only");
     return NULL;
   }
+  if ((k == RK_SUM || k == RK_MEAN) && p->count > 0 && p->out_size > 0 && mlxb_int_reduce_available(s, t))
+    return reduce_int_rows(s, k, x, p);
   bool old = mlxb_scope_force_cpu(s, true); /* float64 work */
   mlxb_array *y;
   if (k == RK_LOGSUMEXP)

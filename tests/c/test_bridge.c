@@ -652,6 +652,27 @@ static void test_qgemm_split(mlxb_scope *s) {
   check_qgemm_case(s, 128, 2, 128, true);
 }
 
+/* mlxb_int_reduce_rows: float64 sums cast back saturating, as ORT's integer ReduceSum/ReduceMean
+ * (the kernel on a CUDA scope; refused elsewhere, where the lowering keeps the CPU stream). */
+static void test_int_reduce_rows(mlxb_scope *s) {
+  const int64_t big = (int64_t)1 << 62;
+  int64_t v64[] = {big, big, big, -big, -big, -big, 1, 2, 3};
+  int64_t want_sum[] = {INT64_MAX, INT64_MIN, 6}, want_mean[] = {big, -big, 2};
+  mlxb_array *x = mlxb_from_data(s, v64, (int64_t[]){3, 3}, 2, MLXB_I64);
+  if (!mlxb_int_reduce_available(s, MLXB_I64)) {
+    CHECK(mlxb_int_reduce_rows(s, x, false) == NULL && !mlxb_ok(s), "int_reduce_rows refused without the kernel");
+    mlxb_clear_error(s);
+    return;
+  }
+  expect_i64(s, mlxb_int_reduce_rows(s, x, false), want_sum, 3, "int_reduce_rows sum");
+  expect_i64(s, mlxb_int_reduce_rows(s, x, true), want_mean, 3, "int_reduce_rows mean");
+  int32_t v32[] = {INT32_MAX, 1, -7, INT32_MIN, -1, 5};
+  int64_t want32[] = {INT32_MAX, INT32_MIN};
+  mlxb_array *y = mlxb_int_reduce_rows(s, mlxb_from_data(s, v32, (int64_t[]){2, 3}, 2, MLXB_I32), false);
+  CHECK(y && mlxb_type(y) == MLXB_I32, "int_reduce_rows keeps int32 (%s)", mlxb_error(s));
+  if (y) expect_i64(s, mlxb_astype(s, y, MLXB_I64), want32, 2, "int_reduce_rows int32 sum");
+}
+
 int main(void) {
   test_library();
   mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
@@ -671,6 +692,7 @@ int main(void) {
   test_quantized_matmul_rows(s);
   test_dequant_f32(s);
   test_qgemm_split(s);
+  test_int_reduce_rows(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
   if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
@@ -685,6 +707,7 @@ int main(void) {
       test_quantized_matmul_rows(g);
       test_dequant_f32(g);
       test_qgemm_split(g);
+      test_int_reduce_rows(g);
       CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
       mlxb_scope_free(g);
     }
