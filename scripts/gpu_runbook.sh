@@ -79,8 +79,8 @@ pytest_q() { timeout "$1" python3 -m pytest -q -p no:cacheprovider "${@:2}" 2>&1
 
 if step bridge; then
   cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
-  # the split and float32 dequantization kernels too
-  ORT_EP_MLX_SPLIT_GEMM=1 ORT_EP_MLX_DEQUANT_KERNEL=1 timeout 120 build-gpu/test_bridge 2>&1 | tail -5 >> "$log"
+  # the float32 dequantization kernel too
+  ORT_EP_MLX_DEQUANT_KERNEL=1 timeout 120 build-gpu/test_bridge 2>&1 | tail -5 >> "$log"
 fi
 if step focus; then
   pytest_q 200 tests/test_device_memory.py tests/test_ops_attention.py -k "gqa or device or shared or copy or iobinding or plain"

@@ -309,21 +309,13 @@ enum { MLXB_QGEMV_SWIGLU_OUTPUTS = 5 };
 int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *const *w, const mlxb_array *const *scales,
                       const mlxb_array *const *biases, const mlxb_array *const *add, int group_size, int bits,
                       bool product_only, mlxb_array **out);
-/* Packed weights w [N, K * bits / 32] uint32 (MLX's affine layout) with float32 scales and biases
- * [N, K / group_size] dequantized into two float16 halves side by side, [N, 2K]: columns [0, K) hold
- * hi = float16(v), columns [K, 2K) lo = float16(v - hi), for v = scale * q + bias in float32. Where
- * every v has at most 22 significant bits (float16 scales, integer zero points) hi + lo == v
- * exactly. One CUDA kernel where mlxb_dequant_split_available says so (MLX's CUDA backend; bits
- * 2, 4, 8; group_size a multiple of 32), else the same values composed. */
-bool mlxb_dequant_split_available(const mlxb_scope *s, int bits, int group_size);
-mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
-                               int group_size, int bits);
 /* x [..., K] float16 times the transpose of packed weights w [N, K * bits / 32] (uint32, MLX's affine
  * layout) with float32 scales and biases [N, K / group_size], plus bias [N] (float16, or NULL) added
  * in float32 before the one rounding: y [..., N] float16. Every weight v = scale * q + bias enters
- * as its float16 halves hi and lo (see mlxb_dequant_split) and every product is exact in float32:
- * the float32 GEMM on the dequantized weights wherever hi + lo == v, which the caller must know
- * (float16 scales, integer zero points, no weight past float16's range). One tensor-core kernel on
+ * as its float16 halves hi = float16(v) and lo = float16(v - hi), and every product of a float16
+ * activation with a half is exact in float32: the float32 GEMM on the dequantized weights wherever
+ * hi + lo == v, which the caller must know (v of at most 22 significant bits: float16 scales,
+ * integer zero points, no weight past float16's range). One tensor-core kernel on
  * MLX's CUDA backend (sm_80 and later; a second one adds the partial sums of a long K), where
  * mlxb_qgemm_split_available says so (bits 2, 4, 8; group_size a multiple of 32; not turned off by
  * ORT_EP_MLX_QGEMM=0). */

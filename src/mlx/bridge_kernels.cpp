@@ -382,14 +382,11 @@ const char *rms_norm_source = R"(
 const cuda_kernel_spec rms_norm_kernel = {
     "ort_ep_mlx_rms_norm", {"x", "skip", "bias", "gamma", "eps"}, {"y", "sum"}, rms_norm_source, "", true};
 
-/* Split dequantization: packed weights w [N, K * BITS / 32] (MLX's affine layout) with float32
- * scales and biases [N, K / GROUP] become float16 [N, 2K], the first K columns hi = float16(v) and
- * the last K lo = float16(v - hi) for each weight v = q * scale + bias. One thread per packed word
- * (32 / BITS values of one group), 16-byte stores where a word holds 8 or 16 values. Where v has
- * at most 22 significant bits (a float16 scale times a small integer: MatMulNBits with float16
- * activations) both halves are exact, so a float16 GEMM over 2K that accumulates in float32
- * computes x * hi + x * lo with every product exact: the float32 GEMM's sum, on tensor cores. */
-const char *dequant_split_source = R"(
+/* Float32 dequantization: packed weights w [N, K * BITS / 32] (MLX's affine layout) with float32
+ * scales and biases [N, K / GROUP] become float32 [N, K], v = q * scale + bias as MLX's
+ * dequantization gives them. One thread per packed word (32 / BITS values of one group), 16-byte
+ * stores. */
+const char *dequant_f32_source = R"(
   constexpr int VPW = 32 / BITS;
   constexpr unsigned MASK = (1u << BITS) - 1u;
   const int N = w_shape[0], WORDS = w_shape[1], G = scales_shape[1];
@@ -402,38 +399,13 @@ const char *dequant_split_source = R"(
   alignas(16) float v[VPW];
 #pragma unroll
   for (int j = 0; j < VPW; j++) v[j] = static_cast<float>((word >> (j * BITS)) & MASK) * scale + bias;
-  if constexpr (F32) { /* the float32 weights [N, K], as MLX's dequantization gives them */
-    float* row = reinterpret_cast<float*>(out) + (size_t)n * K + k0;
+  float* row = out + (size_t)n * K + k0;
 #pragma unroll
-    for (int j = 0; j < VPW; j += 4) *reinterpret_cast<float4*>(row + j) = *reinterpret_cast<const float4*>(v + j);
-    return;
-  }
-  alignas(16) __half hi[VPW];
-  alignas(16) __half lo[VPW]; // read back as 16-byte words below
-#pragma unroll
-  for (int j = 0; j < VPW; j++) {
-    hi[j] = __float2half_rn(v[j]);
-    lo[j] = __float2half_rn(v[j] - __half2float(hi[j]));
-  }
-  __half* hi_row = reinterpret_cast<__half*>(out) + (size_t)n * 2 * K + k0;
-  __half* lo_row = hi_row + K;
-  if constexpr (VPW % 8 == 0) {
-#pragma unroll
-    for (int j = 0; j < VPW; j += 8) {
-      *reinterpret_cast<uint4*>(hi_row + j) = *reinterpret_cast<const uint4*>(hi + j);
-      *reinterpret_cast<uint4*>(lo_row + j) = *reinterpret_cast<const uint4*>(lo + j);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < VPW; j++) {
-      hi_row[j] = hi[j];
-      lo_row[j] = lo[j];
-    }
-  }
+  for (int j = 0; j < VPW; j += 4) *reinterpret_cast<float4*>(row + j) = *reinterpret_cast<const float4*>(v + j);
 )";
 
-const cuda_kernel_spec dequant_split_kernel = {
-    "ort_ep_mlx_dequant_split", {"w", "scales", "biases"}, {"out"}, dequant_split_source, "", true};
+const cuda_kernel_spec dequant_f32_kernel = {
+    "ort_ep_mlx_dequant_f32", {"w", "scales", "biases"}, {"out"}, dequant_f32_source, "", true};
 
 /* MatMulNBits for many rows of float16 activations on the tensor cores (sm_80 and later): out
  * [M, N] = x [M, K] times the packed weights' transpose, each weight v = q * scale + bias turned
@@ -999,65 +971,17 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
   });
 }
 
-/* ORT_EP_MLX_SPLIT_GEMM=1: MatMulNBits for many rows of float16 takes the split halves (the same
- * arithmetic as the float32 dequantization and GEMM). Off by default: on the H200 a 128-token
- * prompt's Run took 28-30 ms with it against 17.9 ms without (one process each way, twice), and
- * bench/prefill_matmul.py timed it slower at each of the decoder's shapes, although CUPTI counted
- * less device time (docs/PERFORMANCE_GPU.md, Notes). */
-static bool split_gemm_enabled() {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_SPLIT_GEMM");
-    return v && (!std::strcmp(v, "1") || !std::strcmp(v, "on"));
-  }();
-  return on;
-}
-
-bool mlxb_dequant_split_available(const mlxb_scope *s, int bits, int group_size) {
-  return s && is_cuda_gpu(s) && split_gemm_enabled() && (bits == 2 || bits == 4 || bits == 8) && group_size >= 32 &&
-         group_size % 32 == 0;
-}
-
-/* The checks both dequantizations share: K (the unpacked width) once the shapes fit. */
-static int64_t dequant_width(const mx::array &wa, const mx::array &sa, const mx::array &ba, int group_size, int bits,
-                             int64_t widen) {
+/* The checks of packed weights with their scales and biases: K (the unpacked width) once the shapes
+ * fit. */
+static int64_t dequant_width(const mx::array &wa, const mx::array &sa, const mx::array &ba, int group_size, int bits) {
   if (wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
       sa.dtype() != mx::float32 || ba.dtype() != mx::float32 || bits <= 0 || 32 % bits || group_size <= 0)
     throw bridge_error("dequantization takes uint32 w [N, K * bits / 32], float32 scales and biases");
   int64_t k = static_cast<int64_t>(wa.shape(1)) * (32 / bits);
   if (sa.shape(0) != wa.shape(0) || k % group_size || sa.shape(1) != k / group_size ||
-      widen * k > std::numeric_limits<int>::max())
+      k > std::numeric_limits<int>::max())
     throw bridge_error("dequantization: shapes do not fit");
   return k;
-}
-
-/* The kernel over every packed word (one thread each), writing `out` of dtype t. */
-static mx::array dequant_kernel(const mlxb_scope *s, const mx::array &wa, const mx::array &sa, const mx::array &ba,
-                                mx::Shape out_shape, mx::Dtype t, int group_size, int bits) {
-  enum { THREADS = 256 };
-  int64_t words = static_cast<int64_t>(wa.size());
-  if (words > std::numeric_limits<int>::max() - THREADS) throw bridge_error("dequantization: too many words");
-  int grid = static_cast<int>((words + THREADS - 1) / THREADS * THREADS);
-  return run_cuda_kernel(dequant_split_kernel, {wa, sa, ba}, {std::move(out_shape)}, {t}, {grid, 1, 1},
-                         {THREADS, 1, 1}, {{"BITS", bits}, {"GROUP", group_size}, {"F32", t == mx::float32}}, s)
-      .at(0);
-}
-
-mlxb_array *mlxb_dequant_split(mlxb_scope *s, const mlxb_array *w, const mlxb_array *scales, const mlxb_array *biases,
-                               int group_size, int bits) {
-  return guard(s, "mlxb_dequant_split", [&] {
-    const mx::array &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
-    int64_t k = dequant_width(wa, sa, ba, group_size, bits, 2);
-    mx::Shape out_shape = {wa.shape(0), static_cast<int>(2 * k)};
-    auto dev = scope_dev(s);
-    if (wa.size() == 0) return mx::zeros(out_shape, mx::float16, dev);
-    if (!mlxb_dequant_split_available(s, bits, group_size)) { /* the same values, composed */
-      mx::array v = mx::dequantize(wa, sa, ba, group_size, bits, "affine", std::nullopt, mx::float32, dev);
-      mx::array hi = mx::astype(v, mx::float16, dev);
-      mx::array lo = mx::astype(mx::subtract(v, mx::astype(hi, mx::float32, dev), dev), mx::float16, dev);
-      return mx::concatenate({hi, lo}, 1, dev);
-    }
-    return dequant_kernel(s, wa, sa, ba, out_shape, mx::float16, group_size, bits);
-  });
 }
 
 /* ORT_EP_MLX_QGEMM=0 turns the tensor-core kernel for MatMulNBits' many rows off (the float32
@@ -1091,7 +1015,7 @@ mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_arra
     const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
     if (!mlxb_qgemm_split_available(s, bits, group_size))
       throw bridge_error("quantized GEMM: not available for this packing or device");
-    int64_t k = dequant_width(wa, sa, ba, group_size, bits, 1);
+    int64_t k = dequant_width(wa, sa, ba, group_size, bits);
     if (xa.dtype() != mx::float16 || xa.ndim() < 1 || xa.shape(-1) != k)
       throw bridge_error("quantized GEMM takes float16 x [..., K] with K the weights' unpacked width");
     enum { TILE = 64, THREADS = 128, STEP = 32 };
@@ -1169,8 +1093,14 @@ mlxb_array *mlxb_dequant_f32(mlxb_scope *s, const mlxb_array *w, const mlxb_arra
     bool kernel = is_cuda_gpu(s) && dequant_kernel_enabled() && (bits == 2 || bits == 4 || bits == 8) &&
                   group_size >= 32 && group_size % 32 == 0 && wa.size() > 0;
     if (!kernel) return mx::dequantize(wa, sa, ba, group_size, bits, "affine", std::nullopt, mx::float32, scope_dev(s));
-    int64_t k = dequant_width(wa, sa, ba, group_size, bits, 1);
-    return dequant_kernel(s, wa, sa, ba, {wa.shape(0), static_cast<int>(k)}, mx::float32, group_size, bits);
+    int64_t k = dequant_width(wa, sa, ba, group_size, bits);
+    enum { THREADS = 256 };
+    int64_t words = static_cast<int64_t>(wa.size());
+    if (words > std::numeric_limits<int>::max() - THREADS) throw bridge_error("dequantization: too many words");
+    int grid = static_cast<int>((words + THREADS - 1) / THREADS * THREADS);
+    return run_cuda_kernel(dequant_f32_kernel, {wa, sa, ba}, {{wa.shape(0), static_cast<int>(k)}}, {mx::float32},
+                           {grid, 1, 1}, {THREADS, 1, 1}, {{"BITS", bits}, {"GROUP", group_size}}, s)
+        .at(0);
   });
 }
 
@@ -1216,12 +1146,8 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
         {&decode_merge_kernel, {z({112}, f), z({112}, f), z({112, 64}, f)}, {h}, {{"T", h}, {"HEAD", 64}, {"PARTS", 8}}},
         {&kv_append_kernel, past, {h, h},
          {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
-        {&dequant_split_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {h},
-         {{"BITS", 4}, {"GROUP", 32}, {"F32", false}}},
-        {&dequant_split_kernel, {z({128, 224}, u), z({128, 7}, f), z({128, 7}, f)}, {h},
-         {{"BITS", 8}, {"GROUP", 128}, {"F32", false}}},
-        {&dequant_split_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {f},
-         {{"BITS", 4}, {"GROUP", 32}, {"F32", true}}},
+        {&dequant_f32_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {f}, {{"BITS", 4}, {"GROUP", 32}}},
+        {&dequant_f32_kernel, {z({128, 224}, u), z({128, 7}, f), z({128, 7}, f)}, {f}, {{"BITS", 8}, {"GROUP", 128}}},
         {&qgemm_split_kernel, {z({80, 896}, h), z({128, 112}, u), z({128, 28}, f), z({128, 28}, f), z({128}, h)},
          {h, f}, {{"BITS", 4}, {"GROUP", 32}, {"HAS_BIAS", true}}},
         {&qgemm_split_kernel, {z({80, 896}, h), z({128, 224}, u), z({128, 7}, f), z({128, 7}, f), z({80, 896}, h)},

@@ -244,21 +244,19 @@ static mlxb_array *mnb_quantized_matmul(op_ctx *c, const mnb_attrs *a, mlxb_arra
   return mnb_matmul_prepared(op_scope(c), a, x, &m);
 }
 
-/* Many rows of float16 activations on MLX's CUDA backend: the weights as two float16 halves,
- * hi = float16(w) and lo = float16(w - hi) (mlxb_dequant_split, one kernel), and one float16 GEMM of
- * [x, x] over 2Kp. With float16 scales and integer zero points every weight (q - zp) * scale has at
- * most 8 + 11 significant bits, so hi + lo == w; each product of a float16 activation with a half
- * is exact in float32, and cuBLAS accumulates float16 GEMMs in float32 (H200, K 4864: the same
- * largest error as the float32 GEMM, bench/prefill_matmul.py): the float32 GEMM's sum up to order,
- * rounded once to float16, on tensor cores and with no float32 copy of the weights (H200, a
- * 128-token prompt at Qwen2.5-0.5B's shapes: MLX's float32 dequantization alone took 5.8 ms and
- * the float32 GEMMs 6.3 ms of the prompt's 26 ms of device time, bench/decode_kernels.py --mode
- * prefill). A weight past float16's range would overflow hi: such scales keep the float32 path. */
+/* More rows than the GEMV takes, of float16 activations on MLX's CUDA backend: our tensor-core
+ * kernel (mlxb_qgemm_split) turns each weight w = (q - zp) * scale into two float16 halves, hi =
+ * float16(w) and lo = float16(w - hi), in shared memory. With float16 scales and integer zero points
+ * every weight has at most 8 + 11 significant bits, so hi + lo == w; each product of a float16
+ * activation with a half is exact in float32 and the tensor cores accumulate in float32: the
+ * float32 GEMM's sum up to order, rounded once to float16, with no float32 copy of the weights
+ * (H200, a 128-token prompt at Qwen2.5-0.5B's shapes: MLX's float32 dequantization alone took 5.8
+ * ms and the float32 GEMMs 6.3 ms of the prompt's 26 ms of device time, bench/decode_kernels.py
+ * --mode prefill). A weight past float16's range would overflow hi: such scales keep the float32
+ * path. */
 static bool mnb_split_is_exact(op_ctx *c, const mnb_attrs *a, mlxb_array *scales) {
   mlxb_scope *s = op_scope(c);
-  if (!mlxb_qgemm_split_available(s, (int)a->bits, mnb_group(a)) &&
-      !mlxb_dequant_split_available(s, (int)a->bits, mnb_group(a)))
-    return false;
+  if (!mlxb_qgemm_split_available(s, (int)a->bits, mnb_group(a))) return false;
   if (op_input_dtype(c, MNB_SCALES) != ONNX_FLOAT16 || mnb_zp_is_float(op_input_dtype(c, MNB_ZP))) return false;
   double largest = 0.0;
   mlxb_array *peak = mlxb_reduce(s, MLXB_RMAX, mlxb_unary(s, MLXB_ABS, scales), NULL, 0, false);
@@ -268,30 +266,18 @@ static bool mnb_split_is_exact(op_ctx *c, const mnb_attrs *a, mlxb_array *scales
 
 enum { MNB_GEMV_MAX_ROWS = 8 };
 
-/* Past the GEMV's rows the halves go through our tensor-core kernel (mlxb_qgemm_split: the halves
- * made in shared memory, the bias added before the one rounding); without it, from
- * MNB_DEQUANT_MIN_ROWS rows and without a bias, through the halves in memory and cuBLAS
- * (ORT_EP_MLX_SPLIT_GEMM=1). */
 static bool mnb_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool int8_path) {
   const mnb_prepared *kept = op_prepared(c);
-  mlxb_scope *s = op_scope(c);
   if (!kept || !kept->split_exact || int8_path || mlxb_type(x) != MLXB_F16) return false;
-  if (mlxb_qgemm_split_available(s, (int)a->bits, mnb_group(a)))
-    return (int64_t)mlxb_size(x) / mlxb_dim(x, -1) > MNB_GEMV_MAX_ROWS;
-  return !op_has_input(c, MNB_BIAS) && mnb_prefers_dequantized(s, x);
+  return mlxb_qgemm_split_available(op_scope(c), (int)a->bits, mnb_group(a)) &&
+         (int64_t)mlxb_size(x) / mlxb_dim(x, -1) > MNB_GEMV_MAX_ROWS;
 }
 
-/* x (float16 [..., Kp]) times the prepared weights' exact halves (and the bias, when there is one). */
+/* x (float16 [..., Kp]) times the prepared weights' exact halves, plus the bias when there is one. */
 static mlxb_array *mnb_split_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x) {
-  mlxb_scope *s = op_scope(c);
   const mnb_prepared *m = op_prepared(c);
-  if (mlxb_qgemm_split_available(s, (int)a->bits, mnb_group(a))) {
-    mlxb_array *bias = op_has_input(c, MNB_BIAS) ? op_input(c, MNB_BIAS) : NULL;
-    return mlxb_qgemm_split(s, x, m->w, m->scales, m->biases, bias, mnb_group(a), (int)a->bits);
-  }
-  mlxb_array *halves = mlxb_dequant_split(s, m->w, m->scales, m->biases, mnb_group(a), (int)a->bits);
-  const mlxb_array *both[2] = {x, x};
-  return mlxb_matmul(s, mlxb_concat(s, both, 2, -1), mlxb_transpose(s, halves, (int[]){1, 0}, 2));
+  mlxb_array *bias = op_has_input(c, MNB_BIAS) ? op_input(c, MNB_BIAS) : NULL;
+  return mlxb_qgemm_split(op_scope(c), x, m->w, m->scales, m->biases, bias, mnb_group(a), (int)a->bits);
 }
 
 /* A few rows on MLX's CUDA backend take our GEMV kernel: the same float32 arithmetic as MLX's
