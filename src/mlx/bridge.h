@@ -322,6 +322,32 @@ int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *cons
 bool mlxb_qgemm_split_available(const mlxb_scope *s, int bits, int group_size);
 mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                              const mlxb_array *biases, const mlxb_array *bias, int group_size, int bits);
+/* One direction of an RNN, GRU or LSTM as one operation on MLX's CPU stream (src/mlx/bridge_cpu_rnn.cpp):
+ * xw [T, B, G*H] float32, the input projection of every step with the biases the lowering folds in
+ * (gates in ONNX's order: LSTM i, o, f, c; GRU z, r, h), rw [G*H, H] the recurrence weights R of
+ * the direction, h0 (and for LSTM c0) [B, H], peepholes [3H] (LSTM i, o, f; or NULL), lens [B] int32 (or
+ * NULL: every sequence has T steps), rbh [H] (GRU with linear_before_reset: Rbh, or NULL). Each step
+ * adds h @ rw^T to its projection and applies the gates as ONNX and ORT's CPU EP define them (clip on
+ * every gate's input when has_clip; activations act[0..2] with their alpha/beta); backwards walks
+ * t from T - 1. With lens, a sequence's state stops at its last step, its y rows past it are zero,
+ * and a length of 0 gives zero states. Outputs y [T, B, H] (when want_y), h [B, H], c [B, H]
+ * (LSTM). Zero the struct before filling it (it is compared bytewise). 0 ok, -1 error. */
+enum { MLXB_RECUR_RNN, MLXB_RECUR_GRU, MLXB_RECUR_LSTM };
+enum {
+  MLXB_RACT_SIGMOID, MLXB_RACT_TANH, MLXB_RACT_RELU, MLXB_RACT_AFFINE, MLXB_RACT_LEAKYRELU, MLXB_RACT_THRESHOLDEDRELU,
+  MLXB_RACT_SCALEDTANH, MLXB_RACT_HARDSIGMOID, MLXB_RACT_ELU, MLXB_RACT_SOFTSIGN, MLXB_RACT_SOFTPLUS, MLXB_RACT_COUNT
+};
+typedef struct mlxb_recurrence {
+  int kind;     /* MLXB_RECUR_* */
+  int act[3];   /* MLXB_RACT_*: f (and g, h) of the ONNX operator */
+  float alpha[3], beta[3];
+  float clip;
+  bool has_clip, input_forget, linear_before_reset, backwards;
+} mlxb_recurrence;
+bool mlxb_recurrence_available(const mlxb_scope *s);
+int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_array *xw, const mlxb_array *rw,
+                        const mlxb_array *h0, const mlxb_array *c0, const mlxb_array *peep, const mlxb_array *lens,
+                        const mlxb_array *rbh, bool want_y, mlxb_array **y, mlxb_array **h, mlxb_array **c);
 /* Each row of x [R, C] (int32 or int64, C >= 1) summed in float64, divided by C when mean, and cast
  * back to x's dtype saturating: y [R], ORT's CPU EP's integer ReduceSum/ReduceMean. One CUDA kernel
  * where mlxb_int_reduce_available says so (MLX's CUDA backend, which has no float64 of its own). */

@@ -1,7 +1,8 @@
-/* Recurrent ops (RNN, GRU, LSTM) lowered onto MLX. The time loop is unrolled into the MLX graph
- * for the sequence length of the Run (the runtime builds and compiles one graph per input
- * signature, so no step is evaluated on its own): the input projection X @ W^T (+ biases) is one
- * matmul over the whole sequence, then each step adds h @ R^T and applies the gates. Half types
+/* Recurrent ops (RNN, GRU, LSTM) lowered onto MLX. The input projection X @ W^T (+ biases) is one
+ * matmul over the whole sequence; then each step adds h @ R^T and applies the gates. On the CPU
+ * the steps of a direction are one operation of ours (mlxb_recurrence_run); on a GPU the time loop
+ * is unrolled into the MLX graph for the sequence length of the Run (the runtime builds and
+ * compiles one graph per input signature, so no step is evaluated on its own). Half types
  * compute in float32 and round once at the end.
  *
  * Semantics follow ORT's CPU kernels (onnxruntime/core/providers/cpu/rnn): per-batch
@@ -238,6 +239,47 @@ typedef struct dir_state {
   mlxb_array *h, *c;
 } dir_state;
 
+_Static_assert((int)ACT_SIGMOID == (int)MLXB_RACT_SIGMOID && (int)ACT_SOFTPLUS == (int)MLXB_RACT_SOFTPLUS &&
+                   (int)ACT_COUNT == (int)MLXB_RACT_COUNT,
+               "rnn.c's activations are the bridge's, in its order");
+_Static_assert((int)RK_RNN == (int)MLXB_RECUR_RNN && (int)RK_GRU == (int)MLXB_RECUR_GRU &&
+                   (int)RK_LSTM == (int)MLXB_RECUR_LSTM,
+               "rnn.c's kinds are the bridge's");
+
+/* One direction's steps as one operation on the CPU (mlxb_recurrence_run: the same arithmetic as
+ * the unrolled steps below, without an MLX operation per gate and step): xw [T, B, G*H] is the
+ * input projection with the biases folded in. */
+static int recurrence_on_cpu(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *xw, mlxb_array *r, mlxb_array *rbh,
+                             mlxb_array *lens, mlxb_array *h0, mlxb_array *c0, mlxb_array *p, int64_t B, int64_t H,
+                             bool want_y, mlxb_array **y_out, dir_state *fin) {
+  mlxb_scope *s = op_scope(c);
+  const rnn_act *acts = &a->acts[d * a->per_dir];
+  mlxb_recurrence rec;
+  memset(&rec, 0, sizeof rec);
+  rec.kind = a->kind;
+  for (int i = 0; i < a->per_dir && i < 3; i++) {
+    rec.act[i] = (int)acts[i].kind;
+    rec.alpha[i] = acts[i].alpha;
+    rec.beta[i] = acts[i].beta;
+  }
+  rec.has_clip = a->has_clip;
+  rec.clip = a->clip;
+  rec.input_forget = a->input_forget;
+  rec.linear_before_reset = a->linear_before_reset;
+  rec.backwards = a->reverse || d == 1;
+  int64_t bh[2] = {B, H};
+  mlxb_array *h = h0 ? take_dir(s, h0, d) : mlxb_zeros(s, bh, 2, MLXB_F32);
+  mlxb_array *cs = a->kind == RK_LSTM ? (c0 ? take_dir(s, c0, d) : mlxb_zeros(s, bh, 2, MLXB_F32)) : NULL;
+  mlxb_array *lens_b = lens ? mlxb_reshape(s, lens, &B, 1) : NULL;
+  if (op_check(c)) return -1;
+  mlxb_array *y = NULL;
+  if (mlxb_recurrence_run(s, &rec, xw, take_dir(s, r, d), h, cs, take_dir(s, p, d), lens_b, rbh, want_y, &y,
+                          &fin->h, &fin->c))
+    return op_check(c);
+  if (want_y) *y_out = y;
+  return 0;
+}
+
 /* Builds one direction: returns Y_d [T, B, H] (NULL when not wanted) and the final states. */
 static int lower_direction(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x, mlxb_array *w, mlxb_array *r,
                            mlxb_array *bias, mlxb_array *lens, mlxb_array *h0, mlxb_array *c0, mlxb_array *p,
@@ -270,6 +312,8 @@ static int lower_direction(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x, 
   int64_t dims3[3] = {T, B, (int64_t)G * H};
   xw = mlxb_reshape(s, xw, dims3, 3);
   if (op_check(c)) return -1;
+  if (ct == MLXB_F32 && mlxb_recurrence_available(s))
+    return recurrence_on_cpu(c, a, d, xw, r, rbh, lens, h0, c0, p, B, H, want_y, y_out, fin);
 
   mlxb_array **steps = calloc((size_t)T + 1, sizeof *steps);
   mlxb_array **ys = want_y ? calloc((size_t)T, sizeof *ys) : NULL;
