@@ -515,7 +515,8 @@ static int lower_rnn(op_ctx *c, const op_def *def) {
 #define RNN_DOC_COMMON                                                                                    \
   "float32, float16 (computed in float32); forward/reverse/bidirectional, layout 0 and 1, clip, "         \
   "sequence_lens as ORT (Y zero past a sequence's length, Y_h/Y_c its state at the last valid step), "    \
-  "initial states, every optional output; the time loop is unrolled for the Run's sequence length. "      \
+  "initial states, every optional output; on the CPU each direction's steps are one operation of the "   \
+  "EP's, on a GPU the time loop is unrolled for the Run's sequence length. "                               \
   "Activations Sigmoid, Tanh, Relu, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, "                     \
   "HardSigmoid, Elu, Softsign, Softplus; declined: unknown activations, clip <= 0, "                      \
   "activation_alpha/beta forms where ORT's CPU EP and the ONNX spec disagree"
