@@ -323,11 +323,35 @@ class MlxReference:
             return [self._pool(op, x[0], a)]
         if op == "GlobalAveragePool":
             return [mx.mean(x[0], axis=tuple(range(2, x[0].ndim)), keepdims=True)]
+        if op == "LSTM":
+            return self._lstm(n, x)
         if op == "BatchNormalization":
             shape = (1, -1) + (1,) * (x[0].ndim - 2)
             inv = mx.rsqrt(x[4].reshape(shape) + a.get("epsilon", 1e-5))
             return [(x[0] - x[3].reshape(shape)) * inv * x[1].reshape(shape) + x[2].reshape(shape)]
         raise NotImplementedError(op)
+
+    @staticmethod
+    def _lstm(n, x):
+        """A forward LSTM with the default activations, as one would write it in MLX: the input
+        projection for every step at once, then per step h @ R^T and the gates."""
+        a = n.attrs
+        if a.get("direction", b"forward") not in (b"forward", "forward") or len(n.input) > 4 or "activations" in a:
+            raise NotImplementedError("LSTM other than forward with default activations, X, W, R and B")
+        xs, w, r, b = x[0], x[1][0], x[2][0], x[3][0]
+        hidden = r.shape[1]
+        proj = xs @ w.T + b[: 4 * hidden] + b[4 * hidden:]
+        rt = r.T
+        h = mx.zeros((xs.shape[1], hidden), xs.dtype)
+        c = mx.zeros_like(h)
+        ys = []
+        for t in range(xs.shape[0]):
+            g = proj[t] + h @ rt
+            i, o, f, cc = (g[:, k * hidden:(k + 1) * hidden] for k in range(4))
+            c = mx.sigmoid(f) * c + mx.sigmoid(i) * mx.tanh(cc)
+            h = mx.sigmoid(o) * mx.tanh(c)
+            ys.append(h)
+        return [mx.expand_dims(mx.stack(ys), 1), mx.expand_dims(h, 0), mx.expand_dims(c, 0)]
 
     def _gqa(self, n, a, x, host):
         """com.microsoft GroupQueryAttention for batches without padding (every seqlens_k + 1 ==

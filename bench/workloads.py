@@ -36,6 +36,22 @@ def tiny():
     return m.SerializeToString(), feeds
 
 
+def lstm(steps=64, hidden=256, inputs=128):
+    """One forward LSTM layer (ONNX LSTM, batch 1, Y and the final states): the recurrence's cost."""
+    rng = np.random.default_rng(0)
+    g = 4 * hidden
+    consts = [numpy_helper.from_array((rng.standard_normal((1, g, inputs)) * 0.1).astype(np.float32), "W"),
+              numpy_helper.from_array((rng.standard_normal((1, g, hidden)) * 0.1).astype(np.float32), "R"),
+              numpy_helper.from_array((rng.standard_normal((1, 2 * g)) * 0.1).astype(np.float32), "B")]
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "y_h", "y_c"], hidden_size=hidden)
+    graph = helper.make_graph([node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, inputs])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+                              consts)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m.SerializeToString(), {"x": rng.standard_normal((steps, 1, inputs)).astype(np.float32)}
+
+
 def mlp10(hidden=64):
     """A 10-node MLP, (MatMul, Add, Relu) x 3 + MatMul, batch 1: overhead-bound."""
     rng = np.random.default_rng(0)
@@ -210,6 +226,7 @@ WORKLOADS = {
     "mlp10": mlp10,
     "bert_layer_s128": bert_layer,
     "squeezenet": lambda: light_cnn("squeezenet"),
+    "lstm_s64": lstm,
     "decoder_prefill128": decoder_prefill,
     "decoder_decode_after128": decoder_decode,
     "decoder_decode_loop64": decoder_decode,  # the first step's feeds; decode_loop runs the rest
