@@ -150,6 +150,7 @@ slice_plan slice_plan_make(const mx::array &x, const int64_t *start, const int64
 }
 
 mx::array unary_apply(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d) {
+  if (cpu_unary_takes(op, x, d)) return cpu_unary(op, x, d);
   switch (op) {
   case MLXB_ABS: return mx::abs(x, d);
   case MLXB_NEG: return mx::negative(x, d);

@@ -338,6 +338,11 @@ bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w
 mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                     const mx::array &biases, int group);
 
+/* Exp, Erf and Sigmoid of float32 on the CPU with AVX2 and FMA: MLX's own arithmetic, bit for bit,
+ * without its calls into libm's fmaf (bridge_cpu_unary.cpp). takes() says whether it applies. */
+bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
+mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
+
 /* Our precompiled kernels launched by a primitive of our own (bridge_launch.cpp): ready on MLX's
  * CUDA backend when its encoder's symbols and the driver are found (ORT_EP_MLX_DIRECT_LAUNCH=0:
  * never). The kernel `name` of `cubin` is loaded at once; the launch takes the input pointers,

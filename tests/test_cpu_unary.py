@@ -1,0 +1,90 @@
+"""Exp, Erf and Sigmoid of float32 on the CPU through the EP's AVX2/FMA loop over MLX's own templates
+(src/mlx/bridge_cpu_unary.cpp): the same bits as MLX's kernels (ORT_EP_MLX_CPU_UNARY=0), special
+values included, except Exp past |x| = 88, where MLX's kernel gives infinity or zero and the loop
+the value ORT gives; and ORT's CPU EP's values within float32 tolerances (rtol 1e-5, atol 1e-6: two
+different approximations of each function; the same infinities and NaNs). Which kernel ran is read
+from the op histogram of a fresh process per switch."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from parity import make_model, run_cpu, run_mlx_each
+from test_cpu_qgemv import needs_kernel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPS = ["Exp", "Erf", "Sigmoid"]
+
+
+def values() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    special = [0.0, -0.0, 1e-45, -1e-45, 1e-38, 0.5, -0.5, 87.9, 88.0, 88.1, -87.9, -88.0, -88.1, 100.0, -100.0,
+               1e30, -1e30, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38]
+    body = np.concatenate([rng.standard_normal(4000) * 4, rng.uniform(-90, 90, 4000), special])
+    return body.astype(np.float32).reshape(1, -1)
+
+
+def model(op: str) -> bytes:
+    x = values()
+    return make_model([helper.make_node(op, ["x"], ["y"])], [("x", TensorProto.FLOAT, list(x.shape))],
+                      [("y", TensorProto.FLOAT, list(x.shape))])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_against_cpu_ep(op):
+    x = values()
+    (want,) = run_cpu(model(op), {"x": x})
+    for run, (got,) in enumerate(run_mlx_each(model(op), {"x": x}, options={"device": "cpu"})):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{op} run {run + 1}: NaN")
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=f"{op} run {run + 1}: inf")
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} run {run + 1}")
+
+
+PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from test_cpu_unary import OPS, model, values
+from parity import run_mlx_each
+out = {}
+for op in OPS:
+    runs = [got.tobytes().hex() for (got,) in run_mlx_each(model(op), {"x": values()}, options={"device": "cpu"})]
+    out[op] = runs
+print("RESULT " + json.dumps(out))
+"""
+
+
+def probe(switch: str):
+    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
+    env["ORT_EP_MLX_CPU_UNARY"] = switch
+    out = subprocess.run([sys.executable, "-c", PROBE, os.path.join(ROOT, "tests")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    return result, [line for line in out.stderr.splitlines() if " program: " in line or " eager: " in line]
+
+
+@needs_kernel
+def test_same_bits_as_mlx():
+    ours, ours_ops = probe("1")
+    mlx, mlx_ops = probe("0")
+    assert any("EpCpuUnary" in line for line in ours_ops), ours_ops
+    assert not any("EpCpuUnary" in line for line in mlx_ops), mlx_ops
+    x = values()
+    wide = (np.abs(x) > 88.0)[0]
+    for op in OPS:
+        for run, (a, b) in enumerate(zip(ours[op], mlx[op])):
+            a = np.frombuffer(bytes.fromhex(a), np.float32)
+            b = np.frombuffer(bytes.fromhex(b), np.float32)
+            same = a.view(np.uint32) == b.view(np.uint32)
+            if op == "Exp":  # MLX's kernel: infinity above 88, zero below -88
+                assert (b[wide & (x[0] > 0)] == np.inf).all() and (b[wide & (x[0] < 0)] == 0).all()
+                same |= wide
+            assert same.all(), f"{op} run {run + 1}: the loop's bits differ from MLX's kernel at {np.flatnonzero(~same)[:5]}"
