@@ -637,7 +637,7 @@ static void test_int_reduce_rows(mlxb_scope *s) {
   }
   expect_i64(s, mlxb_int_reduce_rows(s, x, false), want_sum, 3, "int_reduce_rows sum");
   expect_i64(s, mlxb_int_reduce_rows(s, x, true), want_mean, 3, "int_reduce_rows mean");
-  int32_t v32[] = {INT32_MAX, 1, -7, INT32_MIN, -1, 5};
+  int32_t v32[] = {INT32_MAX, 1, 7, INT32_MIN, -1, -5};
   int64_t want32[] = {INT32_MAX, INT32_MIN};
   mlxb_array *y = mlxb_int_reduce_rows(s, mlxb_from_data(s, v32, (int64_t[]){2, 3}, 2, MLXB_I32), false);
   CHECK(y && mlxb_type(y) == MLXB_I32, "int_reduce_rows keeps int32 (%s)", mlxb_error(s));
