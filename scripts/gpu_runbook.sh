@@ -241,6 +241,9 @@ if step changed; then
     tests/test_ops_reduction.py tests/test_ops_host_read.py tests/test_ops_conv.py
   # 2026-12-05 (no GPU lent): the EP's CBLAS definitions and CPU kernels under mlx-cuda-13's libmlx (CPU sessions)
   pytest_q 120 tests/test_cpu_blas.py tests/test_cpu_qgemv.py tests/test_ep.py
+  # 2026-12-05 (later): the CPU recurrence and unary primitives (CPU sessions there; the GPU keeps
+  # the unrolled RNN form: both forms against ORT)
+  pytest_q 200 -n 8 tests/test_cpu_unary.py tests/test_ops_rnn.py
 fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)
