@@ -328,9 +328,12 @@ def test_empty_batch_and_sequence(op):
         assert all(not g.any() for g in got)
 
 
+@pytest.mark.parametrize("lens", [[5, 6, 2], [-1, 2, 3], [2**31 - 1, 1, 1], [-2**31, 5, 5]])
 @pytest.mark.parametrize("op", OPS)
-def test_sequence_lens_out_of_range(op):
-    data = rnn_data(op, lens=[5, 6, 2])
+def test_sequence_lens_out_of_range(op, lens):
+    """Lengths outside [0, T] (hostile ones included) fail the Run naming sequence_lens; the CPU's
+    recurrence only compares them with the step index, the unrolled form the same."""
+    data = rnn_data(op, lens=lens)
     model, feeds = rnn_model(op, data, {"hidden_size": 6})
     with pytest.raises(Exception, match="sequence_lens"):
         run_mlx(model, feeds)

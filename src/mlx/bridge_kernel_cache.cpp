@@ -328,16 +328,13 @@ const std::string *cubin_for(kernel_cache &c, const std::string &name, const std
 } // namespace
 
 int gpu_compute_major(const mlxb_scope *s) {
-  static std::mutex mu;
-  static std::map<int, int> majors; /* GPU ordinal -> compute capability's major number, 0 unknown */
   if (!s || s->device.type != mx::Device::gpu) return 0;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = majors.find(s->device.index);
-  if (it == majors.end()) {
-    std::string arch = gpu_arch(s->device.index); /* "sm_90" */
-    it = majors.emplace(s->device.index, arch.size() > 4 ? std::atoi(arch.c_str() + 3) / 10 : 0).first;
-  }
-  return it->second;
+  kernel_cache &c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.arch.find(s->device.index); /* the map arch_for fills, whether or not NVRTC is at hand */
+  if (it == c.arch.end()) it = c.arch.emplace(s->device.index, gpu_arch(s->device.index)).first;
+  const std::string &arch = it->second; /* "sm_90" */
+  return arch.size() > 4 ? std::atoi(arch.c_str() + 3) / 10 : 0;
 }
 
 std::string versioned_kernel_name(const char *base, const char *source, const char *header) {

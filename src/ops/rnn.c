@@ -248,10 +248,10 @@ _Static_assert((int)RK_RNN == (int)MLXB_RECUR_RNN && (int)RK_GRU == (int)MLXB_RE
 
 /* One direction's steps as one operation on the CPU (mlxb_recurrence_run: the same arithmetic as
  * the unrolled steps below, without an MLX operation per gate and step): xw [T, B, G*H] is the
- * input projection with the biases folded in. */
+ * input projection with the biases folded in, h and cs the direction's initial states. */
 static int recurrence_on_cpu(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *xw, mlxb_array *r, mlxb_array *rbh,
-                             mlxb_array *lens, mlxb_array *h0, mlxb_array *c0, mlxb_array *p, int64_t B, int64_t H,
-                             bool want_y, mlxb_array **y_out, dir_state *fin) {
+                             mlxb_array *lens, mlxb_array *h, mlxb_array *cs, mlxb_array *p, int64_t B, bool want_y,
+                             mlxb_array **y_out, dir_state *fin) {
   mlxb_scope *s = op_scope(c);
   const rnn_act *acts = &a->acts[d * a->per_dir];
   mlxb_recurrence rec;
@@ -267,9 +267,6 @@ static int recurrence_on_cpu(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x
   rec.input_forget = a->input_forget;
   rec.linear_before_reset = a->linear_before_reset;
   rec.backwards = a->reverse || d == 1;
-  int64_t bh[2] = {B, H};
-  mlxb_array *h = h0 ? take_dir(s, h0, d) : mlxb_zeros(s, bh, 2, MLXB_F32);
-  mlxb_array *cs = a->kind == RK_LSTM ? (c0 ? take_dir(s, c0, d) : mlxb_zeros(s, bh, 2, MLXB_F32)) : NULL;
   mlxb_array *lens_b = lens ? mlxb_reshape(s, lens, &B, 1) : NULL;
   if (op_check(c)) return -1;
   mlxb_array *y = NULL;
@@ -311,9 +308,12 @@ static int lower_direction(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x, 
   }
   int64_t dims3[3] = {T, B, (int64_t)G * H};
   xw = mlxb_reshape(s, xw, dims3, 3);
+  int64_t bh[2] = {B, H};
+  mlxb_array *h = h0 ? take_dir(s, h0, d) : mlxb_zeros(s, bh, 2, ct);
+  mlxb_array *cs = a->kind == RK_LSTM ? (c0 ? take_dir(s, c0, d) : mlxb_zeros(s, bh, 2, ct)) : NULL;
   if (op_check(c)) return -1;
   if (ct == MLXB_F32 && mlxb_recurrence_available(s))
-    return recurrence_on_cpu(c, a, d, xw, r, rbh, lens, h0, c0, p, B, H, want_y, y_out, fin);
+    return recurrence_on_cpu(c, a, d, xw, r, rbh, lens, h, cs, p, B, want_y, y_out, fin);
 
   mlxb_array **steps = calloc((size_t)T + 1, sizeof *steps);
   mlxb_array **ys = want_y ? calloc((size_t)T, sizeof *ys) : NULL;
@@ -350,9 +350,6 @@ static int lower_direction(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x, 
     po = op_util_slice_axis(s, pd, 0, H, 2 * H, 1);
     pf = op_util_slice_axis(s, pd, 0, 2 * H, 3 * H, 1);
   }
-  int64_t bh[2] = {B, H};
-  mlxb_array *h = h0 ? take_dir(s, h0, d) : mlxb_zeros(s, bh, 2, ct);
-  mlxb_array *cs = a->kind == RK_LSTM ? (c0 ? take_dir(s, c0, d) : mlxb_zeros(s, bh, 2, ct)) : NULL;
   mlxb_array *zero = sc(s, 0.0, ct), *one = sc(s, 1.0, ct);
   int64_t gdims[2] = {B, (int64_t)G * H};
   int64_t idx3[3] = {H, 2 * H, 3 * H};
