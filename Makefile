@@ -14,7 +14,7 @@ ORT_HEADERS := $(if $(ORT_INCLUDE_DIR),$(ORT_INCLUDE_DIR),$(CURDIR)/$(patsubst %
 TESTDATA    := third_party/root/usr/share/libonnx-testdata/data/node
 LIB         := $(BUILD)/libonnxruntime_ep_mlx.so
 
-.PHONY: all demo test test-python test-c test-ort123 conformance docs bench clean sanitize fuzz
+.PHONY: all demo test test-python test-c test-ort123 conformance docs bench clean sanitize fuzz check-vmath
 all: $(LIB)
 
 # MLX's backend wheel: cpu (mlx-cpu, the default) or cuda13 (mlx-cuda-13, on an NVIDIA machine).
@@ -93,6 +93,11 @@ conformance: $(LIB) $(TESTDATA)
 
 docs: $(LIB)
 	$(PY) tools/gen_operators.py --write
+
+# Every float32 through the CPU vector math of src/mlx/bridge_cpu_vmath.cpp (about a minute).
+check-vmath: $(LIB)
+	cmake --build $(BUILD) --target check_vmath -j $(JOBS)
+	$(BUILD)/check_vmath
 
 bench: $(LIB) $(TESTDATA)
 	$(PY) bench/run.py

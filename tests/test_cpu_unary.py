@@ -1,9 +1,11 @@
-"""Exp, Erf and Sigmoid of float32 on the CPU through the EP's AVX2/FMA loop over MLX's own templates
-(src/mlx/bridge_cpu_unary.cpp): the same bits as MLX's kernels (ORT_EP_MLX_CPU_UNARY=0), special
-values included, except Exp past |x| = 88, where MLX's kernel gives infinity or zero and the loop
-the value ORT gives; and ORT's CPU EP's values within float32 tolerances (rtol 1e-5, atol 1e-6: two
-different approximations of each function; the same infinities and NaNs). Which kernel ran is read
-from the op histogram of a fresh process per switch."""
+"""Exp, Erf, Sigmoid and Tanh of float32 on the CPU through the EP's eight-lane AVX2/FMA functions
+(src/mlx/bridge_cpu_unary.cpp, bridge_cpu_vmath.cpp): Exp, Erf and Sigmoid give the same bits as
+MLX's kernels (ORT_EP_MLX_CPU_UNARY=0), special values included, except Exp past |x| = 88, where
+MLX's kernel gives infinity or zero and ours the value ORT gives; Tanh is within 2 ulp of float64's
+tanh (MLX's kernel is libm's tanhf); all four give ORT's CPU EP's values within float32 tolerances
+(rtol 1e-5, atol 1e-6: different approximations of each function; the same infinities and NaNs).
+Which kernel ran is read from the op histogram of a fresh process per switch. `make check-vmath`
+runs every float32 through the same functions."""
 from __future__ import annotations
 
 import json
@@ -19,12 +21,14 @@ from parity import make_model, run_cpu, run_mlx_each
 from test_cpu_qgemv import needs_kernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OPS = ["Exp", "Erf", "Sigmoid"]
+BITWISE_OPS = ["Exp", "Erf", "Sigmoid"]
+OPS = BITWISE_OPS + ["Tanh"]
 
 
 def values() -> np.ndarray:
     rng = np.random.default_rng(0)
-    special = [0.0, -0.0, 1e-45, -1e-45, 1e-38, 0.5, -0.5, 87.9, 88.0, 88.1, -87.9, -88.0, -88.1, 100.0, -100.0,
+    special = [0.0, -0.0, 1e-45, -1e-45, 1e-38, 0.5, -0.5, 0.5625, -0.5625, 0.56249994, 0.5706, 9.0, 9.1, 44.0, 44.5,
+               87.9, 88.0, 88.1, -87.9, -88.0, -88.1, 100.0, -100.0,
                1e30, -1e30, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38]
     body = np.concatenate([rng.standard_normal(4000) * 4, rng.uniform(-90, 90, 4000), special])
     return body.astype(np.float32).reshape(1, -1)
@@ -79,7 +83,7 @@ def test_same_bits_as_mlx():
     assert not any("EpCpuUnary" in line for line in mlx_ops), mlx_ops
     x = values()
     wide = (np.abs(x) > 88.0)[0]
-    for op in OPS:
+    for op in BITWISE_OPS:
         for run, (a, b) in enumerate(zip(ours[op], mlx[op])):
             a = np.frombuffer(bytes.fromhex(a), np.float32)
             b = np.frombuffer(bytes.fromhex(b), np.float32)
@@ -88,3 +92,25 @@ def test_same_bits_as_mlx():
                 assert (b[wide & (x[0] > 0)] == np.inf).all() and (b[wide & (x[0] < 0)] == 0).all()
                 same |= wide
             assert same.all(), f"{op} run {run + 1}: the loop's bits differ from MLX's kernel at {np.flatnonzero(~same)[:5]}"
+
+
+def float32_ulp(v: np.ndarray) -> np.ndarray:
+    """The spacing of float32 at |v| (float64 values): 2^(e - 24) for |v| in [2^(e-1), 2^e), at least 2^-149."""
+    _, e = np.frexp(v)
+    return np.ldexp(1.0, np.maximum(e - 24, -149))
+
+
+@needs_kernel
+def test_tanh_within_two_ulp():
+    ours, ours_ops = probe("1")
+    assert any("EpCpuUnary" in line for line in ours_ops), ours_ops
+    x = values()[0]
+    want = np.tanh(x.astype(np.float64))
+    for run, got in enumerate(ours["Tanh"]):
+        got = np.frombuffer(bytes.fromhex(got), np.float32)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"run {run + 1}: NaN")
+        finite = ~np.isnan(want)
+        err = np.abs(got[finite].astype(np.float64) - want[finite]) / float32_ulp(want[finite])
+        assert err.max() <= 2.0, f"run {run + 1}: {err.max():.2f} ulp at x={x[finite][err.argmax()]!r}"
+        zeros = x == 0
+        assert (np.signbit(got[zeros]) == np.signbit(x[zeros])).all(), f"run {run + 1}: tanh of a zero lost its sign"

@@ -113,6 +113,19 @@ def test_conv_transpose(xs, ws, attrs, kind, bias):
     check("ConvTranspose", args, attrs, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("attrs", [{"output_padding": [0, 1]}, {"strides": [2, 2], "output_padding": [2, 0]},
+                                   {"strides": [2, 2], "output_padding": [0, 2], "output_shape": [7, 8]}])
+def test_conv_transpose_output_padding_past_stride(attrs):
+    """ORT refuses an output_padding of max(stride, dilation) or more (output_shape or not): so does the
+    EP, naming the node's op and the axis (found by the attribute fuzz pool, seed 440637)."""
+    model, feeds = build("ConvTranspose", [("x", rand((1, 2, 3, 3)), "feed"), ("w", rand((2, 3, 2, 2), seed=1), "init")],
+                         attrs)
+    with pytest.raises(Exception, match=r"output_padding"):
+        run_cpu(model, feeds)
+    with pytest.raises(Exception, match=r"\(ConvTranspose\): output_padding\[\d\] \(\d\) must be less than max\(stride, dilation\)"):
+        run_mlx(model, feeds)
+
+
 @pytest.mark.parametrize("xs,ws,attrs", CONVT_CASES[2:5])
 def test_conv_transpose_float16(xs, ws, attrs):
     args = [("x", rand(xs, np.float16), "feed"), ("w", rand(ws, np.float16, 1), "init")]

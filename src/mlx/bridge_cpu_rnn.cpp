@@ -69,131 +69,167 @@ void dot_rows_plain(const float *__restrict a, const float *__restrict w, int ld
   }
 }
 
-#if defined(__x86_64__) && !defined(__APPLE__)
-/* The same with AVX2: four rows at a time, each with its own accumulator of eight lanes, so the four
- * chains of adds overlap (one row's chain alone waits on each add: 44 us for a 1024 x 256 step on
- * this project's x86 machines). Products and sums are rounded apart, as in the plain loop (no FMA:
- * fused, a short row's rounding moved far enough from ORT's to show through a GRU's recurrence). */
-__attribute__((target("avx2"))) float lanes_sum(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-  return _mm_cvtss_f32(x);
-}
+/* R's rows [0, n) of length k for the AVX2 product: panels of 64 rows, each k-major ([k][64], so a
+ * step streams one panel front to back), the last panel padded with zero rows. Packed once per Run:
+ * R may be a graph input. */
+struct packed_rows {
+  enum { PANEL = 64 };
+  int n = 0, k = 0;
+  std::vector<float> data;
 
-__attribute__((target("avx2"))) void dot_rows_avx2(const float *__restrict a, const float *__restrict w, int ldw,
-                                                       int n, int k, float *out, float beta) {
-  int j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const float *w0 = w + (int64_t)j * ldw, *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int i = 0;
-    for (; i + 8 <= k; i += 8) {
-      const __m256 x = _mm256_loadu_ps(a + i);
-      s0 = _mm256_add_ps(s0, _mm256_mul_ps(x, _mm256_loadu_ps(w0 + i)));
-      s1 = _mm256_add_ps(s1, _mm256_mul_ps(x, _mm256_loadu_ps(w1 + i)));
-      s2 = _mm256_add_ps(s2, _mm256_mul_ps(x, _mm256_loadu_ps(w2 + i)));
-      s3 = _mm256_add_ps(s3, _mm256_mul_ps(x, _mm256_loadu_ps(w3 + i)));
-    }
-    float sums[4] = {lanes_sum(s0), lanes_sum(s1), lanes_sum(s2), lanes_sum(s3)};
-    const float *rows[4] = {w0, w1, w2, w3};
-    for (int r = 0; r < 4; r++) {
-      for (int t = i; t < k; t++) sums[r] += a[t] * rows[r][t];
-      out[j + r] = beta == 0.0f ? sums[r] : out[j + r] + sums[r];
+  void pack(const float *w, int ldw, int rows, int cols) {
+    n = rows, k = cols;
+    const int panels = (n + PANEL - 1) / PANEL;
+    data.assign((size_t)panels * k * PANEL, 0.0f);
+    for (int j = 0; j < n; j++) {
+      float *dst = data.data() + (size_t)(j / PANEL) * k * PANEL + j % PANEL;
+      const float *src = w + (int64_t)j * ldw;
+      for (int i = 0; i < k; i++) dst[(size_t)i * PANEL] = src[i];
     }
   }
-  if (j < n) dot_rows_plain(a, w + (int64_t)j * ldw, ldw, n - j, k, out + j, beta);
-}
-#endif
+};
 
-void dot_rows(const float *a, const float *w, int ldw, int n, int k, float *out, float beta) {
+bool packed_product_available() {
 #if defined(__x86_64__) && !defined(__APPLE__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return dot_rows_avx2(a, w, ldw, n, k, out, beta);
+  return avx2;
+#else
+  return false;
 #endif
-  dot_rows_plain(a, w, ldw, n, k, out, beta);
+}
+
+#if defined(__x86_64__) && !defined(__APPLE__)
+/* out[j] = beta * out[j] + dot(a, row j), j < n, from the packed panels: per panel, eight
+ * accumulators of eight outputs each take a[i] times the panel's row i, i = 0, 1, ..., so each
+ * output is summed in dot_rows_plain's order. Products and sums are rounded apart (no FMA: fused,
+ * a short row's rounding moved far enough from ORT's to show through a GRU's recurrence). */
+__attribute__((target("avx2"))) void packed_product(const float *a, const packed_rows &p, float *out, float beta) {
+  enum { PANEL = packed_rows::PANEL };
+  for (int row0 = 0; row0 < p.n; row0 += PANEL) {
+    const float *w = p.data.data() + (size_t)(row0 / PANEL) * p.k * PANEL;
+    __m256 s[8];
+    for (auto &v : s) v = _mm256_setzero_ps();
+    for (int i = 0; i < p.k; i++, w += PANEL) {
+      const __m256 x = _mm256_set1_ps(a[i]);
+      for (int v = 0; v < 8; v++) s[v] = _mm256_add_ps(s[v], _mm256_mul_ps(x, _mm256_loadu_ps(w + 8 * v)));
+    }
+    alignas(32) float sums[PANEL];
+    for (int v = 0; v < 8; v++) _mm256_store_ps(sums + 8 * v, s[v]);
+    const int rows = std::min((int)PANEL, p.n - row0);
+    for (int r = 0; r < rows; r++) out[row0 + r] = beta == 0.0f ? sums[r] : out[row0 + r] + sums[r];
+  }
+}
+#else
+void packed_product(const float *, const packed_rows &, float *, float) {} /* never: packed_product_available */
+#endif
+
+/* Activation `kind` over v[0, n) in place: eight lanes at a time for sigmoid and tanh where the CPU
+ * has AVX2 and FMA (bridge_cpu_vmath.cpp: MLX's sigmoid bit for bit, tanh within 2 ulp), else one
+ * value at a time. */
+void activate_row(int kind, float alpha, float beta, float *v, int64_t n) {
+  const mlxb_unary_op vop = kind == MLXB_RACT_SIGMOID ? MLXB_SIGMOID : kind == MLXB_RACT_TANH ? MLXB_TANH : MLXB_ABS;
+  if (vop != MLXB_ABS && cpu_vmath_available()) return cpu_vmath(vop, v, v, (size_t)n);
+  for (int64_t i = 0; i < n; i++) v[i] = activate(kind, alpha, beta, v[i]);
 }
 
 struct recurrence_task {
   mlxb_recurrence r;
   int64_t steps, batch, hidden;
 
-  float clip(float x) const {
-    if (!r.has_clip || std::isnan(x)) return x;
-    return std::min(std::max(x, -r.clip), r.clip);
+  /* the gate activation f over v[0, n) in place, after the clip */
+  void gate_row(int f, float *v, int64_t n) const {
+    if (r.has_clip)
+      for (int64_t i = 0; i < n; i++)
+        if (!std::isnan(v[i])) v[i] = std::min(std::max(v[i], -r.clip), r.clip);
+    activate_row(r.act[f], r.alpha[f], r.beta[f], v, n);
   }
-  float gate(int f, float x) const { return activate(r.act[f], r.alpha[f], r.beta[f], clip(x)); }
 
   /* c (rows [batch], row stride ldc) = beta * c + a [batch, k] (row stride lda) times the transpose
-   * of w [n, k] (row stride ldw: rows of R, as the model holds them). A few rows take dot products
-   * here: a BLAS call for one row costs its thread handoffs. */
-  void product(const float *a, int lda, const float *w, int ldw, int n, int k, float *c, int ldc, float beta) const {
-    enum { BLAS_MIN_ROWS = 8 };
-    if (batch >= BLAS_MIN_ROWS) {
+   * of w [n, k] (row stride ldw: rows of R, as the model holds them; `packed`, the same rows packed,
+   * or null). A few rows take dot products here: a BLAS call for one row costs its thread handoffs. */
+  void product(const float *a, int lda, const float *w, int ldw, const packed_rows *packed, int n, int k, float *c,
+               int ldc, float beta) const {
+    if (uses_blas()) {
       cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)batch, n, k, 1.0f, a, lda, w, ldw, beta, c, ldc);
       return;
     }
-    for (int64_t row = 0; row < batch; row++) dot_rows(a + row * lda, w, ldw, n, k, c + row * ldc, beta);
+    for (int64_t row = 0; row < batch; row++) {
+      if (packed) packed_product(a + row * lda, *packed, c + row * ldc, beta);
+      else dot_rows_plain(a + row * lda, w, ldw, n, k, c + row * ldc, beta);
+    }
+  }
+  bool uses_blas() const {
+    enum { BLAS_MIN_ROWS = 8 };
+    return batch >= BLAS_MIN_ROWS;
   }
 
-  /* One step: the step's projection g [batch, G*H] (overwritten) plus h @ rw^T (rw: R [G*H, H]), the
-   * gates, and the state h, c into hn, cn. */
-  void step(float *g, const float *rw, const float *h, const float *c, const float *peep, const float *rbh,
-            float *scratch, float *hn, float *cn) const {
+  /* One step: the step's projection g [batch, G*H] (overwritten) plus h @ rw^T (rw: R [G*H, H];
+   * pw, pw2: its packed rows, the GRU's [2H, 3H) apart in pw2), the gates, and the state h, c into
+   * hn, cn. */
+  void step(float *g, const float *rw, const packed_rows *pw, const packed_rows *pw2, const float *h, const float *c,
+            const float *peep, const float *rbh, float *scratch, float *hn, float *cn) const {
     const int H = (int)hidden, GH = (int)(hidden * (r.kind == MLXB_RECUR_LSTM ? 4 : r.kind == MLXB_RECUR_GRU ? 3 : 1));
     const int64_t B = batch;
     if (r.kind == MLXB_RECUR_RNN) {
-      product(h, H, rw, H, GH, H, g, GH, 1.0f);
-      for (int64_t i = 0; i < B * H; i++) hn[i] = gate(0, g[i]);
+      product(h, H, rw, H, pw, GH, H, g, GH, 1.0f);
+      gate_row(0, g, B * H);
+      std::copy(g, g + B * H, hn);
       return;
     }
     if (r.kind == MLXB_RECUR_LSTM) {
-      product(h, H, rw, H, GH, H, g, GH, 1.0f);
+      product(h, H, rw, H, pw, GH, H, g, GH, 1.0f);
       for (int64_t b = 0; b < B; b++) {
-        const float *gi = g + b * GH, *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H, *cs = c + b * H;
-        for (int j = 0; j < H; j++) {
-          float ig = gate(0, peep ? gi[j] + peep[j] * cs[j] : gi[j]);
-          float fg = r.input_forget ? 1.0f - ig : gate(0, peep ? gf[j] + peep[2 * H + j] * cs[j] : gf[j]);
-          float cg = gate(1, gc[j]);
-          float c_new = cs[j] * fg + ig * cg;
-          float og = gate(0, peep ? go[j] + peep[H + j] * c_new : go[j]);
-          cn[b * H + j] = c_new;
-          hn[b * H + j] = og * activate(r.act[2], r.alpha[2], r.beta[2], c_new);
+        float *gi = g + b * GH, *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H, *act_c = scratch + b * H;
+        const float *cs = c + b * H;
+        float *c_new = cn + b * H;
+        if (peep)
+          for (int j = 0; j < H; j++) gi[j] = gi[j] + peep[j] * cs[j];
+        gate_row(0, gi, H);
+        if (r.input_forget) {
+          for (int j = 0; j < H; j++) gf[j] = 1.0f - gi[j];
+        } else {
+          if (peep)
+            for (int j = 0; j < H; j++) gf[j] = gf[j] + peep[2 * H + j] * cs[j];
+          gate_row(0, gf, H);
         }
+        gate_row(1, gc, H);
+        for (int j = 0; j < H; j++) c_new[j] = cs[j] * gf[j] + gi[j] * gc[j];
+        if (peep)
+          for (int j = 0; j < H; j++) go[j] = go[j] + peep[H + j] * c_new[j];
+        gate_row(0, go, H);
+        std::copy(c_new, c_new + H, act_c);
+        activate_row(r.act[2], r.alpha[2], r.beta[2], act_c, H); /* h's activation: no clip */
+        for (int j = 0; j < H; j++) hn[b * H + j] = go[j] * act_c[j];
       }
       return;
     }
     /* GRU: z, r, then the hidden candidate; scratch holds [batch, 3H] (h @ R^T with the linear
      * form) or r * h [batch, H] */
     if (r.linear_before_reset) {
-      product(h, H, rw, H, GH, H, scratch, GH, 0.0f);
+      product(h, H, rw, H, pw, GH, H, scratch, GH, 0.0f);
       for (int64_t b = 0; b < B; b++) {
-        const float *gz = g + b * GH, *gr = gz + H, *gh = gz + 2 * H, *hp = h + b * H;
-        const float *az = scratch + b * GH, *ar = az + H, *ah = az + 2 * H;
-        for (int j = 0; j < H; j++) {
-          float z = gate(0, gz[j] + az[j]), rg = gate(0, gr[j] + ar[j]);
-          float hr = rbh ? ah[j] + rbh[j] : ah[j];
-          float hh = gate(1, gh[j] + rg * hr);
-          hn[b * H + j] = (1.0f - z) * hh + z * hp[j];
-        }
+        float *gz = g + b * GH, *gr = gz + H, *gh = gz + 2 * H;
+        const float *az = scratch + b * GH, *ah = az + 2 * H, *hp = h + b * H;
+        for (int j = 0; j < 2 * H; j++) gz[j] = gz[j] + az[j]; /* z and r */
+        gate_row(0, gz, 2 * H);
+        for (int j = 0; j < H; j++) gh[j] = gh[j] + gr[j] * (rbh ? ah[j] + rbh[j] : ah[j]);
+        gate_row(1, gh, H);
+        for (int j = 0; j < H; j++) hn[b * H + j] = (1.0f - gz[j]) * gh[j] + gz[j] * hp[j];
       }
       return;
     }
-    product(h, H, rw, H, 2 * H, H, g, GH, 1.0f); /* z and r */
-    for (int64_t b = 0; b < B; b++)
-      for (int j = 0; j < H; j++) {
-        float *gz = g + b * GH;
-        gz[j] = gate(0, gz[j]);
-        gz[H + j] = gate(0, gz[H + j]);
-        scratch[b * H + j] = gz[H + j] * h[b * H + j];
-      }
-    product(scratch, H, rw + 2 * H * H, H, H, H, g + 2 * H, GH, 1.0f); /* + (r * h) @ Rh^T */
-    for (int64_t b = 0; b < B; b++)
-      for (int j = 0; j < H; j++) {
-        const float *gz = g + b * GH;
-        float z = gz[j], hh = gate(1, gz[2 * H + j]);
-        hn[b * H + j] = (1.0f - z) * hh + z * h[b * H + j];
-      }
+    product(h, H, rw, H, pw, 2 * H, H, g, GH, 1.0f); /* z and r */
+    for (int64_t b = 0; b < B; b++) {
+      float *gz = g + b * GH;
+      gate_row(0, gz, 2 * H);
+      for (int j = 0; j < H; j++) scratch[b * H + j] = gz[H + j] * h[b * H + j];
+    }
+    product(scratch, H, rw + 2 * H * H, H, pw2, H, H, g + 2 * H, GH, 1.0f); /* + (r * h) @ Rh^T */
+    for (int64_t b = 0; b < B; b++) {
+      float *gz = g + b * GH, *gh = gz + 2 * H;
+      gate_row(1, gh, H);
+      for (int j = 0; j < H; j++) hn[b * H + j] = (1.0f - gz[j]) * gh[j] + gz[j] * h[b * H + j];
+    }
   }
 
   /* xw [T, B, G*H], rw [G*H, H], h0/c0 [B, H]; y [T, B, H] (or null), h/c [B, H] (c null but for
@@ -202,13 +238,21 @@ struct recurrence_task {
            const float *rbh, float *y, float *h, float *c) const {
     const int64_t B = batch, H = hidden, BH = B * H;
     const int64_t GH = hidden * (r.kind == MLXB_RECUR_LSTM ? 4 : r.kind == MLXB_RECUR_GRU ? 3 : 1);
+    const bool gru_apart = r.kind == MLXB_RECUR_GRU && !r.linear_before_reset; /* rows [2H, 3H) take r * h */
+    packed_rows pw, pw2;
+    const bool packed = !uses_blas() && packed_product_available();
+    if (packed) {
+      pw.pack(rw, (int)H, (int)(gru_apart ? 2 * H : GH), (int)H);
+      if (gru_apart) pw2.pack(rw + 2 * H * H, (int)H, (int)H, (int)H);
+    }
     std::vector<float> g(B * GH), scratch(B * GH), hn(BH), cn(c ? BH : 0);
     std::copy(h0, h0 + BH, h);
     if (c) std::copy(c0, c0 + BH, c);
     for (int64_t k = 0; k < steps; k++) {
       const int64_t t = r.backwards ? steps - 1 - k : k;
       std::copy(xw + t * B * GH, xw + (t + 1) * B * GH, g.begin());
-      step(g.data(), rw, h, c, peep, rbh, scratch.data(), hn.data(), c ? cn.data() : nullptr);
+      step(g.data(), rw, packed ? &pw : nullptr, packed && gru_apart ? &pw2 : nullptr, h, c, peep, rbh,
+           scratch.data(), hn.data(), c ? cn.data() : nullptr);
       for (int64_t b = 0; b < B; b++) {
         const bool valid = !lens || t < lens[b];
         for (int64_t j = b * H; j < (b + 1) * H; j++) {

@@ -343,6 +343,13 @@ mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w,
 bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
 mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
 
+/* Eight-lane float32 exp, sigmoid, erf (MLX's arithmetic, bit for bit) and tanh (within 2 ulp) over
+ * arrays on x86-64 with AVX2 and FMA (bridge_cpu_vmath.cpp). Call cpu_vmath only where
+ * cpu_vmath_available() and cpu_vmath_has(op). */
+bool cpu_vmath_available();
+bool cpu_vmath_has(mlxb_unary_op op);
+void cpu_vmath(mlxb_unary_op op, const float *in, float *out, size_t n);
+
 /* Our precompiled kernels launched by a primitive of our own (bridge_launch.cpp): ready on MLX's
  * CUDA backend when its encoder's symbols and the driver are found (ORT_EP_MLX_DIRECT_LAUNCH=0:
  * never). The kernel `name` of `cubin` is loaded at once; the launch takes the input pointers,

@@ -121,6 +121,12 @@ static int conv_geom_read(op_ctx *c, const mlxb_array *x, const mlxb_array *w, b
     return op_fail(c, "output_padding does not match the spatial rank %d", g->nsp);
   for (int i = 0; i < g->nsp; i++)
     if (g->stride[i] < 1 || g->dil[i] < 1 || g->k[i] < 1) return op_fail(c, "strides, dilations and kernel must be >= 1");
+  for (int i = 0; transpose && i < g->nsp; i++) { /* ORT refuses it, output_shape or not */
+    int64_t limit = g->stride[i] > g->dil[i] ? g->stride[i] : g->dil[i];
+    if (g->adj[i] >= limit)
+      return op_fail(c, "output_padding[%d] (%lld) must be less than max(stride, dilation) (%lld) for spatial dimension %d",
+                     i, (long long)g->adj[i], (long long)limit, i);
+  }
   return 0;
 }
 
