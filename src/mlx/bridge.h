@@ -233,7 +233,8 @@ mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *
  * [max(0, len_b - window), len_b) (window <= 0: all from 0), len_b = lengths[b] + length_add
  * clamped to [0, S] (lengths: one integer per sequence, any shape); scores scale * q.k,
  * soft-capped when softcap > 0; float32 inside, the result in q's dtype and shape. Only where
- * mlxb_decode_attention_available says so. */
+ * mlxb_decode_attention_available says so: MLX's CUDA backend, and CPU scopes through primitives
+ * of our own with the same arithmetic (bridge_cpu_decode.cpp). */
 /* A rotary embedding read from cos/sin caches [max_position, dims / 2] at positions[b] +
  * position_add (one per sequence, any shape; clamped into the cache), over the first dims
  * channels, pairs (i, i + dims / 2) or, interleaved, (2i, 2i + 1); float32 inside, rounded once to
@@ -261,8 +262,9 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
  * shared KV buffer): writes row at_b of caches k, v [B, Hkv, L, D] (one dtype with the new rows;
  * device buffers the caller may have written) with the new rows (k rotated by rope), nothing where
  * at_b is outside [0, L). Returns a one-element array to order readers of the caches after the
- * write (mlxb_decode_attention's `after`); the caches themselves are the present. Same availability
- * as decode attention. */
+ * write (mlxb_decode_attention's `after`); the caches themselves are the present. MLX's CUDA
+ * backend only (mlxb_decode_kv_write_available): a CPU scope writes through no input. */
+bool mlxb_decode_kv_write_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size);
 mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const mlxb_array *cache_v,
                                   const mlxb_array *k, const mlxb_array *v, const mlxb_array *at_positions,
                                   int64_t at_add, const mlxb_rope *rope);
@@ -270,7 +272,7 @@ mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const
  * v = x + skip + bias in float32 (skip [..., H] of R rows or a divisor of R, repeating over the
  * rows, bias [H]; either may be NULL), y = v * rsqrt(mean(v^2) + eps) * gamma rounded once to x's
  * dtype, and *sum = v rounded to it when want_sum, both in x's shape. x [..., H] (R rows: every
- * axis but the last) float32/float16/bfloat16; MLX's CUDA backend only
+ * axis but the last) float32/float16/bfloat16; MLX's CUDA backend and CPU scopes
  * (mlxb_rms_norm_fused_available). 0 ok, -1 error. */
 bool mlxb_rms_norm_fused_available(const mlxb_scope *s, mlxb_dtype t);
 int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *skip, const mlxb_array *bias,

@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mlx/bridge.h"
@@ -312,15 +313,20 @@ inline char *cuda_buffer_address(const mx::array &a) {
   return static_cast<char *>(rec->data) + a.offset();
 }
 
-/* Whether x is row-major by construction before it is evaluated: the output of one of our CUDA
- * kernels (MLX's CustomKernel or our EpCudaKernel both allocate their outputs row-major), an
- * evaluated row-contiguous array, or a single element. A Contiguous operation on such an array
- * would copy nothing and still cost an operation per Run. */
-inline bool row_major_by_construction(const mx::array &x) {
+/* Whether x is row-major by construction before it is evaluated: the output of one of our kernels
+ * (MLX's CustomKernel, our EpCudaKernel and our CPU primitives, EpCpu*, all allocate their outputs
+ * row-major), a reshape or cast of such an array (MLX keeps a row-major input's layout through
+ * both), an evaluated row-contiguous array, or a single element. A Contiguous operation on such an
+ * array would copy nothing and still cost an operation per Run. */
+inline bool row_major_by_construction(const mx::array &x, int depth = 0) {
   if (x.size() <= 1) return true;
   if (x.has_primitive()) {
     const char *name = x.primitive().name();
-    return !std::strcmp(name, "CustomKernel") || !std::strcmp(name, "EpCudaKernel");
+    if (!std::strcmp(name, "CustomKernel") || !std::strcmp(name, "EpCudaKernel") || !std::strncmp(name, "EpCpu", 5))
+      return true;
+    bool keeps_layout = !std::strcmp(name, "Reshape") || !std::strcmp(name, "AsType") ||
+                        !std::strcmp(name, "ExpandDims") || !std::strcmp(name, "Squeeze");
+    return keeps_layout && depth < 4 && x.inputs().size() == 1 && row_major_by_construction(x.inputs()[0], depth + 1);
   }
   return x.is_available() && x.flags().row_contiguous;
 }
@@ -342,6 +348,37 @@ mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w,
  * without its calls into libm's fmaf (bridge_cpu_unary.cpp). takes() says whether it applies. */
 bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
 mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
+
+/* The decode step's shared helpers (bridge_kernels.cpp), for its CUDA kernels and its CPU
+ * primitives (bridge_cpu_decode.cpp) alike: a small offset as a kernel parameter (throws past
+ * +-2^20); the rotary embedding as the kernels read it (positions one integer per sequence, cos
+ * and sin caches [max_position, dims / 2]; one-element placeholders and dims 0 without one); a
+ * per-sequence integer array; a step's new rows [B, H, 1, D] or [B, 1, H * D] checked. */
+int small_offset(int64_t v, const char *what);
+struct rope_inputs {
+  mx::array pos, cos, sin;
+  int dims, add;
+  bool interleaved;
+};
+rope_inputs rope_for(const mlxb_rope *rope, int batch, int head, mx::Dtype t, mx::StreamOrDevice dev);
+mx::array per_sequence(const mx::array &a, int batch, const char *what, mx::StreamOrDevice dev);
+void check_step_rows(const mx::array &x, int b, int heads, int d, const char *what);
+
+/* The decode step's kernels as primitives of MLX's CPU stream (bridge_cpu_decode.cpp): the same
+ * arithmetic as the CUDA kernels of bridge_kernels.cpp (float32 inside, rounded once to T), for
+ * float32, float16 and bfloat16 on a CPU scope (cpu_decode_takes; ORT_EP_MLX_CPU_DECODE=0: never).
+ * Inputs are as the CUDA launches take them: caches already in q's dtype, lengths and positions any
+ * integer dtype, one per sequence. */
+bool cpu_decode_takes(const mlxb_scope *s, mx::Dtype t);
+mx::array cpu_decode_attention(const mlxb_scope *s, const mx::array &q, const mx::array &k, const mx::array &v,
+                               const mx::array &lens, int len_add, float scale, float softcap, int window,
+                               const rope_inputs &rope);
+std::pair<mx::array, mx::array> cpu_kv_append(const mlxb_scope *s, const mx::array &past_k, const mx::array &past_v,
+                                              const mx::array &k, const mx::array &v, const mx::array &at, int at_add,
+                                              int plen, const rope_inputs &rope);
+std::pair<mx::array, mx::array> cpu_rms_norm(const mlxb_scope *s, const mx::array &x, const std::optional<mx::array> &skip,
+                                             const std::optional<mx::array> &bias, const mx::array &gamma, float eps,
+                                             bool want_sum);
 
 /* Eight-lane float32 exp, sigmoid, erf (MLX's arithmetic, bit for bit) and tanh (within 2 ulp) over
  * arrays on x86-64 with AVX2 and FMA (bridge_cpu_vmath.cpp). Call cpu_vmath only where

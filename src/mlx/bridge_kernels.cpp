@@ -645,6 +645,10 @@ const cuda_kernel_spec kv_write_kernel = {
     "ort_ep_mlx_kv_write", {"cache_k", "cache_v", "k", "v", "at_pos", "rope_pos", "cos", "sin"}, {"done"},
     kv_write_source, rope_header, false};
 
+} // namespace
+
+namespace mlxb_detail {
+
 /* Small integer offsets become template arguments; larger ones are a caller's mistake. */
 int small_offset(int64_t v, const char *what) {
   if (v < -(1 << 20) || v > (1 << 20)) throw bridge_error(std::string(what) + ": offset out of range");
@@ -654,12 +658,6 @@ int small_offset(int64_t v, const char *what) {
 /* The rope's arrays for a kernel (one-element constants when there is none: the kernels' inputs
  * are fixed) and its template arguments. Positions are read as positions[b] + add, from an integer
  * array of any shape holding one per sequence: no reshape or cast enters the graph for them. */
-struct rope_inputs {
-  mx::array pos, cos, sin;
-  int dims, add;
-  bool interleaved;
-};
-
 rope_inputs rope_for(const mlxb_rope *rope, int batch, int head, mx::Dtype t, mx::StreamOrDevice dev) {
   if (!rope) {
     mx::array one = mx::array({0.0f}, {1, 1}, t);
@@ -688,12 +686,16 @@ void check_step_rows(const mx::array &x, int b, int heads, int d, const char *wh
   if (!split && !packed) throw bridge_error(std::string(what) + " must be [B, H, 1, D] or [B, 1, H * D]");
 }
 
-} // namespace
+} // namespace mlxb_detail
 
 bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size) {
-  if (!s || !is_cuda_gpu(s)) return false;
   bool float_type = t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16;
-  return float_type && head_size > 0 && head_size <= DECODE_MAX_HEAD;
+  if (!s || !float_type || head_size <= 0 || head_size > DECODE_MAX_HEAD) return false;
+  return is_cuda_gpu(s) || (is_cpu_scope(s) && cpu_decode_takes(s, to_mx(t)));
+}
+
+bool mlxb_decode_kv_write_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size) {
+  return s && is_cuda_gpu(s) && mlxb_decode_attention_available(s, t, head_size);
 }
 
 /* How many blocks share one head's context in decode attention (ORT_EP_MLX_DECODE_PARTS, at most
@@ -723,10 +725,15 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
     check_step_rows(qa, b, hq, d, "decode attention: q");
     if (va.shape() != ka.shape() || hkv <= 0 || hq <= 0 || hq % hkv || d > DECODE_MAX_HEAD)
       throw bridge_error("decode attention: shapes do not fit");
-    if (!is_cuda_gpu(s)) throw bridge_error("decode attention runs on MLX's CUDA backend only");
+    if (!mlxb_decode_attention_available(s, from_mx(qa.dtype()), d))
+      throw bridge_error("decode attention: not available for this dtype or device");
     mx::Dtype t = qa.dtype();
     auto dev = scope_dev(s);
     mx::array kk = mx::astype(ka, t, dev), vv = mx::astype(va, t, dev);
+    if (is_cpu_scope(s))
+      return cpu_decode_attention(s, qa, kk, vv, per_sequence(la, b, "decode attention: lengths", dev),
+                                  small_offset(length_add, "decode attention"), scale, softcap > 0 ? softcap : 0.0f,
+                                  static_cast<int>(window > 0 && window < len ? window : 0), rope_for(rope, b, d, t, dev));
     mx::array params = mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32);
     rope_inputs r = rope_for(rope, b, d, t, dev);
     int threads = DECODE_WARPS * 32, parts = decode_parts(len);
@@ -767,10 +774,19 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
     check_step_rows(va, b, hkv, d, "kv append: v");
     if (plen < pk.shape(2) || plen > std::numeric_limits<int>::max() || d > DECODE_MAX_HEAD)
       throw bridge_error("kv append: shapes do not fit");
-    if (!is_cuda_gpu(s)) throw bridge_error("kv append runs on MLX's CUDA backend only");
+    if (!mlxb_decode_attention_available(s, from_mx(ka.dtype()), d))
+      throw bridge_error("kv append: not available for this dtype or device");
     mx::Dtype t = ka.dtype();
     auto dev = scope_dev(s);
     rope_inputs r = rope_for(rope, b, d, t, dev);
+    if (is_cpu_scope(s)) {
+      auto [out_k, out_v] = cpu_kv_append(s, mx::astype(pk, t, dev), mx::astype(pv, t, dev), ka, mx::astype(va, t, dev),
+                                          per_sequence(at, b, "kv append: positions", dev),
+                                          small_offset(at_add, "kv append"), static_cast<int>(plen), r);
+      *present_k = scope_keep(s, out_k);
+      *present_v = scope_keep(s, out_v);
+      return;
+    }
     int threads = 256;
     int64_t n = static_cast<int64_t>(b) * hkv * plen * d;
     if (n > std::numeric_limits<int>::max()) throw bridge_error("kv append: cache too large for one launch");
@@ -801,7 +817,8 @@ mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const
     if (ck.dtype() != ka.dtype() || cv.dtype() != ka.dtype() || va.dtype() != ka.dtype())
       throw bridge_error("kv write: the caches and the new rows must share one dtype (no copy may take the writes)");
     if (d > DECODE_MAX_HEAD) throw bridge_error("kv write: shapes do not fit");
-    if (!is_cuda_gpu(s)) throw bridge_error("kv write runs on MLX's CUDA backend only");
+    if (!mlxb_decode_kv_write_available(s, from_mx(ka.dtype()), d))
+      throw bridge_error("kv write runs on MLX's CUDA backend only");
     mx::Dtype t = ka.dtype();
     auto dev = scope_dev(s);
     rope_inputs r = rope_for(rope, b, d, t, dev);
@@ -932,7 +949,8 @@ mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, 
 }
 
 bool mlxb_rms_norm_fused_available(const mlxb_scope *s, mlxb_dtype t) {
-  return s && is_cuda_gpu(s) && (t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16);
+  if (!s || (t != MLXB_F32 && t != MLXB_F16 && t != MLXB_BF16)) return false;
+  return is_cuda_gpu(s) || (is_cpu_scope(s) && cpu_decode_takes(s, to_mx(t)));
 }
 
 int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *skip, const mlxb_array *bias,
@@ -954,6 +972,14 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
     int64_t skip_rows = sk.size() / h;
     if (sk.ndim() < 1 || sk.shape(-1) != h || skip_rows < 1 || rows % skip_rows || bi.ndim() != 1 || bi.shape(0) != h)
       throw bridge_error("fused RMS norm: skip [..., H] of R rows or a divisor of R, and bias [H]");
+    if (is_cpu_scope(s)) {
+      auto [yy, ss] = cpu_rms_norm(s, xa, skip ? std::optional<mx::array>(mx::astype(sk, t, dev)) : std::nullopt,
+                                   bias ? std::optional<mx::array>(mx::astype(bi, t, dev)) : std::nullopt,
+                                   mx::astype(ga, t, dev), eps, want_sum);
+      *y = scope_keep(s, yy);
+      if (want_sum) *sum = scope_keep(s, ss);
+      return;
+    }
     /* a thread per element up to a full block: one row (a decode step) is one block, and its loads
      * are all in flight at once rather than a few per thread in turn */
     int threads = std::min(1024, (h + 31) / 32 * 32);

@@ -746,7 +746,8 @@ static mlxb_array *gqa_keep(op_ctx *c, mlxb_array *past_b, mlxb_array *total_b, 
   return keep;
 }
 
-/* A one-token step after a past as two kernels where MLX has them (its CUDA backend): the
+/* A one-token step after a past as two kernels where the bridge has them (MLX's CUDA backend;
+ * primitives of our own with the same arithmetic on the CPU): the
  * present cache with the new (rotated) key row written in, and decode attention that rotates the
  * query itself. The same rules as the composed form: positions past_b (or position_ids) checked
  * against the caches, present rows [0, past_b) from the past buffer, zeros after the new row. The
@@ -766,6 +767,7 @@ static bool gqa_step_fits(op_ctx *c, mlxb_dtype t, int64_t h, int64_t hv, int64_
 static bool gqa_writes_in_place(op_ctx *c, mlxb_array *k, mlxb_array *v, int64_t plen) {
   mlxb_array *pk = op_input(c, 3), *pv = op_input(c, 4);
   if (op_output_alias(c, 1) != 3 || op_output_alias(c, 2) != 4) return false;
+  if (!mlxb_decode_kv_write_available(op_scope(c), mlxb_type(k), mlxb_dim(pk, 3))) return false;
   return mlxb_dim(pk, 2) == plen && mlxb_type(pk) == mlxb_type(k) && mlxb_type(pv) == mlxb_type(v);
 }
 

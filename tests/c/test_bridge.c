@@ -644,6 +644,117 @@ static void test_int_reduce_rows(mlxb_scope *s) {
   if (y) expect_i64(s, mlxb_astype(s, y, MLXB_I64), want32, 2, "int_reduce_rows int32 sum");
 }
 
+/* ---- the decode step's kernels (CUDA) and primitives (CPU): against references here -------- */
+
+enum { DB = 2, DHQ = 4, DHKV = 2, DS = 6, DD = 8, DROT = 4, DCOS = 5 };
+
+/* channel d of row x rotated by cos/sin row pos (pairs (j, j + DROT / 2)) */
+static float rotated_ref(const float *x, int d, const float *cos, const float *sin, int pos) {
+  if (!cos || d >= DROT) return x[d];
+  int half = DROT / 2, j = d < half ? d : d - half;
+  float x1 = x[j], x2 = x[j + half], c = cos[pos * half + j], sn = sin[pos * half + j];
+  return d < half ? x1 * c - x2 * sn : x1 * sn + x2 * c;
+}
+
+static void attention_ref(const float *q, const float *k, const float *v, const int64_t *len, int window, float cap,
+                          const float *cos, const float *sin, const int *pos, float *out) {
+  for (int b = 0; b < DB; b++)
+    for (int h = 0; h < DHQ; h++) {
+      const float *qr = q + (b * DHQ + h) * DD;
+      int kvh = b * DHKV + h / (DHQ / DHKV), hi = (int)len[b], lo = window > 0 && hi > window ? hi - window : 0;
+      float qv[DD], score[DS], m = -INFINITY, l = 0.0f;
+      for (int d = 0; d < DD; d++) qv[d] = rotated_ref(qr, d, cos, sin, cos ? pos[b] : 0);
+      for (int t = lo; t < hi; t++) {
+        double sc = 0.0;
+        for (int d = 0; d < DD; d++) sc += (double)qv[d] * k[(kvh * DS + t) * DD + d];
+        score[t] = (float)sc * 0.5f;
+        if (cap > 0.0f) score[t] = cap * tanhf(score[t] / cap);
+        m = fmaxf(m, score[t]);
+      }
+      for (int d = 0; d < DD; d++) out[(b * DHQ + h) * DD + d] = 0.0f;
+      for (int t = lo; t < hi; t++) l += expf(score[t] - m);
+      for (int t = lo; t < hi; t++)
+        for (int d = 0; d < DD; d++) out[(b * DHQ + h) * DD + d] += expf(score[t] - m) / l * v[(kvh * DS + t) * DD + d];
+    }
+}
+
+static void test_decode_step(mlxb_scope *s) {
+  if (!mlxb_decode_attention_available(s, MLXB_F32, DD)) return;
+  float q[DB * DHQ * DD], k[DB * DHKV * DS * DD], v[DB * DHKV * DS * DD], cos[DCOS * DROT / 2], sin[DCOS * DROT / 2];
+  float want[DB * DHQ * DD];
+  for (int i = 0; i < DB * DHQ * DD; i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
+  for (int i = 0; i < DB * DHKV * DS * DD; i++) k[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, v[i] = (float)((i * 3) % 7);
+  for (int i = 0; i < DCOS * DROT / 2; i++) cos[i] = cosf(0.3f * (float)i), sin[i] = sinf(0.3f * (float)i);
+  mlxb_array *qa = f32(s, q, (int64_t[]){DB, DHQ, 1, DD}, 4), *ka = f32(s, k, (int64_t[]){DB, DHKV, DS, DD}, 4);
+  mlxb_array *va = f32(s, v, (int64_t[]){DB, DHKV, DS, DD}, 4);
+  /* hostile lengths clamp to the cache: INT64_MAX sees every row, a negative one none (zeros) */
+  int64_t lens[DB] = {INT64_MAX, -3}, clamped[DB] = {DS, 0};
+  mlxb_array *la = mlxb_from_data(s, lens, (int64_t[]){DB}, 1, MLXB_I64);
+  attention_ref(q, k, v, clamped, 0, 0.0f, NULL, NULL, NULL, want);
+  expect_f32(s, mlxb_decode_attention(s, qa, ka, va, la, 0, 0.5f, 0.0f, 0, NULL, NULL), want, DB * DHQ * DD, 1e-5f,
+             "decode attention, clamped lengths");
+  /* a window, a soft cap, and rotary positions past the cache's ends (clamped to its rows) */
+  int64_t lens2[DB] = {2, 4}, rpos[DB] = {1000, -7}, lens2_total[DB] = {3, 5};
+  int pos_clamped[DB] = {DCOS - 1, 0};
+  mlxb_array *cosa = f32(s, cos, (int64_t[]){DCOS, DROT / 2}, 2), *sina = f32(s, sin, (int64_t[]){DCOS, DROT / 2}, 2);
+  mlxb_rope rope = {.cos = cosa, .sin = sina, .positions = mlxb_from_data(s, rpos, (int64_t[]){DB, 1}, 2, MLXB_I64),
+                    .dims = DROT, .position_add = 0, .interleaved = false};
+  attention_ref(q, k, v, lens2_total, 2, 1.5f, cos, sin, pos_clamped, want);
+  expect_f32(s, mlxb_decode_attention(s, qa, ka, va, mlxb_from_data(s, lens2, (int64_t[]){DB}, 1, MLXB_I64), 1, 0.5f,
+                                      1.5f, 2, &rope, NULL),
+             want, DB * DHQ * DD, 1e-5f, "decode attention, window, soft cap, rotary");
+
+  /* KV append: past rows below the position, the rotated new row at it, zeros after; a position past
+   * the present writes nothing */
+  enum { DP = 4, DPLEN = 6 };
+  float pk[DB * DHKV * DP * DD], nk[DB * DHKV * DD], want_k[DB * DHKV * DPLEN * DD], want_v[DB * DHKV * DPLEN * DD];
+  for (int i = 0; i < DB * DHKV * DP * DD; i++) pk[i] = (float)(i % 17) - 8.0f;
+  for (int i = 0; i < DB * DHKV * DD; i++) nk[i] = 0.5f * (float)(i % 5) + 1.0f;
+  int64_t at[DB] = {2, 100};
+  for (int b = 0; b < DB; b++)
+    for (int h = 0; h < DHKV; h++)
+      for (int t = 0; t < DPLEN; t++)
+        for (int d = 0; d < DD; d++) {
+          int bh = b * DHKV + h, o = (bh * DPLEN + t) * DD + d;
+          bool past = t < at[b] && t < DP, fresh = t == at[b];
+          want_k[o] = past ? pk[(bh * DP + t) * DD + d] : fresh ? rotated_ref(nk + bh * DD, d, cos, sin, pos_clamped[b]) : 0.0f;
+          want_v[o] = past ? pk[(bh * DP + t) * DD + d] : fresh ? nk[bh * DD + d] : 0.0f;
+        }
+  mlxb_array *pka = f32(s, pk, (int64_t[]){DB, DHKV, DP, DD}, 4), *nka = f32(s, nk, (int64_t[]){DB, 1, DHKV * DD}, 3);
+  mlxb_array *present_k = NULL, *present_v = NULL;
+  int rc = mlxb_decode_kv_append(s, pka, pka, nka, nka, mlxb_from_data(s, at, (int64_t[]){DB}, 1, MLXB_I64), 0, DPLEN,
+                                 &rope, &present_k, &present_v);
+  CHECK(rc == 0, "kv append (%s)", mlxb_error(s));
+  float got[DB * DHKV * DPLEN * DD];
+  if (rc == 0 && mlxb_read(s, present_k, got, sizeof got) == 0)
+    for (size_t i = 0; i < sizeof got / sizeof *got; i++)
+      CHECK(fabsf(got[i] - want_k[i]) <= 1e-6f, "kv append k[%zu] = %g, want %g", i, got[i], want_k[i]);
+  if (rc == 0 && mlxb_read(s, present_v, got, sizeof got) == 0)
+    for (size_t i = 0; i < sizeof got / sizeof *got; i++)
+      CHECK(got[i] == want_v[i], "kv append v[%zu] = %g, want %g", i, got[i], want_v[i]);
+
+  /* RMS norm: x + skip (one row repeating over three) + bias, and the sum */
+  if (!mlxb_rms_norm_fused_available(s, MLXB_F32)) return;
+  float x[3 * DD], skip[DD], bias[DD], gamma[DD], want_y[3 * DD], want_sum[3 * DD];
+  for (int i = 0; i < 3 * DD; i++) x[i] = 0.5f * (float)(i % 7) - 1.5f;
+  for (int i = 0; i < DD; i++) skip[i] = 0.25f * (float)i, bias[i] = -0.125f * (float)i, gamma[i] = 1.0f + 0.1f * (float)i;
+  for (int r = 0; r < 3; r++) {
+    double ss = 0.0;
+    for (int i = 0; i < DD; i++) {
+      want_sum[r * DD + i] = x[r * DD + i] + skip[i] + bias[i];
+      ss += (double)want_sum[r * DD + i] * want_sum[r * DD + i];
+    }
+    for (int i = 0; i < DD; i++) want_y[r * DD + i] = (float)(want_sum[r * DD + i] / sqrt(ss / DD + 1e-5) * gamma[i]);
+  }
+  mlxb_array *y = NULL, *sum = NULL;
+  rc = mlxb_rms_norm_fused(s, f32(s, x, (int64_t[]){3, DD}, 2), f32(s, skip, (int64_t[]){1, DD}, 2),
+                           f32(s, bias, (int64_t[]){DD}, 1), f32(s, gamma, (int64_t[]){DD}, 1), 1e-5f, true, &y, &sum);
+  CHECK(rc == 0, "rms norm (%s)", mlxb_error(s));
+  if (rc) return;
+  expect_f32(s, y, want_y, 3 * DD, 1e-5f, "rms norm y");
+  expect_f32(s, sum, want_sum, 3 * DD, 0.0f, "rms norm sum");
+}
+
 int main(void) {
   test_library();
   mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
@@ -663,6 +774,7 @@ int main(void) {
   test_dequant_f32(s);
   test_qgemm_split(s);
   test_int_reduce_rows(s);
+  test_decode_step(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
   if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
@@ -677,6 +789,7 @@ int main(void) {
       test_dequant_f32(g);
       test_qgemm_split(g);
       test_int_reduce_rows(g);
+      test_decode_step(g);
       CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
       mlxb_scope_free(g);
     }

@@ -1,0 +1,333 @@
+/* A decode step's kernels on MLX's CPU stream, as primitives of our own: decode attention, the KV
+ * append and the RMS norm of bridge_kernels.cpp's CUDA kernels, with their arithmetic (float32
+ * inside, the result rounded once to the arrays' dtype) and their bounds (lengths clamped to the
+ * cache, positions clamped to the rotary caches, rows outside the present never written).
+ *
+ * Why: composed from MLX operations, a GroupQueryAttention decode step is about seventy operations
+ * (the rotary embedding from the caches, the present's slices and selects, the masked softmax) and a
+ * SkipSimplifiedLayerNormalization about eight, and on the CPU each operation costs MLX's
+ * scheduling of a task (several microseconds on this project's x86 machines): a decoder layer's
+ * step was ~110 of them. Here each is one task, and the step's cost is its arithmetic.
+ *
+ * Lengths and positions are data: each is clamped before it reaches an address, as the CUDA
+ * kernels do. ORT_EP_MLX_CPU_DECODE=0 keeps the composed forms. */
+#include "mlx/bridge_internal.h"
+
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace mlxb_detail {
+
+namespace {
+
+/* One CPU primitive of ours: outputs allocated, inputs and outputs held by the task, and fn run on
+ * MLX's CPU stream. P holds plain parameters, compared byte for byte (is_equivalent: MLX's compile
+ * merges equivalent operations), so it is zero-filled before it is set. */
+template <typename P>
+class cpu_task : public mx::Primitive {
+ public:
+  using task_fn = void (*)(const P &, const std::vector<mx::array> &, std::vector<mx::array> &);
+  cpu_task(mx::Stream stream, const char *name, const P &p, task_fn fn)
+      : mx::Primitive(stream), name_(name), p_(p), fn_(fn) {}
+
+  void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
+    for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto &encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto &in : inputs) encoder.set_input_array(in);
+    for (auto &out : outputs) encoder.set_output_array(out);
+    std::vector<mx::array> ins, outs;
+    for (const auto &in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
+    for (const auto &out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
+    encoder.dispatch([p = p_, fn = fn_, ins = std::move(ins), outs = std::move(outs)]() mutable { fn(p, ins, outs); });
+  }
+
+  void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
+    throw std::runtime_error(std::string(name_) + ": a CPU kernel has no GPU form");
+  }
+
+  const char *name() const override { return name_; }
+
+  bool is_equivalent(const mx::Primitive &other) const override {
+    auto *o = dynamic_cast<const cpu_task<P> *>(&other);
+    return o && o->fn_ == fn_ && !std::strcmp(o->name_, name_) && !std::memcmp(&o->p_, &p_, sizeof p_);
+  }
+
+ private:
+  const char *name_;
+  P p_;
+  task_fn fn_;
+};
+
+/* element i of an integer array of any integer dtype, as the CUDA kernels read it: (long long) */
+int64_t int_at(const mx::array &a, size_t i) {
+  switch (a.dtype()) {
+    case mx::int8: return a.data<int8_t>()[i];
+    case mx::int16: return a.data<int16_t>()[i];
+    case mx::int32: return a.data<int32_t>()[i];
+    case mx::int64: return a.data<int64_t>()[i];
+    case mx::uint8: return a.data<uint8_t>()[i];
+    case mx::uint16: return a.data<uint16_t>()[i];
+    case mx::uint32: return a.data<uint32_t>()[i];
+    case mx::uint64: return static_cast<int64_t>(a.data<uint64_t>()[i]);
+    default: return 0; /* never: per_sequence makes every other dtype int64 */
+  }
+}
+
+int64_t clamp_index(int64_t v, int64_t rows) { return v < 0 ? 0 : (v >= rows ? rows - 1 : v); }
+
+/* a + b saturated at int64's ends: a value read from data plus a small offset never wraps */
+int64_t add_sat(int64_t a, int64_t b) {
+  int64_t r;
+  if (!__builtin_add_overflow(a, b, &r)) return r;
+  return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+}
+
+/* The rotary parameters as the tasks read them (cos and sin float32 [rows, dims / 2]). */
+struct rope_params {
+  int32_t dims, add, interleaved, pad_;
+};
+
+rope_params rope_of(const rope_inputs &r) { return {r.dims, r.add, r.interleaved ? 1 : 0, 0}; }
+
+/* Channel d of row x rotated in float32 by cos/sin row pos: bridge_kernels.cpp's rotated(). */
+template <typename T>
+float rotated(const T *x, int d, const rope_params &r, const float *cos, const float *sin, int64_t pos) {
+  if (r.dims == 0 || d >= r.dims) return static_cast<float>(x[d]);
+  const int half = r.dims / 2;
+  const int j = r.interleaved ? d / 2 : (d < half ? d : d - half);
+  const float x1 = static_cast<float>(x[r.interleaved ? 2 * j : j]);
+  const float x2 = static_cast<float>(x[r.interleaved ? 2 * j + 1 : j + half]);
+  const float c = cos[pos * half + j], s = sin[pos * half + j];
+  const bool first = r.interleaved ? d % 2 == 0 : d < half;
+  return first ? x1 * c - x2 * s : x1 * s + x2 * c;
+}
+
+template <typename F>
+void by_dtype(mx::Dtype t, F &&f) {
+  if (t == mx::float32) f(float{});
+  else if (t == mx::float16) f(mx::float16_t{});
+  else f(mx::bfloat16_t{});
+}
+
+/* ---- decode attention ----------------------------------------------------------------------- */
+
+struct attention_params {
+  int32_t batch, hq, hkv, rows, head, window, len_add, pad_;
+  float scale, cap;
+  rope_params rope;
+};
+
+enum { KEY_BLOCK = 256, MAX_HEAD = 256 };
+
+/* One (sequence, query head): keys [start, len) in blocks of KEY_BLOCK scores, each block's
+ * maximum merged into a running one (the online softmax of the CUDA kernel, a block at a time). */
+template <typename T>
+void attend_one(const attention_params &p, const T *q, const T *k, const T *v, int64_t len, int64_t start,
+                const float *cos, const float *sin, int64_t pos, T *out) {
+  const int D = p.head;
+  float qv[MAX_HEAD], acc[MAX_HEAD], scores[KEY_BLOCK];
+  for (int d = 0; d < D; d++) {
+    qv[d] = static_cast<float>(static_cast<T>(rotated(q, d, p.rope, cos, sin, pos)));
+    acc[d] = 0.0f;
+  }
+  float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+  for (int64_t t0 = start; t0 < len; t0 += KEY_BLOCK) {
+    const int n = static_cast<int>(std::min<int64_t>(KEY_BLOCK, len - t0));
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < n; i++) {
+      const T *kr = k + (t0 + i) * D;
+      float s = 0.0f;
+      for (int d = 0; d < D; d++) s += qv[d] * static_cast<float>(kr[d]);
+      s *= p.scale;
+      if (p.cap > 0.0f) s = p.cap * std::tanh(s / p.cap);
+      scores[i] = s;
+      block_max = std::max(block_max, s);
+    }
+    const float mn = std::max(m, block_max);
+    if (mn == -std::numeric_limits<float>::infinity()) continue; /* every score -inf so far: nothing to add */
+    const float corr = std::exp(m - mn);
+    l *= corr;
+    for (int d = 0; d < D; d++) acc[d] *= corr;
+    for (int i = 0; i < n; i++) {
+      const float w = std::exp(scores[i] - mn);
+      l += w;
+      const T *vr = v + (t0 + i) * D;
+      for (int d = 0; d < D; d++) acc[d] += w * static_cast<float>(vr[d]);
+    }
+    m = mn;
+  }
+  for (int d = 0; d < D; d++) out[d] = static_cast<T>(l > 0.0f ? acc[d] / l : 0.0f);
+}
+
+/* inputs: q, k, v, lens, rope positions, cos, sin; output: q's shape */
+void attention_task(const attention_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  const mx::array &lens = in[3], &rpos = in[4];
+  const float *cos = in[5].data<float>(), *sin = in[6].data<float>();
+  const int64_t cos_rows = in[5].shape(0);
+  by_dtype(in[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T *q = in[0].data<T>(), *k = in[1].data<T>(), *v = in[2].data<T>();
+    T *y = out[0].data<T>();
+    const int D = p.head, group = p.hq / p.hkv;
+    for (int b = 0; b < p.batch; b++) {
+      const int64_t len = std::clamp<int64_t>(add_sat(int_at(lens, b), p.len_add), 0, p.rows);
+      const int64_t start = p.window > 0 && len > p.window ? len - p.window : 0;
+      const int64_t pos = p.rope.dims > 0 ? clamp_index(add_sat(int_at(rpos, b), p.rope.add), cos_rows) : 0;
+      for (int h = 0; h < p.hq; h++) {
+        const size_t bh = static_cast<size_t>(b) * p.hq + h, kvh = static_cast<size_t>(b) * p.hkv + h / group;
+        attend_one<T>(p, q + bh * D, k + kvh * p.rows * D, v + kvh * p.rows * D, len, start, cos, sin, pos,
+                      y + bh * D);
+      }
+    }
+  });
+}
+
+/* ---- KV append --------------------------------------------------------------------------------- */
+
+struct append_params {
+  int32_t batch, hkv, past_rows, plen, head, at_add;
+  rope_params rope;
+};
+
+/* inputs: past k, past v, k, v, at positions, rope positions, cos, sin; outputs present k, v */
+void append_task(const append_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  const mx::array &at_pos = in[4], &rpos = in[5];
+  const float *cos = in[6].data<float>(), *sin = in[7].data<float>();
+  const int64_t cos_rows = in[6].shape(0);
+  by_dtype(in[2].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T *pk = in[0].data<T>(), *pv = in[1].data<T>(), *k = in[2].data<T>(), *v = in[3].data<T>();
+    T *ok = out[0].data<T>(), *ov = out[1].data<T>();
+    const int D = p.head;
+    for (int b = 0; b < p.batch; b++) {
+      const int64_t at = add_sat(int_at(at_pos, b), p.at_add);
+      const int64_t pos = p.rope.dims > 0 ? clamp_index(add_sat(int_at(rpos, b), p.rope.add), cos_rows) : 0;
+      /* rows [0, min(at, past_rows, plen)) from the past, the new row at `at` when inside, zeros elsewhere */
+      const int64_t copied = std::clamp<int64_t>(std::min<int64_t>(at, p.past_rows), 0, p.plen);
+      for (int h = 0; h < p.hkv; h++) {
+        const size_t bh = static_cast<size_t>(b) * p.hkv + h;
+        T *dk = ok + bh * p.plen * D, *dv = ov + bh * p.plen * D;
+        std::copy(pk + bh * p.past_rows * D, pk + (bh * p.past_rows + copied) * D, dk);
+        std::copy(pv + bh * p.past_rows * D, pv + (bh * p.past_rows + copied) * D, dv);
+        std::fill(dk + copied * D, dk + static_cast<size_t>(p.plen) * D, static_cast<T>(0.0f));
+        std::fill(dv + copied * D, dv + static_cast<size_t>(p.plen) * D, static_cast<T>(0.0f));
+        if (at < 0 || at >= p.plen) continue;
+        for (int d = 0; d < D; d++) {
+          dk[at * D + d] = static_cast<T>(rotated(k + bh * D, d, p.rope, cos, sin, pos));
+          dv[at * D + d] = v[bh * D + d];
+        }
+      }
+    }
+  });
+}
+
+/* ---- RMS norm ------------------------------------------------------------------------------------ */
+
+struct rms_params {
+  int64_t rows, skip_rows;
+  int32_t hidden, has_skip, has_bias, want_sum;
+  float eps;
+  int32_t pad_;
+};
+
+/* inputs: x, skip, bias, gamma (placeholders where absent); outputs y and, when wanted, sum */
+void rms_task(const rms_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  by_dtype(in[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T *x = in[0].data<T>(), *skip = in[1].data<T>(), *bias = in[2].data<T>(), *gamma = in[3].data<T>();
+    T *y = out[0].data<T>(), *sum = p.want_sum ? out[1].data<T>() : nullptr;
+    const int H = p.hidden;
+    for (int64_t r = 0; r < p.rows; r++) {
+      const T *xr = x + r * H, *sr = skip + (r % p.skip_rows) * H;
+      auto value = [&](int i) {
+        float v = static_cast<float>(xr[i]);
+        if (p.has_skip) v += static_cast<float>(sr[i]);
+        if (p.has_bias) v += static_cast<float>(bias[i]);
+        return v;
+      };
+      float ss = 0.0f;
+      for (int i = 0; i < H; i++) {
+        const float v = value(i);
+        ss += v * v;
+      }
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(H) + p.eps);
+      for (int i = 0; i < H; i++) {
+        const float v = value(i);
+        y[r * H + i] = static_cast<T>(v * inv * static_cast<float>(gamma[i]));
+        if (sum) sum[r * H + i] = static_cast<T>(v);
+      }
+    }
+  });
+}
+
+template <typename P>
+std::vector<mx::array> make_task(const mlxb_scope *s, const char *name, const P &p, typename cpu_task<P>::task_fn fn,
+                                 std::vector<mx::array> inputs, std::vector<mx::Shape> shapes,
+                                 std::vector<mx::Dtype> dtypes) {
+  auto dev = scope_dev(s);
+  for (auto &in : inputs) in = row_major(in, dev);
+  return mx::array::make_arrays(std::move(shapes), dtypes, std::make_shared<cpu_task<P>>(mx::to_stream(dev), name, p, fn),
+                                std::move(inputs));
+}
+
+mx::array float_cache(const mx::array &c, const mlxb_scope *s) { return mx::astype(c, mx::float32, scope_dev(s)); }
+
+} // namespace
+
+bool cpu_decode_takes(const mlxb_scope *s, mx::Dtype t) {
+  static const bool on = env_switch_on("ORT_EP_MLX_CPU_DECODE");
+  return on && s && is_cpu_scope(s) && (t == mx::float32 || t == mx::float16 || t == mx::bfloat16);
+}
+
+mx::array cpu_decode_attention(const mlxb_scope *s, const mx::array &q, const mx::array &k, const mx::array &v,
+                               const mx::array &lens, int len_add, float scale, float softcap, int window,
+                               const rope_inputs &rope) {
+  attention_params p;
+  std::memset(&p, 0, sizeof p);
+  p.batch = k.shape(0), p.hkv = k.shape(1), p.rows = k.shape(2), p.head = k.shape(3);
+  p.hq = static_cast<int32_t>(q.size() / (static_cast<size_t>(p.batch) * p.head));
+  p.window = window, p.len_add = len_add, p.scale = scale, p.cap = softcap, p.rope = rope_of(rope);
+  if (p.head > MAX_HEAD) throw bridge_error("decode attention: head size above 256");
+  return make_task(s, "EpCpuDecodeAttention", p, attention_task,
+                   {q, k, v, lens, rope.pos, float_cache(rope.cos, s), float_cache(rope.sin, s)}, {q.shape()},
+                   {q.dtype()})
+      .at(0);
+}
+
+std::pair<mx::array, mx::array> cpu_kv_append(const mlxb_scope *s, const mx::array &past_k, const mx::array &past_v,
+                                              const mx::array &k, const mx::array &v, const mx::array &at, int at_add,
+                                              int plen, const rope_inputs &rope) {
+  append_params p;
+  std::memset(&p, 0, sizeof p);
+  p.batch = past_k.shape(0), p.hkv = past_k.shape(1), p.past_rows = past_k.shape(2), p.head = past_k.shape(3);
+  p.plen = plen, p.at_add = at_add, p.rope = rope_of(rope);
+  mx::Shape shape = {p.batch, p.hkv, plen, p.head};
+  auto outs = make_task(s, "EpCpuKvAppend", p, append_task,
+                        {past_k, past_v, k, v, at, rope.pos, float_cache(rope.cos, s), float_cache(rope.sin, s)},
+                        {shape, shape}, {k.dtype(), k.dtype()});
+  return {outs.at(0), outs.at(1)};
+}
+
+std::pair<mx::array, mx::array> cpu_rms_norm(const mlxb_scope *s, const mx::array &x, const std::optional<mx::array> &skip,
+                                             const std::optional<mx::array> &bias, const mx::array &gamma, float eps,
+                                             bool want_sum) {
+  rms_params p;
+  std::memset(&p, 0, sizeof p);
+  p.hidden = x.shape(-1);
+  p.rows = static_cast<int64_t>(x.size()) / p.hidden;
+  p.skip_rows = skip ? static_cast<int64_t>(skip->size()) / p.hidden : 1;
+  p.has_skip = skip.has_value(), p.has_bias = bias.has_value(), p.want_sum = want_sum, p.eps = eps;
+  std::vector<mx::Shape> shapes = {x.shape()};
+  if (want_sum) shapes.push_back(x.shape());
+  std::vector<mx::Dtype> dtypes(shapes.size(), x.dtype());
+  auto outs = make_task(s, "EpCpuRmsNorm", p, rms_task, {x, skip ? *skip : x, bias ? *bias : gamma, gamma},
+                        std::move(shapes), std::move(dtypes));
+  return {outs.at(0), want_sum ? outs.at(1) : outs.at(0)};
+}
+
+} // namespace mlxb_detail
