@@ -286,7 +286,8 @@ mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, c
  * float32/float16/bfloat16 times the packed weights w [N, K * bits / 32] uint32 (MLX's affine layout,
  * values from the low bits up), float32 scales and biases [N, K / group_size]: y [..., N] in x's dtype, each element
  * the float32 sum of x * (scale * q + bias) rounded once. Only where mlxb_qgemv_available says so
- * (MLX's CUDA backend; bits 2, 4, 8; group_size a multiple of 32). */
+ * (MLX's CUDA backend: bits 2, 4, 8, group_size a multiple of 32; a CPU scope on x86-64 with AVX2
+ * and FMA: float32, bits 4, through bridge_cpu_qgemv.cpp's sets task). */
 bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group_size);
 mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                        const mlxb_array *biases, int group_size, int bits);

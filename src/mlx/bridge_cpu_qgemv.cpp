@@ -387,6 +387,87 @@ class ep_cpu_qgemv : public mx::Primitive {
   bool many_rows_;
 };
 
+/* Up to three weight sets of one x in one task (sibling projections: Q, K and V), each row of x a
+ * GEMV per set, each set's output optionally plus a bias [N] (a following Add node, in float32 as
+ * that node adds); with swiglu, two sets of one N (gate, up) and the gated MLP's activation after
+ * them: Sigmoid(gate) (bridge_cpu_vmath.cpp: MLX's sigmoid, bit for bit, as the Sigmoid node's
+ * lowering gives it), gate times that, and that times up. Outputs in the CUDA kernel's order (sets
+ * 0-2, then the two activations; swiglu: gate, up, product, sigmoid, gate * sigmoid), in x's
+ * leading shape; the slots a form does not use are one-element arrays never written. */
+class ep_cpu_qgemv_sets : public mx::Primitive {
+ public:
+  ep_cpu_qgemv_sets(mx::Stream stream, int sets, int group, unsigned biased, bool swiglu)
+      : mx::Primitive(stream), sets_(sets), group_(group), biased_(biased), swiglu_(swiglu) {}
+
+  void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
+    /* more than one row: the sets' products go tile by tile through BLAS (qgemm_4bit), the tile
+     * allocated here, where a failure is an exception of this eval (the bridge's to report) */
+    const int k = inputs[0].shape(-1);
+    const bool many_rows = inputs[0].size() != static_cast<size_t>(k);
+    int64_t tile_cols = 0;
+    for (int i = 0; many_rows && i < sets_; i++) tile_cols = std::max(tile_cols, tile_columns(inputs[1 + 3 * i].shape(0), k));
+    std::shared_ptr<float[]> tile(many_rows ? new float[tile_cols * k] : nullptr);
+    for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto &encoder = mx::cpu::get_command_encoder(stream());
+    for (const auto &in : inputs) encoder.set_input_array(in);
+    for (auto &out : outputs) encoder.set_output_array(out);
+    std::vector<mx::array> ins, outs;
+    for (const auto &in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
+    for (const auto &out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
+    encoder.dispatch([ins = std::move(ins), outs = std::move(outs), sets = sets_, group = group_, biased = biased_,
+                      swiglu = swiglu_, tile, tile_cols]() mutable {
+      run(ins, outs, sets, group, biased, swiglu, tile.get(), tile_cols);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
+    throw std::runtime_error("EpCpuQGemvSets: a CPU kernel has no GPU form");
+  }
+
+  const char *name() const override { return "EpCpuQGemvSets"; }
+
+  bool is_equivalent(const mx::Primitive &other) const override {
+    auto *o = dynamic_cast<const ep_cpu_qgemv_sets *>(&other);
+    return o && o->sets_ == sets_ && o->group_ == group_ && o->biased_ == biased_ && o->swiglu_ == swiglu_;
+  }
+
+ private:
+  /* inputs: x, then w, scales, biases of each set, then the sets' adds (x where a set has none) */
+  static void run(const std::vector<mx::array> &in, std::vector<mx::array> &out, int sets, int group, unsigned biased,
+                  bool swiglu, float *tile, int64_t tile_cols) {
+    const mx::array &x = in[0];
+    const int k = x.shape(-1);
+    const int64_t rows = static_cast<int64_t>(x.size()) / k;
+    for (int i = 0; i < sets; i++) {
+      const mx::array &w = in[1 + 3 * i];
+      const int64_t n = w.shape(0);
+      float *y = out[i].data<float>();
+      const float *scales = in[2 + 3 * i].data<float>(), *biases = in[3 + 3 * i].data<float>();
+      if (tile) qgemm_4bit(x.data<float>(), w.data<uint32_t>(), scales, biases, y, rows, n, k, group, tile, tile_cols);
+      else qgemv_4bit(x.data<float>(), w.data<uint32_t>(), scales, biases, y, n, k, group);
+      if (!(biased >> i & 1)) continue;
+      const float *add = in[1 + 3 * sets + i].data<float>();
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) y[r * n + j] = y[r * n + j] + add[j];
+    }
+    for (int64_t r = 0; swiglu && r < rows; r++) {
+      const int64_t n = in[1].shape(0);
+      const float *gate = out[0].data<float>() + r * n, *up = out[1].data<float>() + r * n;
+      float *prod = out[2].data<float>() + r * n, *sig = out[3].data<float>() + r * n;
+      float *gated = out[4].data<float>() + r * n;
+      cpu_vmath(MLXB_SIGMOID, gate, sig, static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; j++) {
+        gated[j] = gate[j] * sig[j];
+        prod[j] = gated[j] * up[j];
+      }
+    }
+  }
+
+  int sets_, group_;
+  unsigned biased_;
+  bool swiglu_;
+};
+
 bool cpu_has_avx2_fma() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
@@ -428,6 +509,48 @@ mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w,
 #else
   (void)s, (void)x, (void)w, (void)scales, (void)biases, (void)group;
   throw bridge_error("cpu_qgemv: x86-64 only");
+#endif
+}
+
+bool cpu_qgemv_sets_takes(const mlxb_scope *s, mx::Dtype t, int bits, int group) {
+#if defined(EP_CPU_KERNELS)
+  static const bool on = env_switch_on("ORT_EP_MLX_CPU_GEMV");
+  return on && s && is_cpu_scope(s) && cpu_has_avx2_fma() && t == mx::float32 && bits == 4 && group >= 32 &&
+         group % 32 == 0;
+#else
+  (void)s, (void)t, (void)bits, (void)group;
+  return false;
+#endif
+}
+
+std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, const std::vector<mx::array> &sets,
+                                      const std::vector<std::optional<mx::array>> &adds, int group, bool swiglu) {
+#if defined(EP_CPU_KERNELS)
+  auto dev = scope_dev(s);
+  const int n_sets = static_cast<int>(sets.size() / 3);
+  const int k = x.shape(-1);
+  if (k / group > MAX_GROUPS) throw bridge_error("quantized GEMV: more than 8192 groups in a row");
+  column_pool::get(); /* its threads start here, where a failure is the scope's error, not in the task */
+  std::vector<mx::array> ins = {row_major(x, dev)};
+  for (const auto &a : sets) ins.push_back(row_major(a, dev));
+  unsigned biased = 0;
+  for (int i = 0; i < n_sets; i++) {
+    ins.push_back(adds[i] ? row_major(*adds[i], dev) : ins[0]);
+    if (adds[i]) biased |= 1u << i;
+  }
+  std::vector<mx::Shape> shapes;
+  for (int i = 0; i < MLXB_QGEMV_MAX_SETS + 2; i++) {
+    mx::Shape shape = x.shape();
+    shape.back() = sets[3 * std::min(i, n_sets - 1)].shape(0);
+    bool used = swiglu || i < n_sets;
+    shapes.push_back(used ? shape : mx::Shape{1});
+  }
+  std::vector<mx::Dtype> dtypes(shapes.size(), mx::float32);
+  auto prim = std::make_shared<ep_cpu_qgemv_sets>(mx::to_stream(dev), n_sets, group, biased, swiglu);
+  return mx::array::make_arrays(std::move(shapes), dtypes, prim, std::move(ins));
+#else
+  (void)s, (void)x, (void)sets, (void)adds, (void)group, (void)swiglu;
+  throw bridge_error("cpu_qgemv_sets: x86-64 only");
 #endif
 }
 

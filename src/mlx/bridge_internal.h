@@ -344,6 +344,14 @@ bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w
 mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                     const mx::array &biases, int group);
 
+/* Up to three sets of 4-bit weights (w, scales, biases each, in `sets`) times one float32 x [..., K]
+ * in one CPU task, each output optionally plus a bias [N] in float32, and with swiglu the gated
+ * MLP's activation after two sets (bridge_cpu_qgemv.cpp): mlxb_qgemv_sets' and mlxb_qgemv_swiglu's
+ * outputs, in their CUDA kernel's order, on a CPU scope. takes() says whether it applies. */
+bool cpu_qgemv_sets_takes(const mlxb_scope *s, mx::Dtype t, int bits, int group);
+std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, const std::vector<mx::array> &sets,
+                                      const std::vector<std::optional<mx::array>> &adds, int group, bool swiglu);
+
 /* Exp, Erf and Sigmoid of float32 on the CPU with AVX2 and FMA: MLX's own arithmetic, bit for bit,
  * without its calls into libm's fmaf (bridge_cpu_unary.cpp). takes() says whether it applies. */
 bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);

@@ -838,6 +838,7 @@ mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const
 }
 
 bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group_size) {
+  if (s && is_cpu_scope(s)) return cpu_qgemv_sets_takes(s, to_mx(t), bits, group_size);
   if (!s || !is_cuda_gpu(s)) return false;
   bool float_type = t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16;
   bool packing = bits == 2 || bits == 4 || bits == 8;
@@ -883,6 +884,18 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
   }
   if (swiglu && (n_sets != 2 || arr(w[0]).shape(0) != arr(w[1]).shape(0)))
     throw bridge_error("quantized GEMV: the gated form takes two sets of one N");
+  if (is_cpu_scope(s)) {
+    std::vector<mx::array> sets(inputs.begin() + 1, inputs.begin() + 1 + 3 * n_sets);
+    std::vector<std::optional<mx::array>> adding(n_sets);
+    for (int i = 0; i < n_sets; i++) {
+      if (!add || !add[i]) continue;
+      const mx::array &b = arr(add[i]);
+      if (b.ndim() != 1 || b.shape(0) != arr(w[i]).shape(0))
+        throw bridge_error("quantized GEMV: a bias has one value per output");
+      adding[i] = mx::astype(b, xa.dtype(), scope_dev(s));
+    }
+    return cpu_qgemv_sets(s, xa, sets, adding, group_size, swiglu);
+  }
   int biased = 0;
   for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
     if (i >= n_sets || !add || !add[i]) {
