@@ -315,8 +315,8 @@ inline char *cuda_buffer_address(const mx::array &a) {
 
 /* Whether x is row-major by construction before it is evaluated: the output of one of our kernels
  * (MLX's CustomKernel, our EpCudaKernel and our CPU primitives, EpCpu*, all allocate their outputs
- * row-major), a reshape or cast of such an array (MLX keeps a row-major input's layout through
- * both), an evaluated row-contiguous array, or a single element. A Contiguous operation on such an
+ * row-major), a reshape, cast, expand or squeeze of such an array on the CPU (MLX's CPU forms keep a
+ * row-major input's layout), an evaluated row-contiguous array, or a single element. A Contiguous operation on such an
  * array would copy nothing and still cost an operation per Run. */
 inline bool row_major_by_construction(const mx::array &x, int depth = 0) {
   if (x.size() <= 1) return true;
@@ -324,8 +324,10 @@ inline bool row_major_by_construction(const mx::array &x, int depth = 0) {
     const char *name = x.primitive().name();
     if (!std::strcmp(name, "CustomKernel") || !std::strcmp(name, "EpCudaKernel") || !std::strncmp(name, "EpCpu", 5))
       return true;
-    bool keeps_layout = !std::strcmp(name, "Reshape") || !std::strcmp(name, "AsType") ||
-                        !std::strcmp(name, "ExpandDims") || !std::strcmp(name, "Squeeze");
+    /* the CPU forms of these, as MLX 0.32.4's source writes them; the GPU's are not relied on */
+    bool keeps_layout = (!std::strcmp(name, "Reshape") || !std::strcmp(name, "AsType") ||
+                         !std::strcmp(name, "ExpandDims") || !std::strcmp(name, "Squeeze")) &&
+                        x.primitive().stream().device == mx::Device::cpu;
     return keeps_layout && depth < 4 && x.inputs().size() == 1 && row_major_by_construction(x.inputs()[0], depth + 1);
   }
   return x.is_available() && x.flags().row_contiguous;
