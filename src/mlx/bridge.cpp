@@ -667,14 +667,86 @@ int mlxb_read_f64(mlxb_scope *s, const mlxb_array *a, double *dst, size_t n) {
   });
 }
 
+/* ---- transposes sunk through elementwise work (CPU scopes) --------------------------------- *
+ *
+ * A lowering that works channels-last inside (Conv, pooling: MLX's layout) hands back a transposed
+ * view, channels first; MLX then runs the next elementwise op (a bias, a Relu) over that view with
+ * strided loops into a fresh channels-first array, which the next convolution transposes and copies
+ * again. On a CPU scope an elementwise op, a concatenation or a transpose of such a view is done on
+ * the view's source instead and transposed after (op(T(y)) = T(op(y)), exactly: the same values,
+ * element for element), so a chain of convolutions, biases, activations and concatenations stays
+ * channels-last, and the transposes between them compose to nothing. The GPU's forms are left as
+ * they are (not measured there). ORT_EP_MLX_SINK_TRANSPOSES=0 turns it off. */
+
+/* x's source and permutation when x is an unevaluated transpose on a CPU scope's stream */
+static bool transposed_view(const mlxb_scope *s, const mx::array &x, mx::array *src, std::vector<int> *perm) {
+  static const bool on = env_switch_on("ORT_EP_MLX_SINK_TRANSPOSES");
+  if (!on || !is_cpu_scope(s) || !x.has_primitive() || x.inputs().size() != 1) return false;
+  if (std::strcmp(x.primitive().name(), "Transpose")) return false; /* libmlx exports no typeinfo for it */
+  *src = x.inputs()[0];
+  *perm = static_cast<const mx::Transpose &>(x.primitive()).state();
+  return perm->size() == static_cast<size_t>(x.ndim());
+}
+
+static std::vector<int> inverse_perm(const std::vector<int> &p) {
+  std::vector<int> q(p.size());
+  for (size_t i = 0; i < p.size(); i++) q[p[i]] = static_cast<int>(i);
+  return q;
+}
+
+/* b as the operand of an op on y = x's source: b's axes put in y's order (b of x's rank or less, so
+ * that it broadcasts against x); false where b is large (left in place: permuting it would move
+ * the strided reads to b rather than remove them). */
+static bool operand_for_source(const mx::array &b, const mx::array &x, const std::vector<int> &perm,
+                               mx::StreamOrDevice d, mx::array *out) {
+  if (b.ndim() > x.ndim() || b.size() * 4 > x.size()) return false;
+  if (b.ndim() == 0) return *out = b, true;
+  mx::Shape shape(x.ndim() - b.ndim(), 1);
+  shape.insert(shape.end(), b.shape().begin(), b.shape().end());
+  *out = mx::transpose(mx::reshape(b, shape, d), inverse_perm(perm), d);
+  return true;
+}
+
+/* op(a, b) with a transposed view sunk: both views of one permutation, or one view and a small
+ * operand; false where neither applies. */
+static bool binary_sunk(const mlxb_scope *s, mlxb_binary_op op, const mx::array &a, const mx::array &b,
+                        mx::StreamOrDevice d, mx::array *out) {
+  mx::array ya = a, yb = b;
+  std::vector<int> pa, pb;
+  bool ta = transposed_view(s, a, &ya, &pa), tb = transposed_view(s, b, &yb, &pb);
+  if (ta && tb && pa == pb && a.ndim() == b.ndim()) {
+    *out = mx::transpose(binary_apply(op, ya, yb, d), pa, d);
+    return true;
+  }
+  mx::array other = a;
+  if (ta && !tb && operand_for_source(b, a, pa, d, &other)) {
+    *out = mx::transpose(binary_apply(op, ya, other, d), pa, d);
+    return true;
+  }
+  if (tb && !ta && operand_for_source(a, b, pb, d, &other)) {
+    *out = mx::transpose(binary_apply(op, other, yb, d), pb, d);
+    return true;
+  }
+  return false;
+}
+
 /* ---- elementwise ------------------------------------------------------------------------- */
 
 mlxb_array *mlxb_unary(mlxb_scope *s, mlxb_unary_op op, const mlxb_array *x) {
-  return guard(s, "mlxb_unary", [&] { return unary_apply(op, arr(x), scope_dev(s)); });
+  return guard(s, "mlxb_unary", [&] {
+    mx::array src = arr(x);
+    std::vector<int> perm;
+    if (transposed_view(s, arr(x), &src, &perm)) return mx::transpose(unary_apply(op, src, scope_dev(s)), perm, scope_dev(s));
+    return unary_apply(op, arr(x), scope_dev(s));
+  });
 }
 
 mlxb_array *mlxb_binary(mlxb_scope *s, mlxb_binary_op op, const mlxb_array *a, const mlxb_array *b) {
-  return guard(s, "mlxb_binary", [&] { return binary_apply(op, arr(a), arr(b), scope_dev(s)); });
+  return guard(s, "mlxb_binary", [&] {
+    mx::array sunk = arr(a);
+    if (binary_sunk(s, op, arr(a), arr(b), scope_dev(s), &sunk)) return sunk;
+    return binary_apply(op, arr(a), arr(b), scope_dev(s));
+  });
 }
 
 mlxb_array *mlxb_where(mlxb_scope *s, const mlxb_array *cond, const mlxb_array *a, const mlxb_array *b) {
@@ -766,7 +838,19 @@ mlxb_array *mlxb_transpose(mlxb_scope *s, const mlxb_array *x, const int *perm, 
   return guard(s, "mlxb_transpose", [&] {
     const mx::array &in = arr(x);
     if (!perm && n == 0) return mx::transpose(in, dtype_dev(s, in.dtype()));
-    return mx::transpose(in, to_ints(perm, n), dtype_dev(s, in.dtype()));
+    std::vector<int> axes = to_ints(perm, n), inner;
+    mx::array src = in;
+    if (static_cast<size_t>(n) == in.ndim() && transposed_view(s, in, &src, &inner)) { /* a transpose of a transpose: one, or none */
+      std::vector<int> composed(axes.size());
+      bool identity = true;
+      for (size_t i = 0; i < axes.size(); i++) {
+        if (axes[i] < 0 || axes[i] >= n) throw bridge_error("transpose: axis out of range");
+        composed[i] = inner[axes[i]];
+        identity = identity && composed[i] == static_cast<int>(i);
+      }
+      return identity ? src : mx::transpose(src, composed, dtype_dev(s, in.dtype()));
+    }
+    return mx::transpose(in, axes, dtype_dev(s, in.dtype()));
   });
 }
 
@@ -787,7 +871,21 @@ mlxb_array *mlxb_squeeze(mlxb_scope *s, const mlxb_array *x, const int *axes, in
 }
 
 mlxb_array *mlxb_concat(mlxb_scope *s, const mlxb_array *const *xs, int n, int axis) {
-  return guard(s, "mlxb_concat", [&] { return mx::concatenate(to_arrays(xs, n), axis, scope_dev(s)); });
+  return guard(s, "mlxb_concat", [&] {
+    std::vector<mx::array> parts = to_arrays(xs, n), sources;
+    std::vector<int> perm, other;
+    for (const auto &p : parts) { /* every part a view of one permutation: concatenate the sources */
+      mx::array src = p;
+      if (!transposed_view(s, p, &src, &other) || (!perm.empty() && other != perm)) break;
+      perm = other;
+      sources.push_back(src);
+    }
+    int rank = parts.empty() ? 0 : parts[0].ndim();
+    if (!parts.empty() && sources.size() == parts.size() && axis >= -rank && axis < rank)
+      return mx::transpose(mx::concatenate(sources, perm[axis < 0 ? axis + rank : axis], scope_dev(s)), perm,
+                           scope_dev(s));
+    return mx::concatenate(parts, axis, scope_dev(s));
+  });
 }
 
 mlxb_array *mlxb_stack(mlxb_scope *s, const mlxb_array *const *xs, int n, int axis) {
@@ -816,6 +914,17 @@ mlxb_array *mlxb_slice(mlxb_scope *s, const mlxb_array *x, const int64_t *start,
   return guard(s, "mlxb_slice", [&] {
     const mx::array &in = arr(x);
     slice_plan p = slice_plan_make(in, start, stop, strides);
+    mx::array src = in;
+    std::vector<int> perm;
+    if (transposed_view(s, in, &src, &perm)) { /* the source sliced on the matching axes, then transposed */
+      slice_plan q = p;
+      for (size_t i = 0; i < perm.size(); i++)
+        q.start[perm[i]] = p.start[i], q.stop[perm[i]] = p.stop[i], q.strides[perm[i]] = p.strides[i];
+      for (auto &axis : q.flip_axes) axis = perm[axis];
+      mx::array out = mx::slice(src, q.start, q.stop, q.strides, scope_dev(s));
+      if (!q.flip_axes.empty()) out = mx::flip(out, q.flip_axes, scope_dev(s));
+      return mx::transpose(out, perm, scope_dev(s));
+    }
     mx::array out = mx::slice(in, p.start, p.stop, p.strides, scope_dev(s));
     if (!p.flip_axes.empty()) out = mx::flip(out, p.flip_axes, scope_dev(s));
     return out;

@@ -296,6 +296,27 @@ static bool claim_conv(claim_ctx *c, const op_def *def) {
 
 /* Conv's result with its bias, channels first, in the type it is computed in (float32 for half
  * inputs); NULL on failure. */
+/* A constant weight, channels-last in its compute type, made once at Compile: otherwise each Run
+ * transposes it and the convolution copies the transposed view. */
+typedef struct conv_prepared {
+  mlxb_array *weight;
+} conv_prepared;
+
+static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
+  static const int weight_input[] = {1};
+  mlxb_array *w = op_input(c, 1);
+  if (!w || !op_inputs_const(c, weight_input, 1)) return 0;
+  int rank = mlxb_ndim(w);
+  if (rank < 3 || rank > CONV_MAX_RANK) return 0; /* the lowering reports it */
+  mlxb_scope *s = op_scope(c);
+  mlxb_dtype t = mlxb_type(w); /* the claim asks the input's dtype of it */
+  conv_prepared *kept = malloc(sizeof *kept);
+  if (!kept) return op_fail(c, "out of memory");
+  *state = kept;
+  kept->weight = op_prepare_keep(c, mlxb_astype(s, conv_move_channels(s, w, true), conv_is_half(t) ? MLXB_F32 : t));
+  return kept->weight ? 0 : -1;
+}
+
 static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
@@ -304,7 +325,8 @@ static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
   mlxb_dtype t = mlxb_type(x), ct = conv_is_half(t) ? MLXB_F32 : t;
   *compute_type = ct;
   mlxb_array *xl = mlxb_astype(s, conv_move_channels(s, x, true), ct);
-  mlxb_array *wl = mlxb_astype(s, conv_move_channels(s, w, true), ct);
+  const conv_prepared *kept = op_prepared(c);
+  mlxb_array *wl = kept ? kept->weight : mlxb_astype(s, conv_move_channels(s, w, true), ct);
   int64_t ones[CONV_MAX_SP] = {1, 1, 1};
   mlxb_array *y = conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
   y = conv_add_bias(c, y, 2, ct, g.m);
@@ -753,7 +775,7 @@ static int lower_causal_conv(op_ctx *c, const op_def *def) {
 
 static const op_def defs[] = {
     OP_ROW("", "Conv", 1, 22, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_CONV, .claim = claim_conv,
-           .lower = lower_conv,
+           .lower = lower_conv, .prepare = prepare_conv, .release = free,
            .doc = "1-D to 3-D; group, dilations, strides, pads, auto_pad NOTSET/VALID/SAME_UPPER/SAME_LOWER, "
                   "optional bias, weight constant or runtime; float16/bfloat16 computed in float32; 4-D+ spatial "
                   "declined (MLX)"),
