@@ -244,6 +244,11 @@ if step changed; then
   # 2026-12-05 (later): the CPU recurrence and unary primitives (CPU sessions there; the GPU keeps
   # the unrolled RNN form: both forms against ORT)
   pytest_q 200 -n 8 tests/test_cpu_unary.py tests/test_ops_rnn.py
+  # 2026-12-05 (third session, no GPU lent): the CPU decode primitives and GEMV sets (skipped where
+  # the default device is the GPU; the bridge step's test_decode_step checks the CUDA kernels against
+  # its references), the transpose sinking (CPU scopes only: the GPU runs the same graphs unsunk)
+  pytest_q 200 -n 8 tests/test_cpu_decode.py tests/test_layout_sinking.py tests/test_ops_contrib_quant.py \
+    tests/test_ops_contrib_norm.py
 fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)
