@@ -6,6 +6,7 @@ process per switch: which form ran is read from the op histogram. tests/c/test_b
 primitives' clamping of hostile lengths and positions against a reference of its own."""
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ SELECTION = ["tests/test_ops_attention.py", "tests/test_ops_contrib_norm.py", "-
 PRIMITIVES = ("EpCpuDecodeAttention", "EpCpuKvAppend", "EpCpuRmsNorm")
 
 
+@functools.lru_cache(maxsize=None)
 def default_device_is_cpu() -> bool:
     """The parity tests run on the EP's default device: MLX's GPU where there is one (the CUDA kernels
     run there instead, scripts/gpu_check.sh)."""

@@ -541,7 +541,10 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   if (op_check(c)) return -1;
   bool int8_path = mnb_uses_int8(&a, b_const, has_gidx, op_input_dtype(c, MNB_ZP));
   int64_t rows = (int64_t)mlxb_size(x) / a.k;
-  if (rows <= MNB_GEMV_MAX_ROWS && !int8_path && !has_gidx && !op_has_input(c, MNB_BIAS)) {
+  /* on the CPU the sets task takes any number of rows (more than one: tiles and BLAS), so a prompt's
+   * siblings, bias Adds and gated MLP are one task too */
+  bool cpu_sets = mlxb_scope_device(s) == MLXB_DEVICE_CPU && mlxb_qgemv_available(s, t, (int)a.bits, mnb_group(&a));
+  if ((rows <= MNB_GEMV_MAX_ROWS || cpu_sets) && !int8_path && !has_gidx && !op_has_input(c, MNB_BIAS)) {
     mlxb_array *y = mnb_output_ahead(c, &a, pad_last(s, x, kp), out_dims, rank);
     if (y) return op_set_output(c, 0, y);
     if (op_check(c)) return -1;
