@@ -512,6 +512,14 @@ mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w,
 #endif
 }
 
+void cpu_parallel_for(int64_t n, void (*fn)(const void *ctx, int64_t lo, int64_t hi), const void *ctx) {
+#if defined(EP_CPU_KERNELS)
+  column_pool::get().run(n, fn, ctx);
+#else
+  fn(ctx, 0, n);
+#endif
+}
+
 bool cpu_qgemv_sets_takes(const mlxb_scope *s, mx::Dtype t, int bits, int group) {
 #if defined(EP_CPU_KERNELS)
   static const bool on = env_switch_on("ORT_EP_MLX_CPU_GEMV");

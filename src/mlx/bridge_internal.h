@@ -346,6 +346,12 @@ bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w
 mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                     const mx::array &biases, int group);
 
+/* fn over [0, n) shared out between the calling thread and the CPU GEMV's helper threads
+ * (bridge_cpu_qgemv.cpp: each part a contiguous range, the caller's the first; under 256 units, or
+ * without helpers, the caller alone), returning when every part is done. For tasks on MLX's CPU
+ * stream; one such call at a time runs, others wait. */
+void cpu_parallel_for(int64_t n, void (*fn)(const void *ctx, int64_t lo, int64_t hi), const void *ctx);
+
 /* Up to three sets of 4-bit weights (w, scales, biases each, in `sets`) times one float32 x [..., K]
  * in one CPU task, each output optionally plus a bias [N] in float32, and with swiglu the gated
  * MLP's activation after two sets (bridge_cpu_qgemv.cpp): mlxb_qgemv_sets' and mlxb_qgemv_swiglu's
