@@ -11,9 +11,7 @@
  *
  * Lengths and positions are data: each is clamped before it reaches an address, as the CUDA
  * kernels do. ORT_EP_MLX_CPU_DECODE=0 keeps the composed forms. */
-#include "mlx/bridge_internal.h"
-
-#include "mlx/backend/cpu/encoder.h"
+#include "mlx/bridge_cpu_task.h"
 #include "mlx/primitives.h"
 
 #include <algorithm>
@@ -36,14 +34,9 @@ class cpu_task : public mx::Primitive {
       : mx::Primitive(stream), name_(name), p_(p), fn_(fn) {}
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
-    for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto &encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto &in : inputs) encoder.set_input_array(in);
-    for (auto &out : outputs) encoder.set_output_array(out);
-    std::vector<mx::array> ins, outs;
-    for (const auto &in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
-    for (const auto &out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
-    encoder.dispatch([p = p_, fn = fn_, ins = std::move(ins), outs = std::move(outs)]() mutable { fn(p, ins, outs); });
+    cpu_task_arrays held;
+    auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
+    encoder.dispatch([p = p_, fn = fn_, held = std::move(held)]() mutable { fn(p, held.ins, held.outs); });
   }
 
   void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {

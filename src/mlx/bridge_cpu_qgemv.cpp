@@ -17,9 +17,7 @@
  *
  * The work is enqueued on MLX's CPU stream like MLX's own CPU ops (its command encoder), holding
  * its input arrays until it has run. */
-#include "mlx/bridge_internal.h"
-
-#include "mlx/backend/cpu/encoder.h"
+#include "mlx/bridge_cpu_task.h"
 #include "mlx/primitives.h"
 
 #include <algorithm>
@@ -407,16 +405,11 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
     int64_t tile_cols = 0;
     for (int i = 0; many_rows && i < sets_; i++) tile_cols = std::max(tile_cols, tile_columns(inputs[1 + 3 * i].shape(0), k));
     std::shared_ptr<float[]> tile(many_rows ? new float[tile_cols * k] : nullptr);
-    for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto &encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto &in : inputs) encoder.set_input_array(in);
-    for (auto &out : outputs) encoder.set_output_array(out);
-    std::vector<mx::array> ins, outs;
-    for (const auto &in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
-    for (const auto &out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
-    encoder.dispatch([ins = std::move(ins), outs = std::move(outs), sets = sets_, group = group_, biased = biased_,
-                      swiglu = swiglu_, tile, tile_cols]() mutable {
-      run(ins, outs, sets, group, biased, swiglu, tile.get(), tile_cols);
+    cpu_task_arrays held;
+    auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
+    encoder.dispatch([held = std::move(held), sets = sets_, group = group_, biased = biased_, swiglu = swiglu_, tile,
+                      tile_cols]() mutable {
+      run(held.ins, held.outs, sets, group, biased, swiglu, tile.get(), tile_cols);
     });
   }
 

@@ -12,9 +12,7 @@
  * only compared with the step index: no value read from them reaches an address.
  *
  * The GPU keeps the unrolled form (MLX's compiled GPU programs do not pay a task per operation). */
-#include "mlx/bridge_internal.h"
-
-#include "mlx/backend/cpu/encoder.h"
+#include "mlx/bridge_cpu_task.h"
 #include "mlx/primitives.h"
 
 #include <algorithm>
@@ -315,15 +313,12 @@ class ep_cpu_recurrence : public mx::Primitive {
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
     const mx::array &xw = inputs[0];
     recurrence_task task{r_, xw.shape(0), xw.shape(1), inputs[1].shape(1)};
-    for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto &encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto &in : inputs) encoder.set_input_array(in);
-    for (auto &out : outputs) encoder.set_output_array(out);
-    std::vector<mx::array> ins, outs;
-    for (const auto &in : inputs) ins.push_back(mx::array::unsafe_weak_copy(in));
-    for (const auto &out : outputs) outs.push_back(mx::array::unsafe_weak_copy(out));
-    encoder.dispatch([task, ins = std::move(ins), outs = std::move(outs), peep = has_peep_, lens = has_lens_,
-                      rbh = has_rbh_, want_y = want_y_]() mutable {
+    cpu_task_arrays held;
+    auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
+    encoder.dispatch([task, held = std::move(held), peep = has_peep_, lens = has_lens_, rbh = has_rbh_,
+                      want_y = want_y_]() mutable {
+      auto &ins = held.ins;
+      auto &outs = held.outs;
       size_t o = 0;
       float *y = want_y ? outs[o++].data<float>() : nullptr;
       float *h = outs[o++].data<float>();
