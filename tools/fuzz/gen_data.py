@@ -582,7 +582,8 @@ def b_gqa(g: Gen, op):
     """com.microsoft GroupQueryAttention after a past of P rows: seqlens_k (each batch's length - 1)
     and total_sequence_length read at Run; another valid pattern of lengths, or a hostile one."""
     b, kv = int(g.rng.integers(1, 3)), int(g.rng.integers(1, 3))
-    heads, h, past, sq = kv * int(g.rng.integers(1, 3)), 8, int(g.rng.integers(1, 6)), int(g.rng.integers(1, 3))
+    rotary = g.rng.random() < 0.5   # ORT's rotary takes head sizes of a multiple of 16
+    heads, h, past, sq = kv * int(g.rng.integers(1, 3)), 16 if rotary else 8, int(g.rng.integers(1, 6)), int(g.rng.integers(1, 3))
     total = past + sq
     q = g.feed("float32", (b, sq, heads * h))
     k, v = g.feed("float32", (b, sq, kv * h)), g.feed("float32", (b, sq, kv * h))
@@ -593,9 +594,18 @@ def b_gqa(g: Gen, op):
     lens = draw()
     sin_ = size_feed(g, lens, spoil(g, draw(), [total, -1, 2**31 - 1, -(2**31)]), "int32", const_p=0)
     tin = size_feed(g, np.array(total), np.array(g.choice([total, total, 0, -1, total + 1])), "int32", const_p=0.2)
-    g.node(op, [q, k, v, pk, pv, sin_, tin], [("float32", (b, sq, heads * h)), ("float32", (b, kv, total, h)),
-                                            ("float32", (b, kv, total, h))], domain="com.microsoft",
-           num_heads=heads, kv_num_heads=kv)
+    ins, attrs = [q, k, v, pk, pv, sin_, tin], {"num_heads": heads, "kv_num_heads": kv}
+    if rotary:   # from caches of fewer or more rows than the positions reach
+        rows, half = int(g.rng.integers(1, total + 3)), h // 2   # ORT's: a multiple of 8 up to h / 2
+        ins += [g.const(np.cos(np.arange(rows * half, dtype=np.float32) * 0.1).reshape(rows, half), "float32"),
+                g.const(np.sin(np.arange(rows * half, dtype=np.float32) * 0.1).reshape(rows, half), "float32")]
+        attrs.update(do_rotary=1, rotary_interleaved=int(g.rng.integers(0, 2)))
+    if g.rng.random() < 0.3:
+        attrs["local_window_size"] = int(g.rng.integers(1, total + 1))
+    if g.rng.random() < 0.2:
+        attrs["softcap"] = float(g.choice([0.5, 2.0, 30.0]))
+    g.node(op, ins, [("float32", (b, sq, heads * h)), ("float32", (b, kv, total, h)),
+                     ("float32", (b, kv, total, h))], domain="com.microsoft", **attrs)
     return True
 
 

@@ -282,6 +282,21 @@ def _layernorm_constant_row(spec, n) -> bool:
     return bool(flat.any())
 
 
+def _sequence_gets_empty(spec):
+    """Whether an empty tensor enters a sequence: inserted (a feed or constant with a 0 in its shape) or
+    split off (a SplitToSequence split of 0)."""
+    tensors = {t["name"]: t for t in spec["inputs"] + spec["inits"]}
+    for n in spec["nodes"]:
+        ins = n["inputs"]
+        if n["op"] == "SequenceInsert" and len(ins) > 1 and ins[1] in tensors and 0 in tensors[ins[1]]["shape"]:
+            return True
+        if n["op"] == "SplitToSequence" and len(ins) > 1 and ins[1] in tensors:
+            t = tensors[ins[1]]
+            if 0 in t["data"] or 0 in t.get("alt", t["data"]):
+                return True
+    return False
+
+
 def explain(spec, res):
     """A known cause for a minimised failure, or None. Each is a place where ORT's CPU EP departs
     from the ONNX spec (checked against the spec's shape inference or NumPy) or a documented
@@ -322,6 +337,11 @@ def explain(spec, res):
             if a is not None and b is not None and mismatch and len(a) >= 1 and a[-1] == 0:
                 return ("ORT bug: MatMul with an empty inner dimension (K = 0) leaves ORT's output "
                         "uninitialised (the sum of nothing is 0, as the EP gives)")
+        if (op == "GroupQueryAttention" and res["class"] == "one-sided" and "ORT errors" in detail
+                and "shall not be less than total_sequence_length" in detail):
+            return ("GroupQueryAttention: ORT refuses a total_sequence_length past the rotary caches' rows even where "
+                    "every position it rotates is inside them; the EP checks the positions (docs/OPERATORS.md: "
+                    "decode buckets pad that length)")
         if op == "Pow" and mismatch:
             base, ex = _tensor(spec, ins[0]), _tensor(spec, ins[1])
             if base and ex and base["dtype"] in INT_RANGE and ex["dtype"] in INT_RANGE:
@@ -389,7 +409,7 @@ def explain(spec, res):
                     "allocation planner reuses a buffer of that shape, so a total_sequence_length past the past's "
                     "length (a longer present, which its kernel computes) fails in ORT's framework, not its kernel")
         if op == "ConcatFromSequence" and res["class"] == "one-sided" and "EP errors" in detail and \
-                re.search(r"has dimension \d+ = 0,|tensor \d+ has 0\b", detail):
+                (re.search(r"has dimension \d+ = 0,|tensor \d+ has 0\b", detail) or _sequence_gets_empty(spec)):
             return ("ORT bug: ConcatFromSequence, like Concat, does not check an empty tensor's dims against the "
                     "others' (ONNX requires them equal): [1, 1, 5] and [1, 0, 5] on axis 0 gives ORT a [2, 1, 5] "
                     "output whose second row is never written; the EP refuses the mismatch")
