@@ -4,6 +4,8 @@ MLX's kernels (ORT_EP_MLX_CPU_UNARY=0), special values included, except Exp past
 MLX's kernel gives infinity or zero and ours the value ORT gives; Tanh is within 2 ulp of float64's
 tanh (MLX's kernel is libm's tanhf); all four give ORT's CPU EP's values within float32 tolerances
 (rtol 1e-5, atol 1e-6: different approximations of each function; the same infinities and NaNs).
+Softmax over the last axis (EpCpuSoftmax) gives MLX's kernel's bits too, on rows with NaN, infinities,
+only -inf, signed zeros, of widths around the eight lanes, and ORT's values within the same tolerances.
 Which kernel ran is read from the op histogram of a fresh process per switch. `make check-vmath`
 runs every float32 through the same functions."""
 from __future__ import annotations
@@ -54,14 +56,38 @@ PROBE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np
-from test_cpu_unary import OPS, model, values
+from test_cpu_unary import OPS, SOFTMAX_WIDTHS, model, softmax_model, softmax_values, values
 from parity import run_mlx_each
 out = {}
 for op in OPS:
     runs = [got.tobytes().hex() for (got,) in run_mlx_each(model(op), {"x": values()}, options={"device": "cpu"})]
     out[op] = runs
+for m in SOFTMAX_WIDTHS:
+    x = softmax_values(m)
+    runs = [got.tobytes().hex() for (got,) in run_mlx_each(softmax_model(x), {"x": x}, options={"device": "cpu"})]
+    out[f"Softmax{m}"] = runs
 print("RESULT " + json.dumps(out))
 """
+
+SOFTMAX_WIDTHS = (5, 8, 37, 300)
+
+
+def softmax_values(m: int) -> np.ndarray:
+    """Rows of m for Softmax: ordinary, wide and tiny ranges, and rows holding NaN, +inf, -inf, only
+    -inf, one value repeated, signed zeros."""
+    rng = np.random.default_rng(m)
+    rows = [rng.standard_normal(m) * 3, rng.uniform(-100, 100, m), rng.standard_normal(m) * 1e-6,
+            np.full(m, 7.5), np.full(m, -np.inf), np.where(np.arange(m) % 2 == 0, 0.0, -0.0)]
+    for special in (np.nan, np.inf, -np.inf, 1e30):
+        row = rng.standard_normal(m)
+        row[m // 2] = special
+        rows.append(row)
+    return np.stack(rows).astype(np.float32)
+
+
+def softmax_model(x: np.ndarray) -> bytes:
+    return make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", TensorProto.FLOAT, list(x.shape))],
+                      [("y", TensorProto.FLOAT, list(x.shape))])
 
 
 def probe(switch: str):
@@ -92,6 +118,22 @@ def test_same_bits_as_mlx():
                 assert (b[wide & (x[0] > 0)] == np.inf).all() and (b[wide & (x[0] < 0)] == 0).all()
                 same |= wide
             assert same.all(), f"{op} run {run + 1}: the loop's bits differ from MLX's kernel at {np.flatnonzero(~same)[:5]}"
+    assert any("EpCpuSoftmax" in line for line in ours_ops), ours_ops
+    for m in SOFTMAX_WIDTHS:
+        for run, (a, b) in enumerate(zip(ours[f"Softmax{m}"], mlx[f"Softmax{m}"])):
+            a = np.frombuffer(bytes.fromhex(a), np.float32)
+            b = np.frombuffer(bytes.fromhex(b), np.float32)
+            same = (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
+            assert same.all(), f"Softmax over {m} run {run + 1}: differs from MLX's kernel at {np.flatnonzero(~same)[:5]}"
+
+
+@pytest.mark.parametrize("m", SOFTMAX_WIDTHS)
+def test_softmax_against_cpu_ep(m):
+    x = softmax_values(m)
+    (want,) = run_cpu(softmax_model(x), {"x": x})
+    for run, (got,) in enumerate(run_mlx_each(softmax_model(x), {"x": x}, options={"device": "cpu"})):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"run {run + 1}: NaN")
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"run {run + 1}")
 
 
 def float32_ulp(v: np.ndarray) -> np.ndarray:

@@ -812,7 +812,9 @@ mlxb_array *mlxb_cumulative(mlxb_scope *s, mlxb_reduce_op op, const mlxb_array *
 mlxb_array *mlxb_softmax(mlxb_scope *s, const mlxb_array *x, const int *axes, int naxes, bool precise) {
   return guard(s, "mlxb_softmax", [&] {
     const mx::array &in = arr(x);
-    return mx::softmax(in, reduce_axes(in, axes, naxes), precise, scope_dev(s));
+    std::vector<int> ax = reduce_axes(in, axes, naxes);
+    if (cpu_softmax_takes(in, ax, scope_dev(s))) return cpu_softmax(in, scope_dev(s));
+    return mx::softmax(in, ax, precise, scope_dev(s));
   });
 }
 

@@ -10,9 +10,7 @@
  * values): there it is MLX's exp(x / 2) squared, which overflows or underflows where exp(x) does.
  * Tanh is within 2 ulp of the true value (libm's, MLX's, within 1). CPUs without AVX2 and FMA and
  * other dtypes keep MLX's kernels; ORT_EP_MLX_CPU_UNARY=0 keeps them everywhere. */
-#include "mlx/bridge_internal.h"
-
-#include "mlx/backend/cpu/encoder.h"
+#include "mlx/bridge_cpu_task.h"
 #include "mlx/primitives.h"
 
 #include <cstring>
@@ -24,34 +22,43 @@ namespace {
 
 #if defined(__x86_64__) && !defined(__APPLE__)
 
+/* op over every element, or (softmax) MLX's softmax over rows of the last axis */
 class ep_cpu_unary : public mx::Primitive {
  public:
-  ep_cpu_unary(mx::Stream stream, mlxb_unary_op op) : mx::Primitive(stream), op_(op) {}
+  ep_cpu_unary(mx::Stream stream, mlxb_unary_op op, bool softmax) : mx::Primitive(stream), op_(op), softmax_(softmax) {}
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
-    mx::array &out = outputs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto &encoder = mx::cpu::get_command_encoder(stream());
-    encoder.set_input_array(inputs[0]);
-    encoder.set_output_array(out);
-    encoder.dispatch([in = mx::array::unsafe_weak_copy(inputs[0]), out = mx::array::unsafe_weak_copy(out),
-                      op = op_]() mutable { cpu_vmath(op, in.data<float>(), out.data<float>(), out.size()); });
+    cpu_task_arrays held;
+    auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
+    encoder.dispatch([held = std::move(held), op = op_, softmax = softmax_]() mutable {
+      const mx::array &in = held.ins[0];
+      mx::array &out = held.outs[0];
+      if (!softmax) return cpu_vmath(op, in.data<float>(), out.data<float>(), out.size());
+      const int64_t m = in.shape(-1);
+      cpu_softmax_rows(in.data<float>(), out.data<float>(), static_cast<int64_t>(in.size()) / m, m);
+    });
   }
 
   void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
-    throw std::runtime_error("EpCpuUnary: a CPU kernel has no GPU form");
+    throw std::runtime_error(std::string(name()) + ": a CPU kernel has no GPU form");
   }
 
-  const char *name() const override { return "EpCpuUnary"; }
+  const char *name() const override { return softmax_ ? "EpCpuSoftmax" : "EpCpuUnary"; }
 
   bool is_equivalent(const mx::Primitive &other) const override {
     auto *o = dynamic_cast<const ep_cpu_unary *>(&other);
-    return o && o->op_ == op_;
+    return o && o->op_ == op_ && o->softmax_ == softmax_;
   }
 
  private:
   mlxb_unary_op op_;
+  bool softmax_;
 };
+
+bool cpu_kernels_on() {
+  static const bool on = env_switch_on("ORT_EP_MLX_CPU_UNARY") && cpu_vmath_available();
+  return on;
+}
 
 #endif
 
@@ -59,8 +66,7 @@ class ep_cpu_unary : public mx::Primitive {
 
 bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d) {
 #if defined(__x86_64__) && !defined(__APPLE__)
-  static const bool on = env_switch_on("ORT_EP_MLX_CPU_UNARY") && cpu_vmath_available();
-  if (!on || !cpu_vmath_has(op) || x.dtype() != mx::float32) return false;
+  if (!cpu_kernels_on() || !cpu_vmath_has(op) || x.dtype() != mx::float32) return false;
   return mx::to_stream(d).device == mx::Device::cpu;
 #else
   (void)op, (void)x, (void)d;
@@ -71,9 +77,30 @@ bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d)
 mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d) {
 #if defined(__x86_64__) && !defined(__APPLE__)
   mx::Stream stream = mx::to_stream(d);
-  return mx::array(x.shape(), mx::float32, std::make_shared<ep_cpu_unary>(stream, op), {row_major(x, d)});
+  return mx::array(x.shape(), mx::float32, std::make_shared<ep_cpu_unary>(stream, op, false), {row_major(x, d)});
 #else
   (void)op, (void)d;
+  return x;
+#endif
+}
+
+bool cpu_softmax_takes(const mx::array &x, const std::vector<int> &axes, mx::StreamOrDevice d) {
+#if defined(__x86_64__) && !defined(__APPLE__)
+  if (!cpu_kernels_on() || x.dtype() != mx::float32 || x.ndim() < 1 || x.size() == 0 || axes.size() != 1) return false;
+  int axis = axes[0] < 0 ? axes[0] + static_cast<int>(x.ndim()) : axes[0];
+  return axis == static_cast<int>(x.ndim()) - 1 && mx::to_stream(d).device == mx::Device::cpu;
+#else
+  (void)x, (void)axes, (void)d;
+  return false;
+#endif
+}
+
+mx::array cpu_softmax(const mx::array &x, mx::StreamOrDevice d) {
+#if defined(__x86_64__) && !defined(__APPLE__)
+  return mx::array(x.shape(), mx::float32, std::make_shared<ep_cpu_unary>(mx::to_stream(d), MLXB_EXP, true),
+                   {row_major(x, d)});
+#else
+  (void)d;
   return x;
 #endif
 }

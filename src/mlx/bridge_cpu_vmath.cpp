@@ -121,6 +121,46 @@ VMATH_TARGET void apply(const float *in, float *out, size_t n) {
 
 } // namespace
 
+/* MLX's CPU softmax over rows of m (mlx/backend/cpu/softmax.cpp with one lane, as on x86): the
+ * maximum (NaN if any is NaN), e = exp(x - max) with MLX's exp, their sum added in order, then each e
+ * times 1 / sum. Only the maximum and the exponentials take eight lanes; the sum keeps MLX's order,
+ * so every output is MLX's, bit for bit. The exponentials go to out first. */
+VMATH_TARGET void cpu_softmax_rows(const float *in, float *out, int64_t rows, int64_t m) {
+  for (int64_t r = 0; r < rows; r++, in += m, out += m) {
+    __m256 vmax = _mm256_set1_ps(-INFINITY), vnan = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+      const __m256 x = _mm256_loadu_ps(in + i);
+      vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+      vmax = _mm256_max_ps(vmax, x);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float maximum = -INFINITY;
+    bool nan = _mm256_movemask_ps(vnan) != 0;
+    for (float v : lanes) maximum = v > maximum ? v : maximum;
+    for (; i < m; i++) {
+      nan = nan || std::isnan(in[i]);
+      maximum = in[i] > maximum ? in[i] : maximum;
+    }
+    if (nan) maximum = NAN;
+    const __m256 vm = _mm256_set1_ps(maximum);
+    for (i = 0; i + 8 <= m; i += 8) _mm256_storeu_ps(out + i, exp_mlx(_mm256_sub_ps(_mm256_loadu_ps(in + i), vm)));
+    if (i < m) {
+      float tail[8] = {0};
+      for (int64_t j = i; j < m; j++) tail[j - i] = in[j] - maximum;
+      _mm256_storeu_ps(tail, exp_mlx(_mm256_loadu_ps(tail)));
+      for (int64_t j = i; j < m; j++) out[j] = tail[j - i];
+    }
+    float normalizer = 0.0f;
+    for (i = 0; i < m; i++) normalizer += out[i];
+    normalizer = 1 / normalizer;
+    const __m256 vn = _mm256_set1_ps(normalizer);
+    for (i = 0; i + 8 <= m; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(out + i), vn));
+    for (; i < m; i++) out[i] *= normalizer;
+  }
+}
+
 bool cpu_vmath_available() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok;
@@ -139,6 +179,9 @@ void cpu_vmath(mlxb_unary_op op, const float *in, float *out, size_t n) {
 
 #else
 
+void cpu_softmax_rows(const float *, float *out, int64_t rows, int64_t m) {
+  for (int64_t i = 0; i < rows * m; i++) out[i] = NAN;
+}
 bool cpu_vmath_available() { return false; }
 void cpu_vmath(mlxb_unary_op, const float *, float *out, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = NAN;

@@ -364,6 +364,9 @@ std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, c
  * without its calls into libm's fmaf (bridge_cpu_unary.cpp). takes() says whether it applies. */
 bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
 mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
+/* The same for a float32 softmax over the last axis (EpCpuSoftmax): MLX's result, bit for bit. */
+bool cpu_softmax_takes(const mx::array &x, const std::vector<int> &axes, mx::StreamOrDevice d);
+mx::array cpu_softmax(const mx::array &x, mx::StreamOrDevice d);
 
 /* The decode step's shared helpers (bridge_kernels.cpp), for its CUDA kernels and its CPU
  * primitives (bridge_cpu_decode.cpp) alike: a small offset as a kernel parameter (throws past
@@ -402,6 +405,9 @@ std::pair<mx::array, mx::array> cpu_rms_norm(const mlxb_scope *s, const mx::arra
 bool cpu_vmath_available();
 bool cpu_vmath_has(mlxb_unary_op op);
 void cpu_vmath(mlxb_unary_op op, const float *in, float *out, size_t n);
+/* MLX's CPU softmax of float32 rows of m, bit for bit, its maximum and exponentials eight lanes at
+ * a time (same conditions as cpu_vmath). */
+void cpu_softmax_rows(const float *in, float *out, int64_t rows, int64_t m);
 
 /* Our precompiled kernels launched by a primitive of our own (bridge_launch.cpp): ready on MLX's
  * CUDA backend when its encoder's symbols and the driver are found (ORT_EP_MLX_DIRECT_LAUNCH=0:
