@@ -56,6 +56,17 @@ def test_conv(xs, ws, attrs, kind, bias):
     check("Conv", args, attrs, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 3, 2, 5), (2, 3, 2, 1), {"strides": [1, 2147483647]}),  # attribute fuzz pool, seed 451463
+    ((1, 3, 4, 5), (2, 3, 3, 3), {"strides": [2147483647, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 2, 4, 5), (2, 2, 1, 2), {"dilations": [2147483647, 1]}),  # one tap on that axis
+])
+def test_conv_int32_max_stride_and_dilation(xs, ws, attrs):
+    """A stride of INT32_MAX leaves one window per axis and a one-tap axis reads the same with any
+    dilation: ORT computes both, so does the EP (it had refused them as past 32 bits)."""
+    check("Conv", [("x", rand(xs), "feed"), ("w", rand(ws, seed=1), "init")], attrs, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("xs,ws,attrs", CONV_CASES[:6])
 def test_conv_float16(xs, ws, attrs):
     args = [("x", rand(xs, np.float16), "feed"), ("w", rand(ws, np.float16, 1), "init"),

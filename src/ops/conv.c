@@ -239,7 +239,11 @@ static mlxb_array *conv_run(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_
   int st[CONV_MAX_SP], pl[CONV_MAX_SP], ph[CONV_MAX_SP], kd[CONV_MAX_SP], id[CONV_MAX_SP];
   int64_t crop[CONV_MAX_SP] = {0};
   for (int i = 0; i < g->nsp; i++) {
-    if (!conv_fits_int(lo[i]) || !conv_fits_int(hi[i]) || !conv_fits_int(stride[i]) || !conv_fits_int(g->dil[i]) ||
+    /* A stride past the padded extent leaves one window, at 0, as the extent itself does; a kernel
+     * of one tap reads the same with any dilation: those reach MLX as such (ORT takes INT32_MAX). */
+    int64_t sv = stride[i], dv = g->k[i] == 1 ? 1 : g->dil[i], ext = mlxb_dim(x, i + 1) + lo[i] + hi[i];
+    if (in_dil[i] == 1 && ext >= 1 && sv > ext) sv = ext;
+    if (!conv_fits_int(lo[i]) || !conv_fits_int(hi[i]) || !conv_fits_int(sv) || !conv_fits_int(dv) ||
         !conv_fits_int(in_dil[i])) {
       op_fail(c, "pads, strides or dilations exceed 32 bits");
       return NULL;
@@ -255,8 +259,8 @@ static mlxb_array *conv_run(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_
     } else if (l < 0) {
       crop[i] = -l;
     }
-    st[i] = (int)stride[i], pl[i] = l < 0 ? 0 : (int)l, ph[i] = h < 0 ? 0 : (int)h;
-    kd[i] = (int)g->dil[i], id[i] = (int)in_dil[i];
+    st[i] = (int)sv, pl[i] = l < 0 ? 0 : (int)l, ph[i] = h < 0 ? 0 : (int)h;
+    kd[i] = (int)dv, id[i] = (int)in_dil[i];
   }
   mlxb_array *y = conv_call(c, x, w, g, st, pl, ph, kd, id, flip);
   for (int i = 0; i < g->nsp && y; i++) {
