@@ -9,7 +9,10 @@
  *   spread over a few threads; a row whose sums are not finite is summed term by term as written;
  * - many rows (EpCpuQGemm): tiles of about 2 MiB of weights dequantized (scale * q + bias) by the
  *   same threads, each multiplied with every row by one BLAS GEMM (src/mlx/cpu_blas.c's BLAS)
- *   while it is in the cache.
+ *   while it is in the cache;
+ * - sibling sets (EpCpuQGemvSets): up to three weight sets of one x, their bias Adds and a gated
+ *   MLP's activation, either form per set (the bridge's mlxb_qgemv_sets on a CPU scope).
+ * The threads are bridge_cpu_pool.cpp's.
  *
  * They take float32 x, 4-bit weights in MLX's affine layout (element 8w + j is nibble j of word
  * w), float32 scales and biases, groups of a multiple of 32. Anything else, and any CPU without
@@ -21,17 +24,9 @@
 #include "mlx/primitives.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <limits>
 #include <memory>
-#include <mutex>
-#include <thread>
-
-#include <sched.h>
-#include <unistd.h>
 #include <vector>
 
 /* x86-64 with the BLAS of src/mlx/cpu_blas.c (not macOS, where MLX's BLAS is Accelerate's) */
@@ -126,137 +121,6 @@ void gemv_columns_as_written(const gemv_args &a, int64_t lo, int64_t hi) {
   }
 }
 
-/* The work the pool shares out: columns [lo, hi) of one product, from a context it does not own.
- * A plain function and a pointer (not std::function): nothing to allocate inside a task. */
-using column_fn = void (*)(const void *ctx, int64_t lo, int64_t hi);
-
-/* A few threads of our own, so a product uses more than MLX's CPU stream thread: the caller takes
- * the first share and waits for the rest. One product at a time (a mutex).
- *
- * Both sides spin a little before they sleep: a decode step runs about 60 products of 20-50 us
- * each, a few microseconds apart, and waking a sleeping thread through the kernel took 5-20 us of
- * each on this project's 2-core machines (with the wakeups, 15% of a step's samples). A helper
- * spins up to HELPER_SPIN_NS for the next product (then sleeps on cv_), the caller up to
- * CALLER_SPIN_NS for the helpers' shares (then on done_cv_); both yield the core while they spin. */
-class column_pool {
- public:
-  static column_pool &get() {
-    static column_pool *pool = new column_pool(); /* never destroyed: threads outlive static teardown */
-    return *pool;
-  }
-
-  void run(int64_t n, column_fn fn, const void *ctx) {
-    int helpers = static_cast<int>(workers_.size());
-    /* a forked child has none of the helpers (fork copies the calling thread only) */
-    if (helpers == 0 || n < 256 || getpid() != owner_pid_) {
-      fn(ctx, 0, n);
-      return;
-    }
-    std::lock_guard<std::mutex> one(run_mutex_);
-    int64_t parts = helpers + 1, step = (n + parts - 1) / parts;
-    bool wake;
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      fn_ = fn;
-      ctx_ = ctx;
-      step_ = step;
-      n_ = n;
-      pending_.store(helpers, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
-      wake = sleepers_ > 0;
-    }
-    if (wake) cv_.notify_all();
-    fn(ctx, 0, std::min(n, step));
-    if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; }, CALLER_SPIN_NS)) {
-      std::unique_lock<std::mutex> lk(m_);
-      caller_sleeps_ = true;
-      done_cv_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
-      caller_sleeps_ = false;
-    }
-    std::lock_guard<std::mutex> lk(m_);
-    fn_ = nullptr;
-    ctx_ = nullptr;
-  }
-
- private:
-  enum : int64_t { HELPER_SPIN_NS = 200000, CALLER_SPIN_NS = 2000000 };
-
-  column_pool() : owner_pid_(getpid()) {
-    int helpers = std::min(usable_cores(), 8) - 1;
-    for (int i = 0; i < helpers; i++) {
-      try {
-        workers_.emplace_back([this, i] { loop(i + 1); });
-      } catch (...) {
-        break; /* fewer helpers: the product still completes */
-      }
-    }
-    for (auto &t : workers_) t.detach();
-  }
-
-  /* The cores this process may run on (its affinity mask), not the machine's. */
-  static int usable_cores() {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }
-
-  /* true once done() holds, false after about ns nanoseconds of asking */
-  template <typename Done>
-  static bool spin_until(Done done, int64_t ns) {
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0;; i++) {
-      if (done()) return true;
-      if ((i & 63) != 63) {
-#if defined(EP_CPU_KERNELS)
-        _mm_pause();
-#endif
-        continue;
-      }
-      if (std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(ns)) return false;
-      sched_yield(); /* a core's other thread (ORT's, MLX's) may need it more */
-    }
-  }
-
-  void loop(int part) {
-    uint64_t seen = 0;
-    for (;;) {
-      if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; }, HELPER_SPIN_NS)) {
-        std::unique_lock<std::mutex> lk(m_);
-        sleepers_++;
-        cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-        sleepers_--;
-      }
-      column_fn fn;
-      const void *ctx;
-      int64_t lo, hi;
-      {
-        std::lock_guard<std::mutex> lk(m_);
-        seen = generation_.load(std::memory_order_acquire);
-        fn = fn_;
-        ctx = ctx_;
-        lo = std::min(n_, part * step_);
-        hi = std::min(n_, lo + step_);
-      }
-      if (fn && lo < hi) fn(ctx, lo, hi);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
-      std::lock_guard<std::mutex> lk(m_); /* the caller sleeps only after checking pending_ under m_ */
-      if (caller_sleeps_) done_cv_.notify_one();
-    }
-  }
-
-  const pid_t owner_pid_;
-  std::vector<std::thread> workers_;
-  std::mutex run_mutex_, m_;
-  std::condition_variable cv_, done_cv_;
-  column_fn fn_ = nullptr;
-  const void *ctx_ = nullptr;
-  int64_t step_ = 0, n_ = 0;
-  std::atomic<int> pending_{0};
-  std::atomic<uint64_t> generation_{0};
-  int sleepers_ = 0;          /* under m_ */
-  bool caller_sleeps_ = false; /* under m_ */
-};
-
 void gemv_columns_of(const void *ctx, int64_t lo, int64_t hi) {
   gemv_columns(*static_cast<const gemv_args *>(ctx), lo, hi);
 }
@@ -278,7 +142,7 @@ void qgemv_4bit(const float *x, const uint32_t *w, const float *scales, const fl
     finite = finite && std::isfinite(sum);
   }
   gemv_args a{x, scales, biases, group_sums, w, y, k, group};
-  column_pool::get().run(n, finite ? gemv_columns_of : gemv_columns_as_written_of, &a);
+  cpu_parallel_for(n, finite ? gemv_columns_of : gemv_columns_as_written_of, &a);
 }
 
 /* Weight rows [lo, hi) dequantized, scale * q + bias, into dst (row n at (n - lo) * k). */
@@ -327,7 +191,7 @@ void qgemm_4bit(const float *x, const uint32_t *w, const float *scales, const fl
   for (int64_t n0 = 0; n0 < n; n0 += tile_cols) {
     const int64_t cols = std::min(tile_cols, n - n0);
     dequantize_args a{w, scales, biases, tile, n0, k, group};
-    column_pool::get().run(cols, dequantize_tile_of, &a);
+    cpu_parallel_for(cols, dequantize_tile_of, &a);
     cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, k, 1.0f, x, k, tile, k, 0.0f,
                 y + n0, (int)n);
   }
@@ -495,21 +359,13 @@ mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w,
   mx::Stream stream = mx::to_stream(dev);
   mx::Shape shape = x.shape();
   shape.back() = w.shape(0);
-  column_pool::get(); /* its threads start here, where a failure is the scope's error, not in the task */
+  cpu_pool_start(); /* its threads start here, where a failure is the scope's error, not in the task */
   std::vector<mx::array> ins = {row_major(x, dev), row_major(w, dev), row_major(scales, dev), row_major(biases, dev)};
   bool many_rows = x.size() != static_cast<size_t>(x.shape(-1));
   return mx::array(shape, mx::float32, std::make_shared<ep_cpu_qgemv>(stream, group, many_rows), std::move(ins));
 #else
   (void)s, (void)x, (void)w, (void)scales, (void)biases, (void)group;
   throw bridge_error("cpu_qgemv: x86-64 only");
-#endif
-}
-
-void cpu_parallel_for(int64_t n, void (*fn)(const void *ctx, int64_t lo, int64_t hi), const void *ctx) {
-#if defined(EP_CPU_KERNELS)
-  column_pool::get().run(n, fn, ctx);
-#else
-  fn(ctx, 0, n);
 #endif
 }
 
@@ -531,7 +387,7 @@ std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, c
   const int n_sets = static_cast<int>(sets.size() / 3);
   const int k = x.shape(-1);
   if (k / group > MAX_GROUPS) throw bridge_error("quantized GEMV: more than 8192 groups in a row");
-  column_pool::get(); /* its threads start here, where a failure is the scope's error, not in the task */
+  cpu_pool_start(); /* its threads start here, where a failure is the scope's error, not in the task */
   std::vector<mx::array> ins = {row_major(x, dev)};
   for (const auto &a : sets) ins.push_back(row_major(a, dev));
   unsigned biased = 0;

@@ -346,11 +346,14 @@ bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w
 mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                     const mx::array &biases, int group);
 
-/* fn over [0, n) shared out between the calling thread and the CPU GEMV's helper threads
- * (bridge_cpu_qgemv.cpp: each part a contiguous range, the caller's the first; under 256 units, or
+/* fn over [0, n) shared out between the calling thread and our CPU helper threads
+ * (bridge_cpu_pool.cpp: each part a contiguous range, the caller's the first; under 256 units, or
  * without helpers, the caller alone), returning when every part is done. For tasks on MLX's CPU
- * stream; one such call at a time runs, others wait. */
-void cpu_parallel_for(int64_t n, void (*fn)(const void *ctx, int64_t lo, int64_t hi), const void *ctx);
+ * stream; one such call at a time runs, others wait. cpu_pool_start starts the helpers (where a
+ * primitive is built: a failure there is the bridge's error, not a task's). */
+using column_fn = void (*)(const void *ctx, int64_t lo, int64_t hi);
+void cpu_parallel_for(int64_t n, column_fn fn, const void *ctx);
+void cpu_pool_start();
 
 /* Up to three sets of 4-bit weights (w, scales, biases each, in `sets`) times one float32 x [..., K]
  * in one CPU task, each output optionally plus a bias [N] in float32, and with swiglu the gated
