@@ -260,6 +260,11 @@ fi
 if step models; then
   STEPS=models OUT=$OUT/bench timeout 150 bench/gpu_session.sh > /tmp/gpu_runbook_models.txt 2>&1
   grep -E "median|met;|NOT met" /tmp/gpu_runbook_models.txt >> "$log"
+  # transposes sunk through elementwise work on the GPU too (CPU scopes only by default): the CNN
+  # again, the EP alone, against the row above
+  ORT_EP_MLX_SINK_TRANSPOSES=gpu timeout 60 python3 bench/run.py --device gpu --workloads squeezenet \
+    --engines mlx_ep --out "$OUT/sink_gpu.md" > /tmp/gpu_runbook_sink.txt 2>&1
+  grep -E "^\| squeezenet" "$OUT/sink_gpu.md" | sed 's/^/transposes sunk on the GPU: /' >> "$log"
 fi
 if step suite; then
   [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')

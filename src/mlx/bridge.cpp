@@ -676,16 +676,27 @@ int mlxb_read_f64(mlxb_scope *s, const mlxb_array *a, double *dst, size_t n) {
  * the view's source instead and transposed after (op(T(y)) = T(op(y)), exactly: the same values,
  * element for element), so a chain of convolutions, biases, activations and concatenations stays
  * channels-last, and the transposes between them compose to nothing. The GPU's forms are left as
- * they are (not measured there). ORT_EP_MLX_SINK_TRANSPOSES=0 turns it off. */
+ * they are (not measured there; ORT_EP_MLX_SINK_TRANSPOSES=gpu sinks on every scope, to measure it).
+ * ORT_EP_MLX_SINK_TRANSPOSES=0 turns it off. */
 
 /* x's source and permutation when x is an unevaluated transpose on a CPU scope's stream */
 static bool transposed_view(const mlxb_scope *s, const mx::array &x, mx::array *src, std::vector<int> *perm) {
-  static const bool on = env_switch_on("ORT_EP_MLX_SINK_TRANSPOSES");
-  if (!on || !is_cpu_scope(s) || !x.has_primitive() || x.inputs().size() != 1) return false;
+  static const int mode = [] { /* 0 off, 1 CPU scopes, 2 every scope ("gpu": to measure it there) */
+    const char *v = std::getenv("ORT_EP_MLX_SINK_TRANSPOSES");
+    if (!v) return 1;
+    if (!std::strcmp(v, "0") || !std::strcmp(v, "off")) return 0;
+    return std::strcmp(v, "gpu") ? 1 : 2;
+  }();
+  if (mode == 0 || (mode == 1 && !is_cpu_scope(s)) || !x.has_primitive() || x.inputs().size() != 1) return false;
   if (std::strcmp(x.primitive().name(), "Transpose")) return false; /* libmlx exports no typeinfo for it */
   *src = x.inputs()[0];
   *perm = static_cast<const mx::Transpose &>(x.primitive()).state();
   return perm->size() == static_cast<size_t>(x.ndim());
+}
+
+/* x transposed where its dtype may live (dtype_dev: float64 on the CPU stream even on a GPU scope) */
+static mx::array transposed(const mlxb_scope *s, const mx::array &x, const std::vector<int> &perm) {
+  return mx::transpose(x, perm, dtype_dev(s, x.dtype()));
 }
 
 static std::vector<int> inverse_perm(const std::vector<int> &p) {
@@ -697,13 +708,13 @@ static std::vector<int> inverse_perm(const std::vector<int> &p) {
 /* b as the operand of an op on y = x's source: b's axes put in y's order (b of x's rank or less, so
  * that it broadcasts against x); false where b is large (left in place: permuting it would move
  * the strided reads to b rather than remove them). */
-static bool operand_for_source(const mx::array &b, const mx::array &x, const std::vector<int> &perm,
-                               mx::StreamOrDevice d, mx::array *out) {
+static bool operand_for_source(const mlxb_scope *s, const mx::array &b, const mx::array &x,
+                               const std::vector<int> &perm, mx::array *out) {
   if (b.ndim() > x.ndim() || b.size() * 4 > x.size()) return false;
   if (b.ndim() == 0) return *out = b, true;
   mx::Shape shape(x.ndim() - b.ndim(), 1);
   shape.insert(shape.end(), b.shape().begin(), b.shape().end());
-  *out = mx::transpose(mx::reshape(b, shape, d), inverse_perm(perm), d);
+  *out = transposed(s, mx::reshape(b, shape, dtype_dev(s, b.dtype())), inverse_perm(perm));
   return true;
 }
 
@@ -715,16 +726,16 @@ static bool binary_sunk(const mlxb_scope *s, mlxb_binary_op op, const mx::array 
   std::vector<int> pa, pb;
   bool ta = transposed_view(s, a, &ya, &pa), tb = transposed_view(s, b, &yb, &pb);
   if (ta && tb && pa == pb && a.ndim() == b.ndim()) {
-    *out = mx::transpose(binary_apply(op, ya, yb, d), pa, d);
+    *out = transposed(s, binary_apply(op, ya, yb, d), pa);
     return true;
   }
   mx::array other = a;
-  if (ta && !tb && operand_for_source(b, a, pa, d, &other)) {
-    *out = mx::transpose(binary_apply(op, ya, other, d), pa, d);
+  if (ta && !tb && operand_for_source(s, b, a, pa, &other)) {
+    *out = transposed(s, binary_apply(op, ya, other, d), pa);
     return true;
   }
-  if (tb && !ta && operand_for_source(a, b, pb, d, &other)) {
-    *out = mx::transpose(binary_apply(op, other, yb, d), pb, d);
+  if (tb && !ta && operand_for_source(s, a, b, pb, &other)) {
+    *out = transposed(s, binary_apply(op, other, yb, d), pb);
     return true;
   }
   return false;
@@ -736,7 +747,7 @@ mlxb_array *mlxb_unary(mlxb_scope *s, mlxb_unary_op op, const mlxb_array *x) {
   return guard(s, "mlxb_unary", [&] {
     mx::array src = arr(x);
     std::vector<int> perm;
-    if (transposed_view(s, arr(x), &src, &perm)) return mx::transpose(unary_apply(op, src, scope_dev(s)), perm, scope_dev(s));
+    if (transposed_view(s, arr(x), &src, &perm)) return transposed(s, unary_apply(op, src, scope_dev(s)), perm);
     return unary_apply(op, arr(x), scope_dev(s));
   });
 }
@@ -884,8 +895,7 @@ mlxb_array *mlxb_concat(mlxb_scope *s, const mlxb_array *const *xs, int n, int a
     }
     int rank = parts.empty() ? 0 : parts[0].ndim();
     if (!parts.empty() && sources.size() == parts.size() && axis >= -rank && axis < rank)
-      return mx::transpose(mx::concatenate(sources, perm[axis < 0 ? axis + rank : axis], scope_dev(s)), perm,
-                           scope_dev(s));
+      return transposed(s, mx::concatenate(sources, perm[axis < 0 ? axis + rank : axis], scope_dev(s)), perm);
     return mx::concatenate(parts, axis, scope_dev(s));
   });
 }
@@ -925,7 +935,7 @@ mlxb_array *mlxb_slice(mlxb_scope *s, const mlxb_array *x, const int64_t *start,
       for (auto &axis : q.flip_axes) axis = perm[axis];
       mx::array out = mx::slice(src, q.start, q.stop, q.strides, scope_dev(s));
       if (!q.flip_axes.empty()) out = mx::flip(out, q.flip_axes, scope_dev(s));
-      return mx::transpose(out, perm, scope_dev(s));
+      return transposed(s, out, perm);
     }
     mx::array out = mx::slice(in, p.start, p.stop, p.strides, scope_dev(s));
     if (!p.flip_axes.empty()) out = mx::flip(out, p.flip_axes, scope_dev(s));
