@@ -43,6 +43,13 @@ CONV_CASES = [
     ((1, 2, 5, 6, 7), (3, 2, 3, 2, 3), {"pads": [1, 0, 1, 1, 2, 0], "strides": [1, 2, 2]}),
     ((2, 4, 5, 6, 5), (6, 2, 2, 3, 2), {"group": 2, "dilations": [2, 1, 2]}),
     ((1, 3, 6, 6), (2, 3, 3, 3), {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}),
+    # one tap, one group, no padding: on the CPU a product of the channels-last input
+    ((2, 4, 5, 6), (3, 4, 1, 1), {}),
+    ((2, 4, 5, 6), (3, 4, 1, 1), {"strides": [2, 3], "dilations": [3, 2]}),
+    ((1, 3, 7), (5, 3, 1), {"strides": [2]}),
+    ((1, 2, 3, 4, 5), (4, 2, 1, 1, 1), {"strides": [1, 2, 2]}),
+    ((1, 4, 5, 6), (6, 2, 1, 1), {"group": 2}),  # grouped: MLX's convolution
+    ((1, 4, 5, 6), (3, 4, 1, 1), {"pads": [1, 0, 0, 1]}),  # padded: MLX's convolution
 ]
 
 

@@ -300,10 +300,45 @@ static bool claim_conv(claim_ctx *c, const op_def *def) {
 
 /* Conv's result with its bias, channels first, in the type it is computed in (float32 for half
  * inputs); NULL on failure. */
+/* A 1x1 convolution without padding or groups on the CPU: one product [N * out..., C] x [C, M] of
+ * the channels-last input (every stride-th position: a strided slice first) and the weight. MLX's
+ * CPU convolution copies its input twice for any kernel (zero padding, then the unfolded windows)
+ * before the same BLAS product; the pointwise convolutions of a CNN (squeezenet's squeeze and expand
+ * layers, ResNet's and MobileNet's 1x1s) need neither copy. */
+static bool conv_is_pointwise(mlxb_scope *s, const conv_geom *g) {
+  if (mlxb_scope_device(s) != MLXB_DEVICE_CPU || g->group != 1) return false;
+  for (int i = 0; i < g->nsp; i++)
+    if (g->k[i] != 1 || g->pad_lo[i] != 0 || g->pad_hi[i] != 0) return false;
+  return true;
+}
+
+/* wt: the weight as [C, M] (a prepared one), or NULL: wl [M, 1..., C] transposed here */
+static mlxb_array *conv_pointwise(mlxb_scope *s, mlxb_array *xl, mlxb_array *wl, mlxb_array *wt, const conv_geom *g) {
+  int rank = g->nsp + 2;
+  int64_t start[CONV_MAX_RANK] = {0}, stop[CONV_MAX_RANK], step[CONV_MAX_RANK], dims[CONV_MAX_RANK];
+  bool strided = false;
+  for (int i = 0; i < rank; i++) stop[i] = mlxb_dim(xl, i), step[i] = 1;
+  for (int i = 0; i < g->nsp; i++) {
+    step[i + 1] = g->stride[i];
+    strided = strided || g->stride[i] != 1;
+  }
+  if (strided) xl = mlxb_slice(s, xl, start, stop, step);
+  int64_t rows = g->n;
+  for (int i = 0; i < g->nsp; i++) rows *= g->out[i];
+  int64_t x2[2] = {rows, g->c}, w2[2] = {g->m, g->c};
+  if (!wt) wt = mlxb_transpose(s, mlxb_reshape(s, wl, w2, 2), (int[]){1, 0}, 2);
+  mlxb_array *y = mlxb_matmul(s, mlxb_reshape(s, xl, x2, 2), wt);
+  dims[0] = g->n;
+  for (int i = 0; i < g->nsp; i++) dims[i + 1] = g->out[i];
+  dims[rank - 1] = g->m;
+  return mlxb_reshape(s, y, dims, rank);
+}
+
 /* A constant weight, channels-last in its compute type, made once at Compile: otherwise each Run
  * transposes it and the convolution copies the transposed view. */
 typedef struct conv_prepared {
   mlxb_array *weight;
+  mlxb_array *pointwise; /* a one-tap weight of one group as [C, M] for conv_pointwise, or NULL */
 } conv_prepared;
 
 static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
@@ -317,8 +352,16 @@ static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
   conv_prepared *kept = malloc(sizeof *kept);
   if (!kept) return op_fail(c, "out of memory");
   *state = kept;
-  kept->weight = op_prepare_keep(c, mlxb_astype(s, conv_move_channels(s, w, true), conv_is_half(t) ? MLXB_F32 : t));
-  return kept->weight ? 0 : -1;
+  mlxb_dtype ct = conv_is_half(t) ? MLXB_F32 : t;
+  kept->weight = op_prepare_keep(c, mlxb_astype(s, conv_move_channels(s, w, true), ct));
+  kept->pointwise = NULL;
+  if (!kept->weight) return -1;
+  bool one_tap = ir_attr_int(op_node(c), "group", 1) == 1;
+  for (int i = 2; i < rank; i++) one_tap = one_tap && mlxb_dim(w, i) == 1;
+  if (!one_tap) return 0;
+  int64_t mc[2] = {mlxb_dim(w, 0), mlxb_dim(w, 1)};
+  kept->pointwise = op_prepare_keep(c, mlxb_transpose(s, mlxb_astype(s, mlxb_reshape(s, w, mc, 2), ct), (int[]){1, 0}, 2));
+  return kept->pointwise ? 0 : -1;
 }
 
 static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
@@ -332,7 +375,8 @@ static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
   const conv_prepared *kept = op_prepared(c);
   mlxb_array *wl = kept ? kept->weight : mlxb_astype(s, conv_move_channels(s, w, true), ct);
   int64_t ones[CONV_MAX_SP] = {1, 1, 1};
-  mlxb_array *y = conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
+  mlxb_array *y = conv_is_pointwise(s, &g) ? conv_pointwise(s, xl, wl, kept ? kept->pointwise : NULL, &g)
+                                           : conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
   y = conv_add_bias(c, y, 2, ct, g.m);
   return y ? conv_move_channels(s, y, false) : NULL;
 }
