@@ -753,6 +753,19 @@ static void test_decode_step(mlxb_scope *s) {
   if (rc) return;
   expect_f32(s, y, want_y, 3 * DD, 1e-5f, "rms norm y");
   expect_f32(s, sum, want_sum, 3 * DD, 0.0f, "rms norm sum");
+  /* float16 and bfloat16 rows: the same float32 arithmetic, rounded once to the dtype */
+  static const mlxb_dtype halves[] = {MLXB_F16, MLXB_BF16};
+  for (int h = 0; h < 2; h++) {
+    mlxb_dtype t = halves[h];
+    if (!mlxb_rms_norm_fused_available(s, t)) continue;
+    mlxb_array *yh = NULL;
+    rc = mlxb_rms_norm_fused(s, mlxb_astype(s, f32(s, x, (int64_t[]){3, DD}, 2), t),
+                             mlxb_astype(s, f32(s, skip, (int64_t[]){1, DD}, 2), t),
+                             mlxb_astype(s, f32(s, bias, (int64_t[]){DD}, 1), t),
+                             mlxb_astype(s, f32(s, gamma, (int64_t[]){DD}, 1), t), 1e-5f, false, &yh, NULL);
+    CHECK(rc == 0 && yh && mlxb_type(yh) == t, "rms norm %s (%s)", h ? "bfloat16" : "float16", mlxb_error(s));
+    if (rc == 0) expect_f32(s, yh, want_y, 3 * DD, h ? 3e-2f : 4e-3f, h ? "rms norm bfloat16" : "rms norm float16");
+  }
 }
 
 int main(void) {
