@@ -2,7 +2,9 @@
 and the RMS norm, the CUDA kernels' arithmetic on MLX's CPU stream) and the composed forms they
 replace (ORT_EP_MLX_CPU_DECODE=0), each checked against ORT's CPU EP by the parity tests of
 GroupQueryAttention decode steps and of the (Skip)SimplifiedLayerNormalization family, run in a fresh
-process per switch: which form ran is read from the op histogram. tests/c/test_bridge.c checks the
+process per switch: which form ran is read from the op histogram (and that the prompts' attention
+ran its softmax as EpCpuSoftmax: the plain form through mlxb_sdpa's CPU composition, the others
+through the softmax itself). tests/c/test_bridge.c checks the
 primitives' clamping of hostile lengths and positions against a reference of its own."""
 from __future__ import annotations
 
@@ -46,3 +48,5 @@ def test_decode_forms_match_ort(switch):
             assert f"{name}=" in log, f"{name} never ran"
         else:
             assert name not in log, f"{name} ran with ORT_EP_MLX_CPU_DECODE=0"
+    # a prompt's attention: softmax by our primitive (the plain form: mlxb_sdpa's CPU composition)
+    assert "EpCpuSoftmax=" in log, "the prompts' attention took no EpCpuSoftmax"

@@ -84,6 +84,14 @@ mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d) 
 #endif
 }
 
+bool cpu_softmax_on() {
+#if defined(__x86_64__) && !defined(__APPLE__)
+  return cpu_kernels_on();
+#else
+  return false;
+#endif
+}
+
 bool cpu_softmax_takes(const mx::array &x, const std::vector<int> &axes, mx::StreamOrDevice d) {
 #if defined(__x86_64__) && !defined(__APPLE__)
   if (!cpu_kernels_on() || x.dtype() != mx::float32 || x.ndim() < 1 || x.size() == 0 || axes.size() != 1) return false;

@@ -369,6 +369,7 @@ bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d)
 mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
 /* The same for a float32 softmax over the last axis (EpCpuSoftmax): MLX's result, bit for bit. */
 bool cpu_softmax_takes(const mx::array &x, const std::vector<int> &axes, mx::StreamOrDevice d);
+bool cpu_softmax_on(); /* the primitive exists here (x86-64, AVX2 and FMA, not switched off) */
 mx::array cpu_softmax(const mx::array &x, mx::StreamOrDevice d);
 
 /* The decode step's shared helpers (bridge_kernels.cpp), for its CUDA kernels and its CPU

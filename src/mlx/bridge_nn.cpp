@@ -60,11 +60,46 @@ mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *
   return guard(s, "mlxb_rms_norm", [&] { return mx::fast::rms_norm(arr(x), opt(weight), eps, scope_dev(s)); });
 }
 
+/* On the CPU MLX's fast attention is its fallback composition: (scale * q) k^T (+ the additive
+ * mask), softmax over the last axis, times v, with the query heads grouped over the key heads. The
+ * same composition here, with the softmax our CPU primitive (MLX's bits, eight lanes: its scalar
+ * exp called libm's fmaf per value, ~6% of a prompt); float32 with an additive float32 mask or
+ * none, no sinks, no causal mode (what attention.c hands over); anything else stays with MLX. */
+static bool sdpa_composed_takes(const mlxb_scope *s, const mx::array &q, const mx::array &k, const mx::array &v,
+                                const std::string &mode, const mlxb_array *mask, const mlxb_array *sinks) {
+  if (!is_cpu_scope(s) || sinks || (mode != "" && mode != "array")) return false;
+  if (q.dtype() != mx::float32 || k.dtype() != mx::float32 || v.dtype() != mx::float32) return false;
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || k.shape(1) < 1 || q.shape(1) % k.shape(1)) return false;
+  if (mask && (arr(mask).dtype() != mx::float32 || arr(mask).ndim() > 4)) return false;
+  return cpu_softmax_on();
+}
+
+static mx::array sdpa_composed(const mlxb_scope *s, const mx::array &q, const mx::array &k, const mx::array &v,
+                               float scale, const mlxb_array *mask) {
+  auto d = scope_dev(s);
+  const int hq = q.shape(1), hkv = k.shape(1), repeats = hq / hkv;
+  mx::array qs = mx::multiply(mx::array(scale, mx::float32), q, d), kk = k, vv = v;
+  if (repeats > 1) {
+    qs = mx::unflatten(qs, 1, {hkv, repeats}, d);
+    kk = mx::expand_dims(k, 2, d);
+    vv = mx::expand_dims(v, 2, d);
+  }
+  mx::array scores = mx::matmul(qs, mx::swapaxes(kk, -1, -2, d), d);
+  if (mask) {
+    mx::array m = mx::broadcast_to(arr(mask), {q.shape(0), hq, q.shape(2), k.shape(2)}, d);
+    if (repeats > 1) m = mx::unflatten(m, -3, {hkv, repeats}, d);
+    scores = mx::add(scores, m, d);
+  }
+  mx::array out = mx::matmul(cpu_softmax(scores, d), vv, d);
+  return repeats > 1 ? mx::flatten(out, 1, 2, d) : out;
+}
+
 mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
                       const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks) {
   return guard(s, "mlxb_sdpa", [&] {
     const mx::array &qa = arr(q), &ka = arr(k), &va = arr(v);
     std::string mode = mask_mode ? mask_mode : "";
+    if (sdpa_composed_takes(s, qa, ka, va, mode, mask, sinks)) return sdpa_composed(s, qa, ka, va, scale, mask);
     if (mask && mode.empty()) mode = "array";
     return mx::fast::scaled_dot_product_attention(qa, ka, va, scale, mode, opt(mask), opt(sinks), false, scope_dev(s));
   });
