@@ -163,13 +163,20 @@ def minimise(worker: Worker, spec: dict, res: dict, budget=60) -> tuple[dict, di
 
 # ---- explanations --------------------------------------------------------------------------------
 
-def _has_nan(spec, names):
+def _has_nan(spec, names, computed=False):
+    """Whether a float tensor of `names` holds a NaN: the spec's own tensors, and with computed=True
+    also values earlier nodes compute (ORT's kernels run node by node)."""
     import numpy as np
     for t in spec["inputs"] + spec["inits"]:
         if t["name"] in names and t["dtype"].startswith("float"):
             if np.isnan(np.array(t["data"], dtype=float)).any():
                 return True
-    return False
+    if not computed:
+        return False
+    import harness
+    vals = harness.stepwise_values(spec, partial=True) or {}
+    return any(n in vals and np.issubdtype(np.asarray(vals[n]).dtype, np.floating) and np.isnan(vals[n]).any()
+               for n in names)
 
 
 def _runtime_shapes(spec, alt: bool) -> dict:
@@ -282,6 +289,42 @@ def _layernorm_constant_row(spec, n) -> bool:
     return bool(flat.any())
 
 
+_ALONE = r"""
+import pickle, sys
+sys.path.insert(0, sys.argv[2])
+import onnxruntime as ort
+model, feeds = pickle.load(sys.stdin.buffer)
+if sys.argv[1] == "ort":
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+else:
+    import onnxruntime_ep_mlx as mlx_ep
+    sess = mlx_ep.session(model, strict=False)
+try:
+    sess.run(None, feeds)
+except Exception:
+    pass
+"""
+
+
+def crash_is_ort(spec, timeout=120.0):
+    """For a worker that died: whether ORT's CPU EP alone dies on the graph (a signal, building or
+    running its session in a child) while the EP alone, in another child, does not. The worker holds
+    both, so ORT's own crash on a reference looks like a crash of the EP's."""
+    import pickle
+    import harness
+    model, feeds = harness.build_model(spec)
+    python_dir = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
+    rcs = {}
+    for who, child_env in (("ort", env), ("ep", dict(os.environ))):
+        try:
+            rcs[who] = subprocess.run([sys.executable, "-c", _ALONE, who, python_dir], input=pickle.dumps((model, feeds)),
+                                      capture_output=True, env=child_env, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rcs[who] = None
+    return rcs["ort"] is not None and rcs["ort"] < 0 and rcs["ep"] == 0
+
+
 def _sequence_gets_empty(spec):
     """Whether an empty tensor enters a sequence: inserted (a feed or constant with a 0 in its shape) or
     split off (a SplitToSequence split of 0)."""
@@ -311,6 +354,10 @@ def explain(spec, res):
             return "Sign(NaN): the EP keeps NaN (docs/OPERATORS.md), ORT's CPU EP gives 0"
         if op in ("ArgMax", "ArgMin", "ReduceMax", "ReduceMin") and _has_nan(spec, ins[:1]) and mismatch:
             return f"{op} of NaN inputs: docs/OPERATORS.md says NaN handling may differ from ORT"
+        if (op in ("ArgMax", "ArgMin") and res["class"] == "one-sided" and "ORT errors" in detail
+                and _has_nan(spec, ins[:1], computed=True)):
+            return (f"{op} of NaN values an earlier node computed: NaN handling may differ from ORT "
+                    "(docs/OPERATORS.md), and a later node reading the index as data then refuses on one side only")
         if op in REDUCES + ("ArgMax", "ArgMin"):
             shapes = _shapes(spec) if shapes is None else shapes
             xs = shapes.get(ins[0])
@@ -474,6 +521,9 @@ def run(seeds, jobs=1, save=False, minimize=True, timeout=60.0, log=None, pool="
                     spec = gen.generate(s, pool)
                     mspec, mres = minimise(w, spec, res) if minimize and cls not in ("crash", "hang") else (spec, res)
                     why = explain(mspec, mres)
+                    if cls == "crash" and not why and crash_is_ort(spec):
+                        why = ("ORT's CPU EP itself dies on this graph (the reference, in the same worker); the EP alone "
+                               "runs it")
                     entry = (s, res, mspec, mres, why)
                     if why:
                         cls = "explained"
