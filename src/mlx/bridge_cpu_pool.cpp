@@ -30,10 +30,9 @@ namespace mlxb_detail {
 
 namespace {
 
-/* The work is a plain function and a pointer to a context the pool does not own (column_fn, not
- * std::function): nothing to allocate inside a task. */
-/* A few threads of our own, so a product uses more than MLX's CPU stream thread: the caller takes
- * the first share and waits for the rest. One product at a time (a mutex).
+/* The pool: the caller takes the first share and waits for the rest, one range at a time (a
+ * mutex). The work is a plain function and a pointer to a context the pool does not own
+ * (column_fn, not std::function): nothing to allocate inside a task.
  *
  * Both sides spin a little before they sleep: a decode step runs about 60 products of 20-50 us
  * each, a few microseconds apart, and waking a sleeping thread through the kernel took 5-20 us of

@@ -400,6 +400,7 @@ int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_arra
     shapes.push_back(bh);
     if (lstm) shapes.push_back(bh);
     std::vector<mx::Dtype> dtypes(shapes.size(), mx::float32);
+    cpu_pool_start(); /* the step's panels are shared with its threads: they start here, not in the task */
     auto prim = std::make_shared<ep_cpu_recurrence>(stream, *r, peep != nullptr, lens != nullptr, rbh != nullptr, want_y);
     std::vector<mx::array> outs = mx::array::make_arrays(std::move(shapes), dtypes, prim, std::move(ins));
     size_t o = 0;
