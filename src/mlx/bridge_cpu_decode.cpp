@@ -23,39 +23,6 @@ namespace mlxb_detail {
 
 namespace {
 
-/* One CPU primitive of ours: outputs allocated, inputs and outputs held by the task, and fn run on
- * MLX's CPU stream. P holds plain parameters, compared byte for byte (is_equivalent: MLX's compile
- * merges equivalent operations), so it is zero-filled before it is set. */
-template <typename P>
-class cpu_task : public mx::Primitive {
- public:
-  using task_fn = void (*)(const P &, const std::vector<mx::array> &, std::vector<mx::array> &);
-  cpu_task(mx::Stream stream, const char *name, const P &p, task_fn fn)
-      : mx::Primitive(stream), name_(name), p_(p), fn_(fn) {}
-
-  void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
-    cpu_task_arrays held;
-    auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
-    encoder.dispatch([p = p_, fn = fn_, held = std::move(held)]() mutable { fn(p, held.ins, held.outs); });
-  }
-
-  void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
-    throw std::runtime_error(std::string(name_) + ": a CPU kernel has no GPU form");
-  }
-
-  const char *name() const override { return name_; }
-
-  bool is_equivalent(const mx::Primitive &other) const override {
-    auto *o = dynamic_cast<const cpu_task<P> *>(&other);
-    return o && o->fn_ == fn_ && !std::strcmp(o->name_, name_) && !std::memcmp(&o->p_, &p_, sizeof p_);
-  }
-
- private:
-  const char *name_;
-  P p_;
-  task_fn fn_;
-};
-
 /* element i of an integer array of any integer dtype, as the CUDA kernels read it: (long long) */
 int64_t int_at(const mx::array &a, size_t i) {
   switch (a.dtype()) {
@@ -86,6 +53,21 @@ struct rope_params {
 };
 
 rope_params rope_of(const rope_inputs &r) { return {r.dims, r.add, r.interleaved ? 1 : 0, 0}; }
+
+/* A task's rotary inputs: positions, then the cos and sin caches (float32 [rows, dims / 2]), from
+ * input `first` on; row(b) is sequence b's cache row, its position plus the offset clamped into the
+ * cache (0 without a rotary embedding). */
+struct rope_tables {
+  const rope_params &r;
+  const mx::array &positions;
+  const float *cos, *sin;
+  int64_t rows;
+
+  rope_tables(const rope_params &p, const std::vector<mx::array> &in, size_t first)
+      : r(p), positions(in[first]), cos(in[first + 1].data<float>()), sin(in[first + 2].data<float>()),
+        rows(in[first + 1].shape(0)) {}
+  int64_t row(int b) const { return r.dims > 0 ? clamp_index(add_sat(int_at(positions, b), r.add), rows) : 0; }
+};
 
 /* Channel d of row x rotated in float32 by cos/sin row pos: bridge_kernels.cpp's rotated(). */
 template <typename T>
@@ -159,9 +141,8 @@ void attend_one(const attention_params &p, const T *q, const T *k, const T *v, i
 
 /* inputs: q, k, v, lens, rope positions, cos, sin; output: q's shape */
 void attention_task(const attention_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
-  const mx::array &lens = in[3], &rpos = in[4];
-  const float *cos = in[5].data<float>(), *sin = in[6].data<float>();
-  const int64_t cos_rows = in[5].shape(0);
+  const mx::array &lens = in[3];
+  const rope_tables rope(p.rope, in, 4);
   by_dtype(in[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T *q = in[0].data<T>(), *k = in[1].data<T>(), *v = in[2].data<T>();
@@ -170,11 +151,11 @@ void attention_task(const attention_params &p, const std::vector<mx::array> &in,
     for (int b = 0; b < p.batch; b++) {
       const int64_t len = std::clamp<int64_t>(add_sat(int_at(lens, b), p.len_add), 0, p.rows);
       const int64_t start = p.window > 0 && len > p.window ? len - p.window : 0;
-      const int64_t pos = p.rope.dims > 0 ? clamp_index(add_sat(int_at(rpos, b), p.rope.add), cos_rows) : 0;
+      const int64_t pos = rope.row(b);
       for (int h = 0; h < p.hq; h++) {
         const size_t bh = static_cast<size_t>(b) * p.hq + h, kvh = static_cast<size_t>(b) * p.hkv + h / group;
-        attend_one<T>(p, q + bh * D, k + kvh * p.rows * D, v + kvh * p.rows * D, len, start, cos, sin, pos,
-                      y + bh * D);
+        attend_one<T>(p, q + bh * D, k + kvh * p.rows * D, v + kvh * p.rows * D, len, start, rope.cos,
+                      rope.sin, pos, y + bh * D);
       }
     }
   });
@@ -189,9 +170,8 @@ struct append_params {
 
 /* inputs: past k, past v, k, v, at positions, rope positions, cos, sin; outputs present k, v */
 void append_task(const append_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
-  const mx::array &at_pos = in[4], &rpos = in[5];
-  const float *cos = in[6].data<float>(), *sin = in[7].data<float>();
-  const int64_t cos_rows = in[6].shape(0);
+  const mx::array &at_pos = in[4];
+  const rope_tables rope(p.rope, in, 5);
   by_dtype(in[2].dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T *pk = in[0].data<T>(), *pv = in[1].data<T>(), *k = in[2].data<T>(), *v = in[3].data<T>();
@@ -199,7 +179,7 @@ void append_task(const append_params &p, const std::vector<mx::array> &in, std::
     const int D = p.head;
     for (int b = 0; b < p.batch; b++) {
       const int64_t at = add_sat(int_at(at_pos, b), p.at_add);
-      const int64_t pos = p.rope.dims > 0 ? clamp_index(add_sat(int_at(rpos, b), p.rope.add), cos_rows) : 0;
+      const int64_t pos = rope.row(b);
       /* rows [0, min(at, past_rows, plen)) from the past, the new row at `at` when inside, zeros elsewhere */
       const int64_t copied = std::clamp<int64_t>(std::min<int64_t>(at, p.past_rows), 0, p.plen);
       for (int h = 0; h < p.hkv; h++) {
@@ -211,7 +191,7 @@ void append_task(const append_params &p, const std::vector<mx::array> &in, std::
         std::fill(dv + copied * D, dv + static_cast<size_t>(p.plen) * D, static_cast<T>(0.0f));
         if (at < 0 || at >= p.plen) continue;
         for (int d = 0; d < D; d++) {
-          dk[at * D + d] = static_cast<T>(rotated(k + bh * D, d, p.rope, cos, sin, pos));
+          dk[at * D + d] = static_cast<T>(rotated(k + bh * D, d, p.rope, rope.cos, rope.sin, pos));
           dv[at * D + d] = v[bh * D + d];
         }
       }
@@ -256,16 +236,6 @@ void rms_task(const rms_params &p, const std::vector<mx::array> &in, std::vector
       }
     }
   });
-}
-
-template <typename P>
-std::vector<mx::array> make_task(const mlxb_scope *s, const char *name, const P &p, typename cpu_task<P>::task_fn fn,
-                                 std::vector<mx::array> inputs, std::vector<mx::Shape> shapes,
-                                 std::vector<mx::Dtype> dtypes) {
-  auto dev = scope_dev(s);
-  for (auto &in : inputs) in = row_major(in, dev);
-  return mx::array::make_arrays(std::move(shapes), dtypes, std::make_shared<cpu_task<P>>(mx::to_stream(dev), name, p, fn),
-                                std::move(inputs));
 }
 
 mx::array float_cache(const mx::array &c, const mlxb_scope *s) { return mx::astype(c, mx::float32, scope_dev(s)); }

@@ -1,17 +1,18 @@
-/* MatMulNBits' products on MLX's CPU stream: primitives of our own.
+/* MatMulNBits' products on MLX's CPU stream: a primitive of our own (EpCpuQGemvSets).
  *
  * Why: MLX's CPU quantized matmul walks the packed weights at about 1.1 G values a second on this
  * project's x86 machines (scalar unpacking), once per row, and its CPU dequantization runs at
  * 0.2-0.5 G values a second: a decode step spent most of its time in the first, a prompt in the
- * second. Both forms here compute the same float32 products:
- * - one row (EpCpuQGemv): y[n] = sum_g (scale * sum_{k in g} x[k] q[n,k] + bias * sum_{k in g}
+ * second. Its two forms compute the same float32 products:
+ * - one row: y[n] = sum_g (scale * sum_{k in g} x[k] q[n,k] + bias * sum_{k in g}
  *   x[k]) (the reordering the CUDA GEMV kernel uses), 32 nibbles per AVX2 step, the output columns
  *   spread over a few threads; a row whose sums are not finite is summed term by term as written;
- * - many rows (EpCpuQGemm): tiles of about 2 MiB of weights dequantized (scale * q + bias) by the
+ * - many rows: tiles of about 2 MiB of weights dequantized (scale * q + bias) by the
  *   same threads, each multiplied with every row by one BLAS GEMM (src/mlx/cpu_blas.c's BLAS)
- *   while it is in the cache;
- * - sibling sets (EpCpuQGemvSets): up to three weight sets of one x, their bias Adds and a gated
- *   MLP's activation, either form per set (the bridge's mlxb_qgemv_sets on a CPU scope).
+ *   while it is in the cache.
+ * One task takes up to three weight sets of one x (sibling projections), their bias Adds and a gated
+ * MLP's activation, either form per set (the bridge's mlxb_qgemv_sets on a CPU scope); one set alone
+ * is MLX's quantized matmul's place (cpu_qgemv).
  * The threads are bridge_cpu_pool.cpp's.
  *
  * They take float32 x, 4-bit weights in MLX's affine layout (element 8w + j is nibble j of word
@@ -197,65 +198,13 @@ void qgemm_4bit(const float *x, const uint32_t *w, const float *scales, const fl
   }
 }
 
-class ep_cpu_qgemv : public mx::Primitive {
- public:
-  ep_cpu_qgemv(mx::Stream stream, int group, bool many_rows)
-      : mx::Primitive(stream), group_(group), many_rows_(many_rows) {}
-
-  void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
-    const mx::array &x = inputs[0], &w = inputs[1];
-    int64_t n = w.shape(0), rows = static_cast<int64_t>(x.size()) / std::max(1, x.shape(-1));
-    int k = x.shape(-1), group = group_;
-    /* allocated here, where a failure is an exception of this eval (the bridge's to report), not
-     * of the task */
-    int64_t tile_cols = many_rows_ ? tile_columns(n, k) : 0;
-    std::shared_ptr<float[]> tile(many_rows_ ? new float[tile_cols * k] : nullptr);
-    mx::array &out = outputs[0];
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto &encoder = mx::cpu::get_command_encoder(stream());
-    for (const auto &in : inputs) encoder.set_input_array(in);
-    encoder.set_output_array(out);
-    /* weak copies, as MLX's own CPU ops take: MLX's eval keeps the inputs' buffers until the
-     * stream has run the task, and the task must not own (or destroy) the graph */
-    encoder.dispatch([x = mx::array::unsafe_weak_copy(x), w = mx::array::unsafe_weak_copy(w),
-                      scales = mx::array::unsafe_weak_copy(inputs[2]), biases = mx::array::unsafe_weak_copy(inputs[3]),
-                      out = mx::array::unsafe_weak_copy(out), rows, n, k, group, tile, tile_cols]() mutable {
-      float *y = out.data<float>();
-      try {
-        if (tile)
-          qgemm_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), y, rows, n, k,
-                     group, tile.get(), tile_cols);
-        else
-          qgemv_4bit(x.data<float>(), w.data<uint32_t>(), scales.data<float>(), biases.data<float>(), y, n, k, group);
-      } catch (...) { /* nothing above throws today; a task must never let one reach MLX's scheduler */
-        std::fill(y, y + rows * n, std::numeric_limits<float>::quiet_NaN());
-      }
-    });
-  }
-
-  void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
-    throw std::runtime_error("EpCpuQGemv: a CPU kernel has no GPU form");
-  }
-
-  const char *name() const override { return many_rows_ ? "EpCpuQGemm" : "EpCpuQGemv"; }
-
-  bool is_equivalent(const mx::Primitive &other) const override {
-    auto *o = dynamic_cast<const ep_cpu_qgemv *>(&other);
-    return o && o->group_ == group_ && o->many_rows_ == many_rows_;
-  }
-
- private:
-  int group_;
-  bool many_rows_;
-};
-
 /* Up to three weight sets of one x in one task (sibling projections: Q, K and V), each row of x a
  * GEMV per set, each set's output optionally plus a bias [N] (a following Add node, in float32 as
  * that node adds); with swiglu, two sets of one N (gate, up) and the gated MLP's activation after
  * them: Sigmoid(gate) (bridge_cpu_vmath.cpp: MLX's sigmoid, bit for bit, as the Sigmoid node's
  * lowering gives it), gate times that, and that times up. Outputs in the CUDA kernel's order (sets
- * 0-2, then the two activations; swiglu: gate, up, product, sigmoid, gate * sigmoid), in x's
- * leading shape; the slots a form does not use are one-element arrays never written. */
+ * 0-2; swiglu: gate, up, product, sigmoid, gate * sigmoid), in x's leading shape. One set without
+ * a bias is MatMulNBits' product alone (cpu_qgemv). */
 class ep_cpu_qgemv_sets : public mx::Primitive {
  public:
   ep_cpu_qgemv_sets(mx::Stream stream, int sets, int group, unsigned biased, bool swiglu)
@@ -273,7 +222,12 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
     auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
     encoder.dispatch([held = std::move(held), sets = sets_, group = group_, biased = biased_, swiglu = swiglu_, tile,
                       tile_cols]() mutable {
-      run(held.ins, held.outs, sets, group, biased, swiglu, tile.get(), tile_cols);
+      try {
+        run(held.ins, held.outs, sets, group, biased, swiglu, tile.get(), tile_cols);
+      } catch (...) { /* nothing above throws today; a task must never let one reach MLX's scheduler */
+        for (auto &out : held.outs)
+          std::fill(out.data<float>(), out.data<float>() + out.size(), std::numeric_limits<float>::quiet_NaN());
+      }
     });
   }
 
@@ -354,19 +308,7 @@ bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w
 
 mx::array cpu_qgemv(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                     const mx::array &biases, int group) {
-#if defined(EP_CPU_KERNELS)
-  auto dev = scope_dev(s);
-  mx::Stream stream = mx::to_stream(dev);
-  mx::Shape shape = x.shape();
-  shape.back() = w.shape(0);
-  cpu_pool_start(); /* its threads start here, where a failure is the scope's error, not in the task */
-  std::vector<mx::array> ins = {row_major(x, dev), row_major(w, dev), row_major(scales, dev), row_major(biases, dev)};
-  bool many_rows = x.size() != static_cast<size_t>(x.shape(-1));
-  return mx::array(shape, mx::float32, std::make_shared<ep_cpu_qgemv>(stream, group, many_rows), std::move(ins));
-#else
-  (void)s, (void)x, (void)w, (void)scales, (void)biases, (void)group;
-  throw bridge_error("cpu_qgemv: x86-64 only");
-#endif
+  return cpu_qgemv_sets(s, x, {w, scales, biases}, {std::nullopt}, group, false).at(0);
 }
 
 bool cpu_qgemv_sets_takes(const mlxb_scope *s, mx::Dtype t, int bits, int group) {
@@ -395,12 +337,11 @@ std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, c
     ins.push_back(adds[i] ? row_major(*adds[i], dev) : ins[0]);
     if (adds[i]) biased |= 1u << i;
   }
-  std::vector<mx::Shape> shapes;
-  for (int i = 0; i < MLXB_QGEMV_MAX_SETS + 2; i++) {
+  std::vector<mx::Shape> shapes; /* the sets' outputs, and the gated MLP's three after them */
+  for (int i = 0; i < (swiglu ? MLXB_QGEMV_SWIGLU_OUTPUTS : n_sets); i++) {
     mx::Shape shape = x.shape();
     shape.back() = sets[3 * std::min(i, n_sets - 1)].shape(0);
-    bool used = swiglu || i < n_sets;
-    shapes.push_back(used ? shape : mx::Shape{1});
+    shapes.push_back(shape);
   }
   std::vector<mx::Dtype> dtypes(shapes.size(), mx::float32);
   auto prim = std::make_shared<ep_cpu_qgemv_sets>(mx::to_stream(dev), n_sets, group, biased, swiglu);

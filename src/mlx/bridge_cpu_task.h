@@ -1,11 +1,17 @@
 /* What every CPU primitive of ours does before it enqueues its task on MLX's CPU stream
- * (bridge_cpu_*.cpp). */
+ * (bridge_cpu_*.cpp), and cpu_task: a primitive whose work is a plain function of plain
+ * parameters. */
 #ifndef EP_MLX_BRIDGE_CPU_TASK_H
 #define EP_MLX_BRIDGE_CPU_TASK_H
 
 #include "mlx/bridge_internal.h"
 
 #include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
 
 namespace mlxb_detail {
 
@@ -26,6 +32,56 @@ inline mx::cpu::CommandEncoder &cpu_task_begin(const mx::Stream &stream, const s
   for (const auto &in : inputs) held->ins.push_back(mx::array::unsafe_weak_copy(in));
   for (const auto &out : outputs) held->outs.push_back(mx::array::unsafe_weak_copy(out));
   return encoder;
+}
+
+/* One CPU primitive of ours: outputs allocated, inputs and outputs held by the task, and fn run on
+ * MLX's CPU stream. P holds plain parameters, compared byte for byte (is_equivalent: MLX's compile
+ * merges equivalent operations), so it is zero-filled before it is set. */
+template <typename P>
+class cpu_task : public mx::Primitive {
+ public:
+  using task_fn = void (*)(const P &, const std::vector<mx::array> &, std::vector<mx::array> &);
+  cpu_task(mx::Stream stream, const char *name, const P &p, task_fn fn)
+      : mx::Primitive(stream), name_(name), p_(p), fn_(fn) {}
+
+  void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
+    cpu_task_arrays held;
+    auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
+    encoder.dispatch([p = p_, fn = fn_, held = std::move(held)]() mutable {
+      try {
+        fn(p, held.ins, held.outs);
+      } catch (...) { /* a task must never let an exception reach MLX's scheduler: NaN (all ones) out */
+        for (auto &out : held.outs) std::memset(out.data<char>(), 0xff, out.nbytes());
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
+    throw std::runtime_error(std::string(name_) + ": a CPU kernel has no GPU form");
+  }
+
+  const char *name() const override { return name_; }
+
+  bool is_equivalent(const mx::Primitive &other) const override {
+    auto *o = dynamic_cast<const cpu_task<P> *>(&other);
+    return o && o->fn_ == fn_ && !std::strcmp(o->name_, name_) && !std::memcmp(&o->p_, &p_, sizeof p_);
+  }
+
+ private:
+  const char *name_;
+  P p_;
+  task_fn fn_;
+};
+
+/* The arrays of one cpu_task on s's CPU stream, its inputs made row-major. */
+template <typename P>
+inline std::vector<mx::array> make_task(const mlxb_scope *s, const char *name, const P &p, typename cpu_task<P>::task_fn fn,
+                                 std::vector<mx::array> inputs, std::vector<mx::Shape> shapes,
+                                 std::vector<mx::Dtype> dtypes) {
+  auto dev = scope_dev(s);
+  for (auto &in : inputs) in = row_major(in, dev);
+  return mx::array::make_arrays(std::move(shapes), dtypes, std::make_shared<cpu_task<P>>(mx::to_stream(dev), name, p, fn),
+                                std::move(inputs));
 }
 
 } // namespace mlxb_detail

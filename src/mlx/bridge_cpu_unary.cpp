@@ -22,38 +22,24 @@ namespace {
 
 #if defined(__x86_64__) && !defined(__APPLE__)
 
-/* op over every element, or (softmax) MLX's softmax over rows of the last axis */
-class ep_cpu_unary : public mx::Primitive {
- public:
-  ep_cpu_unary(mx::Stream stream, mlxb_unary_op op, bool softmax) : mx::Primitive(stream), op_(op), softmax_(softmax) {}
-
-  void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
-    cpu_task_arrays held;
-    auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
-    encoder.dispatch([held = std::move(held), op = op_, softmax = softmax_]() mutable {
-      const mx::array &in = held.ins[0];
-      mx::array &out = held.outs[0];
-      if (!softmax) return cpu_vmath(op, in.data<float>(), out.data<float>(), out.size());
-      const int64_t m = in.shape(-1);
-      cpu_softmax_rows(in.data<float>(), out.data<float>(), static_cast<int64_t>(in.size()) / m, m);
-    });
-  }
-
-  void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
-    throw std::runtime_error(std::string(name()) + ": a CPU kernel has no GPU form");
-  }
-
-  const char *name() const override { return softmax_ ? "EpCpuSoftmax" : "EpCpuUnary"; }
-
-  bool is_equivalent(const mx::Primitive &other) const override {
-    auto *o = dynamic_cast<const ep_cpu_unary *>(&other);
-    return o && o->op_ == op_ && o->softmax_ == softmax_;
-  }
-
- private:
-  mlxb_unary_op op_;
-  bool softmax_;
+/* op over every element, or (softmax) MLX's softmax over rows of the last axis: the parameters of
+ * EpCpuUnary and EpCpuSoftmax (cpu_task) */
+struct unary_params {
+  int32_t op, softmax;
 };
+
+void unary_task(const unary_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  if (!p.softmax) return cpu_vmath(static_cast<mlxb_unary_op>(p.op), in[0].data<float>(), out[0].data<float>(), out[0].size());
+  const int64_t m = in[0].shape(-1);
+  cpu_softmax_rows(in[0].data<float>(), out[0].data<float>(), static_cast<int64_t>(in[0].size()) / m, m);
+}
+
+mx::array unary_array(mlxb_unary_op op, bool softmax, const mx::array &x, mx::StreamOrDevice d) {
+  unary_params p{static_cast<int32_t>(op), softmax ? 1 : 0};
+  auto prim = std::make_shared<cpu_task<unary_params>>(mx::to_stream(d), softmax ? "EpCpuSoftmax" : "EpCpuUnary", p,
+                                                      unary_task);
+  return mx::array(x.shape(), mx::float32, prim, {row_major(x, d)});
+}
 
 bool cpu_kernels_on() {
   static const bool on = env_switch_on("ORT_EP_MLX_CPU_UNARY") && cpu_vmath_available();
@@ -76,8 +62,7 @@ bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d)
 
 mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d) {
 #if defined(__x86_64__) && !defined(__APPLE__)
-  mx::Stream stream = mx::to_stream(d);
-  return mx::array(x.shape(), mx::float32, std::make_shared<ep_cpu_unary>(stream, op, false), {row_major(x, d)});
+  return unary_array(op, false, x, d);
 #else
   (void)op, (void)d;
   return x;
@@ -105,8 +90,7 @@ bool cpu_softmax_takes(const mx::array &x, const std::vector<int> &axes, mx::Str
 
 mx::array cpu_softmax(const mx::array &x, mx::StreamOrDevice d) {
 #if defined(__x86_64__) && !defined(__APPLE__)
-  return mx::array(x.shape(), mx::float32, std::make_shared<ep_cpu_unary>(mx::to_stream(d), MLXB_EXP, true),
-                   {row_major(x, d)});
+  return unary_array(MLXB_EXP, true, x, d);
 #else
   (void)d;
   return x;
