@@ -356,7 +356,8 @@ static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
   kept->weight = op_prepare_keep(c, mlxb_astype(s, conv_move_channels(s, w, true), ct));
   kept->pointwise = NULL;
   if (!kept->weight) return -1;
-  bool one_tap = ir_attr_int(op_node(c), "group", 1) == 1;
+  /* only a CPU scope takes conv_pointwise (a GPU's float64 reshape would also need the CPU stream) */
+  bool one_tap = mlxb_scope_device(s) == MLXB_DEVICE_CPU && ir_attr_int(op_node(c), "group", 1) == 1;
   for (int i = 2; i < rank; i++) one_tap = one_tap && mlxb_dim(w, i) == 1;
   if (!one_tap) return 0;
   int64_t mc[2] = {mlxb_dim(w, 0), mlxb_dim(w, 1)};
