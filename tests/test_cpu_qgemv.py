@@ -7,6 +7,7 @@ op histogram in a fresh process."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -80,6 +81,30 @@ def compare_non_finite(model, feeds):
         finite = np.isfinite(want[0])
         np.testing.assert_allclose(got[0][finite], want[0][finite], rtol=1e-5, err_msg=f"run {run + 1}")
     return want
+
+
+def x86_with_avx512f() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512f" in next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+
+
+@needs_kernel
+@pytest.mark.skipif(not x86_with_avx512f(), reason="the 8-lane GEMV is the only one without AVX-512")
+def test_eight_lane_gemv():
+    """Where the CPU has AVX-512 the one-row GEMV takes 16 lanes; the 8-lane form (every AVX2 CPU's)
+    is checked here with the switch off, in a fresh process (the switch is read once)."""
+    env = dict(os.environ, ORT_EP_MLX_CPU_AVX512="0",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
+    env.pop("ORT_EP_MLX_DEVICE", None)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+                          "-k", "test_rows or test_ranks_and_bias or test_one_row_non_finite"],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ran = re.search(r"(\d+) passed", out.stdout)
+    assert ran and int(ran.group(1)) >= 80, out.stdout[-3000:]  # every shape, rank and infinity above
 
 
 HISTOGRAM_PROBE = r"""

@@ -4,7 +4,7 @@ carrying its own KV cache (present.* fed back as past_key_values.*).
 
 Teacher forcing: both EPs get the CPU EP's argmax token at every step, and the logits of every step
 must match (max-abs-diff / max-abs-value within 1e-3 in float32; float16 tolerance for the float16
-model). Free running: each EP picks its own argmax and the 32 generated tokens must be identical
+model, and a wider one for accuracy_level 4, see VARIANTS). Free running: each EP picks its own argmax and the 32 generated tokens must be identical
 (float16: identical up to a genuine near-tie, where rounding may pick either token).
 Variants: int4 MatMulNBits with block 32 and block 128, float32 weights, float16 weights and
 activations, int4 with float16 activations, int4 with accuracy_level 4; plus the [batch, 1] seqlens_k of older genai builders."""
@@ -34,9 +34,17 @@ VARIANTS = {
     "fp32": (TINY, dict(weights="float"), 1e-3),
     "fp16": (TINY, dict(weights="float", io_dtype="float16"), 1e-2),
     "int4-b32-fp16": (TINY, dict(weights="int4", block_size=32, io_dtype="float16"), 1e-2),
-    # genai's default for CPU: MatMulNBits may quantize A to int8 per block (MLAS does)
-    "int4-b32-acc4": (TINY, dict(weights="int4", block_size=32, accuracy_level=4), 1e-3),
+    # genai's default for CPU: MatMulNBits may quantize A to int8 per block (MLAS does); see REQUANTIZED
+    "int4-b32-acc4": (TINY, dict(weights="int4", block_size=32, accuracy_level=4), 1.5e-2),
 }
+# Variants whose MatMulNBits round their activations to int8. Rounding is discontinuous: an
+# activation one float32 ulp apart on the two sides (upstream sums in another order) can round to
+# the next int8 step, which moves the logits by up to about 1e-2 (seen: one value of 2048 in a
+# batch-2 prefill gave 8.6e-3), and a KV cache carried forward would compound such steps. So each
+# step of these gets the CPU EP's cache (the others carry the EP's own), and a tie between the top
+# two tokens may part the free-running loop. ORT's own level 4 is 2.3e-2 from its level 0 on this
+# model; test_ops_contrib_quant checks the int8 path to 1e-5 on equal inputs.
+REQUANTIZED = {"int4-b32-acc4"}
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
@@ -82,14 +90,15 @@ def test_teacher_forced_logits(variant, batch):
             assert g.shape == w.shape, f"{name} step {step}: present shape {g.shape} != {w.shape}"
         kv_err = max(_rel_err(g, w) for g, w in zip(got[1:], want[1:]))
         assert kv_err <= rtol, f"{name} batch {batch} step {step}: present KV differs by {kv_err:.2e}"
-        past_mlx, past_cpu = next_past(cfg, got), next_past(cfg, want)
+        past_mlx, past_cpu = next_past(cfg, want if name in REQUANTIZED else got), next_past(cfg, want)
         tokens = want[0][:, -1, :].argmax(-1)[:, None].astype(np.int64)
 
 
 def test_free_running_greedy(variant):
     """Each EP feeds back its own argmax. While the tokens agree the two runs see the same prefix,
-    so their logits stay comparable; float32 runs must agree on all 32 tokens, and a float16 run
-    may part only at a near-tie (the CPU EP's top-2 margin within twice the logits' difference)."""
+    so their logits stay comparable; float32 runs must agree on all 32 tokens, and a float16 or
+    requantized run may part only at a near-tie (the CPU EP's top-2 margin within twice the logits'
+    difference)."""
     name, cfg, io_dtype, _, mlx, cpu, _ = variant
     prompt = _prompt(cfg, 1, seed=11)
     tok_m, tok_c = prompt, prompt
@@ -102,7 +111,7 @@ def test_free_running_greedy(variant):
         am, ac = int(lm.argmax()), int(lc.argmax())
         if am != ac:
             margin, diff = lc[ac] - lc[am], np.abs(lm - lc).max()
-            assert io_dtype == "float16" and margin <= 2 * diff, (
+            assert (io_dtype == "float16" or name in REQUANTIZED) and margin <= 2 * diff, (
                 f"{name}: step {step} MLX picked {am}, CPU {ac} (CPU margin {margin:.3g}, logits differ by "
                 f"{diff:.3g}); tokens so far {generated}")
             return

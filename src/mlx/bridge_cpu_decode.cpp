@@ -99,6 +99,23 @@ struct attention_params {
 
 enum { KEY_BLOCK = 256, MAX_HEAD = 256 };
 
+/* q . k over a head of D channels in DOT_LANES interleaved partial sums (lane j takes the channels
+ * d = j mod DOT_LANES), which the compiler keeps in vector registers: the sum of the same products
+ * as the CUDA kernel's, in another order. */
+enum { DOT_LANES = 8 };
+
+template <typename T>
+float dot_head(const float *q, const T *k, int D) {
+  float part[DOT_LANES] = {0.0f};
+  int d = 0;
+  for (; d + DOT_LANES <= D; d += DOT_LANES)
+    for (int j = 0; j < DOT_LANES; j++) part[j] += q[d + j] * static_cast<float>(k[d + j]);
+  float s = 0.0f;
+  for (int j = 0; j < DOT_LANES; j++) s += part[j];
+  for (; d < D; d++) s += q[d] * static_cast<float>(k[d]);
+  return s;
+}
+
 /* One (sequence, query head): keys [start, len) in blocks of KEY_BLOCK scores, each block's
  * maximum merged into a running one (the online softmax of the CUDA kernel, a block at a time). */
 template <typename T>
@@ -115,10 +132,7 @@ void attend_one(const attention_params &p, const T *q, const T *k, const T *v, i
     const int n = static_cast<int>(std::min<int64_t>(KEY_BLOCK, len - t0));
     float block_max = -std::numeric_limits<float>::infinity();
     for (int i = 0; i < n; i++) {
-      const T *kr = k + (t0 + i) * D;
-      float s = 0.0f;
-      for (int d = 0; d < D; d++) s += qv[d] * static_cast<float>(kr[d]);
-      s *= p.scale;
+      float s = dot_head(qv, k + (t0 + i) * D, D) * p.scale;
       if (p.cap > 0.0f) s = p.cap * std::tanh(s / p.cap);
       scores[i] = s;
       block_max = std::max(block_max, s);

@@ -4,9 +4,11 @@
  * project's x86 machines (scalar unpacking), once per row, and its CPU dequantization runs at
  * 0.2-0.5 G values a second: a decode step spent most of its time in the first, a prompt in the
  * second. Its two forms compute the same float32 products:
- * - one row: y[n] = sum_g (scale * sum_{k in g} x[k] q[n,k] + bias * sum_{k in g}
- *   x[k]) (the reordering the CUDA GEMV kernel uses), 32 nibbles per AVX2 step, the output columns
- *   spread over a few threads; a row whose sums are not finite is summed term by term as written;
+ * - one row: y[n] = sum_g scale * sum_{k in g} x[k] (q[n,k] - z) with integer zero points, or
+ *   sum_g (scale * sum_{k in g} x[k] q[n,k] + bias * sum_{k in g} x[k]) with MLX's biases (the
+ *   reordering the CUDA GEMV kernel uses), 32 nibbles per AVX2 or AVX-512 step against x split into
+ *   even and odd elements, the output columns of every set spread over a few threads; a row whose
+ *   sums are not finite is summed term by term as written;
  * - many rows: tiles of about 2 MiB of weights dequantized (scale * q + bias) by the
  *   same threads, each multiplied with every row by one BLAS GEMM (src/mlx/cpu_blas.c's BLAS)
  *   while it is in the cache.
@@ -16,7 +18,7 @@
  * The threads are bridge_cpu_pool.cpp's.
  *
  * They take float32 x, 4-bit weights in MLX's affine layout (element 8w + j is nibble j of word
- * w), float32 scales and biases, groups of a multiple of 32. Anything else, and any CPU without
+ * w), float32 scales, float32 biases or uint8 zero points, groups of a multiple of 32. Anything else, and any CPU without
  * AVX2 and FMA, stays on MLX (cpu_qgemv_takes). ORT_EP_MLX_CPU_GEMV=0 turns them off.
  *
  * The work is enqueued on MLX's CPU stream like MLX's own CPU ops (its command encoder), holding
@@ -62,14 +64,6 @@ __attribute__((target("avx2,fma"))) inline void unpack32(const uint32_t *w, __m2
   q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(second, 8)));
 }
 
-/* acc + x[k] * q[k] over the 32 elements of four words. */
-__attribute__((target("avx2,fma"))) inline __m256 dot32(const uint32_t *w, const float *x, __m256 acc) {
-  __m256 q[4];
-  unpack32(w, q);
-  for (int i = 0; i < 4; i++) acc = _mm256_fmadd_ps(q[i], _mm256_loadu_ps(x + 8 * i), acc);
-  return acc;
-}
-
 __attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -77,89 +71,192 @@ __attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+/* One weight set: w [n, k / 8] words, scales [n, k / group], and per group either MLX's affine
+ * bias (w = scale * q + bias) or, where zero_points is set, an integer zero point z (w = scale *
+ * (q - z), ORT's own dequantization), its rows zp_row_stride apart (0: one row for every row). */
 struct gemv_args {
-  const float *x, *scales, *biases, *group_sums;
+  const float *x, *split_x, *scales, *biases, *group_sums;
+  const uint8_t *zero_points;
   const uint32_t *w;
   float *y;
+  int64_t n, zp_row_stride;
   int k, group;
 };
 
+/* x with each 32-element chunk's even elements first, then its odd ones. Byte b of a chunk's four
+ * words holds elements 2b (low nibble) and 2b + 1 (high), so with x split this way a byte widened
+ * to a lane meets both its x values at that lane of two vectors: no shuffles in the inner loop. */
+void split_chunks(const float *x, int k, float *out) {
+  for (int c = 0; c < k; c += 32)
+    for (int i = 0; i < 16; i++) {
+      out[c + i] = x[c + 2 * i];
+      out[c + 16 + i] = x[c + 2 * i + 1];
+    }
+}
+
+/* acc + x[k] * (q[k] - z) over the 32 elements of four words, x split (split_chunks); z = 0 for
+ * the affine form. */
+__attribute__((target("avx2,fma"))) inline __m256 dot32_split(const uint32_t *w, const float *xs, __m256i z,
+                                                               __m256 acc) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w));
+  const __m256i low = _mm256_set1_epi32(15);
+  const __m256i b0 = _mm256_cvtepu8_epi32(packed), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(packed, 8));
+  const __m256i q[4] = {_mm256_and_si256(b0, low), _mm256_and_si256(b1, low), _mm256_srli_epi32(b0, 4),
+                        _mm256_srli_epi32(b1, 4)};
+  for (int i = 0; i < 4; i++)
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[i], z)), _mm256_loadu_ps(xs + 8 * i), acc);
+  return acc;
+}
+
 /* Output columns [lo, hi): per column, the groups' scaled sums kept in one vector (a horizontal
- * sum per column, not per group), then the biases' term sum_g bias[g] * sum(x in g). */
+ * sum per column, not per group); in the affine form then the biases' term sum_g bias[g] *
+ * sum(x in g), in the zero-point form each group's sum is of x * (q - z) already. */
+template <bool ZP>
 __attribute__((target("avx2,fma"))) void gemv_columns(const gemv_args &a, int64_t lo, int64_t hi) {
   const int groups = a.k / a.group, words_per_row = a.k / 8, chunks = a.group / 32;
   for (int64_t n = lo; n < hi; n++) {
     const uint32_t *row = a.w + n * words_per_row;
-    const float *sc = a.scales + n * groups, *bi = a.biases + n * groups;
+    const float *sc = a.scales + n * groups;
     __m256 scaled = _mm256_setzero_ps();
     for (int g = 0; g < groups; g++) {
       __m256 acc = _mm256_setzero_ps();
+      const __m256i z = _mm256_set1_epi32(ZP ? a.zero_points[n * a.zp_row_stride + g] : 0);
       const uint32_t *wg = row + (int64_t)g * (a.group / 8);
-      const float *xg = a.x + (int64_t)g * a.group;
-      for (int c = 0; c < chunks; c++) acc = dot32(wg + 4 * c, xg + 32 * c, acc);
+      const float *xg = a.split_x + (int64_t)g * a.group;
+      for (int c = 0; c < chunks; c++) acc = dot32_split(wg + 4 * c, xg + 32 * c, z, acc);
       scaled = _mm256_fmadd_ps(_mm256_set1_ps(sc[g]), acc, scaled);
     }
     float biased = 0.0f;
-    for (int g = 0; g < groups; g++) biased += bi[g] * a.group_sums[g];
+    for (int g = 0; !ZP && g < groups; g++) biased += a.biases[n * groups + g] * a.group_sums[g];
     a.y[n] = horizontal_sum(scaled) + biased;
   }
 }
 
-/* The same columns summed as written, x[k] * (scale * q + bias) term by term: for a row whose sums
- * are not finite (an infinity or NaN in x, or a group overflowing), where the reordered form could
- * turn ORT's infinity into NaN (infinity * q with q = 0, where ORT multiplies by the bias). */
+/* The same with 16 lanes: a chunk's 16 bytes widened at once, its low nibbles against the even
+ * elements and its high ones against the odd. (GCC 12's AVX-512 headers start some intrinsics
+ * from an "undefined" register, which its -Wmaybe-uninitialized reports once inlined.) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <bool ZP>
+__attribute__((target("avx512f"))) void gemv_columns_512(const gemv_args &a, int64_t lo, int64_t hi) {
+  const int groups = a.k / a.group, words_per_row = a.k / 8, chunks = a.group / 32;
+  const __m512i low = _mm512_set1_epi32(15);
+  for (int64_t n = lo; n < hi; n++) {
+    const uint32_t *row = a.w + n * words_per_row;
+    const float *sc = a.scales + n * groups;
+    __m512 scaled = _mm512_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+      __m512 acc = _mm512_setzero_ps();
+      const __m512i z = _mm512_set1_epi32(ZP ? a.zero_points[n * a.zp_row_stride + g] : 0);
+      const uint32_t *wg = row + (int64_t)g * (a.group / 8);
+      const float *xg = a.split_x + (int64_t)g * a.group;
+      for (int c = 0; c < chunks; c++) {
+        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(wg + 4 * c)));
+        const __m512i even = _mm512_sub_epi32(_mm512_and_si512(bytes, low), z);
+        const __m512i odd = _mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), z);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(even), _mm512_loadu_ps(xg + 32 * c), acc);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(odd), _mm512_loadu_ps(xg + 32 * c + 16), acc);
+      }
+      scaled = _mm512_fmadd_ps(_mm512_set1_ps(sc[g]), acc, scaled);
+    }
+    float biased = 0.0f;
+    for (int g = 0; !ZP && g < groups; g++) biased += a.biases[n * groups + g] * a.group_sums[g];
+    a.y[n] = _mm512_reduce_add_ps(scaled) + biased;
+  }
+}
+#pragma GCC diagnostic pop
+
+/* Weight k of row n (group g) as the form gives it: scale * q + bias, or (q - z) * scale as ORT
+ * dequantizes. */
+inline float weight_at(const gemv_args &a, const uint32_t *row, int64_t n, int k) {
+  const int groups = a.k / a.group, g = k / a.group;
+  const int q = static_cast<int>((row[k / 8] >> (4 * (k % 8))) & 15u);
+  const float scale = a.scales[n * groups + g];
+  if (a.zero_points) return static_cast<float>(q - a.zero_points[n * a.zp_row_stride + g]) * scale;
+  return scale * static_cast<float>(q) + a.biases[n * groups + g];
+}
+
+/* The same columns summed as written, x[k] * weight term by term: for a row whose sums are not
+ * finite (an infinity or NaN in x, or a group overflowing), where the reordered form could turn
+ * ORT's infinity into NaN (infinity * q with q = 0, where ORT multiplies by the bias). */
 void gemv_columns_as_written(const gemv_args &a, int64_t lo, int64_t hi) {
-  const int groups = a.k / a.group, words_per_row = a.k / 8;
+  const int words_per_row = a.k / 8;
   for (int64_t n = lo; n < hi; n++) {
     const uint32_t *row = a.w + n * words_per_row;
     float total = 0.0f;
-    for (int k = 0; k < a.k; k++) {
-      const int g = k / a.group;
-      const float q = static_cast<float>((row[k / 8] >> (4 * (k % 8))) & 15u);
-      total += a.x[k] * (a.scales[n * groups + g] * q + a.biases[n * groups + g]);
-    }
+    for (int k = 0; k < a.k; k++) total += a.x[k] * weight_at(a, row, n, k);
     a.y[n] = total;
   }
 }
 
-void gemv_columns_of(const void *ctx, int64_t lo, int64_t hi) {
-  gemv_columns(*static_cast<const gemv_args *>(ctx), lo, hi);
+bool cpu_has_avx512f() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && env_switch_on("ORT_EP_MLX_CPU_AVX512");
+  return yes;
 }
 
-void gemv_columns_as_written_of(const void *ctx, int64_t lo, int64_t hi) {
-  gemv_columns_as_written(*static_cast<const gemv_args *>(ctx), lo, hi);
+/* One x against every set's rows as one range (set i's rows at [start[i], start[i + 1])), so that
+ * a task's sets share one split of the rows among the threads rather than one each. */
+struct gemv_job {
+  gemv_args set[MLXB_QGEMV_MAX_SETS];
+  int64_t start[MLXB_QGEMV_MAX_SETS + 1];
+  int sets;
+  bool finite; /* x's group sums: else every row is summed as written */
+};
+
+void gemv_job_rows(const void *ctx, int64_t lo, int64_t hi) {
+  const auto &job = *static_cast<const gemv_job *>(ctx);
+  for (int i = 0; i < job.sets; i++) {
+    const int64_t from = std::max(lo, job.start[i]) - job.start[i], to = std::min(hi, job.start[i + 1]) - job.start[i];
+    if (from >= to) continue;
+    const gemv_args &set = job.set[i];
+    if (!job.finite) gemv_columns_as_written(set, from, to);
+    else if (cpu_has_avx512f()) (set.zero_points ? gemv_columns_512<true> : gemv_columns_512<false>)(set, from, to);
+    else (set.zero_points ? gemv_columns<true> : gemv_columns<false>)(set, from, to);
+  }
 }
 
 enum { MAX_GROUPS = 8192 }; /* per row: the group sums live on the task's stack (nothing to allocate there) */
 
-void qgemv_4bit(const float *x, const uint32_t *w, const float *scales, const float *biases, float *y, int64_t n, int k,
-                int group) {
+/* y_i = x W_i^T for one row x and each set i, the sets' rows shared among the threads. */
+void qgemv_4bit_sets(const float *x, const gemv_args *sets, int n_sets, int k, int group) {
   float group_sums[MAX_GROUPS];
-  bool finite = true;
+  gemv_job job{};
+  job.finite = true;
   for (int g = 0; g < k / group; g++) {
     float sum = 0.0f;
     for (int i = 0; i < group; i++) sum += x[(int64_t)g * group + i];
     group_sums[g] = sum;
-    finite = finite && std::isfinite(sum);
+    job.finite = job.finite && std::isfinite(sum);
   }
-  gemv_args a{x, scales, biases, group_sums, w, y, k, group};
-  cpu_parallel_for(n, finite ? gemv_columns_of : gemv_columns_as_written_of, &a);
+  std::unique_ptr<float[]> split(new float[k]);
+  split_chunks(x, k, split.get());
+  job.sets = n_sets;
+  for (int i = 0; i < n_sets; i++) {
+    job.set[i] = sets[i];
+    job.set[i].x = x, job.set[i].split_x = split.get(), job.set[i].group_sums = group_sums;
+    job.start[i + 1] = job.start[i] + sets[i].n;
+  }
+  cpu_parallel_for(job.start[n_sets], gemv_job_rows, &job);
 }
 
-/* Weight rows [lo, hi) dequantized, scale * q + bias, into dst (row n at (n - lo) * k). */
-__attribute__((target("avx2,fma"))) void dequantize_rows(const uint32_t *w, const float *scales, const float *biases,
-                                                         int k, int group, int64_t lo, int64_t hi, float *dst) {
-  const int groups = k / group, words_per_row = k / 8, chunks = group / 32;
+/* The set's weight rows [lo, hi) dequantized as weight_at() gives them into dst (row n at
+ * (n - lo) * k). */
+__attribute__((target("avx2,fma"))) void dequantize_rows(const gemv_args &a, int64_t lo, int64_t hi, float *dst) {
+  const int k = a.k, group = a.group, groups = k / group, words_per_row = k / 8, chunks = group / 32;
   for (int64_t n = lo; n < hi; n++) {
-    const uint32_t *row = w + n * words_per_row;
+    const uint32_t *row = a.w + n * words_per_row;
     float *out = dst + (n - lo) * k;
     for (int g = 0; g < groups; g++) {
-      const __m256 sc = _mm256_set1_ps(scales[n * groups + g]), bi = _mm256_set1_ps(biases[n * groups + g]);
+      const __m256 sc = _mm256_set1_ps(a.scales[n * groups + g]);
+      const __m256 bi = _mm256_set1_ps(a.zero_points ? 0.0f : a.biases[n * groups + g]);
+      const __m256 z = _mm256_set1_ps(a.zero_points ? a.zero_points[n * a.zp_row_stride + g] : 0.0f);
       for (int c = 0; c < chunks; c++) {
         __m256 q[4];
         unpack32(row + (int64_t)g * (group / 8) + 4 * c, q);
         float *o = out + (int64_t)g * group + 32 * c;
-        for (int i = 0; i < 4; i++) _mm256_storeu_ps(o + 8 * i, _mm256_fmadd_ps(q[i], sc, bi));
+        for (int i = 0; i < 4; i++)
+          _mm256_storeu_ps(o + 8 * i, a.zero_points ? _mm256_mul_ps(_mm256_sub_ps(q[i], z), sc)
+                                                    : _mm256_fmadd_ps(q[i], sc, bi));
       }
     }
   }
@@ -175,23 +272,24 @@ int64_t tile_columns(int64_t n, int k) {
 /* Many rows: tile by tile, the weights dequantized by the pool's threads, then one BLAS GEMM of
  * all rows against the tile (the BLAS MLX's CPU products run on, src/mlx/cpu_blas.c). */
 struct dequantize_args {
-  const uint32_t *w;
-  const float *scales, *biases;
+  const gemv_args *set;
   float *tile;
   int64_t n0;
-  int k, group;
 };
 
 void dequantize_tile_of(const void *ctx, int64_t lo, int64_t hi) {
   const auto &a = *static_cast<const dequantize_args *>(ctx);
-  dequantize_rows(a.w, a.scales, a.biases, a.k, a.group, a.n0 + lo, a.n0 + hi, a.tile + lo * a.k);
+  dequantize_rows(*a.set, a.n0 + lo, a.n0 + hi, a.tile + lo * a.set->k);
 }
 
-void qgemm_4bit(const float *x, const uint32_t *w, const float *scales, const float *biases, float *y, int64_t rows,
-                int64_t n, int k, int group, float *tile, int64_t tile_cols) {
+/* y = x W^T for many rows x of the set's K (set.x and set.group_sums unused). */
+void qgemm_4bit(const float *x, const gemv_args &set, int64_t rows, float *tile, int64_t tile_cols) {
+  const int64_t n = set.n;
+  const int k = set.k;
+  float *y = set.y;
   for (int64_t n0 = 0; n0 < n; n0 += tile_cols) {
     const int64_t cols = std::min(tile_cols, n - n0);
-    dequantize_args a{w, scales, biases, tile, n0, k, group};
+    dequantize_args a{&set, tile, n0};
     cpu_parallel_for(cols, dequantize_tile_of, &a);
     cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, k, 1.0f, x, k, tile, k, 0.0f,
                 y + n0, (int)n);
@@ -224,7 +322,7 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
                       tile_cols]() mutable {
       try {
         run(held.ins, held.outs, sets, group, biased, swiglu, tile.get(), tile_cols);
-      } catch (...) { /* nothing above throws today; a task must never let one reach MLX's scheduler */
+      } catch (...) { /* a split x not allocated; a task must never let an exception reach MLX's scheduler */
         for (auto &out : held.outs)
           std::fill(out.data<float>(), out.data<float>() + out.size(), std::numeric_limits<float>::quiet_NaN());
       }
@@ -243,19 +341,26 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
   }
 
  private:
-  /* inputs: x, then w, scales, biases of each set, then the sets' adds (x where a set has none) */
+  /* inputs: x, then w, scales and biases (float32) or zero points (uint8) of each set, then the
+   * sets' adds (x where a set has none) */
   static void run(const std::vector<mx::array> &in, std::vector<mx::array> &out, int sets, int group, unsigned biased,
                   bool swiglu, float *tile, int64_t tile_cols) {
     const mx::array &x = in[0];
     const int k = x.shape(-1);
     const int64_t rows = static_cast<int64_t>(x.size()) / k;
+    gemv_args set[MLXB_QGEMV_MAX_SETS];
     for (int i = 0; i < sets; i++) {
-      const mx::array &w = in[1 + 3 * i];
-      const int64_t n = w.shape(0);
-      float *y = out[i].data<float>();
-      const float *scales = in[2 + 3 * i].data<float>(), *biases = in[3 + 3 * i].data<float>();
-      if (tile) qgemm_4bit(x.data<float>(), w.data<uint32_t>(), scales, biases, y, rows, n, k, group, tile, tile_cols);
-      else qgemv_4bit(x.data<float>(), w.data<uint32_t>(), scales, biases, y, n, k, group);
+      const mx::array &w = in[1 + 3 * i], &third = in[3 + 3 * i];
+      const bool zp = third.dtype() == mx::uint8;
+      set[i] = gemv_args{nullptr, nullptr, in[2 + 3 * i].data<float>(), zp ? nullptr : third.data<float>(), nullptr,
+                         zp ? third.data<uint8_t>() : nullptr, w.data<uint32_t>(), out[i].data<float>(), w.shape(0),
+                         zp && third.shape(0) > 1 ? third.shape(1) : 0, k, group};
+      if (tile) qgemm_4bit(x.data<float>(), set[i], rows, tile, tile_cols);
+    }
+    if (!tile) qgemv_4bit_sets(x.data<float>(), set, sets, k, group);
+    for (int i = 0; i < sets; i++) {
+      const int64_t n = set[i].n;
+      float *y = set[i].y;
       if (!(biased >> i & 1)) continue;
       const float *add = in[1 + 3 * sets + i].data<float>();
       for (int64_t r = 0; r < rows; r++)
@@ -288,6 +393,17 @@ bool cpu_has_avx2_fma() {
 
 } // namespace
 
+bool zero_points_fit(const mx::array &zero_points, const mx::array &scales) {
+  return zero_points.dtype() == mx::uint8 && zero_points.ndim() == 2 && scales.ndim() == 2 &&
+         zero_points.shape(1) == scales.shape(1) && (zero_points.shape(0) == 1 || zero_points.shape(0) == scales.shape(0));
+}
+
+mx::array affine_biases(const mx::array &scales, const mx::array &third, mx::StreamOrDevice dev) {
+  if (third.dtype() != mx::uint8) return third;
+  if (!zero_points_fit(third, scales)) throw bridge_error("quantized weights: zero points do not fit the scales");
+  return mx::negative(mx::multiply(scales, mx::astype(third, mx::float32, dev), dev), dev);
+}
+
 bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                      const std::optional<mx::array> &biases, bool transpose, int group, int bits) {
 #if defined(EP_CPU_KERNELS)
@@ -298,8 +414,9 @@ bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w
   if (x.size() / x.shape(-1) > INT32_MAX) return false; /* the BLAS counts rows in int */
   int64_t k = x.shape(-1), n = w.shape(0);
   return n > 0 && k > 0 && k % group == 0 && k / group <= MAX_GROUPS && w.dtype() == mx::uint32 && w.shape(1) == k / 8 &&
-         scales.dtype() == mx::float32 && biases->dtype() == mx::float32 && scales.ndim() == 2 &&
-         scales.shape(0) == n && scales.shape(1) == k / group && biases->shape() == scales.shape();
+         scales.dtype() == mx::float32 && scales.ndim() == 2 && scales.shape(0) == n && scales.shape(1) == k / group &&
+         (biases->dtype() == mx::uint8 ? zero_points_fit(*biases, scales)
+                                       : biases->dtype() == mx::float32 && biases->shape() == scales.shape());
 #else
   (void)s, (void)x, (void)w, (void)scales, (void)biases, (void)transpose, (void)group, (void)bits;
   return false;

@@ -338,8 +338,16 @@ inline mx::array row_major(const mx::array &x, mx::StreamOrDevice dev) {
   return row_major_by_construction(x) ? x : mx::contiguous(x, false, dev);
 }
 
-/* One float32 row times 4-bit affine weights [N, K/8] (transposed, float32 scales and biases,
- * groups of a multiple of 32) on an x86-64 CPU scope with AVX2 and FMA: our own CPU kernel
+/* A quantized weight set's third array: MLX's float32 biases [N, groups] (w = scale * q + bias),
+ * or, where the EP's CPU kernels read the weights, uint8 zero points z [N or 1, groups] (w =
+ * scale * (q - z), ORT's dequantization, a quarter of the biases' bytes or fewer). zero_points_fit
+ * says whether z fits scales; affine_biases gives MLX's biases for either (-scale * z, as
+ * MatMulNBits' lowering computes them), for MLX's own quantized operations. */
+bool zero_points_fit(const mx::array &zero_points, const mx::array &scales);
+mx::array affine_biases(const mx::array &scales, const mx::array &third, mx::StreamOrDevice dev);
+
+/* Rows of float32 times 4-bit affine weights [N, K/8] (transposed, float32 scales, biases or zero
+ * points, groups of a multiple of 32) on an x86-64 CPU scope with AVX2 and FMA: our own CPU kernel
  * (bridge_cpu_qgemv.cpp) rather than MLX's quantized matmul. takes() says whether it applies. */
 bool cpu_qgemv_takes(const mlxb_scope *s, const mx::array &x, const mx::array &w, const mx::array &scales,
                      const std::optional<mx::array> &biases, bool transpose, int group, int bits);

@@ -868,10 +868,14 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
   for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
     int set = i < n_sets ? i : 0; /* a launch always names three sets; the unused repeat the first */
     if (!w[set] || !scales[set] || !biases[set]) throw null_arg{};
-    const mx::array &wa = arr(w[set]), &sa = arr(scales[set]), &ba = arr(biases[set]);
-    if (wa.ndim() != 2 || sa.ndim() != 2 || ba.shape() != sa.shape() || wa.dtype() != mx::uint32 ||
-        sa.dtype() != mx::float32 || ba.dtype() != mx::float32)
-      throw bridge_error("quantized GEMV takes uint32 w [N, K * bits / 32], float32 scales and biases");
+    const mx::array &wa = arr(w[set]), &sa = arr(scales[set]);
+    mx::array ba = arr(biases[set]);
+    if (ba.dtype() == mx::uint8 && zero_points_fit(ba, sa) && !is_cpu_scope(s))
+      ba = affine_biases(sa, ba, scope_dev(s)); /* the CUDA kernel takes MLX's biases */
+    bool third_fits = ba.dtype() == mx::uint8 ? zero_points_fit(ba, sa) : ba.dtype() == mx::float32 && ba.shape() == sa.shape();
+    if (wa.ndim() != 2 || sa.ndim() != 2 || !third_fits || wa.dtype() != mx::uint32 || sa.dtype() != mx::float32)
+      throw bridge_error("quantized GEMV takes uint32 w [N, K * bits / 32], float32 scales and biases (or uint8 zero "
+                         "points [N or 1, K / group])");
     int n = wa.shape(0);
     if (static_cast<int64_t>(wa.shape(1)) * 32 != static_cast<int64_t>(k) * bits || sa.shape(0) != n ||
         sa.shape(1) != k / group_size || n < 1)

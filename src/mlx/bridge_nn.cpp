@@ -164,10 +164,12 @@ mlxb_array *mlxb_quantized_matmul(mlxb_scope *s, const mlxb_array *x, const mlxb
     const mx::array &in = arr(x), &packed = arr(w);
     if (cpu_qgemv_takes(s, in, packed, arr(scales), opt(biases), transpose, group_size, bits))
       return cpu_qgemv(s, in, packed, arr(scales), *opt(biases), group_size);
+    std::optional<mx::array> bias;
+    if (biases) bias = affine_biases(arr(scales), arr(biases), scope_dev(s));
     mx::array y = quantized_kernel_takes(s, in, packed, transpose, bits)
-                      ? mx::quantized_matmul(in, packed, arr(scales), opt(biases), transpose, group_size, bits, "affine",
+                      ? mx::quantized_matmul(in, packed, arr(scales), bias, transpose, group_size, bits, "affine",
                                              scope_dev(s))
-                      : dequantized_matmul(s, in, packed, arr(scales), opt(biases), transpose, group_size, bits);
+                      : dequantized_matmul(s, in, packed, arr(scales), bias, transpose, group_size, bits);
     return zeros_if_empty(y, {&in}, scope_dev(s));
   });
 }

@@ -187,7 +187,8 @@ static mlxb_array *mnb_dequant_weights(op_ctx *c, const mnb_attrs *a, mlxb_array
  * constant B, scales and zero points (the usual exported model) the three arrays are derived and
  * evaluated once, when the plan is built (prepare_matmul_nbits), not at every Run. */
 typedef struct mnb_prepared {
-  mlxb_array *w, *scales, *biases;
+  mlxb_array *w, *scales;
+  mlxb_array *biases; /* kept on a CPU scope: the zero points instead (mnb_cpu_takes_zero_points) */
   bool split_exact; /* float16 halves hold every weight exactly (mnb_split_is_exact) */
 } mnb_prepared;
 
@@ -487,6 +488,32 @@ static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x
   return mine;
 }
 
+/* On a CPU scope the EP's kernels read every product of 4-bit weights in float32 (the sets task:
+ * mlxb_qgemv_sets, and mlxb_quantized_matmul) and take integer zero points in place of MLX's
+ * float32 biases: a quarter of their bytes (one row of them when the zero point is implicit), on
+ * a decode step's every weight row, and ORT's own (q - z) * scale. */
+static bool mnb_cpu_takes_zero_points(op_ctx *c, const mnb_attrs *a) {
+  mlxb_scope *s = op_scope(c);
+  if (mlxb_scope_device(s) != MLXB_DEVICE_CPU || a->bits != 4) return false;
+  if (op_has_input(c, MNB_ZP) && op_input_dtype(c, MNB_ZP) != ONNX_UINT8) return false; /* float zero points */
+  return mlxb_qgemv_available(s, MLXB_F32, (int)a->bits, mnb_group(a));
+}
+
+/* The zero points as uint8 [N, groups] (MLX's groups: a block above 128 repeats its own), or
+ * [1, groups] of 2^(bits-1) when implicit. */
+static mlxb_array *mnb_integer_zero_points(op_ctx *c, const mnb_attrs *a) {
+  mlxb_scope *s = op_scope(c);
+  int reps = (int)(a->block / mnb_group(a));
+  if (!op_has_input(c, MNB_ZP)) {
+    int64_t dims[2] = {1, a->k_blocks * reps};
+    return mlxb_full(s, dims, 2, mlxb_scalar_f64(s, (double)(1 << (a->bits - 1)), MLXB_U8), MLXB_U8);
+  }
+  int64_t per_row = (a->k_blocks * a->bits + 7) / 8;
+  mlxb_array *u = op_util_unpack_bits(s, op_util_reshape2(s, op_input(c, MNB_ZP), a->n, per_row), (int)a->bits);
+  mlxb_array *zp = slice_last(s, u, a->k_blocks);
+  return reps > 1 ? mlxb_repeat(s, zp, reps, 1) : zp;
+}
+
 /* Compile: the arrays above, kept with the plan's constants, for the nodes that reach
  * mnb_quantized_matmul (no g_idx, blocks of 32 and more) with constant B, scales and zero points
  * of the sizes the attributes give (other sizes are left to the Run, which reports them). */
@@ -502,6 +529,7 @@ static int prepare_matmul_nbits(op_ctx *c, const op_def *def, void **state) {
     return 0;
   mlxb_array *scales = op_util_cast(s, op_util_reshape2(s, sc, a.n, a.k_blocks), MLXB_F32);
   mnb_prepared m = mnb_mlx_weights(s, &a, b, scales, mnb_zero_points(c, &a));
+  if (mnb_cpu_takes_zero_points(c, &a)) m.biases = mnb_integer_zero_points(c, &a);
   mnb_prepared *kept = malloc(sizeof *kept);
   if (!kept) return op_fail(c, "out of memory");
   *state = kept;
