@@ -189,11 +189,6 @@ void gemv_columns_as_written(const gemv_args &a, int64_t lo, int64_t hi) {
   }
 }
 
-bool cpu_has_avx512f() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && env_switch_on("ORT_EP_MLX_CPU_AVX512");
-  return yes;
-}
-
 /* One x against every set's rows as one range (set i's rows at [start[i], start[i + 1])), so that
  * a task's sets share one split of the rows among the threads rather than one each. */
 struct gemv_job {
@@ -210,7 +205,7 @@ void gemv_job_rows(const void *ctx, int64_t lo, int64_t hi) {
     if (from >= to) continue;
     const gemv_args &set = job.set[i];
     if (!job.finite) gemv_columns_as_written(set, from, to);
-    else if (cpu_has_avx512f()) (set.zero_points ? gemv_columns_512<true> : gemv_columns_512<false>)(set, from, to);
+    else if (cpu_avx512_available()) (set.zero_points ? gemv_columns_512<true> : gemv_columns_512<false>)(set, from, to);
     else (set.zero_points ? gemv_columns<true> : gemv_columns<false>)(set, from, to);
   }
 }

@@ -166,6 +166,11 @@ bool cpu_vmath_available() {
   return ok;
 }
 
+bool cpu_avx512_available() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && env_switch_on("ORT_EP_MLX_CPU_AVX512");
+  return ok;
+}
+
 void cpu_vmath(mlxb_unary_op op, const float *in, float *out, size_t n) {
   switch (op) {
     case MLXB_EXP: return apply<exp_wide>(in, out, n);
@@ -183,6 +188,7 @@ void cpu_softmax_rows(const float *, float *out, int64_t rows, int64_t m) {
   for (int64_t i = 0; i < rows * m; i++) out[i] = NAN;
 }
 bool cpu_vmath_available() { return false; }
+bool cpu_avx512_available() { return false; }
 void cpu_vmath(mlxb_unary_op, const float *, float *out, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = NAN;
 }

@@ -415,6 +415,9 @@ std::pair<mx::array, mx::array> cpu_rms_norm(const mlxb_scope *s, const mx::arra
  * arrays on x86-64 with AVX2 and FMA (bridge_cpu_vmath.cpp). Call cpu_vmath only where
  * cpu_vmath_available() and cpu_vmath_has(op). */
 bool cpu_vmath_available();
+/* Whether our CPU kernels may take AVX-512's 16 lanes (AVX-512F here, unless
+ * ORT_EP_MLX_CPU_AVX512=0): the quantized GEMV's. */
+bool cpu_avx512_available();
 bool cpu_vmath_has(mlxb_unary_op op);
 void cpu_vmath(mlxb_unary_op op, const float *in, float *out, size_t n);
 /* MLX's CPU softmax of float32 rows of m, bit for bit, its maximum and exponentials eight lanes at
