@@ -348,6 +348,14 @@ typedef struct mlxb_recurrence {
   bool has_clip, input_forget, linear_before_reset, backwards;
 } mlxb_recurrence;
 bool mlxb_recurrence_available(const mlxb_scope *s);
+
+/* A float32 product with a constant right operand on the CPU (src/mlx/bridge_cpu_gemm.cpp): B
+ * packed once (mlxb_gemm_pack: b [K, N], or [N, K] when transposed; keep the result with the plan's
+ * constants), then a [..., K] times it: [..., N] (mlxb_gemm_packed, n = N; a not empty). Only where
+ * mlxb_gemm_packed_available says so (a CPU scope on x86-64 with AVX-512F). */
+bool mlxb_gemm_packed_available(const mlxb_scope *s);
+mlxb_array *mlxb_gemm_pack(mlxb_scope *s, const mlxb_array *b, bool transposed);
+mlxb_array *mlxb_gemm_packed(mlxb_scope *s, const mlxb_array *a, const mlxb_array *packed, int64_t n);
 int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_array *xw, const mlxb_array *rw,
                         const mlxb_array *h0, const mlxb_array *c0, const mlxb_array *peep, const mlxb_array *lens,
                         const mlxb_array *rbh, bool want_y, mlxb_array **y, mlxb_array **h, mlxb_array **c);

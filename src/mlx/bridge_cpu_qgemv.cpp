@@ -291,6 +291,100 @@ void qgemm_4bit(const float *x, const gemv_args &set, int64_t rows, float *tile,
   }
 }
 
+/* Many rows where the CPU has AVX-512: each set's weights dequantized 32 rows at a time straight into
+ * a panel of the packed GEMM (bridge_cpu_gemm.cpp) and multiplied with every row of x while the
+ * panel is in the core's cache; the sets' panels are one range shared among the threads. No tile
+ * of weights in memory and no BLAS packing them again (OpenBLAS's copies were 8% of a prompt). */
+struct qgemm_job {
+  const float *x;
+  gemv_args set[MLXB_QGEMV_MAX_SETS];
+  int64_t first_panel[MLXB_QGEMV_MAX_SETS + 1]; /* set i's panels: [first_panel[i], first_panel[i + 1]) */
+  int64_t rows;
+  int sets;
+};
+
+enum { PANEL = CPU_GEMM_PANEL_COLS, PANEL_UNITS = 256 }; /* the pool shares out ranges of at least 256 units */
+
+/* The set's weight rows [n0, n0 + cols) (cols <= 32) dequantized as weight_at() gives them into a
+ * panel [k][32], zero past cols: a word of each of the 32 rows gathered at once, so that each of
+ * its eight nibbles becomes one row of the panel (two vectors of 16 lanes). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized" /* GCC 12's AVX-512 headers, see gemv_columns_512 */
+__attribute__((target("avx512f"))) void dequantize_panel(const gemv_args &a, int64_t n0, int64_t cols, float *panel) {
+  const int groups = a.k / a.group, words_per_row = a.k / 8, words_per_group = a.group / 8;
+  alignas(64) int32_t first_word[PANEL];
+  alignas(64) float sc[PANEL], bi[PANEL];
+  alignas(64) int32_t z[PANEL];
+  for (int c = 0; c < PANEL; c++) first_word[c] = static_cast<int32_t>(std::min<int64_t>(c, cols - 1) * words_per_row);
+  const __mmask16 valid[2] = {static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1),
+                              static_cast<__mmask16>(cols <= 16 ? 0 : cols >= 32 ? 0xffff : (1u << (cols - 16)) - 1)};
+  const __m512i nibble = _mm512_set1_epi32(15);
+  const uint32_t *w = a.w + n0 * words_per_row;
+  for (int g = 0; g < groups; g++) {
+    for (int c = 0; c < PANEL; c++) {
+      const int64_t n = n0 + std::min<int64_t>(c, cols - 1);
+      sc[c] = a.scales[n * groups + g];
+      bi[c] = a.zero_points ? 0.0f : a.biases[n * groups + g];
+      z[c] = a.zero_points ? a.zero_points[n * a.zp_row_stride + g] : 0;
+    }
+    for (int half = 0; half < 2; half++) {
+      const __m512i index = _mm512_load_si512(first_word + 16 * half), zv = _mm512_load_si512(z + 16 * half);
+      const __m512 scale = _mm512_load_ps(sc + 16 * half), bias = _mm512_load_ps(bi + 16 * half);
+      for (int word = 0; word < words_per_group; word++) {
+        const int64_t at = static_cast<int64_t>(g) * words_per_group + word;
+        const __m512i words = _mm512_i32gather_epi32(index, reinterpret_cast<const void *>(w + at), 4);
+        for (int j = 0; j < 8; j++) {
+          const __m512i q = _mm512_and_si512(_mm512_srli_epi32(words, 4 * j), nibble);
+          const __m512 v = a.zero_points ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, zv)), scale)
+                                         : _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), scale, bias);
+          _mm512_storeu_ps(panel + (at * 8 + j) * PANEL + 16 * half, _mm512_maskz_mov_ps(valid[half], v));
+        }
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+/* Panel p of the job: set i's output columns [n0, n0 + cols). */
+void qgemm_panel(const qgemm_job &job, int64_t p, float *panel, float *scratch) {
+  int i = 0;
+  while (p >= job.first_panel[i + 1]) i++;
+  const gemv_args &set = job.set[i];
+  const int64_t n0 = (p - job.first_panel[i]) * PANEL, cols = std::min<int64_t>(PANEL, set.n - n0);
+  dequantize_panel(set, n0, cols, panel);
+  cpu_gemm_panel(job.x, job.rows, set.k, panel, set.y + n0, set.n, cols, scratch);
+}
+
+void qgemm_job_part(const void *ctx, int64_t lo, int64_t hi) {
+  const auto &job = *static_cast<const qgemm_job *>(ctx);
+  const int64_t p0 = (lo + PANEL_UNITS - 1) / PANEL_UNITS, p1 = (hi + PANEL_UNITS - 1) / PANEL_UNITS;
+  if (p0 >= p1) return;
+  const int k = job.set[0].k;
+  try {
+    std::vector<float> panel(static_cast<size_t>(PANEL) * k), scratch(static_cast<size_t>(job.rows) * PANEL);
+    for (int64_t p = p0; p < p1; p++) qgemm_panel(job, p, panel.data(), scratch.data());
+  } catch (...) { /* buffers not allocated (a helper thread must not throw): NaN in these panels' columns */
+    for (int64_t p = p0; p < p1; p++) {
+      int i = 0;
+      while (p >= job.first_panel[i + 1]) i++;
+      const gemv_args &set = job.set[i];
+      const int64_t n0 = (p - job.first_panel[i]) * PANEL, n1 = std::min<int64_t>(set.n, n0 + PANEL);
+      for (int64_t r = 0; r < job.rows; r++)
+        std::fill(set.y + r * set.n + n0, set.y + r * set.n + n1, std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+}
+
+void qgemm_4bit_panels(const float *x, const gemv_args *sets, int n_sets, int64_t rows) {
+  qgemm_job job{};
+  job.x = x, job.rows = rows, job.sets = n_sets;
+  for (int i = 0; i < n_sets; i++) {
+    job.set[i] = sets[i];
+    job.first_panel[i + 1] = job.first_panel[i] + (sets[i].n + PANEL - 1) / PANEL;
+  }
+  cpu_parallel_for(job.first_panel[n_sets] * PANEL_UNITS, qgemm_job_part, &job);
+}
+
 /* Up to three weight sets of one x in one task (sibling projections: Q, K and V), each row of x a
  * GEMV per set, each set's output optionally plus a bias [N] (a following Add node, in float32 as
  * that node adds); with swiglu, two sets of one N (gate, up) and the gated MLP's activation after
@@ -308,15 +402,16 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
      * allocated here, where a failure is an exception of this eval (the bridge's to report) */
     const int k = inputs[0].shape(-1);
     const bool many_rows = inputs[0].size() != static_cast<size_t>(k);
+    const bool tiled = many_rows && !cpu_avx512_available(); /* else panels (qgemm_4bit_panels) */
     int64_t tile_cols = 0;
-    for (int i = 0; many_rows && i < sets_; i++) tile_cols = std::max(tile_cols, tile_columns(inputs[1 + 3 * i].shape(0), k));
-    std::shared_ptr<float[]> tile(many_rows ? new float[tile_cols * k] : nullptr);
+    for (int i = 0; tiled && i < sets_; i++) tile_cols = std::max(tile_cols, tile_columns(inputs[1 + 3 * i].shape(0), k));
+    std::shared_ptr<float[]> tile(tiled ? new float[tile_cols * k] : nullptr);
     cpu_task_arrays held;
     auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
-    encoder.dispatch([held = std::move(held), sets = sets_, group = group_, biased = biased_, swiglu = swiglu_, tile,
-                      tile_cols]() mutable {
+    encoder.dispatch([held = std::move(held), sets = sets_, group = group_, biased = biased_, swiglu = swiglu_,
+                      many_rows, tile, tile_cols]() mutable {
       try {
-        run(held.ins, held.outs, sets, group, biased, swiglu, tile.get(), tile_cols);
+        run(held.ins, held.outs, sets, group, biased, swiglu, many_rows, tile.get(), tile_cols);
       } catch (...) { /* a split x not allocated; a task must never let an exception reach MLX's scheduler */
         for (auto &out : held.outs)
           std::fill(out.data<float>(), out.data<float>() + out.size(), std::numeric_limits<float>::quiet_NaN());
@@ -339,7 +434,7 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
   /* inputs: x, then w, scales and biases (float32) or zero points (uint8) of each set, then the
    * sets' adds (x where a set has none) */
   static void run(const std::vector<mx::array> &in, std::vector<mx::array> &out, int sets, int group, unsigned biased,
-                  bool swiglu, float *tile, int64_t tile_cols) {
+                  bool swiglu, bool many_rows, float *tile, int64_t tile_cols) {
     const mx::array &x = in[0];
     const int k = x.shape(-1);
     const int64_t rows = static_cast<int64_t>(x.size()) / k;
@@ -352,7 +447,8 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
                          zp && third.shape(0) > 1 ? third.shape(1) : 0, k, group};
       if (tile) qgemm_4bit(x.data<float>(), set[i], rows, tile, tile_cols);
     }
-    if (!tile) qgemv_4bit_sets(x.data<float>(), set, sets, k, group);
+    if (!many_rows) qgemv_4bit_sets(x.data<float>(), set, sets, k, group);
+    else if (!tile) qgemm_4bit_panels(x.data<float>(), set, sets, rows);
     for (int i = 0; i < sets; i++) {
       const int64_t n = set[i].n;
       float *y = set[i].y;

@@ -371,6 +371,15 @@ bool cpu_qgemv_sets_takes(const mlxb_scope *s, mx::Dtype t, int bits, int group)
 std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, const std::vector<mx::array> &sets,
                                       const std::vector<std::optional<mx::array>> &adds, int group, bool swiglu);
 
+/* The packed GEMM's panel (bridge_cpu_gemm.cpp): B's columns 32 at a time, K-major ([K][32]).
+ * cpu_gemm_panel: C[m, cols] (row stride ldc) = A [m, k] (row-major) times one panel, cols <= 32
+ * of its columns (scratch: m * 32 floats when cols < 32, else unused). For kernels that make their
+ * panels as they go (the 4-bit product of many rows dequantizes into them); only where
+ * cpu_avx512_available(). */
+enum { CPU_GEMM_PANEL_COLS = 32 };
+void cpu_gemm_panel(const float *a, int64_t m, int64_t k, const float *panel, float *c, int64_t ldc, int64_t cols,
+                    float *scratch);
+
 /* Exp, Erf and Sigmoid of float32 on the CPU with AVX2 and FMA: MLX's own arithmetic, bit for bit,
  * without its calls into libm's fmaf (bridge_cpu_unary.cpp). takes() says whether it applies. */
 bool cpu_unary_takes(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);

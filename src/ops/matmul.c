@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/op_util.h"
@@ -75,11 +76,52 @@ static mlxb_array *matmul_int(mlxb_scope *s, mlxb_array *a, mlxb_array *b) {
   return acc && mlxb_type(acc) != t ? mlxb_astype(s, acc, t) : acc;
 }
 
+/* ---- a constant float32 weight on the CPU: packed once --------------------------------------
+ * The right operand of MatMul (Gemm: B, transB read as it is) when it is a constant float32
+ * matrix and the scope's CPU has the EP's GEMM (mlxb_gemm_packed_available): packed at Compile
+ * into the kernel's panels, so that a Run's product does not pack it again (the BLAS under MLX's
+ * matmul packs both operands every call). */
+typedef struct packed_weight {
+  mlxb_array *panels;
+  int64_t k, n;
+} packed_weight;
+
+static int prepare_packed_weight(op_ctx *c, bool transposed, void **state) {
+  static const int weight_input[] = {1};
+  mlxb_array *b = op_input(c, 1);
+  mlxb_scope *s = op_scope(c);
+  if (!b || !op_inputs_const(c, weight_input, 1) || !mlxb_gemm_packed_available(s)) return 0;
+  if (mlxb_ndim(b) != 2 || mlxb_type(b) != MLXB_F32 || mlxb_size(b) == 0) return 0;
+  packed_weight *kept = malloc(sizeof *kept);
+  if (!kept) return op_fail(c, "out of memory");
+  *state = kept;
+  kept->k = mlxb_dim(b, transposed ? 1 : 0);
+  kept->n = mlxb_dim(b, transposed ? 0 : 1);
+  kept->panels = op_prepare_keep(c, mlxb_gemm_pack(s, b, transposed));
+  return kept->panels ? 0 : -1;
+}
+
+/* a [..., K] times the packed weight, or NULL where it does not apply (a not float32, empty, or of
+ * another K: the caller's product then reports it). */
+static mlxb_array *packed_product(op_ctx *c, mlxb_array *a) {
+  const packed_weight *w = op_prepared(c);
+  if (!w || mlxb_type(a) != MLXB_F32 || mlxb_ndim(a) < 1 || mlxb_size(a) == 0 || mlxb_dim(a, -1) != w->k) return NULL;
+  return mlxb_gemm_packed(op_scope(c), a, w->panels, w->n);
+}
+
+static int prepare_matmul(op_ctx *c, const op_def *def, void **state) { return prepare_packed_weight(c, false, state); }
+
+static int prepare_gemm(op_ctx *c, const op_def *def, void **state) {
+  return prepare_packed_weight(c, ir_attr_int(op_node(c), "transB", 0) != 0, state);
+}
+
 static int lower_matmul(op_ctx *c, const op_def *def) {
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1);
   if (mlxb_ndim(a) == 0 || mlxb_ndim(b) == 0) return op_fail(c, "MatMul operands must have rank >= 1");
   if (mlxb_type(a) != mlxb_type(b)) return op_fail(c, "operand dtypes differ");
   mlxb_scope *s = op_scope(c);
+  mlxb_array *packed = packed_product(c, a);
+  if (packed) return op_set_output(c, 0, packed);
   if (op_util_is_float(mlxb_type(a))) return op_set_output(c, 0, mlxb_matmul(s, a, b));
   return op_set_output(c, 0, matmul_int(s, a, b));
 }
@@ -102,6 +144,13 @@ static mlxb_array *gemm_compute(op_ctx *c) {
   }
   float alpha = ir_attr_float(n, "alpha", 1.0f), beta = ir_attr_float(n, "beta", 1.0f);
   if (ir_attr_int(n, "transA", 0)) a = transpose_2d(s, a);
+  mlxb_array *packed = packed_product(c, a);
+  if (packed) { /* alpha * AB, then beta * C added: as ORT's kernel, which starts Y at beta * C */
+    if (alpha != 1.0f) packed = mlxb_binary(s, MLXB_MUL, packed, mlxb_scalar_f64(s, alpha, MLXB_F32));
+    if (!bias || beta == 0.0f) return packed;
+    if (beta != 1.0f) bias = mlxb_binary(s, MLXB_MUL, bias, mlxb_scalar_f64(s, beta, mlxb_type(bias)));
+    return mlxb_binary(s, MLXB_ADD, packed, bias);
+  }
   if (ir_attr_int(n, "transB", 0)) b = transpose_2d(s, b);
   /* like ORT, C is not read when beta is 0 (so inf/NaN in C do not leak through 0 * C) */
   if (bias && beta != 0.0f) return mlxb_addmm(s, bias, a, b, alpha, beta);
@@ -281,9 +330,11 @@ static int lower_einsum(op_ctx *c, const op_def *def) {
 
 static const op_def defs[] = {
   OP_ROW("", "MatMul", 1, 13, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_MATMUL, .lower = lower_matmul,
+         .prepare = prepare_matmul, .release = free,
          .doc = "N-D with batch broadcasting; 1-D operands promoted as numpy. Float types use MLX matmul; "
                 "int32/int64/uint32/uint64 use a chunked broadcast multiply-sum that wraps like ORT."),
   OP_ROW("", "Gemm", 7, 13, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .lower = lower_gemm,
+         .prepare = prepare_gemm, .release = free,
          .doc = "transA, transB, alpha, beta, optional C broadcast to [M, N]; C is ignored when beta is 0 (as ORT). "
                 "Declined: integer Gemm (MLX matmul has float kernels only)."),
   OP_ROW("", "Einsum", 12, 12, .inputs = {1, OP_VARIADIC}, .outputs = {1, 1}, .dtypes = DT_FLOAT, .claim = claim_einsum,
@@ -291,7 +342,7 @@ static const op_def defs[] = {
          .doc = "Explicit and implicit equations (implicit output made explicit in ONNX's ASCII order), ellipsis, "
                 "repeated labels (traces/diagonals), spaces. Declined: integer operands (MLX einsum uses matmul)."),
   OP_ROW("com.microsoft", "FusedGemm", 1, 1, .inputs = {2, 3}, .outputs = {1, 1}, .dtypes = DT_F32,
-         .claim = claim_fused_gemm, .lower = lower_fused_gemm,
+         .claim = claim_fused_gemm, .lower = lower_fused_gemm, .prepare = prepare_gemm, .release = free,
          .doc = "Gemm's forms (float32, ORT's CPU kernel) then Relu, Tanh, Sigmoid, Softplus, Softsign, LeakyRelu, "
                 "Elu, ThresholdedRelu, HardSigmoid, ScaledTanh, ParametricSoftplus or Selu with their "
                 "activation_alpha/beta/gamma. Declined: a parameter the model leaves to ORT's default"),

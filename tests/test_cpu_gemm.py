@@ -1,0 +1,155 @@
+"""MatMul with a constant float32 weight on the CPU through the EP's packed GEMM
+(src/mlx/bridge_cpu_gemm.cpp: the weight packed at Compile into 32-column panels, a 12-row AVX-512
+tile per panel, K in blocks of 256) against ORT's CPU EP, strict, every Run of the eager/trace/replay
+triple. Both sides sum the same K products in different orders: float32 tolerances relative to the
+output's magnitude (rtol 1e-5, atol 2e-6 of the largest output). Shapes cross every edge of the
+tiling: rows around 12, columns around 32, K around the 256 block; A of rank 1 to 4; infinities and
+NaN give the same non-finite outputs. Which kernel ran is read from the op histogram of a fresh
+process, with the switch on and off."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxruntime_ep_mlx as mlx_ep
+from parity import make_model, run_cpu, run_mlx_each
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPU = {"device": "cpu"}
+
+
+def x86_with_avx512f() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512f" in next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+
+
+needs_kernel = pytest.mark.skipif(not x86_with_avx512f(), reason="the packed GEMM needs x86-64 with AVX-512F")
+
+
+def matmul_model(a_shape, k, n, seed=0):
+    rng = np.random.default_rng(seed)
+    node = helper.make_node("MatMul", ["A", "W"], ["Y"])
+    model = make_model([node], [("A", TensorProto.FLOAT, list(a_shape))], [("Y", TensorProto.FLOAT, None)],
+                       {"W": rng.standard_normal((k, n)).astype(np.float32)}.items())
+    symbolic = any(isinstance(d, str) for d in a_shape)
+    return model, None if symbolic else {"A": rng.standard_normal(a_shape).astype(np.float32)}
+
+
+def compare(model, feeds):
+    (want,) = run_cpu(model, feeds)
+    finite = want[np.isfinite(want)].astype(np.float64)
+    scale = float(np.abs(finite).max()) if finite.size else 1.0
+    for run, (got,) in enumerate(run_mlx_each(model, feeds, options=CPU)):
+        assert got.dtype == want.dtype and got.shape == want.shape, f"run {run + 1}"
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"run {run + 1}: NaN")
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=f"run {run + 1}: infinities")
+        ok = np.isfinite(want)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=2e-6 * scale, err_msg=f"run {run + 1}")
+
+
+@pytest.mark.parametrize("m", [1, 5, 11, 12, 13, 24, 37])
+@pytest.mark.parametrize("k,n", [(1, 1), (7, 31), (64, 32), (100, 33), (255, 64), (256, 65), (257, 96), (600, 100)])
+def test_shapes(m, k, n):
+    compare(*matmul_model((m, k), k, n, seed=m * 1000 + k + n))
+
+
+@pytest.mark.parametrize("a_shape", [(40,), (2, 7, 40), (2, 3, 5, 40), (1, 128, 40)])
+def test_ranks(a_shape):
+    compare(*matmul_model(a_shape, 40, 70))
+
+
+@pytest.mark.parametrize("op", ["Gemm", "FusedGemm"])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("alpha,beta,bias", [(1.0, 1.0, None), (0.5, 2.0, (70,)), (1.0, 1.0, (13, 70)),
+                                             (1.0, 0.0, (70,)), (2.0, 1.0, (1, 1))])
+def test_gemm(op, trans_a, trans_b, alpha, beta, bias):
+    """Gemm's and FusedGemm's B read as it is (transB: packed from [N, K]), alpha times the product,
+    then beta times C added."""
+    rng = np.random.default_rng(7)
+    m, k, n = 13, 40, 70
+    names = ["A", "W"] + (["C"] if bias else [])
+    attrs = dict(transA=trans_a, transB=trans_b, alpha=alpha, beta=beta)
+    if op == "FusedGemm":
+        attrs["activation"] = "Relu"
+    node = helper.make_node(op, names, ["Y"], domain="com.microsoft" if op == "FusedGemm" else "", **attrs)
+    consts = {"W": rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)}
+    if bias:
+        consts["C"] = rng.standard_normal(bias).astype(np.float32)
+    a_shape = (k, m) if trans_a else (m, k)
+    model = make_model([node], [("A", TensorProto.FLOAT, list(a_shape))], [("Y", TensorProto.FLOAT, None)],
+                       consts.items(), domains=[("com.microsoft", 1)] if op == "FusedGemm" else ())
+    compare(model, {"A": rng.standard_normal(a_shape).astype(np.float32)})
+
+
+def test_non_finite():
+    model, feeds = matmul_model((13, 70), 70, 40, seed=5)
+    a = feeds["A"]
+    a[0, 3], a[4, 10], a[7, :] = np.inf, np.nan, -np.inf
+    compare(model, feeds)
+
+
+def test_large():
+    """A BERT-sized product: several panels per thread, three blocks of K."""
+    compare(*matmul_model((1, 128, 768), 768, 3072, seed=9))
+
+
+def test_weight_shared_by_two_products():
+    """One constant read by two MatMuls (and returned as is by a third node): each packs it."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((48, 40)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["A", "W"], ["Y"]), helper.make_node("MatMul", ["B", "W"], ["Z"]),
+             helper.make_node("Identity", ["W"], ["V"])]
+    model = make_model(nodes, [("A", TensorProto.FLOAT, [3, 48]), ("B", TensorProto.FLOAT, [2, 5, 48])],
+                       [("Y", TensorProto.FLOAT, None), ("Z", TensorProto.FLOAT, None), ("V", TensorProto.FLOAT, None)],
+                       {"W": w}.items())
+    feeds = {"A": rng.standard_normal((3, 48)).astype(np.float32), "B": rng.standard_normal((2, 5, 48)).astype(np.float32)}
+    want = run_cpu(model, feeds)
+    for got in run_mlx_each(model, feeds, options=CPU):
+        for g, x in zip(got, want):
+            np.testing.assert_allclose(g, x, rtol=1e-5, atol=1e-5)
+
+
+def test_k_mismatch_is_an_error():
+    """A of another K than the weight's: the Run fails naming the node (the packed path declines it
+    and MLX's product reports it), as ORT's does."""
+    model, _ = matmul_model(("m", "k"), 40, 30)
+    sess = mlx_ep.session(model, options=CPU, strict=True)
+    with pytest.raises(Exception, match="MatMul"):
+        sess.run(None, {"A": np.ones((3, 41), np.float32)})
+
+
+HISTOGRAM_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_cpu_gemm import compare, matmul_model, test_gemm
+compare(*matmul_model((20, 96), 96, 70))
+test_gemm("Gemm", 0, 1, 0.5, 2.0, (70,))
+"""
+
+
+@needs_kernel
+@pytest.mark.parametrize("switch", ["default", "off"])
+def test_kernel_runs(switch):
+    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
+    if switch == "off":
+        env["ORT_EP_MLX_CPU_GEMM"] = "0"
+    env.pop("ORT_EP_MLX_DEVICE", None)
+    out = subprocess.run([sys.executable, "-c", HISTOGRAM_PROBE, os.path.join(ROOT, "tests")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    programs = [line for line in out.stderr.splitlines() if " program: " in line]
+    assert len(programs) == 2, out.stderr[-3000:]  # MatMul, then Gemm
+    for program in programs:
+        if switch == "off":
+            assert "EpCpuGemmPacked" not in program and ("Matmul" in program or "AddMM" in program), program
+        else:
+            assert "EpCpuGemmPacked=1" in program and "Matmul" not in program and "AddMM" not in program, program
