@@ -1,10 +1,11 @@
-"""MatMul with a constant float32 weight on the CPU through the EP's packed GEMM
+"""MatMul, Gemm and Conv with a constant float32 weight on the CPU through the EP's packed GEMM
 (src/mlx/bridge_cpu_gemm.cpp: the weight packed at Compile into 32-column panels, a 12-row AVX-512
-tile per panel, K in blocks of 256) against ORT's CPU EP, strict, every Run of the eager/trace/replay
+tile per panel, K in blocks of 4096) against ORT's CPU EP, strict, every Run of the eager/trace/replay
 triple. Both sides sum the same K products in different orders: float32 tolerances relative to the
 output's magnitude (rtol 1e-5, atol 2e-6 of the largest output). Shapes cross every edge of the
-tiling: rows around 12, columns around 32, K around the 256 block; A of rank 1 to 4; infinities and
-NaN give the same non-finite outputs. Which kernel ran is read from the op histogram of a fresh
+tiling: rows around 12, columns around 32, K past one block; A of rank 1 to 4; infinities and
+NaN give the same non-finite outputs. Convolutions (1-D and 2-D, one group) unfold their windows
+into the GEMM's rows: strides, dilations, asymmetric pads, taps past both ends, one tap. Which kernel ran is read from the op histogram of a fresh
 process, with the switch on and off."""
 from __future__ import annotations
 
@@ -89,11 +90,53 @@ def test_gemm(op, trans_a, trans_b, alpha, beta, bias):
     compare(model, {"A": rng.standard_normal(a_shape).astype(np.float32)})
 
 
+def conv_model(x_shape, w_shape, seed=0, dtype=np.float32, bias=True, **attrs):
+    rng = np.random.default_rng(seed)
+    consts = {"W": rng.standard_normal(w_shape).astype(dtype)}
+    names = ["X", "W"]
+    if bias:
+        consts["B"] = rng.standard_normal(w_shape[0]).astype(dtype)
+        names.append("B")
+    t = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    node = helper.make_node("Conv", names, ["Y"], **attrs)
+    model = make_model([node], [("X", t, list(x_shape))], [("Y", t, None)], consts.items())
+    return model, {"X": rng.standard_normal(x_shape).astype(dtype)}
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 3, 17, 19), (16, 3, 3, 3), {}),
+    ((2, 8, 12, 12), (20, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 5, 23, 21), (40, 5, 3, 5), dict(strides=[2, 3], pads=[0, 2, 1, 0])),
+    ((1, 4, 16, 16), (33, 4, 3, 3), dict(dilations=[2, 3], pads=[2, 1, 3, 0])),
+    ((1, 16, 9, 9), (64, 16, 1, 1), {}),                       # one tap: the input is the unfolded input
+    ((1, 16, 9, 9), (64, 16, 1, 1), dict(strides=[2, 2])),     # one tap, strided
+    ((1, 16, 9, 9), (300, 16, 1, 1), dict(pads=[1, 0, 0, 1])),  # one tap, padded; many panels
+    ((1, 3, 7, 7), (5, 3, 7, 7), dict(pads=[3, 3, 3, 3])),     # taps past both ends of every window
+    ((1, 3, 5, 5), (4, 3, 2, 2), dict(strides=[1000, 1000])),  # a stride past the extent: one window
+    ((2, 6, 30), (12, 6, 5), dict(pads=[2, 1], strides=[2])),  # 1-D
+])
+def test_conv(x_shape, w_shape, attrs):
+    compare(*conv_model(x_shape, w_shape, seed=len(x_shape) + w_shape[0], **attrs))
+
+
+def test_conv_float16_input():
+    """float16 is computed in float32 (the packed float32 weight), rounded once."""
+    model, feeds = conv_model((1, 4, 10, 10), (24, 4, 3, 3), dtype=np.float16, pads=[1, 1, 1, 1])
+    (want,) = run_cpu(model, feeds)
+    for (got,) in run_mlx_each(model, feeds, options=CPU):
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=2e-2)
+
+
 def test_non_finite():
     model, feeds = matmul_model((13, 70), 70, 40, seed=5)
     a = feeds["A"]
     a[0, 3], a[4, 10], a[7, :] = np.inf, np.nan, -np.inf
     compare(model, feeds)
+
+
+def test_k_past_one_block():
+    """K over the kernel's block of 4096: the second block adds to the first's sums."""
+    compare(*matmul_model((13, 4200), 4200, 40, seed=4))
 
 
 def test_large():
@@ -129,9 +172,10 @@ def test_k_mismatch_is_an_error():
 HISTOGRAM_PROBE = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from test_cpu_gemm import compare, matmul_model, test_gemm
+from test_cpu_gemm import compare, conv_model, matmul_model, test_gemm
 compare(*matmul_model((20, 96), 96, 70))
 test_gemm("Gemm", 0, 1, 0.5, 2.0, (70,))
+compare(*conv_model((1, 8, 12, 12), (20, 8, 3, 3), pads=[1, 1, 1, 1]))
 """
 
 
@@ -147,9 +191,13 @@ def test_kernel_runs(switch):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     programs = [line for line in out.stderr.splitlines() if " program: " in line]
-    assert len(programs) == 2, out.stderr[-3000:]  # MatMul, then Gemm
-    for program in programs:
+    assert len(programs) == 3, out.stderr[-3000:]  # MatMul, Gemm, Conv
+    for program in programs[:2]:
         if switch == "off":
             assert "EpCpuGemmPacked" not in program and ("Matmul" in program or "AddMM" in program), program
         else:
             assert "EpCpuGemmPacked=1" in program and "Matmul" not in program and "AddMM" not in program, program
+    if switch == "off":
+        assert "EpCpuConvPacked" not in programs[2] and "Convolution=1" in programs[2], programs[2]
+    else:
+        assert "EpCpuConvPacked=1" in programs[2] and "Convolution" not in programs[2], programs[2]

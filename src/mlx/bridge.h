@@ -356,6 +356,15 @@ bool mlxb_recurrence_available(const mlxb_scope *s);
 bool mlxb_gemm_packed_available(const mlxb_scope *s);
 mlxb_array *mlxb_gemm_pack(mlxb_scope *s, const mlxb_array *b, bool transposed);
 mlxb_array *mlxb_gemm_packed(mlxb_scope *s, const mlxb_array *a, const mlxb_array *packed, int64_t n);
+/* A 2-D convolution of one group through the same GEMM: x [N, H, W, C] float32 (channels-last),
+ * the weight packed from [M, kh * kw * C] (mlxb_gemm_pack of the channels-last weight [M, kh, kw,
+ * C] as a matrix, transposed), zero padding ph/pw before each axis (taps past either end read as
+ * zeros), strides, dilations and the output extents oh/ow: [N, oh, ow, M]. The windows are unfolded
+ * into one buffer of N * oh * ow * kh * kw * C floats first. */
+typedef struct mlxb_conv2d {
+  int64_t m, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+} mlxb_conv2d;
+mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g);
 int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_array *xw, const mlxb_array *rw,
                         const mlxb_array *h0, const mlxb_array *c0, const mlxb_array *peep, const mlxb_array *lens,
                         const mlxb_array *rbh, bool want_y, mlxb_array **y, mlxb_array **h, mlxb_array **c);

@@ -62,6 +62,14 @@ void pack_task(const pack_params &p, const std::vector<mx::array> &in, std::vect
 
 /* ---- the product ---------------------------------------------------------------------------- */
 
+struct product_params {
+  int64_t m, k, n;
+};
+
+struct conv_params {
+  int64_t n, h, w, c, m, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+};
+
 #if defined(EP_CPU_GEMM)
 
 /* C[R rows, 32] (row stride ldc) = (accumulate ? C : 0) + A[R rows, kc] (row stride lda) times the
@@ -150,19 +158,75 @@ void product_part(const void *ctx, int64_t lo, int64_t hi) {
   }
 }
 
-struct product_params {
-  int64_t m, k, n;
-};
+
+/* Rows of A instead, ROWS at a time (ROW_UNITS units each): where there are few panels (a
+ * convolution's output channels) and many rows (its positions), each part takes every panel. */
+enum { ROW_UNITS = 64 };
+
+void product_rows_part(const void *ctx, int64_t lo, int64_t hi) {
+  const auto &p = *static_cast<const product_args *>(ctx);
+  const int64_t r0 = std::min(p.m, (lo + ROW_UNITS - 1) / ROW_UNITS * ROWS);
+  const int64_t r1 = std::min(p.m, (hi + ROW_UNITS - 1) / ROW_UNITS * ROWS);
+  if (r0 >= r1) return;
+  product_args rows{p.a + r0 * p.k, p.packed, p.c + r0 * p.n, r1 - r0, p.k, p.n};
+  product_part(&rows, 0, panel_count(p.n) * PANEL_UNITS);
+}
+
+/* C = A B over the pool: by panels where there are enough to share, else by rows. */
+void product(const product_args &args) {
+  enum { FEW_PANELS = 8 };
+  const int64_t panels = panel_count(args.n), tiles = (args.m + ROWS - 1) / ROWS;
+  if (panels >= FEW_PANELS || tiles < 4) cpu_parallel_for(panels * PANEL_UNITS, product_part, &args);
+  else cpu_parallel_for(tiles * ROW_UNITS, product_rows_part, &args);
+}
 
 /* inputs: a [m, k] (any leading shape), packed [panels, k, 32]; output [m, n] */
 void product_task(const product_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
-  product_args args{in[0].data<float>(), in[1].data<float>(), out[0].data<float>(), p.m, p.k, p.n};
-  cpu_parallel_for(panel_count(p.n) * PANEL_UNITS, product_part, &args);
+  product({in[0].data<float>(), in[1].data<float>(), out[0].data<float>(), p.m, p.k, p.n});
+}
+
+/* ---- convolution: the unfolded windows times the packed weight -------------------------------- */
+
+struct unfold_args {
+  const conv_params *p;
+  const float *x;
+  float *cols;
+};
+
+/* Rows [lo, hi) of the unfolded input: row (b, y, x) holds the window of output position (y, x),
+ * tap by tap ([kh][kw][C], the channels-last weight's order), zeros where a tap falls in the padding. */
+void unfold_rows(const void *ctx, int64_t lo, int64_t hi) {
+  const auto &u = *static_cast<const unfold_args *>(ctx);
+  const conv_params &p = *u.p;
+  const int64_t k = p.kh * p.kw * p.c;
+  for (int64_t r = lo; r < hi; r++) {
+    const int64_t b = r / (p.oh * p.ow), oy = r / p.ow % p.oh, ox = r % p.ow;
+    float *dst = u.cols + r * k;
+    for (int64_t i = 0; i < p.kh; i++)
+      for (int64_t j = 0; j < p.kw; j++, dst += p.c) {
+        const int64_t iy = oy * p.sh - p.ph + i * p.dh, ix = ox * p.sw - p.pw + j * p.dw;
+        if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) std::fill(dst, dst + p.c, 0.0f);
+        else std::memcpy(dst, u.x + ((b * p.h + iy) * p.w + ix) * p.c, sizeof(float) * p.c);
+      }
+  }
+}
+
+/* inputs: x [n, h, w, c] (channels-last), packed weight [panels, kh * kw * c, 32]; output [n, oh, ow, m] */
+void conv_task(const conv_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  const int64_t rows = p.n * p.oh * p.ow, k = p.kh * p.kw * p.c;
+  std::vector<float> cols(static_cast<size_t>(rows * k)); /* cpu_task turns a failure into NaN out */
+  unfold_args u{&p, in[0].data<float>(), cols.data()};
+  cpu_parallel_for(rows, unfold_rows, &u);
+  product({cols.data(), in[1].data<float>(), out[0].data<float>(), rows, k, p.m});
 }
 
 bool cpu_has_avx512f() { return cpu_avx512_available(); }
 
 #else
+
+void conv_task(const conv_params &, const std::vector<mx::array> &, std::vector<mx::array> &out) {
+  for (auto &o : out) std::fill(o.data<float>(), o.data<float>() + o.size(), std::numeric_limits<float>::quiet_NaN());
+}
 
 void product_task(const product_params &, const std::vector<mx::array> &, std::vector<mx::array> &out) {
   for (auto &o : out) std::fill(o.data<float>(), o.data<float>() + o.size(), std::numeric_limits<float>::quiet_NaN());
@@ -202,6 +266,24 @@ mx::array cpu_gemm_packed(const mlxb_scope *s, const mx::array &a, const mx::arr
   return make_task(s, "EpCpuGemmPacked", p, product_task, {a, packed}, {shape}, {mx::float32}).at(0);
 }
 
+mx::array cpu_conv_packed(const mlxb_scope *s, const mx::array &x, const mx::array &packed, const mlxb_conv2d &g) {
+  conv_params p{};
+  p.n = x.ndim() == 4 ? x.shape(0) : 0, p.h = x.ndim() == 4 ? x.shape(1) : 0, p.w = x.ndim() == 4 ? x.shape(2) : 0;
+  p.c = x.ndim() == 4 ? x.shape(3) : 0, p.m = g.m, p.kh = g.kh, p.kw = g.kw, p.sh = g.sh, p.sw = g.sw, p.ph = g.ph;
+  p.pw = g.pw, p.dh = g.dh, p.dw = g.dw, p.oh = g.oh, p.ow = g.ow;
+  const bool positive = p.n > 0 && p.h > 0 && p.w > 0 && p.c > 0 && p.m > 0 && p.kh > 0 && p.kw > 0 && p.sh > 0 &&
+                        p.sw > 0 && p.dh > 0 && p.dw > 0 && p.oh > 0 && p.ow > 0 && p.ph >= 0 && p.pw >= 0;
+  if (x.dtype() != mx::float32 || !positive || packed.ndim() != 3 || packed.shape(2) != PANEL_COLS ||
+      packed.shape(0) != panel_count(p.m) || packed.shape(1) != p.kh * p.kw * p.c)
+    throw bridge_error("packed convolution: x [N, H, W, C] float32, a weight packed from [M, kh * kw * C]");
+  /* taps outside the input read as zeros (unfold_rows): no extent reaches memory outside x */
+  if (p.n * p.oh * p.ow > std::numeric_limits<int64_t>::max() / (p.kh * p.kw * p.c))
+    throw bridge_error("packed convolution: the unfolded input's size overflows");
+  const mx::Shape shape = {static_cast<int>(p.n), static_cast<int>(p.oh), static_cast<int>(p.ow), static_cast<int>(p.m)};
+  cpu_pool_start();
+  return make_task(s, "EpCpuConvPacked", p, conv_task, {x, packed}, {shape}, {mx::float32}).at(0);
+}
+
 } // namespace
 
 #if defined(EP_CPU_GEMM)
@@ -226,6 +308,14 @@ mlxb_array *mlxb_gemm_pack(mlxb_scope *s, const mlxb_array *b, bool transposed) 
     if (!b) throw null_arg{};
     if (!cpu_gemm_packed_takes(s)) throw bridge_error("packed GEMM: not available on this scope or CPU");
     return cpu_gemm_pack(s, arr(b), transposed);
+  });
+}
+
+mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g) {
+  return guard(s, "mlxb_conv_packed", [&] {
+    if (!x || !packed || !g) throw null_arg{};
+    if (!cpu_gemm_packed_takes(s)) throw bridge_error("packed convolution: not available on this scope or CPU");
+    return cpu_conv_packed(s, arr(x), arr(packed), *g);
   });
 }
 

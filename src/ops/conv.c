@@ -339,7 +339,19 @@ static mlxb_array *conv_pointwise(mlxb_scope *s, mlxb_array *xl, mlxb_array *wl,
 typedef struct conv_prepared {
   mlxb_array *weight;
   mlxb_array *pointwise; /* a one-tap weight of one group as [C, M] for conv_pointwise, or NULL */
+  mlxb_array *packed;    /* a 1-D or 2-D float32 weight of one group packed for the CPU's GEMM, or NULL */
 } conv_prepared;
+
+/* The EP's CPU GEMM takes a constant float32 weight of one group, 1-D or 2-D, packed at Compile
+ * (mlxb_gemm_pack of the channels-last [M, kh * kw * C], transposed). */
+static mlxb_array *conv_pack_weight(op_ctx *c, mlxb_array *wl, mlxb_dtype ct) {
+  mlxb_scope *s = op_scope(c);
+  int rank = mlxb_ndim(wl);
+  if (!mlxb_gemm_packed_available(s) || ct != MLXB_F32 || ir_attr_int(op_node(c), "group", 1) != 1) return NULL;
+  if (rank != 3 && rank != 4) return NULL;
+  int64_t dims[2] = {mlxb_dim(wl, 0), mlxb_size(wl) / mlxb_dim(wl, 0)};
+  return op_prepare_keep(c, mlxb_gemm_pack(s, mlxb_reshape(s, wl, dims, 2), true));
+}
 
 static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
   static const int weight_input[] = {1};
@@ -354,8 +366,13 @@ static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
   *state = kept;
   mlxb_dtype ct = conv_is_half(t) ? MLXB_F32 : t;
   kept->weight = op_prepare_keep(c, mlxb_astype(s, conv_move_channels(s, w, true), ct));
-  kept->pointwise = NULL;
+  kept->pointwise = kept->packed = NULL;
   if (!kept->weight) return -1;
+  if (mlxb_size(w) > 0 && mlxb_dim(w, 0) > 0) {
+    kept->packed = conv_pack_weight(c, kept->weight, ct);
+    if (!mlxb_ok(s)) return op_fail(c, "%s", mlxb_error(s));
+    if (kept->packed) return 0; /* conv_pointwise takes it too */
+  }
   /* only a CPU scope takes conv_pointwise (a GPU's float64 reshape would also need the CPU stream) */
   bool one_tap = mlxb_scope_device(s) == MLXB_DEVICE_CPU && ir_attr_int(op_node(c), "group", 1) == 1;
   for (int i = 2; i < rank; i++) one_tap = one_tap && mlxb_dim(w, i) == 1;
@@ -363,6 +380,37 @@ static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
   int64_t mc[2] = {mlxb_dim(w, 0), mlxb_dim(w, 1)};
   kept->pointwise = op_prepare_keep(c, mlxb_transpose(s, mlxb_astype(s, mlxb_reshape(s, w, mc, 2), ct), (int[]){1, 0}, 2));
   return kept->pointwise ? 0 : -1;
+}
+
+/* The packed weight's convolution of channels-last xl (1-D or 2-D), or NULL where it does not
+ * apply (crop, an unfolded input past MAX_UNFOLDED floats: MLX's convolution then). */
+enum { CONV_MAX_UNFOLDED = 1 << 28 };
+
+static mlxb_array *conv_packed(op_ctx *c, mlxb_array *xl, const mlxb_array *packed, const conv_geom *g) {
+  mlxb_scope *s = op_scope(c);
+  if (!packed || g->group != 1 || g->nsp > 2 || mlxb_type(xl) != MLXB_F32 || mlxb_size(xl) == 0) return NULL;
+  int64_t taps = 1, rows = g->n;
+  bool plain = true; /* one tap, stride 1, no padding: the input itself is the unfolded input */
+  for (int i = 0; i < g->nsp; i++) {
+    if (g->pad_lo[i] < 0 || g->pad_hi[i] < 0 || g->out[i] < 1 || g->out[i] > CONV_MAX_UNFOLDED / rows) return NULL;
+    taps *= g->k[i], rows *= g->out[i];
+    plain = plain && g->k[i] == 1 && g->stride[i] == 1 && g->pad_lo[i] == 0 && g->pad_hi[i] == 0;
+  }
+  if (taps > CONV_MAX_UNFOLDED / g->c || rows > CONV_MAX_UNFOLDED / (taps * g->c)) return NULL;
+  if (plain) { /* [N * s..., C] x W: the product alone */
+    int64_t x2[2] = {rows, g->c}, dims[CONV_MAX_RANK];
+    mlxb_shape(xl, dims);
+    dims[g->nsp + 1] = g->m;
+    return mlxb_reshape(s, mlxb_gemm_packed(s, mlxb_reshape(s, xl, x2, 2), packed, g->m), dims, g->nsp + 2);
+  }
+  bool one_d = g->nsp == 1;
+  int sp = one_d ? 0 : 1; /* the second spatial axis, or the only one */
+  mlxb_conv2d geo = {.m = g->m, .kh = one_d ? 1 : g->k[0], .kw = g->k[sp], .sh = one_d ? 1 : g->stride[0],
+                     .sw = g->stride[sp], .ph = one_d ? 0 : g->pad_lo[0], .pw = g->pad_lo[sp],
+                     .dh = one_d ? 1 : g->dil[0], .dw = g->dil[sp], .oh = one_d ? 1 : g->out[0], .ow = g->out[sp]};
+  if (!one_d) return mlxb_conv_packed(s, xl, packed, &geo);
+  int64_t x4[4] = {g->n, 1, g->in[0], g->c}, y3[3] = {g->n, g->out[0], g->m};
+  return mlxb_reshape(s, mlxb_conv_packed(s, mlxb_reshape(s, xl, x4, 4), packed, &geo), y3, 3);
 }
 
 static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
@@ -376,8 +424,11 @@ static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
   const conv_prepared *kept = op_prepared(c);
   mlxb_array *wl = kept ? kept->weight : mlxb_astype(s, conv_move_channels(s, w, true), ct);
   int64_t ones[CONV_MAX_SP] = {1, 1, 1};
-  mlxb_array *y = conv_is_pointwise(s, &g) ? conv_pointwise(s, xl, wl, kept ? kept->pointwise : NULL, &g)
-                                           : conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
+  mlxb_array *y = kept ? conv_packed(c, xl, kept->packed, &g) : NULL;
+  if (!y && !mlxb_ok(s)) return NULL;
+  if (!y)
+    y = conv_is_pointwise(s, &g) ? conv_pointwise(s, xl, wl, kept ? kept->pointwise : NULL, &g)
+                                 : conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
   y = conv_add_bias(c, y, 2, ct, g.m);
   return y ? conv_move_channels(s, y, false) : NULL;
 }
