@@ -127,6 +127,20 @@ def test_conv_float16_input():
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("c_shape", [(2, 13, 70), (14, 70), (13, 71)])
+def test_gemm_bias_not_broadcastable_is_an_error(c_shape):
+    """A C that does not broadcast to [M, N] one way: the Run fails, as ORT's does (not a larger output)."""
+    rng = np.random.default_rng(2)
+    node = helper.make_node("Gemm", ["A", "W", "C"], ["Y"])
+    model = make_model([node], [("A", TensorProto.FLOAT, [13, 40]), ("C", TensorProto.FLOAT, list(c_shape))],
+                       [("Y", TensorProto.FLOAT, None)], {"W": rng.standard_normal((40, 70)).astype(np.float32)}.items())
+    feeds = {"A": rng.standard_normal((13, 40)).astype(np.float32), "C": rng.standard_normal(c_shape).astype(np.float32)}
+    with pytest.raises(Exception):
+        run_cpu(model, feeds)
+    with pytest.raises(Exception, match="Gemm|broadcast|shape"):
+        mlx_ep.session(model, options=CPU, strict=True).run(None, feeds)
+
+
 def test_non_finite():
     model, feeds = matmul_model((13, 70), 70, 40, seed=5)
     a = feeds["A"]

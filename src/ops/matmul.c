@@ -133,6 +133,20 @@ static mlxb_array *transpose_2d(mlxb_scope *s, mlxb_array *x) {
   return mlxb_transpose(s, x, perm, 2);
 }
 
+/* Whether Gemm's C (or none) broadcasts to [M, N] one way, as ONNX asks (a: A as multiplied, after
+ * transA): else addmm below reports it. */
+static bool gemm_bias_fits(const mlxb_array *bias, const mlxb_array *a, const mlxb_array *b, const ir_node *n) {
+  if (!bias) return true;
+  int rank = mlxb_ndim(bias);
+  int64_t out[2] = {mlxb_dim(a, 0), mlxb_dim(b, ir_attr_int(n, "transB", 0) ? 0 : 1)};
+  if (rank > 2) return false;
+  for (int i = 0; i < rank; i++) {
+    int64_t d = mlxb_dim(bias, i);
+    if (d != 1 && d != out[2 - rank + i]) return false;
+  }
+  return true;
+}
+
 /* Gemm's result, or NULL with the failure recorded. */
 static mlxb_array *gemm_compute(op_ctx *c) {
   const ir_node *n = op_node(c);
@@ -144,7 +158,7 @@ static mlxb_array *gemm_compute(op_ctx *c) {
   }
   float alpha = ir_attr_float(n, "alpha", 1.0f), beta = ir_attr_float(n, "beta", 1.0f);
   if (ir_attr_int(n, "transA", 0)) a = transpose_2d(s, a);
-  mlxb_array *packed = packed_product(c, a);
+  mlxb_array *packed = gemm_bias_fits(bias, a, b, n) ? packed_product(c, a) : NULL;
   if (packed) { /* alpha * AB, then beta * C added: as ORT's kernel, which starts Y at beta * C */
     if (alpha != 1.0f) packed = mlxb_binary(s, MLXB_MUL, packed, mlxb_scalar_f64(s, alpha, MLXB_F32));
     if (!bias || beta == 0.0f) return packed;

@@ -293,36 +293,55 @@ _ALONE = r"""
 import pickle, sys
 sys.path.insert(0, sys.argv[2])
 import onnxruntime as ort
-model, feeds = pickle.load(sys.stdin.buffer)
+model, feed_sets = pickle.load(sys.stdin.buffer)
 if sys.argv[1] == "ort":
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
 else:
     import onnxruntime_ep_mlx as mlx_ep
     sess = mlx_ep.session(model, strict=False)
-try:
-    sess.run(None, feeds)
-except Exception:
-    pass
+for feeds in feed_sets:
+    try:
+        sess.run(None, feeds)
+    except Exception:
+        pass
 """
+
+
+def _alone(spec, timeout):
+    """The exit status of ORT's CPU EP alone and of the EP alone on the graph, each in a child that
+    builds its session and runs every feed set of the spec (the data pool's alt values too); None
+    for a child that did not finish within timeout seconds."""
+    import pickle
+    import harness
+    model, feeds = harness.build_model(spec)
+    alt = harness.alt_feeds(spec)
+    python_dir = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
+    rcs = {}
+    for who, child_env in (("ort", env), ("ep", dict(os.environ))):
+        payload = pickle.dumps((model, [feeds] if alt is None else [feeds, alt]))
+        try:
+            rcs[who] = subprocess.run([sys.executable, "-c", _ALONE, who, python_dir], input=payload,
+                                      capture_output=True, env=child_env, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rcs[who] = None
+    return rcs
 
 
 def crash_is_ort(spec, timeout=120.0):
     """For a worker that died: whether ORT's CPU EP alone dies on the graph (a signal, building or
     running its session in a child) while the EP alone, in another child, does not. The worker holds
     both, so ORT's own crash on a reference looks like a crash of the EP's."""
-    import pickle
-    import harness
-    model, feeds = harness.build_model(spec)
-    python_dir = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
-    rcs = {}
-    for who, child_env in (("ort", env), ("ep", dict(os.environ))):
-        try:
-            rcs[who] = subprocess.run([sys.executable, "-c", _ALONE, who, python_dir], input=pickle.dumps((model, feeds)),
-                                      capture_output=True, env=child_env, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            rcs[who] = None
+    rcs = _alone(spec, timeout)
     return rcs["ort"] is not None and rcs["ort"] < 0 and rcs["ep"] == 0
+
+
+def hang_is_ort(spec, timeout=60.0):
+    """For a worker that stopped answering: whether ORT's CPU EP alone does not finish the graph
+    within timeout seconds while the EP alone, in another child, does (the worker runs ORT first,
+    as the reference)."""
+    rcs = _alone(spec, timeout)
+    return rcs["ort"] is None and rcs["ep"] == 0
 
 
 def _sequence_gets_empty(spec):
@@ -524,6 +543,9 @@ def run(seeds, jobs=1, save=False, minimize=True, timeout=60.0, log=None, pool="
                     if cls == "crash" and not why and crash_is_ort(spec):
                         why = ("ORT's CPU EP itself dies on this graph (the reference, in the same worker); the EP alone "
                                "runs it")
+                    if cls == "hang" and not why and hang_is_ort(spec):
+                        why = ("ORT's CPU EP itself does not finish this graph (the reference, in the same worker); the "
+                               "EP alone runs it")
                     entry = (s, res, mspec, mres, why)
                     if why:
                         cls = "explained"
