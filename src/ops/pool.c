@@ -92,6 +92,11 @@ static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g
     }
     g->out[i] = pool_out_extent(g->in[i], g->k[i], g->s[i], g->d[i], g->pl[i], g->ph[i], ceil_mode);
     if (g->out[i] < 0) return op_fail(c, "spatial axis %d: negative output extent", i);
+    /* MLX's dimensions are 32-bit: refused here, before host work per output position (window
+     * counts) would take seconds on an extent MLX then refuses */
+    if (g->out[i] > INT32_MAX || g->in[i] + g->pl[i] + g->ph[i] > INT32_MAX)
+      return op_fail(c, "spatial axis %d: the padded input (%lld) or the output (%lld) passes 2^31 - 1, the most "
+                     "MLX's 32-bit dimensions hold", i, (long long)(g->in[i] + g->pl[i] + g->ph[i]), (long long)g->out[i]);
   }
   return 0;
 }

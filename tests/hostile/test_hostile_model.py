@@ -102,12 +102,25 @@ def test_matmul_nbits_k_near_int64():
     mlx_ep.session(model, strict=False)   # the K-blocks count no longer overflows at claim
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_pool_output_past_int32(op):
+    """Two taps, pads of 2^31 - 1 before a 3-long axis: the output has 2^31 + 1 positions, past MLX's
+    32-bit dimensions. Refused from the geometry, before any host work per position (the window
+    counts of AveragePool took 8 GiB and 20 s to build for MLX to refuse the padding; fuzz attrs
+    pool seeds 50861, 51861)."""
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2], strides=[1], pads=[2**31 - 1, 0])
+    model = make_model([node], [("x", F, [1, 3, 3])], [("y", F, None)])
+    sess = mlx_ep.session(model, strict=True)
+    with pytest.raises(Exception, match=r"passes 2\^31 - 1"):
+        sess.run(None, {"x": np.ones((1, 3, 3), np.float32)})
+
+
 @pytest.mark.parametrize("op", ["AveragePool", "MaxPool", "LpPool"])
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
 def test_pool_kernel_padded_past_int32(op, auto_pad):
     """A kernel of 2^31 - 1 taps (within int32, so claimed) padded SAME: the padded input is past MLX's
     int32 dims, so padding fails. The long-window reduction then read the failed array's rank (-1)
-    and wrote below its shape table (UBSan: index -1); now the Run fails with MLX's message."""
+    and wrote below its shape table (UBSan: index -1); now the Run fails, naming the 32-bit limit."""
     node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2**31 - 1, 2], strides=[1, 1], auto_pad=auto_pad)
     model = make_model([node], [("x", F, [2, 2, 6, 3])], [("y", F, None)])
     sess = mlx_ep.session(model, strict=True)

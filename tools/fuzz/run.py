@@ -488,7 +488,8 @@ def explain(spec, res):
                         "(the ONNX spec clamps it to dim-1: an empty slice, which the EP gives)")
     if res["class"] == "one-sided" and "EP errors" in detail and \
             ("does not fit in int32" in detail or "more than an MLX dimension holds" in detail or
-             "is outside the supported range [-2147483648, 2147483647]" in detail):
+             "is outside the supported range [-2147483648, 2147483647]" in detail or
+             "the most MLX's 32-bit dimensions hold" in detail):
         return ("MLX's dims are int32: a result or intermediate with a dim past 2^31 - 1 (an empty one, which "
                 "ORT can give, or a pooling window padded past it) cannot be made; the EP refuses it")
     if res["class"] == "one-sided" and res.get("symbolic"):   # harness.ort_symbolic
