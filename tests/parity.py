@@ -231,3 +231,33 @@ def claim_report(model: bytes, tmp_path, session_may_fail=False) -> str:
         if not session_may_fail:
             raise
     return path.read_text()
+
+
+# ---- which MLX operations ran -------------------------------------------------------------------
+
+def histogram_probe(probe: str, **env_switches: str):
+    """Runs `probe` (Python source; sys.argv[1] is the tests folder) in a fresh process, on the EP's
+    default device, with ORT_EP_MLX_OP_HISTOGRAM=1 and the given environment switches (each read
+    once per process by the EP). Returns (completed process, the "program:" lines of its stderr: one
+    per compiled signature, with the MLX operations of its program)."""
+    import os
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1", **env_switches,
+               PYTHONPATH=os.pathsep.join([os.path.join(os.path.dirname(tests), "python"), tests]))
+    env.pop("ORT_EP_MLX_DEVICE", None)
+    out = subprocess.run([sys.executable, "-c", probe, tests], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, [line for line in out.stderr.splitlines() if " program: " in line]
+
+
+def cpu_has(*flags: str) -> bool:
+    """Whether /proc/cpuinfo lists every one of the CPU flags (avx2, fma, avx512f, ...): which of the
+    EP's own CPU kernels run here. False where there is no such file."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            have = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return all(flag in have for flag in flags)

@@ -9,30 +9,17 @@ into the GEMM's rows: strides, dilations, asymmetric pads, taps past both ends, 
 process, with the switch on and off."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from parity import make_model, run_cpu, run_mlx_each
+from parity import cpu_has, histogram_probe, make_model, run_cpu, run_mlx_each
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU = {"device": "cpu"}
 
 
-def x86_with_avx512f() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512f" in next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-
-
-needs_kernel = pytest.mark.skipif(not x86_with_avx512f(), reason="the packed GEMM needs x86-64 with AVX-512F")
+needs_kernel = pytest.mark.skipif(not cpu_has("avx512f"), reason="the packed GEMM needs x86-64 with AVX-512F")
 
 
 def matmul_model(a_shape, k, n, seed=0):
@@ -196,16 +183,8 @@ compare(*conv_model((1, 8, 12, 12), (20, 8, 3, 3), pads=[1, 1, 1, 1]))
 @needs_kernel
 @pytest.mark.parametrize("switch", ["default", "off"])
 def test_kernel_runs(switch):
-    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
-    if switch == "off":
-        env["ORT_EP_MLX_CPU_GEMM"] = "0"
-    env.pop("ORT_EP_MLX_DEVICE", None)
-    out = subprocess.run([sys.executable, "-c", HISTOGRAM_PROBE, os.path.join(ROOT, "tests")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    programs = [line for line in out.stderr.splitlines() if " program: " in line]
-    assert len(programs) == 3, out.stderr[-3000:]  # MatMul, Gemm, Conv
+    _, programs = histogram_probe(HISTOGRAM_PROBE, **({"ORT_EP_MLX_CPU_GEMM": "0"} if switch == "off" else {}))
+    assert len(programs) == 3, programs  # MatMul, Gemm, Conv
     for program in programs[:2]:
         if switch == "off":
             assert "EpCpuGemmPacked" not in program and ("Matmul" in program or "AddMM" in program), program

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from parity import run_cpu, run_mlx_each
+from parity import cpu_has, histogram_probe, run_cpu, run_mlx_each
 from test_ops_contrib_quant import compare as compare_any_device, nbits_model
 
 # The kernels serve CPU scopes: on a machine with MLX's GPU the sessions ask for the CPU device.
@@ -27,16 +27,7 @@ def compare(model, feeds):
     return compare_any_device(model, feeds, options=CPU)
 
 
-def x86_with_avx2_fma() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx2" in flags and "fma" in flags
-
-
-needs_kernel = pytest.mark.skipif(not x86_with_avx2_fma(), reason="the kernel needs x86-64 with AVX2 and FMA")
+needs_kernel = pytest.mark.skipif(not cpu_has("avx2", "fma"), reason="the kernel needs x86-64 with AVX2 and FMA")
 
 # (K, N, block): one group and many; N under 256 (one thread) and over (columns shared out); K not a
 # multiple of the block (padded to it at Compile); for many rows, N over one dequantized tile (about
@@ -83,16 +74,8 @@ def compare_non_finite(model, feeds):
     return want
 
 
-def x86_with_avx512f() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512f" in next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-
-
 @needs_kernel
-@pytest.mark.skipif(not x86_with_avx512f(), reason="the 8-lane GEMV is the only one without AVX-512")
+@pytest.mark.skipif(not cpu_has("avx512f"), reason="the 8-lane GEMV is the only one without AVX-512")
 def test_eight_lane_gemv():
     """Where the CPU has AVX-512 the one-row GEMV takes 16 lanes; the 8-lane form (every AVX2 CPU's)
     is checked here with the switch off, in a fresh process (the switch is read once)."""
@@ -121,15 +104,7 @@ for rows in ((1,), (3,)):
 @needs_kernel
 @pytest.mark.parametrize("switch", ["default", "off"])
 def test_kernels_run(switch):
-    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
-    if switch == "off":
-        env["ORT_EP_MLX_CPU_GEMV"] = "0"
-    env.pop("ORT_EP_MLX_DEVICE", None)
-    out = subprocess.run([sys.executable, "-c", HISTOGRAM_PROBE, os.path.join(ROOT, "tests")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    programs = [line for line in out.stderr.splitlines() if " program: " in line]
+    out, programs = histogram_probe(HISTOGRAM_PROBE, **({"ORT_EP_MLX_CPU_GEMV": "0"} if switch == "off" else {}))
     assert len(programs) == 2, out.stderr[-3000:]
     one_row, three_rows = programs
     # a few rows take the sets task (mlxb_qgemv_sets: one row a GEMV, three rows the tiles and BLAS)

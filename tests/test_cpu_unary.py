@@ -11,18 +11,14 @@ runs every float32 through the same functions."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import make_model, run_cpu, run_mlx_each
+from parity import histogram_probe, make_model, run_cpu, run_mlx_each
 from test_cpu_qgemv import needs_kernel
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BITWISE_OPS = ["Exp", "Erf", "Sigmoid"]
 OPS = BITWISE_OPS + ["Tanh"]
 
@@ -91,12 +87,7 @@ def softmax_model(x: np.ndarray) -> bytes:
 
 
 def probe(switch: str):
-    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
-    env["ORT_EP_MLX_CPU_UNARY"] = switch
-    out = subprocess.run([sys.executable, "-c", PROBE, os.path.join(ROOT, "tests")], env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+    out, _ = histogram_probe(PROBE, ORT_EP_MLX_CPU_UNARY=switch)
     result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
     return result, [line for line in out.stderr.splitlines() if " program: " in line or " eager: " in line]
 

@@ -8,17 +8,13 @@ the same values element for element) on the eager graph, the trace and the repla
 shows a Conv -> Relu -> Conv chain keeping no transpose between the convolutions."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import assert_parity, make_model, run_mlx_each
+from parity import assert_parity, histogram_probe, make_model, run_mlx_each
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 F = TensorProto.FLOAT
 PERM = [0, 2, 3, 1]  # NCHW -> NHWC
 EXACT = dict(rtol=0, atol=0)
@@ -129,12 +125,7 @@ run_mlx_each(model, feeds, options={"device": "cpu"})
 
 
 def chain_program(switch: str) -> str:
-    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1", ORT_EP_MLX_SINK_TRANSPOSES=switch,
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
-    out = subprocess.run([sys.executable, "-c", PROBE, os.path.join(ROOT, "tests")], env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return next(line for line in out.stderr.splitlines() if " program: " in line)
+    return histogram_probe(PROBE, ORT_EP_MLX_SINK_TRANSPOSES=switch)[1][0]
 
 
 def test_conv_chain_keeps_channels_last():

@@ -246,8 +246,8 @@ def _cpu_sets_take(dtype) -> bool:
     """Whether the CPU's GEMV sets task (src/mlx/bridge_cpu_qgemv.cpp) takes any number of rows here:
     float32 on x86-64 with AVX2 and FMA, the EP's default device MLX's CPU."""
     from test_cpu_decode import default_device_is_cpu
-    from test_cpu_qgemv import x86_with_avx2_fma
-    return dtype == np.float32 and x86_with_avx2_fma() and default_device_is_cpu()
+    from parity import cpu_has
+    return dtype == np.float32 and cpu_has("avx2", "fma") and default_device_is_cpu()
 
 
 def _cuda_gemv():
