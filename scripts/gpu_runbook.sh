@@ -249,6 +249,11 @@ if step changed; then
   # its references), the transpose sinking (CPU scopes only: the GPU runs the same graphs unsunk)
   pytest_q 200 -n 8 tests/test_cpu_decode.py tests/test_layout_sinking.py tests/test_ops_contrib_quant.py \
     tests/test_ops_contrib_norm.py
+  # 2026-12-05 (fourth session, no GPU lent): the CPU's packed GEMM (MatMul, Gemm, Conv with constant
+  # weights: CPU sessions; on a GPU scope prepare packs nothing and the lowerings are MLX's as before,
+  # which the matmul, conv and pool files check) and the pooling geometry's 32-bit refusal
+  pytest_q 200 -n 8 tests/test_cpu_gemm.py tests/test_ops_matmul.py tests/test_ops_conv.py tests/test_ops_pool.py \
+    tests/test_llm_generation.py
 fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)
