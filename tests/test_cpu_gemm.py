@@ -1,4 +1,5 @@
-"""MatMul, Gemm and Conv with a constant float32 weight on the CPU through the EP's packed GEMM
+"""MatMul, Gemm and Conv (and RNN/GRU/LSTM's input projection) with a constant float32 weight on the
+CPU through the EP's packed GEMM
 (src/mlx/bridge_cpu_gemm.cpp: the weight packed at Compile into 32-column panels, a 12-row AVX-512
 tile per panel, K in blocks of 4096) against ORT's CPU EP, strict, every Run of the eager/trace/replay
 triple. Both sides sum the same K products in different orders: float32 tolerances relative to the
@@ -177,6 +178,11 @@ from test_cpu_gemm import compare, conv_model, matmul_model, test_gemm
 compare(*matmul_model((20, 96), 96, 70))
 test_gemm("Gemm", 0, 1, 0.5, 2.0, (70,))
 compare(*conv_model((1, 8, 12, 12), (20, 8, 3, 3), pads=[1, 1, 1, 1]))
+from parity import assert_parity
+from test_ops_rnn import rnn_data, rnn_model
+data = rnn_data("LSTM", T=6, B=2, I=40, H=24, dirs=2)
+assert_parity(*rnn_model("LSTM", data, dict(hidden_size=24, direction="bidirectional")), rtol=1e-4, atol=1e-5,
+              options={"device": "cpu"})
 """
 
 
@@ -184,7 +190,7 @@ compare(*conv_model((1, 8, 12, 12), (20, 8, 3, 3), pads=[1, 1, 1, 1]))
 @pytest.mark.parametrize("switch", ["default", "off"])
 def test_kernel_runs(switch):
     _, programs = histogram_probe(HISTOGRAM_PROBE, **({"ORT_EP_MLX_CPU_GEMM": "0"} if switch == "off" else {}))
-    assert len(programs) == 3, programs  # MatMul, Gemm, Conv
+    assert len(programs) == 4, programs  # MatMul, Gemm, Conv, LSTM (its input projection: W constant)
     for program in programs[:2]:
         if switch == "off":
             assert "EpCpuGemmPacked" not in program and ("Matmul" in program or "AddMM" in program), program
@@ -192,5 +198,7 @@ def test_kernel_runs(switch):
             assert "EpCpuGemmPacked=1" in program and "Matmul" not in program and "AddMM" not in program, program
     if switch == "off":
         assert "EpCpuConvPacked" not in programs[2] and "Convolution=1" in programs[2], programs[2]
+        assert "EpCpuGemmPacked" not in programs[3] and "Matmul=2" in programs[3], programs[3]
     else:
         assert "EpCpuConvPacked=1" in programs[2] and "Convolution" not in programs[2], programs[2]
+        assert "EpCpuGemmPacked=2" in programs[3] and "Matmul" not in programs[3], programs[3]

@@ -277,6 +277,39 @@ static int recurrence_on_cpu(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x
   return 0;
 }
 
+/* A constant float32 W, each direction's [G*H, I] packed at Compile for the CPU's GEMM (where
+ * mlxb_gemm_packed_available): the input projection of every step, one product per Run, then does
+ * not pack it again. */
+typedef struct rnn_prepared {
+  mlxb_array *w_packed[2];
+} rnn_prepared;
+
+static int prepare_rnn(op_ctx *c, const op_def *def, void **state) {
+  static const int weight_input[] = {1};
+  mlxb_array *w = op_input(c, 1);
+  mlxb_scope *s = op_scope(c);
+  if (!w || !op_inputs_const(c, weight_input, 1) || !mlxb_gemm_packed_available(s)) return 0;
+  if (mlxb_ndim(w) != 3 || mlxb_type(w) != MLXB_F32 || mlxb_dim(w, 0) < 1 || mlxb_dim(w, 0) > 2 || mlxb_size(w) == 0)
+    return 0; /* the lowering reports a bad W */
+  rnn_prepared *kept = calloc(1, sizeof *kept);
+  if (!kept) return op_fail(c, "out of memory");
+  *state = kept;
+  for (int d = 0; d < mlxb_dim(w, 0); d++) {
+    kept->w_packed[d] = op_prepare_keep(c, mlxb_gemm_pack(s, take_dir(s, w, d), true));
+    if (!kept->w_packed[d]) return -1;
+  }
+  return 0;
+}
+
+/* The input projection of every step at once: x [T*B, I] @ W_d^T. */
+static mlxb_array *input_projection(op_ctx *c, int d, mlxb_array *x2, mlxb_array *w, int64_t gh) {
+  mlxb_scope *s = op_scope(c);
+  const rnn_prepared *kept = op_prepared(c);
+  if (kept && kept->w_packed[d] && mlxb_type(x2) == MLXB_F32 && mlxb_size(x2) > 0)
+    return mlxb_gemm_packed(s, x2, kept->w_packed[d], gh);
+  return mlxb_matmul(s, x2, rT(s, take_dir(s, w, d)));
+}
+
 /* Builds one direction: returns Y_d [T, B, H] (NULL when not wanted) and the final states. */
 static int lower_direction(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x, mlxb_array *w, mlxb_array *r,
                            mlxb_array *bias, mlxb_array *lens, mlxb_array *h0, mlxb_array *c0, mlxb_array *p,
@@ -289,7 +322,7 @@ static int lower_direction(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x, 
   bool backwards = a->reverse || d == 1;
 
   /* input projection of every step at once: [T*B, I] @ W^T + biases */
-  mlxb_array *xw = mlxb_matmul(s, op_util_reshape2(s, x, T * B, I), rT(s, take_dir(s, w, d)));
+  mlxb_array *xw = input_projection(c, d, op_util_reshape2(s, x, T * B, I), w, (int64_t)G * H);
   mlxb_array *rbh = NULL; /* GRU with linear_before_reset: Rbh stays inside r * (h Rh^T + Rbh) */
   if (bias) {
     mlxb_array *bd = take_dir(s, bias, d);
@@ -520,15 +553,15 @@ static int lower_rnn(op_ctx *c, const op_def *def) {
 
 static const op_def defs[] = {
     OP_ROW("", "RNN", 7, 22, .inputs = {3, 6}, .outputs = {0, 2}, .dtypes = DT_F32 | DT_F16, .claim = claim_rnn,
-           .lower = lower_rnn, .arg = RK_RNN,
+           .lower = lower_rnn, .prepare = prepare_rnn, .release = free, .arg = RK_RNN,
            .doc = RNN_DOC_COMMON " (defaults ORT takes as 0, per-direction alpha/beta lists); activation names are "
                   "case-sensitive, as in ORT's RNN kernel"),
     OP_ROW("", "GRU", 7, 22, .inputs = {3, 6}, .outputs = {0, 2}, .dtypes = DT_F32 | DT_F16, .claim = claim_rnn,
-           .lower = lower_rnn, .arg = RK_GRU,
+           .lower = lower_rnn, .prepare = prepare_rnn, .release = free, .arg = RK_GRU,
            .doc = RNN_DOC_COMMON " (Affine, ThresholdedRelu, ScaledTanh without explicit values); "
                   "linear_before_reset 0 and 1"),
     OP_ROW("", "LSTM", 7, 22, .inputs = {3, 8}, .outputs = {0, 3}, .dtypes = DT_F32 | DT_F16, .claim = claim_rnn,
-           .lower = lower_rnn, .arg = RK_LSTM,
+           .lower = lower_rnn, .prepare = prepare_rnn, .release = free, .arg = RK_LSTM,
            .doc = RNN_DOC_COMMON " (Affine, ThresholdedRelu, ScaledTanh without explicit values); peepholes, "
                   "input_forget"),
 };
