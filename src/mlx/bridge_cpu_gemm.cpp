@@ -38,6 +38,12 @@ enum { PANEL_COLS = CPU_GEMM_PANEL_COLS, ROWS = 12, K_BLOCK = 4096 };
 
 int64_t panel_count(int64_t n) { return (n + PANEL_COLS - 1) / PANEL_COLS; }
 
+/* The pool's units: PANEL_UNITS per panel (it shares out ranges of at least 256 units), a panel
+ * belonging to the part that holds its first unit. */
+enum { PANEL_UNITS = 256 };
+
+int64_t first_panel(int64_t unit) { return (unit + PANEL_UNITS - 1) / PANEL_UNITS; }
+
 /* ---- packing ------------------------------------------------------------------------------- */
 
 struct pack_params {
@@ -46,18 +52,31 @@ struct pack_params {
   int32_t pad_;
 };
 
-/* out[j][k][c] = B[k, 32 j + c], zero past N. */
-void pack_task(const pack_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
-  const float *b = in[0].data<float>();
-  float *dst = out[0].data<float>();
-  for (int64_t j = 0; j < panel_count(p.n); j++)
+struct pack_args {
+  const pack_params *p;
+  const float *b;
+  float *dst;
+};
+
+/* The panels of units [lo, hi): out[j][k][c] = B[k, 32 j + c], zero past N. */
+void pack_panels(const void *ctx, int64_t lo, int64_t hi) {
+  const auto &a = *static_cast<const pack_args *>(ctx);
+  const pack_params &p = *a.p;
+  for (int64_t j = first_panel(lo); j < first_panel(hi); j++)
     for (int64_t k = 0; k < p.k; k++) {
-      float *row = dst + (j * p.k + k) * PANEL_COLS;
+      float *row = a.dst + (j * p.k + k) * PANEL_COLS;
       for (int64_t c = 0; c < PANEL_COLS; c++) {
         const int64_t n = j * PANEL_COLS + c;
-        row[c] = n >= p.n ? 0.0f : p.transposed ? b[n * p.k + k] : b[k * p.n + n];
+        row[c] = n >= p.n ? 0.0f : p.transposed ? a.b[n * p.k + k] : a.b[k * p.n + n];
       }
     }
+}
+
+/* At Compile; a model's weights shared out among the helpers panel by panel (a BERT layer's took
+ * 16 ms alone). */
+void pack_task(const pack_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  pack_args a{&p, in[0].data<float>(), out[0].data<float>()};
+  cpu_parallel_for(panel_count(p.n) * PANEL_UNITS, pack_panels, &a);
 }
 
 /* ---- the product ---------------------------------------------------------------------------- */
@@ -141,13 +160,10 @@ void product_panels(const product_args &p, int64_t j0, int64_t j1) {
                   std::min<int64_t>(PANEL_COLS, p.n - j * PANEL_COLS), scratch.data());
 }
 
-/* The pool's units: PANEL_UNITS per panel (it shares out ranges of at least 256 units), a panel
- * belonging to the part that holds its first unit. */
-enum { PANEL_UNITS = 256 };
 
 void product_part(const void *ctx, int64_t lo, int64_t hi) {
   const auto &p = *static_cast<const product_args *>(ctx);
-  const int64_t j0 = (lo + PANEL_UNITS - 1) / PANEL_UNITS, j1 = (hi + PANEL_UNITS - 1) / PANEL_UNITS;
+  const int64_t j0 = first_panel(lo), j1 = first_panel(hi);
   if (j0 >= j1) return;
   try {
     product_panels(p, j0, j1);
@@ -251,6 +267,7 @@ mx::array cpu_gemm_pack(const mlxb_scope *s, const mx::array &b, bool transposed
   p.n = transposed ? b.shape(0) : b.shape(1);
   p.transposed = transposed;
   if (p.k < 1 || p.n < 1) throw bridge_error("packed GEMM: B is empty");
+  cpu_pool_start();
   const mx::Shape shape = {static_cast<int>(panel_count(p.n)), static_cast<int>(p.k), PANEL_COLS};
   return make_task(s, "EpCpuPackB", p, pack_task, {b}, {shape}, {mx::float32}).at(0);
 }
