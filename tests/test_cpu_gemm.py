@@ -107,6 +107,50 @@ def test_conv(x_shape, w_shape, attrs):
     compare(*conv_model(x_shape, w_shape, seed=len(x_shape) + w_shape[0], **attrs))
 
 
+def conv_relu_model(relu_reads_alone=True, conv_is_output=False, fused=None, bias=True, seed=3):
+    """Conv (or com.microsoft FusedConv with `fused` as its activation) then Relu; the Conv's output
+    also read by an Identity (relu_reads_alone=False) or returned (conv_is_output)."""
+    rng = np.random.default_rng(seed)
+    consts = {"W": rng.standard_normal((20, 6, 3, 3)).astype(np.float32)}
+    names = ["X", "W"]
+    if bias:
+        consts["B"] = rng.standard_normal(20).astype(np.float32)
+        names.append("B")
+    if fused:
+        nodes = [helper.make_node("FusedConv", names, ["Y"], domain="com.microsoft", activation=fused,
+                                  pads=[1, 1, 1, 1])]
+        outs = [("Y", TensorProto.FLOAT, None)]
+    else:
+        nodes = [helper.make_node("Conv", names, ["C"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["C"], ["Y"])]
+        outs = [("Y", TensorProto.FLOAT, None)]
+        if not relu_reads_alone:
+            nodes.append(helper.make_node("Identity", ["C"], ["Z"]))
+            outs.append(("Z", TensorProto.FLOAT, None))
+        if conv_is_output:
+            outs.append(("C", TensorProto.FLOAT, None))
+    x = rng.standard_normal((2, 6, 9, 9)).astype(np.float32)
+    x[0, 0, 3, 3], x[1, 2, 5, 5] = np.nan, -np.inf
+    model = make_model(nodes, [("X", TensorProto.FLOAT, list(x.shape))], outs, consts.items(),
+                       domains=[("com.microsoft", 1)] if fused else ())
+    return model, {"X": x}
+
+
+@pytest.mark.parametrize("form", ["folded", "folded-no-bias", "also-read", "conv-is-output", "fused-relu"])
+def test_conv_relu(form):
+    """A Relu that alone reads a Conv's output is the packed GEMM's epilogue (bias, then max(v, 0) with
+    NaN kept): the same outputs as ORT's, NaN and infinities included, whether folded or not."""
+    kw = {"folded": {}, "folded-no-bias": dict(bias=False), "also-read": dict(relu_reads_alone=False),
+          "conv-is-output": dict(conv_is_output=True), "fused-relu": dict(fused="Relu")}[form]
+    model, feeds = conv_relu_model(**kw)
+    want = run_cpu(model, feeds)
+    for got in run_mlx_each(model, feeds, options=CPU):
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+            ok = np.isfinite(w)
+            np.testing.assert_array_equal(np.isinf(g), np.isinf(w))
+            np.testing.assert_allclose(g[ok], w[ok], rtol=1e-5, atol=1e-4)
+
+
 def test_conv_float16_input():
     """float16 is computed in float32 (the packed float32 weight), rounded once."""
     model, feeds = conv_model((1, 4, 10, 10), (24, 4, 3, 3), dtype=np.float16, pads=[1, 1, 1, 1])
@@ -178,7 +222,9 @@ from test_cpu_gemm import compare, conv_model, matmul_model, test_gemm
 compare(*matmul_model((20, 96), 96, 70))
 test_gemm("Gemm", 0, 1, 0.5, 2.0, (70,))
 compare(*conv_model((1, 8, 12, 12), (20, 8, 3, 3), pads=[1, 1, 1, 1]))
-from parity import assert_parity
+from parity import assert_parity, run_mlx_each
+from test_cpu_gemm import conv_relu_model
+run_mlx_each(*conv_relu_model(), options={"device": "cpu"})
 from test_ops_rnn import rnn_data, rnn_model
 data = rnn_data("LSTM", T=6, B=2, I=40, H=24, dirs=2)
 assert_parity(*rnn_model("LSTM", data, dict(hidden_size=24, direction="bidirectional")), rtol=1e-4, atol=1e-5,
@@ -190,15 +236,18 @@ assert_parity(*rnn_model("LSTM", data, dict(hidden_size=24, direction="bidirecti
 @pytest.mark.parametrize("switch", ["default", "off"])
 def test_kernel_runs(switch):
     _, programs = histogram_probe(HISTOGRAM_PROBE, **({"ORT_EP_MLX_CPU_GEMM": "0"} if switch == "off" else {}))
-    assert len(programs) == 4, programs  # MatMul, Gemm, Conv, LSTM (its input projection: W constant)
+    assert len(programs) == 5, programs  # MatMul, Gemm, Conv, Conv + Relu, LSTM (its projection: W constant)
     for program in programs[:2]:
         if switch == "off":
             assert "EpCpuGemmPacked" not in program and ("Matmul" in program or "AddMM" in program), program
         else:
             assert "EpCpuGemmPacked=1" in program and "Matmul" not in program and "AddMM" not in program, program
+    conv_relu, lstm = programs[3], programs[4]
     if switch == "off":
         assert "EpCpuConvPacked" not in programs[2] and "Convolution=1" in programs[2], programs[2]
-        assert "EpCpuGemmPacked" not in programs[3] and "Matmul=2" in programs[3], programs[3]
+        assert "Maximum=1" in conv_relu, conv_relu  # MLX's Relu
+        assert "EpCpuGemmPacked" not in lstm and "Matmul=2" in lstm, lstm
     else:
         assert "EpCpuConvPacked=1" in programs[2] and "Convolution" not in programs[2], programs[2]
-        assert "EpCpuGemmPacked=2" in programs[3] and "Matmul" not in programs[3], programs[3]
+        assert "EpCpuConvPacked=1" in conv_relu and "Maximum" not in conv_relu and "Add" not in conv_relu, conv_relu
+        assert "EpCpuGemmPacked=2" in lstm and "Matmul" not in lstm, lstm

@@ -351,20 +351,24 @@ bool mlxb_recurrence_available(const mlxb_scope *s);
 
 /* A float32 product with a constant right operand on the CPU (src/mlx/bridge_cpu_gemm.cpp): B
  * packed once (mlxb_gemm_pack: b [K, N], or [N, K] when transposed; keep the result with the plan's
- * constants), then a [..., K] times it: [..., N] (mlxb_gemm_packed, n = N; a not empty). Only where
- * mlxb_gemm_packed_available says so (a CPU scope on x86-64 with AVX-512F). */
+ * constants), then a [..., K] times it: [..., N] (mlxb_gemm_packed, n = N; a not empty), plus bias
+ * (float32 [N], or NULL) and then ReLU (max(v, 0), NaN kept) when relu, in the same pass: what an
+ * Add and a Relu node after it compute. Only where mlxb_gemm_packed_available says so (a CPU scope
+ * on x86-64 with AVX-512F). */
 bool mlxb_gemm_packed_available(const mlxb_scope *s);
 mlxb_array *mlxb_gemm_pack(mlxb_scope *s, const mlxb_array *b, bool transposed);
-mlxb_array *mlxb_gemm_packed(mlxb_scope *s, const mlxb_array *a, const mlxb_array *packed, int64_t n);
+mlxb_array *mlxb_gemm_packed(mlxb_scope *s, const mlxb_array *a, const mlxb_array *packed, int64_t n,
+                             const mlxb_array *bias, bool relu);
 /* A 2-D convolution of one group through the same GEMM: x [N, H, W, C] float32 (channels-last),
  * the weight packed from [M, kh * kw * C] (mlxb_gemm_pack of the channels-last weight [M, kh, kw,
  * C] as a matrix, transposed), zero padding ph/pw before each axis (taps past either end read as
- * zeros), strides, dilations and the output extents oh/ow: [N, oh, ow, M]. The windows are unfolded
- * into one buffer of N * oh * ow * kh * kw * C floats first. */
+ * zeros), strides, dilations and the output extents oh/ow: [N, oh, ow, M], with the same bias and
+ * ReLU. The windows are unfolded into one buffer of N * oh * ow * kh * kw * C floats first. */
 typedef struct mlxb_conv2d {
   int64_t m, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
 } mlxb_conv2d;
-mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g);
+mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g,
+                             const mlxb_array *bias, bool relu);
 int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_array *xw, const mlxb_array *rw,
                         const mlxb_array *h0, const mlxb_array *c0, const mlxb_array *peep, const mlxb_array *lens,
                         const mlxb_array *rbh, bool want_y, mlxb_array **y, mlxb_array **h, mlxb_array **c);

@@ -81,12 +81,20 @@ void pack_task(const pack_params &p, const std::vector<mx::array> &in, std::vect
 
 /* ---- the product ---------------------------------------------------------------------------- */
 
+/* What follows the sums in the same pass (an epilogue): a bias [N] added, then ReLU, as a
+ * following Add and Relu node would compute them (max(v, 0) keeps NaN, as MLX's maximum does). */
+struct epilogue {
+  int32_t has_bias, relu;
+};
+
 struct product_params {
   int64_t m, k, n;
+  epilogue after;
 };
 
 struct conv_params {
   int64_t n, h, w, c, m, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+  epilogue after;
 };
 
 #if defined(EP_CPU_GEMM)
@@ -126,11 +134,23 @@ constexpr std::array<tile_fn, sizeof...(R)> tiles_of(std::integer_sequence<int, 
 }
 constexpr auto TILES = tiles_of(std::make_integer_sequence<int, ROWS>{}); /* TILES[r - 1]: r rows */
 
+/* C[m, cols] (row stride ldc) += bias[c] (bias: null, or the panel's first column's), then ReLU. */
+void apply_epilogue(float *c, int64_t m, int64_t ldc, int64_t cols, const float *bias, bool relu) {
+  for (int64_t i = 0; i < m; i++) {
+    float *row = c + i * ldc;
+    if (bias)
+      for (int64_t j = 0; j < cols; j++) row[j] = row[j] + bias[j];
+    if (relu)
+      for (int64_t j = 0; j < cols; j++) row[j] = row[j] > 0.0f || row[j] != row[j] ? row[j] : 0.0f;
+  }
+}
+
 /* C[m, cols] (row stride ldc) = A [m, k] times one packed panel [k][32] (cols <= 32 of its
  * columns): K in blocks of K_BLOCK, ROWS rows of A at a time; with fewer than 32 columns through a
- * scratch [m][32] (scratch: m * 32 floats, or null when cols is 32). */
+ * scratch [m][32] (scratch: m * 32 floats, or null when cols is 32). Then the epilogue over the
+ * panel's columns while they are in the cache (bias: the panel's, or null). */
 void panel_product(const float *a, int64_t m, int64_t k, const float *panel, float *c, int64_t ldc, int64_t cols,
-                   float *scratch) {
+                   float *scratch, const float *bias = nullptr, bool relu = false) {
   const bool edge = cols < PANEL_COLS;
   float *out = edge ? scratch : c;
   const int64_t ld = edge ? int64_t{PANEL_COLS} : ldc;
@@ -142,12 +162,15 @@ void panel_product(const float *a, int64_t m, int64_t k, const float *panel, flo
     }
   }
   for (int64_t i = 0; edge && i < m; i++) std::memcpy(c + i * ldc, scratch + i * PANEL_COLS, sizeof(float) * cols);
+  if (bias || relu) apply_epilogue(c, m, ldc, cols, bias, relu);
 }
 
 struct product_args {
   const float *a, *packed;
   float *c;
   int64_t m, k, n;
+  const float *bias; /* [n] or null */
+  bool relu;
 };
 
 /* Panels [j0, j1) of C = A B. */
@@ -157,7 +180,8 @@ void product_panels(const product_args &p, int64_t j0, int64_t j1) {
   std::vector<float> scratch(partial ? static_cast<size_t>(p.m) * PANEL_COLS : 0);
   for (int64_t j = j0; j < j1; j++)
     panel_product(p.a, p.m, p.k, p.packed + j * p.k * PANEL_COLS, p.c + j * PANEL_COLS, p.n,
-                  std::min<int64_t>(PANEL_COLS, p.n - j * PANEL_COLS), scratch.data());
+                  std::min<int64_t>(PANEL_COLS, p.n - j * PANEL_COLS), scratch.data(),
+                  p.bias ? p.bias + j * PANEL_COLS : nullptr, p.relu);
 }
 
 
@@ -184,7 +208,7 @@ void product_rows_part(const void *ctx, int64_t lo, int64_t hi) {
   const int64_t r0 = std::min(p.m, (lo + ROW_UNITS - 1) / ROW_UNITS * ROWS);
   const int64_t r1 = std::min(p.m, (hi + ROW_UNITS - 1) / ROW_UNITS * ROWS);
   if (r0 >= r1) return;
-  product_args rows{p.a + r0 * p.k, p.packed, p.c + r0 * p.n, r1 - r0, p.k, p.n};
+  product_args rows{p.a + r0 * p.k, p.packed, p.c + r0 * p.n, r1 - r0, p.k, p.n, p.bias, p.relu};
   product_part(&rows, 0, panel_count(p.n) * PANEL_UNITS);
 }
 
@@ -200,9 +224,11 @@ void product(const product_args &args) {
   else cpu_parallel_for(tiles * ROW_UNITS, product_rows_part, &args);
 }
 
-/* inputs: a [m, k] (any leading shape), packed [panels, k, 32]; output [m, n] */
+/* inputs: a [m, k] (any leading shape), packed [panels, k, 32], then bias [n] when it has one;
+ * output [m, n] */
 void product_task(const product_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
-  product({in[0].data<float>(), in[1].data<float>(), out[0].data<float>(), p.m, p.k, p.n});
+  product({in[0].data<float>(), in[1].data<float>(), out[0].data<float>(), p.m, p.k, p.n,
+           p.after.has_bias ? in[2].data<float>() : nullptr, p.after.relu != 0});
 }
 
 /* ---- convolution: the unfolded windows times the packed weight -------------------------------- */
@@ -231,13 +257,15 @@ void unfold_rows(const void *ctx, int64_t lo, int64_t hi) {
   }
 }
 
-/* inputs: x [n, h, w, c] (channels-last), packed weight [panels, kh * kw * c, 32]; output [n, oh, ow, m] */
+/* inputs: x [n, h, w, c] (channels-last), packed weight [panels, kh * kw * c, 32], then bias [m]
+ * when it has one; output [n, oh, ow, m] */
 void conv_task(const conv_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
   const int64_t rows = p.n * p.oh * p.ow, k = p.kh * p.kw * p.c;
   std::vector<float> cols(static_cast<size_t>(rows * k)); /* cpu_task turns a failure into NaN out */
   unfold_args u{&p, in[0].data<float>(), cols.data()};
   cpu_parallel_for(rows, unfold_rows, &u);
-  product({cols.data(), in[1].data<float>(), out[0].data<float>(), rows, k, p.m});
+  product({cols.data(), in[1].data<float>(), out[0].data<float>(), rows, k, p.m,
+           p.after.has_bias ? in[2].data<float>() : nullptr, p.after.relu != 0});
 }
 
 bool cpu_has_avx512f() { return cpu_avx512_available(); }
@@ -272,7 +300,21 @@ mx::array cpu_gemm_pack(const mlxb_scope *s, const mx::array &b, bool transposed
   return make_task(s, "EpCpuPackB", p, pack_task, {b}, {shape}, {mx::float32}).at(0);
 }
 
-mx::array cpu_gemm_packed(const mlxb_scope *s, const mx::array &a, const mx::array &packed, int64_t n) {
+/* The epilogue's parameters, and its bias (float32 [n]) appended to a task's inputs. */
+epilogue epilogue_of(const mlxb_array *bias, bool relu, int64_t n, std::vector<mx::array> &inputs) {
+  epilogue e{};
+  e.relu = relu;
+  if (!bias) return e;
+  const mx::array &b = arr(bias);
+  if (b.dtype() != mx::float32 || b.ndim() != 1 || b.shape(0) != n)
+    throw bridge_error("packed GEMM: the bias must be float32 [N]");
+  e.has_bias = 1;
+  inputs.push_back(b);
+  return e;
+}
+
+mx::array cpu_gemm_packed(const mlxb_scope *s, const mx::array &a, const mx::array &packed, int64_t n,
+                          const mlxb_array *bias, bool relu) {
   if (a.dtype() != mx::float32 || a.ndim() < 1 || packed.ndim() != 3 || packed.shape(2) != PANEL_COLS ||
       packed.dtype() != mx::float32 || n < 1 || panel_count(n) != packed.shape(0) || a.shape(-1) != packed.shape(1))
     throw bridge_error("packed GEMM: A [..., K] float32 and B packed from a [K, N] float32");
@@ -283,11 +325,14 @@ mx::array cpu_gemm_packed(const mlxb_scope *s, const mx::array &a, const mx::arr
   p.n = n;
   mx::Shape shape = a.shape();
   shape.back() = static_cast<int>(n);
+  std::vector<mx::array> inputs = {a, packed};
+  p.after = epilogue_of(bias, relu, n, inputs);
   cpu_pool_start(); /* its threads start here, where a failure is the scope's error, not in the task */
-  return make_task(s, "EpCpuGemmPacked", p, product_task, {a, packed}, {shape}, {mx::float32}).at(0);
+  return make_task(s, "EpCpuGemmPacked", p, product_task, std::move(inputs), {shape}, {mx::float32}).at(0);
 }
 
-mx::array cpu_conv_packed(const mlxb_scope *s, const mx::array &x, const mx::array &packed, const mlxb_conv2d &g) {
+mx::array cpu_conv_packed(const mlxb_scope *s, const mx::array &x, const mx::array &packed, const mlxb_conv2d &g,
+                          const mlxb_array *bias, bool relu) {
   conv_params p{};
   p.n = x.ndim() == 4 ? x.shape(0) : 0, p.h = x.ndim() == 4 ? x.shape(1) : 0, p.w = x.ndim() == 4 ? x.shape(2) : 0;
   p.c = x.ndim() == 4 ? x.shape(3) : 0, p.m = g.m, p.kh = g.kh, p.kw = g.kw, p.sh = g.sh, p.sw = g.sw, p.ph = g.ph;
@@ -301,8 +346,10 @@ mx::array cpu_conv_packed(const mlxb_scope *s, const mx::array &x, const mx::arr
   if (p.n * p.oh * p.ow > std::numeric_limits<int64_t>::max() / (p.kh * p.kw * p.c))
     throw bridge_error("packed convolution: the unfolded input's size overflows");
   const mx::Shape shape = {static_cast<int>(p.n), static_cast<int>(p.oh), static_cast<int>(p.ow), static_cast<int>(p.m)};
+  std::vector<mx::array> inputs = {x, packed};
+  p.after = epilogue_of(bias, relu, p.m, inputs);
   cpu_pool_start();
-  return make_task(s, "EpCpuConvPacked", p, conv_task, {x, packed}, {shape}, {mx::float32}).at(0);
+  return make_task(s, "EpCpuConvPacked", p, conv_task, std::move(inputs), {shape}, {mx::float32}).at(0);
 }
 
 } // namespace
@@ -332,19 +379,21 @@ mlxb_array *mlxb_gemm_pack(mlxb_scope *s, const mlxb_array *b, bool transposed) 
   });
 }
 
-mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g) {
+mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g,
+                             const mlxb_array *bias, bool relu) {
   return guard(s, "mlxb_conv_packed", [&] {
     if (!x || !packed || !g) throw null_arg{};
     if (!cpu_gemm_packed_takes(s)) throw bridge_error("packed convolution: not available on this scope or CPU");
-    return cpu_conv_packed(s, arr(x), arr(packed), *g);
+    return cpu_conv_packed(s, arr(x), arr(packed), *g, bias, relu);
   });
 }
 
-mlxb_array *mlxb_gemm_packed(mlxb_scope *s, const mlxb_array *a, const mlxb_array *packed, int64_t n) {
+mlxb_array *mlxb_gemm_packed(mlxb_scope *s, const mlxb_array *a, const mlxb_array *packed, int64_t n,
+                             const mlxb_array *bias, bool relu) {
   return guard(s, "mlxb_gemm_packed", [&] {
     if (!a || !packed) throw null_arg{};
     if (!cpu_gemm_packed_takes(s)) throw bridge_error("packed GEMM: not available on this scope or CPU");
-    return cpu_gemm_packed(s, arr(a), arr(packed), n);
+    return cpu_gemm_packed(s, arr(a), arr(packed), n, bias, relu);
   });
 }
 

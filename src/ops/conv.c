@@ -277,17 +277,21 @@ static mlxb_array *conv_run(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_
 static bool conv_is_half(mlxb_dtype t) { return t == MLXB_F16 || t == MLXB_BF16; }
 
 /* Adds a bias [M] to a channels-last result. */
+/* The bias [M] in type t: *b NULL without one; -1 with the failure recorded for a bad one. */
+static int conv_bias(op_ctx *c, int input, mlxb_dtype t, int64_t m, mlxb_array **b) {
+  *b = NULL;
+  if (!op_has_input(c, input)) return 0;
+  mlxb_array *bias = op_input(c, input);
+  if (!bias) return -1;
+  if (mlxb_ndim(bias) != 1 || mlxb_dim(bias, 0) != m) return op_fail(c, "bias must have shape [%lld]", (long long)m);
+  *b = mlxb_type(bias) != t ? mlxb_astype(op_scope(c), bias, t) : bias;
+  return *b ? 0 : -1;
+}
+
 static mlxb_array *conv_add_bias(op_ctx *c, mlxb_array *y, int input, mlxb_dtype t, int64_t m) {
-  if (!op_has_input(c, input)) return y;
-  mlxb_array *b = op_input(c, input);
-  if (!b) return NULL;
-  if (mlxb_ndim(b) != 1 || mlxb_dim(b, 0) != m) {
-    op_fail(c, "bias must have shape [%lld]", (long long)m);
-    return NULL;
-  }
-  mlxb_scope *s = op_scope(c);
-  if (mlxb_type(b) != t) b = mlxb_astype(s, b, t);
-  return mlxb_binary(s, MLXB_ADD, y, b);
+  mlxb_array *b;
+  if (!y || conv_bias(c, input, t, m, &b)) return NULL;
+  return b ? mlxb_binary(op_scope(c), MLXB_ADD, y, b) : y;
 }
 
 /* ---- Conv --------------------------------------------------------------------------------- */
@@ -382,11 +386,13 @@ static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
   return kept->pointwise ? 0 : -1;
 }
 
-/* The packed weight's convolution of channels-last xl (1-D or 2-D), or NULL where it does not
- * apply (crop, an unfolded input past MAX_UNFOLDED floats: MLX's convolution then). */
+/* The packed weight's convolution of channels-last xl (1-D or 2-D), plus bias (or NULL) and then
+ * ReLU when relu, in the GEMM's epilogue; NULL where it does not apply (crop, an unfolded input past
+ * MAX_UNFOLDED floats: MLX's convolution then). */
 enum { CONV_MAX_UNFOLDED = 1 << 28 };
 
-static mlxb_array *conv_packed(op_ctx *c, mlxb_array *xl, const mlxb_array *packed, const conv_geom *g) {
+static mlxb_array *conv_packed(op_ctx *c, mlxb_array *xl, const mlxb_array *packed, const conv_geom *g,
+                               const mlxb_array *bias, bool relu) {
   mlxb_scope *s = op_scope(c);
   if (!packed || g->group != 1 || g->nsp > 2 || mlxb_type(xl) != MLXB_F32 || mlxb_size(xl) == 0) return NULL;
   int64_t taps = 1, rows = g->n;
@@ -401,19 +407,22 @@ static mlxb_array *conv_packed(op_ctx *c, mlxb_array *xl, const mlxb_array *pack
     int64_t x2[2] = {rows, g->c}, dims[CONV_MAX_RANK];
     mlxb_shape(xl, dims);
     dims[g->nsp + 1] = g->m;
-    return mlxb_reshape(s, mlxb_gemm_packed(s, mlxb_reshape(s, xl, x2, 2), packed, g->m), dims, g->nsp + 2);
+    return mlxb_reshape(s, mlxb_gemm_packed(s, mlxb_reshape(s, xl, x2, 2), packed, g->m, bias, relu), dims,
+                        g->nsp + 2);
   }
   bool one_d = g->nsp == 1;
   int sp = one_d ? 0 : 1; /* the second spatial axis, or the only one */
   mlxb_conv2d geo = {.m = g->m, .kh = one_d ? 1 : g->k[0], .kw = g->k[sp], .sh = one_d ? 1 : g->stride[0],
                      .sw = g->stride[sp], .ph = one_d ? 0 : g->pad_lo[0], .pw = g->pad_lo[sp],
                      .dh = one_d ? 1 : g->dil[0], .dw = g->dil[sp], .oh = one_d ? 1 : g->out[0], .ow = g->out[sp]};
-  if (!one_d) return mlxb_conv_packed(s, xl, packed, &geo);
+  if (!one_d) return mlxb_conv_packed(s, xl, packed, &geo, bias, relu);
   int64_t x4[4] = {g->n, 1, g->in[0], g->c}, y3[3] = {g->n, g->out[0], g->m};
-  return mlxb_reshape(s, mlxb_conv_packed(s, mlxb_reshape(s, xl, x4, 4), packed, &geo), y3, 3);
+  return mlxb_reshape(s, mlxb_conv_packed(s, mlxb_reshape(s, xl, x4, 4), packed, &geo, bias, relu), y3, 3);
 }
 
-static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
+/* Conv's result with its bias, channels first, in its compute type; with relu, ReLU after it where
+ * the packed GEMM's epilogue computes it (*relu_done says so; else the caller applies it). */
+static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type, bool relu, bool *relu_done) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *w = op_input(c, 1);
   conv_geom g;
@@ -424,20 +433,48 @@ static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type) {
   const conv_prepared *kept = op_prepared(c);
   mlxb_array *wl = kept ? kept->weight : mlxb_astype(s, conv_move_channels(s, w, true), ct);
   int64_t ones[CONV_MAX_SP] = {1, 1, 1};
-  mlxb_array *y = kept ? conv_packed(c, xl, kept->packed, &g) : NULL;
-  if (!y && !mlxb_ok(s)) return NULL;
-  if (!y)
+  *relu_done = false;
+  mlxb_array *bias, *y = NULL;
+  if (conv_bias(c, 2, ct, g.m, &bias)) return NULL;
+  if (kept) {
+    y = conv_packed(c, xl, kept->packed, &g, bias, relu);
+    if (!y && !mlxb_ok(s)) return NULL;
+    *relu_done = y && relu;
+  }
+  if (!y) {
     y = conv_is_pointwise(s, &g) ? conv_pointwise(s, xl, wl, kept ? kept->pointwise : NULL, &g)
                                  : conv_run(c, xl, wl, &g, g.pad_lo, g.pad_hi, g.stride, ones, false);
-  y = conv_add_bias(c, y, 2, ct, g.m);
+    if (y && bias) y = mlxb_binary(s, MLXB_ADD, y, bias);
+  }
   return y ? conv_move_channels(s, y, false) : NULL;
+}
+
+/* The Relu node that alone reads this Conv's output (a CNN's usual pair), or NULL: folded into
+ * the packed GEMM's epilogue, it costs no pass of its own over the output (op_compute_for). */
+static const ir_node *conv_sole_relu(const op_ctx *c) {
+  const ir_graph *g = op_graph(c);
+  const ir_node *n = op_node(c);
+  int v = n->n_outputs > 0 ? n->outputs[0] : -1;
+  if (!op_can_compute_for(c) || v < 0 || g->values[v].n_consumers != 1 || g->values[v].is_graph_output) return NULL;
+  for (const ir_node *r = n + 1; r < g->nodes + g->n_nodes; r++) {
+    bool reads = false;
+    for (int i = 0; i < r->n_inputs; i++) reads = reads || r->inputs[i] == v;
+    if (!reads) continue;
+    return !strcmp(r->op_type, "Relu") && !*r->domain && r->n_inputs == 1 && r->n_outputs == 1 ? r : NULL;
+  }
+  return NULL;
 }
 
 static int lower_conv(op_ctx *c, const op_def *def) {
   mlxb_dtype ct, t = mlxb_type(op_input(c, 0));
-  mlxb_array *y = conv_forward(c, &ct);
+  const ir_node *relu = conv_sole_relu(c);
+  bool relu_done;
+  mlxb_array *y = conv_forward(c, &ct, relu != NULL, &relu_done);
   if (!y) return conv_failed(c);
-  return op_set_output(c, 0, ct == t ? y : mlxb_astype(op_scope(c), y, t));
+  if (ct != t) y = mlxb_astype(op_scope(c), y, t);
+  /* folded: the Relu's output is this one, which nothing else reads (conv_sole_relu) */
+  if (relu_done && op_compute_for(c, relu, y)) return -1;
+  return op_set_output(c, 0, y);
 }
 
 /* ---- FusedConv (com.microsoft) ---------------------------------------------------------------
@@ -473,9 +510,10 @@ static int lower_fused_conv(op_ctx *c, const op_def *def) {
   int kind = fused_conv_act(op_node(c), params);
   if (kind < 0) return op_fail(c, "unsupported activation");
   mlxb_dtype ct, t = mlxb_type(op_input(c, 0));
-  mlxb_array *y = conv_forward(c, &ct);
-  if (!y) return conv_failed(c);
   mlxb_array *z = op_input(c, 3);
+  bool relu_done, relu = kind == op_fused_act_find("Relu") && !z; /* Z is added before the activation */
+  mlxb_array *y = conv_forward(c, &ct, relu, &relu_done);
+  if (!y) return conv_failed(c);
   if (z) {
     int64_t yd[CONV_MAX_RANK], zd[CONV_MAX_RANK];
     int r = mlxb_ndim(y);
@@ -485,7 +523,7 @@ static int lower_fused_conv(op_ctx *c, const op_def *def) {
     if (memcmp(yd, zd, (size_t)r * sizeof *yd)) return op_fail(c, "Z must have the output's shape");
     y = mlxb_binary(s, MLXB_ADD, y, mlxb_astype(s, z, ct));
   }
-  y = op_fused_act_apply(s, y, kind, params);
+  if (!relu_done) y = op_fused_act_apply(s, y, kind, params);
   if (!y) return conv_failed(c);
   return op_set_output(c, 0, ct == t ? y : mlxb_astype(s, y, t));
 }

@@ -106,7 +106,7 @@ static int prepare_packed_weight(op_ctx *c, bool transposed, void **state) {
 static mlxb_array *packed_product(op_ctx *c, mlxb_array *a) {
   const packed_weight *w = op_prepared(c);
   if (!w || mlxb_type(a) != MLXB_F32 || mlxb_ndim(a) < 1 || mlxb_size(a) == 0 || mlxb_dim(a, -1) != w->k) return NULL;
-  return mlxb_gemm_packed(op_scope(c), a, w->panels, w->n);
+  return mlxb_gemm_packed(op_scope(c), a, w->panels, w->n, NULL, false);
 }
 
 static int prepare_matmul(op_ctx *c, const op_def *def, void **state) { return prepare_packed_weight(c, false, state); }

@@ -306,7 +306,7 @@ static mlxb_array *input_projection(op_ctx *c, int d, mlxb_array *x2, mlxb_array
   mlxb_scope *s = op_scope(c);
   const rnn_prepared *kept = op_prepared(c);
   if (kept && kept->w_packed[d] && mlxb_type(x2) == MLXB_F32 && mlxb_size(x2) > 0)
-    return mlxb_gemm_packed(s, x2, kept->w_packed[d], gh);
+    return mlxb_gemm_packed(s, x2, kept->w_packed[d], gh, NULL, false);
   return mlxb_matmul(s, x2, rT(s, take_dir(s, w, d)));
 }
 
