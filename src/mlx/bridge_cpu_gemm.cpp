@@ -10,7 +10,9 @@
  * (Zen 4) that took 120 x 768 x 3072 from OpenBLAS's 180 to 216 GFLOP/s (best of 50, both threads).
  *
  * Each output is summed over K in order, one fused multiply-add per term (the BLAS's kernels sum in
- * other orders: the same products, rounded apart differently). Only on x86-64 with AVX-512F
+ * other orders: the same products, rounded apart differently), then, where asked, a bias added and
+ * ReLU applied to the panel while it is in the cache (the epilogue). A convolution (EpCpuConvPacked)
+ * unfolds its input's windows into the rows of A first. Only on x86-64 with AVX-512F
  * (cpu_gemm_packed_takes; anything else stays on MLX), ORT_EP_MLX_CPU_GEMM=0 turns it off. The
  * panels of one product are shared among the threads of bridge_cpu_pool.cpp. */
 #include "mlx/bridge_cpu_task.h"
