@@ -225,6 +225,7 @@ compare(*conv_model((1, 8, 12, 12), (20, 8, 3, 3), pads=[1, 1, 1, 1]))
 from parity import assert_parity, run_mlx_each
 from test_cpu_gemm import conv_relu_model
 run_mlx_each(*conv_relu_model(), options={"device": "cpu"})
+run_mlx_each(*conv_relu_model(fused="Relu"), options={"device": "cpu"})
 from test_ops_rnn import rnn_data, rnn_model
 data = rnn_data("LSTM", T=6, B=2, I=40, H=24, dirs=2)
 assert_parity(*rnn_model("LSTM", data, dict(hidden_size=24, direction="bidirectional")), rtol=1e-4, atol=1e-5,
@@ -236,18 +237,20 @@ assert_parity(*rnn_model("LSTM", data, dict(hidden_size=24, direction="bidirecti
 @pytest.mark.parametrize("switch", ["default", "off"])
 def test_kernel_runs(switch):
     _, programs = histogram_probe(HISTOGRAM_PROBE, **({"ORT_EP_MLX_CPU_GEMM": "0"} if switch == "off" else {}))
-    assert len(programs) == 5, programs  # MatMul, Gemm, Conv, Conv + Relu, LSTM (its projection: W constant)
+    assert len(programs) == 6, programs  # MatMul, Gemm, Conv, Conv + Relu, FusedConv, LSTM (W constant)
     for program in programs[:2]:
         if switch == "off":
             assert "EpCpuGemmPacked" not in program and ("Matmul" in program or "AddMM" in program), program
         else:
             assert "EpCpuGemmPacked=1" in program and "Matmul" not in program and "AddMM" not in program, program
-    conv_relu, lstm = programs[3], programs[4]
+    conv_relu, fused, lstm = programs[3], programs[4], programs[5]
     if switch == "off":
         assert "EpCpuConvPacked" not in programs[2] and "Convolution=1" in programs[2], programs[2]
-        assert "Maximum=1" in conv_relu, conv_relu  # MLX's Relu
+        for program in (conv_relu, fused):
+            assert "Maximum=1" in program, program  # MLX's Relu
         assert "EpCpuGemmPacked" not in lstm and "Matmul=2" in lstm, lstm
     else:
         assert "EpCpuConvPacked=1" in programs[2] and "Convolution" not in programs[2], programs[2]
-        assert "EpCpuConvPacked=1" in conv_relu and "Maximum" not in conv_relu and "Add" not in conv_relu, conv_relu
+        for program in (conv_relu, fused):
+            assert "EpCpuConvPacked=1" in program and "Maximum" not in program and "Add" not in program, program
         assert "EpCpuGemmPacked=2" in lstm and "Matmul" not in lstm, lstm

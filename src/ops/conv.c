@@ -341,7 +341,7 @@ static mlxb_array *conv_pointwise(mlxb_scope *s, mlxb_array *xl, mlxb_array *wl,
 /* A constant weight, channels-last in its compute type, made once at Compile: otherwise each Run
  * transposes it and the convolution copies the transposed view. */
 typedef struct conv_prepared {
-  mlxb_array *weight;
+  mlxb_array *weight;    /* channels-last in its compute type, or NULL where packed is set */
   mlxb_array *pointwise; /* a one-tap weight of one group as [C, M] for conv_pointwise, or NULL */
   mlxb_array *packed;    /* a 1-D or 2-D float32 weight of one group packed for the CPU's GEMM, or NULL */
 } conv_prepared;
@@ -369,14 +369,17 @@ static int prepare_conv(op_ctx *c, const op_def *def, void **state) {
   if (!kept) return op_fail(c, "out of memory");
   *state = kept;
   mlxb_dtype ct = conv_is_half(t) ? MLXB_F32 : t;
-  kept->weight = op_prepare_keep(c, mlxb_astype(s, conv_move_channels(s, w, true), ct));
-  kept->pointwise = kept->packed = NULL;
-  if (!kept->weight) return -1;
+  mlxb_array *wl = mlxb_astype(s, conv_move_channels(s, w, true), ct);
+  kept->weight = kept->pointwise = kept->packed = NULL;
   if (mlxb_size(w) > 0 && mlxb_dim(w, 0) > 0) {
-    kept->packed = conv_pack_weight(c, kept->weight, ct);
+    kept->packed = conv_pack_weight(c, wl, ct);
     if (!mlxb_ok(s)) return op_fail(c, "%s", mlxb_error(s));
-    if (kept->packed) return 0; /* conv_pointwise takes it too */
+    /* packed: the channels-last weight is not kept beside it (one copy of the weights fewer); the
+     * rare Run the packed form does not take (a crop, an unfolded input past its bound) makes it */
+    if (kept->packed) return 0;
   }
+  kept->weight = op_prepare_keep(c, wl);
+  if (!kept->weight) return -1;
   /* only a CPU scope takes conv_pointwise (a GPU's float64 reshape would also need the CPU stream) */
   bool one_tap = mlxb_scope_device(s) == MLXB_DEVICE_CPU && ir_attr_int(op_node(c), "group", 1) == 1;
   for (int i = 2; i < rank; i++) one_tap = one_tap && mlxb_dim(w, i) == 1;
@@ -431,7 +434,7 @@ static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type, bool relu, 
   *compute_type = ct;
   mlxb_array *xl = mlxb_astype(s, conv_move_channels(s, x, true), ct);
   const conv_prepared *kept = op_prepared(c);
-  mlxb_array *wl = kept ? kept->weight : mlxb_astype(s, conv_move_channels(s, w, true), ct);
+  mlxb_array *wl = kept && kept->weight ? kept->weight : mlxb_astype(s, conv_move_channels(s, w, true), ct);
   int64_t ones[CONV_MAX_SP] = {1, 1, 1};
   *relu_done = false;
   mlxb_array *bias, *y = NULL;
@@ -931,7 +934,7 @@ static const op_def defs[] = {
                   "in float32 like ORT (round half to even, saturate); exact where ORT's AVX2 u8s8 kernel saturates "
                   "int16 pair sums (weights beyond 7 bits)"),
     OP_ROW("com.microsoft", "FusedConv", 1, 1, .inputs = {2, 4}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
-           .claim = claim_fused_conv, .lower = lower_fused_conv,
+           .claim = claim_fused_conv, .lower = lower_fused_conv, .prepare = prepare_conv, .release = free,
            .doc = "Conv's forms (float32/float16, ORT's CPU kernels) plus the optional Z added before the "
                   "activation: Relu, LeakyRelu, Tanh, Sigmoid, Clip, HardSigmoid, HardSwish with "
                   "activation_params; float16 computed in float32 and rounded once"),
