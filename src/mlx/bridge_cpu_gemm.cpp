@@ -270,8 +270,6 @@ void conv_task(const conv_params &p, const std::vector<mx::array> &in, std::vect
            p.after.has_bias ? in[2].data<float>() : nullptr, p.after.relu != 0});
 }
 
-bool cpu_has_avx512f() { return cpu_avx512_available(); }
-
 #else
 
 void conv_task(const conv_params &, const std::vector<mx::array> &, std::vector<mx::array> &out) {
@@ -281,13 +279,17 @@ void conv_task(const conv_params &, const std::vector<mx::array> &, std::vector<
 void product_task(const product_params &, const std::vector<mx::array> &, std::vector<mx::array> &out) {
   for (auto &o : out) std::fill(o.data<float>(), o.data<float>() + o.size(), std::numeric_limits<float>::quiet_NaN());
 }
-bool cpu_has_avx512f() { return false; }
 
 #endif
 
 bool cpu_gemm_packed_takes(const mlxb_scope *s) {
   static const bool on = env_switch_on("ORT_EP_MLX_CPU_GEMM");
-  return on && s && is_cpu_scope(s) && cpu_has_avx512f();
+#if defined(EP_CPU_GEMM)
+  return on && s && is_cpu_scope(s) && cpu_avx512_available();
+#else
+  (void)on, (void)s;
+  return false; /* the kernels are x86-64's (not macOS's: its BLAS is Accelerate's) */
+#endif
 }
 
 mx::array cpu_gemm_pack(const mlxb_scope *s, const mx::array &b, bool transposed) {

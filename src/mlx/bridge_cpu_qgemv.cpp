@@ -345,12 +345,19 @@ __attribute__((target("avx512f"))) void dequantize_panel(const gemv_args &a, int
 }
 #pragma GCC diagnostic pop
 
-/* Panel p of the job: set i's output columns [n0, n0 + cols). */
-void qgemm_panel(const qgemm_job &job, int64_t p, float *panel, float *scratch) {
+/* The set panel p of the job belongs to, and its first output column in *n0. */
+const gemv_args &panel_set(const qgemm_job &job, int64_t p, int64_t *n0) {
   int i = 0;
   while (p >= job.first_panel[i + 1]) i++;
-  const gemv_args &set = job.set[i];
-  const int64_t n0 = (p - job.first_panel[i]) * PANEL, cols = std::min<int64_t>(PANEL, set.n - n0);
+  *n0 = (p - job.first_panel[i]) * PANEL;
+  return job.set[i];
+}
+
+/* Panel p of the job: its set's output columns [n0, n0 + cols). */
+void qgemm_panel(const qgemm_job &job, int64_t p, float *panel, float *scratch) {
+  int64_t n0;
+  const gemv_args &set = panel_set(job, p, &n0);
+  const int64_t cols = std::min<int64_t>(PANEL, set.n - n0);
   dequantize_panel(set, n0, cols, panel);
   cpu_gemm_panel(job.x, job.rows, set.k, panel, set.y + n0, set.n, cols, scratch);
 }
@@ -365,10 +372,9 @@ void qgemm_job_part(const void *ctx, int64_t lo, int64_t hi) {
     for (int64_t p = p0; p < p1; p++) qgemm_panel(job, p, panel.data(), scratch.data());
   } catch (...) { /* buffers not allocated (a helper thread must not throw): NaN in these panels' columns */
     for (int64_t p = p0; p < p1; p++) {
-      int i = 0;
-      while (p >= job.first_panel[i + 1]) i++;
-      const gemv_args &set = job.set[i];
-      const int64_t n0 = (p - job.first_panel[i]) * PANEL, n1 = std::min<int64_t>(set.n, n0 + PANEL);
+      int64_t n0;
+      const gemv_args &set = panel_set(job, p, &n0);
+      const int64_t n1 = std::min<int64_t>(set.n, n0 + PANEL);
       for (int64_t r = 0; r < job.rows; r++)
         std::fill(set.y + r * set.n + n0, set.y + r * set.n + n1, std::numeric_limits<float>::quiet_NaN());
     }
