@@ -235,21 +235,32 @@ def claim_report(model: bytes, tmp_path, session_may_fail=False) -> str:
 
 # ---- which MLX operations ran -------------------------------------------------------------------
 
+def child_pythonpath() -> str:
+    """PYTHONPATH for a test's child process: the package and the tests folder first, then the
+    caller's own path, where MLX and a carried onnxruntime may live (the GPU machine's wheels
+    are on PYTHONPATH, not installed)."""
+    import os
+    tests = os.path.dirname(os.path.abspath(__file__))
+    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([os.path.join(os.path.dirname(tests), "python"), tests, *own])
+
+
 def histogram_probe(probe: str, **env_switches: str):
     """Runs `probe` (Python source; sys.argv[1] is the tests folder) in a fresh process, on the EP's
     default device, with ORT_EP_MLX_OP_HISTOGRAM=1 and the given environment switches (each read
     once per process by the EP). Returns (completed process, the "program:" lines of its stderr: one
-    per compiled signature, with the MLX operations of its program)."""
+    per compiled signature, with the MLX operations of its program). The probes run CPU sessions:
+    where MLX's default device is a GPU the histogram tags their operations "@cpu", which is
+    dropped here so that the lines read the same on every machine."""
     import os
     import subprocess
     import sys
     tests = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1", **env_switches,
-               PYTHONPATH=os.pathsep.join([os.path.join(os.path.dirname(tests), "python"), tests]))
+    env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1", **env_switches, PYTHONPATH=child_pythonpath())
     env.pop("ORT_EP_MLX_DEVICE", None)
     out = subprocess.run([sys.executable, "-c", probe, tests], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    return out, [line for line in out.stderr.splitlines() if " program: " in line]
+    return out, [line.replace("@cpu=", "=") for line in out.stderr.splitlines() if " program: " in line]
 
 
 def cpu_has(*flags: str) -> bool:

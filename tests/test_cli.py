@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper
 
-from parity import make_model
+from parity import child_pythonpath, make_model
 
 ROOT = Path(__file__).resolve().parent.parent
 F = TensorProto.FLOAT
 
 
 def cli(*args, check=True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     out = subprocess.run([sys.executable, "-m", "onnxruntime_ep_mlx", *map(str, args)], capture_output=True,
                          text=True, env=env)
     if check:

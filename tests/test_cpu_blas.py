@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from parity import child_pythonpath
+
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="MLX links Accelerate on macOS")
 
@@ -80,7 +81,7 @@ def probe(env_blas: str | None = None, import_mlx_first: bool = False) -> dict:
     env.pop("ORT_EP_MLX_BLAS", None)
     if env_blas is not None:
         env["ORT_EP_MLX_BLAS"] = env_blas
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")])
+    env["PYTHONPATH"] = child_pythonpath()
     code = PROBE.replace("IMPORT_MLX_FIRST", "import mlx.core" if import_mlx_first else "")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

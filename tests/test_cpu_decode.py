@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from parity import child_pythonpath
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SELECTION = ["tests/test_ops_attention.py", "tests/test_ops_contrib_norm.py", "-k",
              "gqa_decode or gqa_rotary or gqa_attributes or gqa_packed or simplified_layer_norm or skip_layer_norm"]
@@ -32,7 +34,7 @@ def default_device_is_cpu() -> bool:
 
 def run_selection(switch: str) -> str:
     env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1", ORT_EP_MLX_CPU_DECODE=switch,
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
+               PYTHONPATH=child_pythonpath())
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *SELECTION],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from parity import cpu_has, histogram_probe, run_cpu, run_mlx_each
+from parity import child_pythonpath, cpu_has, histogram_probe, run_cpu, run_mlx_each
 from test_ops_contrib_quant import compare as compare_any_device, nbits_model
 
 # The kernels serve CPU scopes: on a machine with MLX's GPU the sessions ask for the CPU device.
@@ -80,7 +80,7 @@ def test_eight_lane_gemv():
     """Where the CPU has AVX-512 the one-row GEMV takes 16 lanes; the 8-lane form (every AVX2 CPU's)
     is checked here with the switch off, in a fresh process (the switch is read once)."""
     env = dict(os.environ, ORT_EP_MLX_CPU_AVX512="0",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]))
+               PYTHONPATH=child_pythonpath())
     env.pop("ORT_EP_MLX_DEVICE", None)
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
                           "-k", "test_rows or test_ranks_and_bias or test_one_row_non_finite"],

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from parity import make_model
+from parity import child_pythonpath, make_model
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -140,9 +140,7 @@ def test_cpu_compile_traces_without_fusion(tmp_path):
     assert st["traces"] == 1 and st["compiled_runs"] == 3 and st["eager_runs"] == 1
     # MLX's CPU backend writes the kernels it JIT-builds under $TMPDIR/mlx/: a process of its
     # own with a fresh TMPDIR shows whether the same session built any.
-    tests = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "TMPDIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join([os.path.join(os.path.dirname(tests), "python"), tests])}
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": child_pythonpath()}
     subprocess.run([sys.executable, "-c", JIT_PROBE], env=env, check=True, timeout=300)
     assert not (tmp_path / "mlx").exists(), sorted(p.name for p in (tmp_path / "mlx").rglob("*"))
 
