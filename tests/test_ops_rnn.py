@@ -25,7 +25,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from parity import assert_parity, claim_report, make_model, run_cpu, run_mlx, _assert_outputs_match
+from parity import (assert_parity, child_pythonpath, claim_report, cpu_has, make_model, run_cpu, run_mlx,
+                    _assert_outputs_match)
 
 F32_TOL = dict(rtol=1e-5, atol=1e-6)
 F16_TOL = dict(rtol=1e-3, atol=1e-3)
@@ -354,3 +355,48 @@ def test_one_graph_per_signature():
     for d in (data5, data3, data5, data3):
         feeds = {k: d[k] for k in ("X", "initial_h", "initial_c")}
         _assert_outputs_match(sess.run(None, feeds), run_cpu(model, feeds), F32_TOL["rtol"], F32_TOL["atol"], 0)
+
+
+# ---- hidden sizes past one panel of the CPU's recurrent product -------------------------------------
+# On the CPU each step's h @ R^T reads R in panels of 32 rows (bridge_cpu_rnn.cpp), four at a time
+# with AVX-512 and two with AVX2, shared among the threads from 256 rows on; a constant R is packed
+# at Compile (rnn.c's prepare), one fed at Run is packed by the Run. The sizes cover a partial last
+# panel, a partial last group, one thread and several; the GRU without linear_before_reset packs its
+# [2H, 3H) rows apart. Every form sums each output in the same order, so a constant R and the same R
+# fed at Run give bit-identical outputs. (A GPU unrolls the steps: test_directions_and_forms.)
+
+WIDE = [(1, 37), (3, 100)]
+CPU = {"device": "cpu"}  # the CPU's kernel, on every machine  # (batch, hidden): LSTM 148 and 400 rows of R, GRU 111 and 300
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("batch,hidden", WIDE)
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_wide_hidden(op, batch, hidden, lbr):
+    if op != "GRU" and lbr:
+        pytest.skip("linear_before_reset is the GRU's")
+    data = rnn_data(op, T=12, B=batch, I=8, H=hidden, dirs=2, scale=0.6 / np.sqrt(hidden / 6), seed=hidden,
+                    lens=None if batch == 1 else [12, 7, 1])
+    attrs = {"hidden_size": hidden, "direction": "bidirectional", **({"linear_before_reset": lbr} if lbr else {})}
+    model, feeds = rnn_model(op, data, attrs)
+    constant = assert_parity(model, feeds, **F32_TOL, options=CPU)
+    fed_model, fed_feeds = rnn_model(op, data, attrs, consts=("W", "B", "P"))  # R fed at Run
+    fed = run_mlx(fed_model, fed_feeds, options=CPU)
+    for got, want in zip(fed, constant):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not cpu_has("avx512f"), reason="the two-panel AVX2 product is the only one without AVX-512")
+def test_wide_hidden_without_avx512():
+    """Where the CPU has AVX-512 the product takes four panels at a time; the two-panel AVX2 form
+    (every AVX2 CPU's) is checked here with the switch off, in a fresh process (read once)."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, ORT_EP_MLX_CPU_AVX512="0", PYTHONPATH=child_pythonpath())
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                          "test_wide_hidden and not without"], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=root)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "8 passed" in out.stdout, out.stdout[-3000:]

@@ -334,7 +334,10 @@ mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_arra
  * every gate's input when has_clip; activations act[0..2] with their alpha/beta); backwards walks
  * t from T - 1. With lens, a sequence's state stops at its last step, its y rows past it are zero,
  * and a length of 0 gives zero states. Outputs y [T, B, H] (when want_y), h [B, H], c [B, H]
- * (LSTM). Zero the struct before filling it (it is compared bytewise). 0 ok, -1 error. */
+ * (LSTM). rw_packed (or NULL, or NULL entries): rw's rows packed at Compile by mlxb_gemm_pack(rw,
+ * transposed), which spares the Run packing them; for a GRU without linear_before_reset rows
+ * [0, 2H) and [2H, 3H) packed apart, [0] and [1]. Zero the struct before filling it (it is compared
+ * bytewise). 0 ok, -1 error. */
 enum { MLXB_RECUR_RNN, MLXB_RECUR_GRU, MLXB_RECUR_LSTM };
 enum {
   MLXB_RACT_SIGMOID, MLXB_RACT_TANH, MLXB_RACT_RELU, MLXB_RACT_AFFINE, MLXB_RACT_LEAKYRELU, MLXB_RACT_THRESHOLDEDRELU,
@@ -370,8 +373,9 @@ typedef struct mlxb_conv2d {
 mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g,
                              const mlxb_array *bias, bool relu);
 int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_array *xw, const mlxb_array *rw,
-                        const mlxb_array *h0, const mlxb_array *c0, const mlxb_array *peep, const mlxb_array *lens,
-                        const mlxb_array *rbh, bool want_y, mlxb_array **y, mlxb_array **h, mlxb_array **c);
+                        const mlxb_array *const rw_packed[2], const mlxb_array *h0, const mlxb_array *c0,
+                        const mlxb_array *peep, const mlxb_array *lens, const mlxb_array *rbh, bool want_y,
+                        mlxb_array **y, mlxb_array **h, mlxb_array **c);
 /* Each row of x [R, C] (int32 or int64, C >= 1) summed in float64, divided by C when mean, and cast
  * back to x's dtype saturating: y [R], ORT's CPU EP's integer ReduceSum/ReduceMean. One CUDA kernel
  * where mlxb_int_reduce_available says so (MLX's CUDA backend, which has no float64 of its own). */

@@ -67,19 +67,21 @@ void dot_rows_plain(const float *__restrict a, const float *__restrict w, int ld
   }
 }
 
-/* R's rows [0, n) of length k for the AVX2 product: panels of 64 rows, each k-major ([k][64], so a
- * step streams one panel front to back), the last panel padded with zero rows. Packed once per Run:
- * R may be a graph input. */
+/* R's rows [0, n) of length k as the products read them: panels of PANEL rows, each k-major
+ * ([k][PANEL], so a step streams one panel front to back), the last padded with zero rows. That is
+ * the packed GEMM's layout (bridge_cpu_gemm.cpp: mlxb_gemm_pack of R, transposed), which rnn.c's
+ * prepare makes at Compile when R is a constant; otherwise R is packed here once per Run. */
 struct packed_rows {
-  enum { PANEL = 64 };
+  enum { PANEL = CPU_GEMM_PANEL_COLS };
   int n = 0, k = 0;
   std::vector<float> data;
-  const float *panels = nullptr; /* data's, or another packed_rows' panels (a view of some of them) */
+  const float *panels = nullptr; /* data's, or panels packed elsewhere (a view of them) */
+
+  static int64_t count(int64_t rows) { return (rows + PANEL - 1) / PANEL; }
 
   void pack(const float *w, int ldw, int rows, int cols) {
     n = rows, k = cols;
-    const int count = (n + PANEL - 1) / PANEL;
-    data.assign((size_t)count * k * PANEL, 0.0f);
+    data.assign((size_t)count(n) * k * PANEL, 0.0f);
     panels = data.data();
     for (int j = 0; j < n; j++) {
       float *dst = data.data() + (size_t)(j / PANEL) * k * PANEL + j % PANEL;
@@ -87,6 +89,7 @@ struct packed_rows {
       for (int i = 0; i < k; i++) dst[(size_t)i * PANEL] = src[i];
     }
   }
+  void view(const float *packed, int rows, int cols) { n = rows, k = cols, panels = packed; }
 };
 
 bool packed_product_available() {
@@ -99,23 +102,66 @@ bool packed_product_available() {
 }
 
 #if defined(__x86_64__) && !defined(__APPLE__)
-/* out[j] = beta * out[j] + dot(a, row j), j < n, from the packed panels: per panel, eight
- * accumulators of eight outputs each take a[i] times the panel's row i, i = 0, 1, ..., so each
- * output is summed in dot_rows_plain's order. Products and sums are rounded apart (no FMA: fused,
- * a short row's rounding moved far enough from ORT's to show through a GRU's recurrence). */
-__attribute__((target("avx2"))) void packed_product(const float *a, const packed_rows &p, float *out, float beta) {
-  enum { PANEL = packed_rows::PANEL };
-  for (int row0 = 0; row0 < p.n; row0 += PANEL) {
-    const float *w = p.panels + (size_t)(row0 / PANEL) * p.k * PANEL;
-    __m256 s[8];
-    for (auto &v : s) v = _mm256_setzero_ps();
-    for (int i = 0; i < p.k; i++, w += PANEL) {
-      const __m256 x = _mm256_set1_ps(a[i]);
-      for (int v = 0; v < 8; v++) s[v] = _mm256_add_ps(s[v], _mm256_mul_ps(x, _mm256_loadu_ps(w + 8 * v)));
+/* sums[NP * PANEL] = a times the rows of NP consecutive panels at w: one accumulator per eight (AVX2)
+ * or sixteen (AVX-512) outputs, eight in flight, each taking a[i] times the panel's row i for
+ * i = 0, 1, ..., so each output is summed in dot_rows_plain's order. Products and sums are rounded
+ * apart (no FMA, and this file is built with -ffp-contract=off: fused, a short row's rounding moved
+ * far enough from ORT's to show through a GRU's recurrence). */
+template <int NP>
+__attribute__((target("avx2"))) void panel_sums_avx2(const float *a, const float *w, int k, float *sums) {
+  enum { PANEL = packed_rows::PANEL, V = PANEL / 8 };
+  __m256 s[NP * V];
+  for (auto &v : s) v = _mm256_setzero_ps();
+  for (int i = 0; i < k; i++) {
+    const __m256 x = _mm256_set1_ps(a[i]);
+    for (int q = 0; q < NP; q++) {
+      const float *row = w + ((size_t)q * k + i) * PANEL;
+      for (int v = 0; v < V; v++) s[q * V + v] = _mm256_add_ps(s[q * V + v], _mm256_mul_ps(x, _mm256_loadu_ps(row + 8 * v)));
     }
-    alignas(32) float sums[PANEL];
-    for (int v = 0; v < 8; v++) _mm256_store_ps(sums + 8 * v, s[v]);
-    const int rows = std::min((int)PANEL, p.n - row0);
+  }
+  for (int v = 0; v < NP * V; v++) _mm256_storeu_ps(sums + 8 * v, s[v]);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized" /* GCC 12's AVX-512 headers, as in bridge_cpu_gemm.cpp */
+template <int NP>
+__attribute__((target("avx512f"))) void panel_sums_avx512(const float *a, const float *w, int k, float *sums) {
+  enum { PANEL = packed_rows::PANEL, V = PANEL / 16 };
+  __m512 s[NP * V];
+  for (auto &v : s) v = _mm512_setzero_ps();
+  for (int i = 0; i < k; i++) {
+    const __m512 x = _mm512_set1_ps(a[i]);
+    for (int q = 0; q < NP; q++) {
+      const float *row = w + ((size_t)q * k + i) * PANEL;
+      for (int v = 0; v < V; v++) s[q * V + v] = _mm512_add_ps(s[q * V + v], _mm512_mul_ps(x, _mm512_loadu_ps(row + 16 * v)));
+    }
+  }
+  for (int v = 0; v < NP * V; v++) _mm512_storeu_ps(sums + 16 * v, s[v]);
+}
+#pragma GCC diagnostic pop
+
+/* NP panels' sums, NP <= the widest group (four with AVX-512, two with AVX2: eight accumulators) */
+void panel_sums(bool wide, int np, const float *a, const float *w, int k, float *sums) {
+  if (wide) {
+    if (np == 4) return panel_sums_avx512<4>(a, w, k, sums);
+    if (np == 3) return panel_sums_avx512<3>(a, w, k, sums);
+    if (np == 2) return panel_sums_avx512<2>(a, w, k, sums);
+    return panel_sums_avx512<1>(a, w, k, sums);
+  }
+  if (np == 2) return panel_sums_avx2<2>(a, w, k, sums);
+  return panel_sums_avx2<1>(a, w, k, sums);
+}
+
+/* out[j] = beta * out[j] + dot(a, row j), j < n, from the packed panels, a group of them at a time. */
+void packed_product(const float *a, const packed_rows &p, float *out, float beta) {
+  enum { PANEL = packed_rows::PANEL };
+  const bool wide = cpu_avx512_available();
+  const int group = wide ? 4 : 2, panels = (int)packed_rows::count(p.n);
+  alignas(64) float sums[4 * PANEL];
+  for (int j = 0; j < panels; j += group) {
+    const int np = std::min(group, panels - j);
+    panel_sums(wide, np, a, p.panels + (size_t)j * p.k * PANEL, p.k, sums);
+    const int row0 = j * PANEL, rows = std::min(np * PANEL, p.n - row0);
     for (int r = 0; r < rows; r++) out[row0 + r] = beta == 0.0f ? sums[r] : out[row0 + r] + sums[r];
   }
 }
@@ -140,16 +186,16 @@ struct parallel_product {
     if (first >= last) return;
     packed_rows view; /* the panels [first, last) as a matrix of their rows, sharing nothing to copy */
     const int64_t row0 = first * packed_rows::PANEL;
-    view.n = static_cast<int>(std::min<int64_t>(pp.p->n, last * packed_rows::PANEL) - row0);
-    view.k = pp.p->k;
-    view.panels = pp.p->panels + static_cast<size_t>(first) * pp.p->k * packed_rows::PANEL;
+    view.view(pp.p->panels + static_cast<size_t>(first) * pp.p->k * packed_rows::PANEL,
+              static_cast<int>(std::min<int64_t>(pp.p->n, last * packed_rows::PANEL) - row0), pp.p->k);
     packed_product(pp.a, view, pp.out + row0, pp.beta);
   }
 };
 
 void packed_product_shared(const float *a, const packed_rows &p, float *out, float beta) {
-  const int64_t panels = (p.n + packed_rows::PANEL - 1) / packed_rows::PANEL;
-  if (panels < 4) return packed_product(a, p, out, beta); /* too little to share */
+  enum { MIN_SHARED_ROWS = 256 }; /* fewer rows: too little to share */
+  const int64_t panels = packed_rows::count(p.n);
+  if (p.n < MIN_SHARED_ROWS) return packed_product(a, p, out, beta);
   parallel_product pp{a, &p, out, beta};
   cpu_parallel_for(panels * parallel_product::PANEL_UNITS, parallel_product::part, &pp);
 }
@@ -264,17 +310,21 @@ struct recurrence_task {
   }
 
   /* xw [T, B, G*H], rw [G*H, H], h0/c0 [B, H]; y [T, B, H] (or null), h/c [B, H] (c null but for
-   * LSTM); lens [B] (or null). */
-  void run(const float *xw, const float *rw, const float *h0, const float *c0, const float *peep, const int32_t *lens,
-           const float *rbh, float *y, float *h, float *c) const {
+   * LSTM); lens [B] (or null); rw_packed: R's rows packed at Compile (the GRU's [2H, 3H) apart in
+   * rw_packed[1]), or nulls. */
+  void run(const float *xw, const float *rw, const float *const rw_packed[2], const float *h0, const float *c0,
+           const float *peep, const int32_t *lens, const float *rbh, float *y, float *h, float *c) const {
     const int64_t B = batch, H = hidden, BH = B * H;
     const int64_t GH = hidden * (r.kind == MLXB_RECUR_LSTM ? 4 : r.kind == MLXB_RECUR_GRU ? 3 : 1);
     const bool gru_apart = r.kind == MLXB_RECUR_GRU && !r.linear_before_reset; /* rows [2H, 3H) take r * h */
     packed_rows pw, pw2;
     const bool packed = !uses_blas() && packed_product_available();
     if (packed) {
-      pw.pack(rw, (int)H, (int)(gru_apart ? 2 * H : GH), (int)H);
-      if (gru_apart) pw2.pack(rw + 2 * H * H, (int)H, (int)H, (int)H);
+      const int rows = (int)(gru_apart ? 2 * H : GH);
+      if (rw_packed[0]) pw.view(rw_packed[0], rows, (int)H);
+      else pw.pack(rw, (int)H, rows, (int)H);
+      if (gru_apart && rw_packed[1]) pw2.view(rw_packed[1], (int)H, (int)H);
+      else if (gru_apart) pw2.pack(rw + 2 * H * H, (int)H, (int)H, (int)H);
     }
     std::vector<float> g(B * GH), scratch(B * GH), hn(BH), cn(c ? BH : 0);
     std::copy(h0, h0 + BH, h);
@@ -302,13 +352,14 @@ struct recurrence_task {
   }
 };
 
-/* Inputs: xw, rw, h0, c0, peep, lens, rbh (a placeholder where absent, flagged by has_*); outputs
- * y (when wanted), h, c (LSTM). */
+/* Inputs: xw, rw, h0, c0, peep, lens, rbh, R packed and the GRU's part of it packed apart (a
+ * placeholder where absent, flagged by has_*); outputs y (when wanted), h, c (LSTM). */
 class ep_cpu_recurrence : public mx::Primitive {
  public:
   ep_cpu_recurrence(mx::Stream stream, const mlxb_recurrence &r, bool has_peep, bool has_lens, bool has_rbh,
-                    bool want_y)
-      : mx::Primitive(stream), r_(r), has_peep_(has_peep), has_lens_(has_lens), has_rbh_(has_rbh), want_y_(want_y) {}
+                    bool want_y, int packed)
+      : mx::Primitive(stream), r_(r), has_peep_(has_peep), has_lens_(has_lens), has_rbh_(has_rbh), want_y_(want_y),
+        packed_(packed) {}
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
     const mx::array &xw = inputs[0];
@@ -316,15 +367,18 @@ class ep_cpu_recurrence : public mx::Primitive {
     cpu_task_arrays held;
     auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
     encoder.dispatch([task, held = std::move(held), peep = has_peep_, lens = has_lens_, rbh = has_rbh_,
-                      want_y = want_y_]() mutable {
+                      want_y = want_y_, packed = packed_]() mutable {
       auto &ins = held.ins;
       auto &outs = held.outs;
       size_t o = 0;
       float *y = want_y ? outs[o++].data<float>() : nullptr;
       float *h = outs[o++].data<float>();
       float *c = o < outs.size() ? outs[o].data<float>() : nullptr;
+      const float *rw_packed[2] = {packed > 0 ? ins[7].data<float>() : nullptr,
+                                   packed > 1 ? ins[8].data<float>() : nullptr};
       try {
-        task.run(ins[0].data<float>(), ins[1].data<float>(), ins[2].data<float>(), c ? ins[3].data<float>() : nullptr,
+        task.run(ins[0].data<float>(), ins[1].data<float>(), rw_packed, ins[2].data<float>(),
+                 c ? ins[3].data<float>() : nullptr,
                  peep ? ins[4].data<float>() : nullptr, lens ? ins[5].data<int32_t>() : nullptr,
                  rbh ? ins[6].data<float>() : nullptr, y, h, c);
       } catch (...) { /* std::vector's allocations: a task must never let an exception reach MLX's scheduler */
@@ -343,12 +397,13 @@ class ep_cpu_recurrence : public mx::Primitive {
   bool is_equivalent(const mx::Primitive &other) const override {
     auto *o = dynamic_cast<const ep_cpu_recurrence *>(&other);
     return o && !std::memcmp(&o->r_, &r_, sizeof r_) && o->has_peep_ == has_peep_ && o->has_lens_ == has_lens_ &&
-           o->has_rbh_ == has_rbh_ && o->want_y_ == want_y_;
+           o->has_rbh_ == has_rbh_ && o->want_y_ == want_y_ && o->packed_ == packed_;
   }
 
  private:
   mlxb_recurrence r_;
   bool has_peep_, has_lens_, has_rbh_, want_y_;
+  int packed_; /* how many packed forms of R follow rbh: 0, 1, or 2 (the GRU's part apart) */
 };
 
 bool known_activation(int a) { return a >= 0 && a < MLXB_RACT_COUNT; }
@@ -360,8 +415,9 @@ extern "C" {
 bool mlxb_recurrence_available(const mlxb_scope *s) { return s && is_cpu_scope(s); }
 
 int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_array *xw, const mlxb_array *rw,
-                        const mlxb_array *h0, const mlxb_array *c0, const mlxb_array *peep, const mlxb_array *lens,
-                        const mlxb_array *rbh, bool want_y, mlxb_array **y, mlxb_array **h, mlxb_array **c) {
+                        const mlxb_array *const rw_packed[2], const mlxb_array *h0, const mlxb_array *c0,
+                        const mlxb_array *peep, const mlxb_array *lens, const mlxb_array *rbh, bool want_y,
+                        mlxb_array **y, mlxb_array **h, mlxb_array **c) {
   if (y) *y = nullptr;
   if (h) *h = nullptr;
   if (c) *c = nullptr;
@@ -388,6 +444,19 @@ int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_arra
         !matches(c0, bh, mx::float32) || !matches(peep, {static_cast<int>(3 * hidden)}, mx::float32) ||
         !matches(lens, {static_cast<int>(batch)}, mx::int32) || !matches(rbh, {static_cast<int>(hidden)}, mx::float32))
       throw bridge_error("recurrence: float32 xw, rw, states, peepholes [3H] and rbh [H]; int32 lens [B]");
+    /* R packed at Compile: its rows in panels (the GRU's [2H, 3H) apart), as mlxb_gemm_pack lays them */
+    const bool gru_apart = gru && !r->linear_before_reset;
+    const int64_t packed_rows_of[2] = {gru_apart ? 2 * hidden : g * hidden, gru_apart ? hidden : 0};
+    int packed = 0;
+    for (int i = 0; rw_packed && i < 2 && rw_packed[i]; i++) {
+      const mx::array &pa = arr(rw_packed[i]);
+      const mx::Shape want = {static_cast<int>(packed_rows::count(packed_rows_of[i])), static_cast<int>(hidden),
+                              packed_rows::PANEL};
+      if (packed_rows_of[i] == 0 || pa.shape() != want || pa.dtype() != mx::float32)
+        throw bridge_error("recurrence: R packed in panels of its rows (mlxb_gemm_pack of R, transposed)");
+      packed = i + 1;
+    }
+    if (gru_apart && packed == 1) throw bridge_error("recurrence: the GRU's R packed in two parts");
     auto dev = scope_dev(s);
     mx::Stream stream = mx::to_stream(dev);
     mx::array none = mx::zeros({1}, mx::float32, dev);
@@ -395,13 +464,15 @@ int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_arra
                                   c0 ? row_major(arr(c0), dev) : none, peep ? row_major(arr(peep), dev) : none,
                                   lens ? row_major(arr(lens), dev) : mx::zeros({1}, mx::int32, dev),
                                   rbh ? row_major(arr(rbh), dev) : none};
+    for (int i = 0; i < packed; i++) ins.push_back(row_major(arr(rw_packed[i]), dev));
     std::vector<mx::Shape> shapes;
     if (want_y) shapes.push_back({static_cast<int>(steps), static_cast<int>(batch), static_cast<int>(hidden)});
     shapes.push_back(bh);
     if (lstm) shapes.push_back(bh);
     std::vector<mx::Dtype> dtypes(shapes.size(), mx::float32);
     cpu_pool_start(); /* the step's panels are shared with its threads: they start here, not in the task */
-    auto prim = std::make_shared<ep_cpu_recurrence>(stream, *r, peep != nullptr, lens != nullptr, rbh != nullptr, want_y);
+    auto prim =
+        std::make_shared<ep_cpu_recurrence>(stream, *r, peep != nullptr, lens != nullptr, rbh != nullptr, want_y, packed);
     std::vector<mx::array> outs = mx::array::make_arrays(std::move(shapes), dtypes, prim, std::move(ins));
     size_t o = 0;
     if (want_y) *y = scope_keep(s, outs[o++]);

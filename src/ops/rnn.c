@@ -246,6 +246,16 @@ _Static_assert((int)RK_RNN == (int)MLXB_RECUR_RNN && (int)RK_GRU == (int)MLXB_RE
                    (int)RK_LSTM == (int)MLXB_RECUR_LSTM,
                "rnn.c's kinds are the bridge's");
 
+/* Constant float32 weights packed at Compile for the CPU's products (where
+ * mlxb_gemm_packed_available): each direction's W [G*H, I] for the GEMM of the input projection of
+ * every step (one product per Run), and its R [G*H, H] for the recurrence's product of each step
+ * (mlxb_recurrence_run; a GRU without linear_before_reset has rows [0, 2H) and [2H, 3H) apart, as
+ * its steps take them). A Run then packs neither. */
+typedef struct rnn_prepared {
+  mlxb_array *w_packed[2];
+  mlxb_array *r_packed[2][2];
+} rnn_prepared;
+
 /* One direction's steps as one operation on the CPU (mlxb_recurrence_run: the same arithmetic as
  * the unrolled steps below, without an MLX operation per gate and step): xw [T, B, G*H] is the
  * input projection with the biases folded in, h and cs the direction's initial states. */
@@ -270,35 +280,57 @@ static int recurrence_on_cpu(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x
   mlxb_array *lens_b = lens ? mlxb_reshape(s, lens, &B, 1) : NULL;
   if (op_check(c)) return -1;
   mlxb_array *y = NULL;
-  if (mlxb_recurrence_run(s, &rec, xw, take_dir(s, r, d), h, cs, take_dir(s, p, d), lens_b, rbh, want_y, &y,
+  const rnn_prepared *kept = op_prepared(c);
+  if (mlxb_recurrence_run(s, &rec, xw, take_dir(s, r, d), kept ? (const mlxb_array *const *)kept->r_packed[d] : NULL, h,
+                          cs, take_dir(s, p, d), lens_b, rbh, want_y, &y,
                           &fin->h, &fin->c))
     return op_check(c);
   if (want_y) *y_out = y;
   return 0;
 }
 
-/* A constant float32 W, each direction's [G*H, I] packed at Compile for the CPU's GEMM (where
- * mlxb_gemm_packed_available): the input projection of every step, one product per Run, then does
- * not pack it again. */
-typedef struct rnn_prepared {
-  mlxb_array *w_packed[2];
-} rnn_prepared;
+/* input i when it is a constant float32 [1 or 2, rows, cols] with nothing empty, else NULL (the
+ * lowering reports a bad one) */
+static mlxb_array *packable_weight(op_ctx *c, int i, int64_t rows) {
+  mlxb_array *v = op_input(c, i);
+  if (!v || !op_inputs_const(c, &i, 1) || mlxb_ndim(v) != 3 || mlxb_type(v) != MLXB_F32 || mlxb_size(v) == 0)
+    return NULL;
+  return mlxb_dim(v, 0) <= 2 && mlxb_dim(v, 1) == rows ? v : NULL;
+}
+
+static int prepare_recurrence(op_ctx *c, const rnn_attrs *a, mlxb_array *r, rnn_prepared *kept) {
+  mlxb_scope *s = op_scope(c);
+  const int64_t H = mlxb_dim(r, 2);
+  const bool gru_apart = a->kind == RK_GRU && !a->linear_before_reset;
+  for (int d = 0; d < mlxb_dim(r, 0); d++) {
+    mlxb_array *rd = take_dir(s, r, d);
+    mlxb_array *part = gru_apart ? op_util_slice_axis(s, rd, 0, 0, 2 * H, 1) : rd;
+    kept->r_packed[d][0] = op_prepare_keep(c, mlxb_gemm_pack(s, part, true));
+    if (gru_apart) kept->r_packed[d][1] = op_prepare_keep(c, mlxb_gemm_pack(s, op_util_slice_axis(s, rd, 0, 2 * H, 3 * H, 1), true));
+    if (!kept->r_packed[d][0] || (gru_apart && !kept->r_packed[d][1])) return -1;
+  }
+  return 0;
+}
 
 static int prepare_rnn(op_ctx *c, const op_def *def, void **state) {
-  static const int weight_input[] = {1};
-  mlxb_array *w = op_input(c, 1);
+  rnn_attrs a;
+  char why[200];
   mlxb_scope *s = op_scope(c);
-  if (!w || !op_inputs_const(c, weight_input, 1) || !mlxb_gemm_packed_available(s)) return 0;
-  if (mlxb_ndim(w) != 3 || mlxb_type(w) != MLXB_F32 || mlxb_dim(w, 0) < 1 || mlxb_dim(w, 0) > 2 || mlxb_size(w) == 0)
-    return 0; /* the lowering reports a bad W */
+  mlxb_array *r = op_input(c, 2);
+  if (!mlxb_gemm_packed_available(s) || !r || mlxb_ndim(r) != 3 || !rnn_parse(op_node(c), def->arg, &a, why, sizeof why))
+    return 0;
+  const int64_t gh = gates_of(a.kind) * mlxb_dim(r, 2);
+  mlxb_array *w = packable_weight(c, 1, gh);
+  r = packable_weight(c, 2, gh);
+  if (!w && !r) return 0;
   rnn_prepared *kept = calloc(1, sizeof *kept);
   if (!kept) return op_fail(c, "out of memory");
   *state = kept;
-  for (int d = 0; d < mlxb_dim(w, 0); d++) {
+  for (int d = 0; w && d < mlxb_dim(w, 0); d++) {
     kept->w_packed[d] = op_prepare_keep(c, mlxb_gemm_pack(s, take_dir(s, w, d), true));
     if (!kept->w_packed[d]) return -1;
   }
-  return 0;
+  return r ? prepare_recurrence(c, &a, r, kept) : 0;
 }
 
 /* The input projection of every step at once: x [T*B, I] @ W_d^T. */
