@@ -2,6 +2,7 @@
  * stable, every op runs on the scope's device (never a global default, as several threads build
  * graphs at once), and every exception becomes the scope's sticky error. */
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <unordered_set>
@@ -12,6 +13,7 @@
 #include <mutex>
 
 #include <cstring>
+#include <sched.h>
 #include <deque>
 #include <exception>
 #include <limits>
@@ -629,6 +631,27 @@ int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n) {
     }
     if (!f64.empty()) mx::eval(f64);
     if (!rest.empty()) mx::eval(rest);
+  });
+}
+
+int mlxb_eval_spinning(mlxb_scope *s, mlxb_array *const *arrays, size_t n, int64_t spin_us) {
+  if (spin_us <= 0 || n == 0 || !s || !is_cpu_scope(s)) return mlxb_eval(s, arrays, n);
+  return guard_status(s, "mlxb_eval_spinning", [&] {
+    if (!arrays) throw null_arg{};
+    std::vector<mx::array> pending;
+    for (size_t i = 0; i < n; i++)
+      if (!arr(arrays[i]).is_available()) pending.push_back(arr(arrays[i]));
+    if (pending.empty()) return;
+    mx::async_eval(pending); /* the CPU scope's arrays, float64 included, are on the CPU stream */
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    auto all_available = [&] {
+      for (auto &a : pending)
+        if (!a.is_available()) return false;
+      return true;
+    };
+    /* sched_yield between looks: the pool's helpers may need this core */
+    while (!all_available() && std::chrono::steady_clock::now() < until) sched_yield();
+    mx::eval(pending); /* waits for what is left, and raises what the evaluation raised */
   });
 }
 

@@ -105,6 +105,11 @@ size_t mlxb_size(const mlxb_array *a); /* element count */
 
 /* ---- evaluation and host access ---------------------------------------------------------- */
 int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n); /* 0 ok, -1 error in scope */
+/* mlxb_eval waiting for MLX's CPU stream by looking at the arrays for up to spin_us microseconds
+ * before it sleeps: MLX runs a CPU scope's work on its stream's thread, and a program of a few
+ * operations finishes sooner than the wake-up of a sleeping waiter takes on a busy host. Other
+ * scopes, or spin_us <= 0: mlxb_eval. */
+int mlxb_eval_spinning(mlxb_scope *s, mlxb_array *const *arrays, size_t n, int64_t spin_us);
 /* The number of operations (arrays still to compute) the arrays depend on: the graph an eval
  * would run. Siblings of a multi-output primitive count once each. 0 on failure. */
 size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n);

@@ -137,6 +137,8 @@ struct plan {
   sig_entry *lru;
   int n_entries;
   plan_stats stats;        /* updated with atomics */
+  int evals_short;         /* the last Run's eval took at most EVAL_SPIN_US: the next one spins
+                              (outputs.c; atomics) */
   char first_trace_error[256]; /* the first signature's trace failure, "" while none (under lock) */
 };
 
