@@ -124,10 +124,10 @@ static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_p
   return rc ? diag_fail(d, "%s: %s", p->name, mlxb_error(s)) : 0;
 }
 
-/* A program whose last eval took at most this long is waited for by spinning, up to as long, before
- * sleeping (mlxb_eval_spinning: on a CPU scope a sleeping waiter's wake-up took 30-40 us on the
- * 2-core VM, as long as a small MLP's whole Run; a longer program's wait sleeps at once, leaving
- * the core to the pool's helpers). */
+/* A program whose last eval took at most this long is waited for by looking at its arrays, up to as
+ * long, before sleeping (mlxb_eval_spinning: on a CPU scope a sleeping waiter's wake-up took 30-40
+ * us on a 2-core VM, as long as a small MLP's whole Run; a longer program's wait sleeps at once,
+ * leaving the core to the pool's helpers). */
 enum { EVAL_SPIN_US = 100 };
 
 /* Evaluates the outputs and the checks' summary (results[n], when there are checks) at once, fails
