@@ -365,8 +365,8 @@ def test_one_graph_per_signature():
 # [2H, 3H) rows apart. Every form sums each output in the same order, so a constant R and the same R
 # fed at Run give bit-identical outputs. (A GPU unrolls the steps: test_directions_and_forms.)
 
-WIDE = [(1, 37), (3, 100)]
-CPU = {"device": "cpu"}  # the CPU's kernel, on every machine  # (batch, hidden): LSTM 148 and 400 rows of R, GRU 111 and 300
+WIDE = [(1, 37), (3, 100)]  # (batch, hidden): LSTM 148 and 400 rows of R, GRU 111 and 300
+CPU = {"device": "cpu"}  # the CPU's kernel, on every machine
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -116,7 +116,8 @@ __attribute__((target("avx2"))) void panel_sums_avx2(const float *a, const float
     const __m256 x = _mm256_set1_ps(a[i]);
     for (int q = 0; q < NP; q++) {
       const float *row = w + ((size_t)q * k + i) * PANEL;
-      for (int v = 0; v < V; v++) s[q * V + v] = _mm256_add_ps(s[q * V + v], _mm256_mul_ps(x, _mm256_loadu_ps(row + 8 * v)));
+      for (int v = 0; v < V; v++)
+        s[q * V + v] = _mm256_add_ps(s[q * V + v], _mm256_mul_ps(x, _mm256_loadu_ps(row + 8 * v)));
     }
   }
   for (int v = 0; v < NP * V; v++) _mm256_storeu_ps(sums + 8 * v, s[v]);
@@ -133,7 +134,8 @@ __attribute__((target("avx512f"))) void panel_sums_avx512(const float *a, const 
     const __m512 x = _mm512_set1_ps(a[i]);
     for (int q = 0; q < NP; q++) {
       const float *row = w + ((size_t)q * k + i) * PANEL;
-      for (int v = 0; v < V; v++) s[q * V + v] = _mm512_add_ps(s[q * V + v], _mm512_mul_ps(x, _mm512_loadu_ps(row + 16 * v)));
+      for (int v = 0; v < V; v++)
+        s[q * V + v] = _mm512_add_ps(s[q * V + v], _mm512_mul_ps(x, _mm512_loadu_ps(row + 16 * v)));
     }
   }
   for (int v = 0; v < NP * V; v++) _mm512_storeu_ps(sums + 16 * v, s[v]);
@@ -471,8 +473,8 @@ int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_arra
     if (lstm) shapes.push_back(bh);
     std::vector<mx::Dtype> dtypes(shapes.size(), mx::float32);
     cpu_pool_start(); /* the step's panels are shared with its threads: they start here, not in the task */
-    auto prim =
-        std::make_shared<ep_cpu_recurrence>(stream, *r, peep != nullptr, lens != nullptr, rbh != nullptr, want_y, packed);
+    auto prim = std::make_shared<ep_cpu_recurrence>(stream, *r, peep != nullptr, lens != nullptr, rbh != nullptr,
+                                                    want_y, packed);
     std::vector<mx::array> outs = mx::array::make_arrays(std::move(shapes), dtypes, prim, std::move(ins));
     size_t o = 0;
     if (want_y) *y = scope_keep(s, outs[o++]);

@@ -281,8 +281,8 @@ static int recurrence_on_cpu(op_ctx *c, const rnn_attrs *a, int d, mlxb_array *x
   if (op_check(c)) return -1;
   mlxb_array *y = NULL;
   const rnn_prepared *kept = op_prepared(c);
-  if (mlxb_recurrence_run(s, &rec, xw, take_dir(s, r, d), kept ? (const mlxb_array *const *)kept->r_packed[d] : NULL, h,
-                          cs, take_dir(s, p, d), lens_b, rbh, want_y, &y,
+  const mlxb_array *const *r_packed = kept ? (const mlxb_array *const *)kept->r_packed[d] : NULL;
+  if (mlxb_recurrence_run(s, &rec, xw, take_dir(s, r, d), r_packed, h, cs, take_dir(s, p, d), lens_b, rbh, want_y, &y,
                           &fin->h, &fin->c))
     return op_check(c);
   if (want_y) *y_out = y;
@@ -306,7 +306,8 @@ static int prepare_recurrence(op_ctx *c, const rnn_attrs *a, mlxb_array *r, rnn_
     mlxb_array *rd = take_dir(s, r, d);
     mlxb_array *part = gru_apart ? op_util_slice_axis(s, rd, 0, 0, 2 * H, 1) : rd;
     kept->r_packed[d][0] = op_prepare_keep(c, mlxb_gemm_pack(s, part, true));
-    if (gru_apart) kept->r_packed[d][1] = op_prepare_keep(c, mlxb_gemm_pack(s, op_util_slice_axis(s, rd, 0, 2 * H, 3 * H, 1), true));
+    if (gru_apart)
+      kept->r_packed[d][1] = op_prepare_keep(c, mlxb_gemm_pack(s, op_util_slice_axis(s, rd, 0, 2 * H, 3 * H, 1), true));
     if (!kept->r_packed[d][0] || (gru_apart && !kept->r_packed[d][1])) return -1;
   }
   return 0;
@@ -317,8 +318,8 @@ static int prepare_rnn(op_ctx *c, const op_def *def, void **state) {
   char why[200];
   mlxb_scope *s = op_scope(c);
   mlxb_array *r = op_input(c, 2);
-  if (!mlxb_gemm_packed_available(s) || !r || mlxb_ndim(r) != 3 || !rnn_parse(op_node(c), def->arg, &a, why, sizeof why))
-    return 0;
+  if (!mlxb_gemm_packed_available(s) || !r || mlxb_ndim(r) != 3) return 0;
+  if (!rnn_parse(op_node(c), def->arg, &a, why, sizeof why)) return 0; /* the lowering reports it */
   const int64_t gh = gates_of(a.kind) * mlxb_dim(r, 2);
   mlxb_array *w = packable_weight(c, 1, gh);
   r = packable_weight(c, 2, gh);
