@@ -599,6 +599,19 @@ static int pad_size_fails(op_ctx *c, const mlxb_array *x, const int64_t *out, in
   return 0;
 }
 
+/* An axis whose crops cross (one pad removes more than the other leaves): nothing of the input is
+ * kept along it, and every output position there maps outside the input, as ORT's CPU EP computes
+ * it (the constant fills the axis; edge, reflect and wrap have nothing to pad from, below). Its
+ * extent is dim + lo + hi, refused when negative. Leaves the axis as an empty slice padded by that
+ * extent before it. */
+static int pad_crossed_axis(op_ctx *c, int i, int64_t *dim, int64_t *lo, int64_t *hi) {
+  int64_t out;
+  if (__builtin_add_overflow(*dim, *lo, &out) || __builtin_add_overflow(out, *hi, &out) || out < 0)
+    return op_fail(c, "pads crop axis %d below zero", i);
+  *dim = 0, *lo = out, *hi = 0;
+  return 0;
+}
+
 /* ORT's rules for edge, reflect and wrap where there is nothing to pad from. An empty input may
  * give only an empty output that grows no axis of size 0 (wrap: none at all); a non-empty input
  * cropped to nothing along any axis fails. Returns 1 with the (empty) output set, 0 to go on,
@@ -644,13 +657,18 @@ static int lower_pad(op_ctx *c, const op_def *def) {
   bool crop = false, grow = false;
   memcpy(in_dims, dims, sizeof(int64_t) * (size_t)rank);
   for (int i = 0; i < rank; i++) {
-    /* compared before any negation: a pad of INT64_MIN has no positive twin */
-    if (lo[i] < -dims[i] || hi[i] < -dims[i]) return op_fail(c, "pads crop axis %d below zero", i);
-    start[i] = lo[i] < 0 ? -lo[i] : 0;
-    stop[i] = hi[i] < 0 ? dims[i] + hi[i] : dims[i];
     step[i] = 1;
-    if (stop[i] < start[i]) return op_fail(c, "pads crop axis %d below zero", i);
+    /* compared before any negation: a pad of INT64_MIN has no positive twin */
+    bool crossing = lo[i] < -dims[i] || hi[i] < -dims[i];
+    start[i] = crossing || lo[i] >= 0 ? 0 : -lo[i];
+    stop[i] = crossing ? 0 : hi[i] < 0 ? dims[i] + hi[i] : dims[i];
     crop |= lo[i] < 0 || hi[i] < 0;
+    if (crossing || stop[i] < start[i]) {
+      if (pad_crossed_axis(c, i, &dims[i], &lo[i], &hi[i])) return -1;
+      start[i] = stop[i] = 0;
+      grow |= lo[i] > 0;
+      continue;
+    }
     lo[i] = lo[i] < 0 ? 0 : lo[i];
     hi[i] = hi[i] < 0 ? 0 : hi[i];
     dims[i] = stop[i] - start[i];
