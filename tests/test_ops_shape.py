@@ -335,7 +335,7 @@ def test_pad_opsets(opset):
     ("constant", (2,), [-3, 2]), ("constant", (2,), [-3, 1]), ("constant", (2,), [2, -3]), ("constant", (2,), [-3, 4]),
     ("constant", (2, 3), [-5, 0, 3, 0]), ("constant", (2, 3), [-3, 1, 2, -1]), ("constant", (2, 3), [-3, 0, 2, -3]),
     ("reflect", (0,), [-3, 3]), ("edge", (0,), [-3, 3]), ("reflect", (2, 0), [-5, 0, 5, 0]),
-    ("edge", (2, 0), [-5, 0, 4, 0])])
+    ("edge", (2, 0), [-5, 0, 4, 0]), ("constant", (3,), [-2**63, 2**63 - 1]), ("constant", (3,), [2**63 - 1, -2**63])])
 def test_pad_crossing_crops(mode, shape, pads):
     check("Pad", [("x", data(shape), "feed"), ("p", np.array(pads, np.int64), "feed")], attrs={"mode": mode})
 

@@ -605,10 +605,10 @@ static int pad_size_fails(op_ctx *c, const mlxb_array *x, const int64_t *out, in
  * extent is dim + lo + hi, refused when negative. Leaves the axis as an empty slice padded by that
  * extent before it. */
 static int pad_crossed_axis(op_ctx *c, int i, int64_t *dim, int64_t *lo, int64_t *hi) {
-  int64_t out;
-  if (__builtin_add_overflow(*dim, *lo, &out) || __builtin_add_overflow(out, *hi, &out) || out < 0)
-    return op_fail(c, "pads crop axis %d below zero", i);
-  *dim = 0, *lo = out, *hi = 0;
+  __int128 out = (__int128)*dim + *lo + *hi; /* exact: pads of opposite signs may each be near INT64's ends */
+  if (out < 0) return op_fail(c, "pads crop axis %d below zero", i);
+  if (out > INT64_MAX) return op_fail(c, "padded axis %d is too large (its extent overflows int64)", i);
+  *dim = 0, *lo = (int64_t)out, *hi = 0;
   return 0;
 }
 
