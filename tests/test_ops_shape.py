@@ -340,6 +340,11 @@ def test_pad_crossing_crops(mode, shape, pads):
     check("Pad", [("x", data(shape), "feed"), ("p", np.array(pads, np.int64), "feed")], attrs={"mode": mode})
 
 
+def test_pad_crossing_crops_value():
+    check("Pad", [("x", data((2, 3)), "feed"), ("p", np.array([-3, 0, 2, 1], np.int64), "feed"),
+                  ("v", np.array(2.5, np.float32), "feed")])
+
+
 def test_pad_wrap_large():
     check("Pad", [("x", data((3,)), "feed"), ("p", np.array([7, 5], np.int64), "init")], attrs={"mode": "wrap"})
 

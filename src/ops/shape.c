@@ -654,7 +654,7 @@ static int lower_pad(op_ctx *c, const op_def *def) {
   }
   /* Negative pads crop first (ORT crops, then pads what is left). */
   int64_t start[OP_UTIL_MAX_RANK], stop[OP_UTIL_MAX_RANK], step[OP_UTIL_MAX_RANK], in_dims[OP_UTIL_MAX_RANK];
-  bool crop = false, grow = false;
+  bool crop = false, grow = false, crossed = false;
   memcpy(in_dims, dims, sizeof(int64_t) * (size_t)rank);
   for (int i = 0; i < rank; i++) {
     step[i] = 1;
@@ -665,7 +665,7 @@ static int lower_pad(op_ctx *c, const op_def *def) {
     crop |= lo[i] < 0 || hi[i] < 0;
     if (crossing || stop[i] < start[i]) {
       if (pad_crossed_axis(c, i, &dims[i], &lo[i], &hi[i])) return -1;
-      start[i] = stop[i] = 0;
+      start[i] = stop[i] = 0, crossed = true;
       grow |= lo[i] > 0;
       continue;
     }
@@ -697,6 +697,8 @@ static int lower_pad(op_ctx *c, const op_def *def) {
       op_check(c);
       return -1;
     }
+    if (crossed) /* every output position maps outside the input: no pad of an empty array */
+      return op_set_output(c, 0, mlxb_full(op_scope(c), out, rank, v, t));
     return op_set_output(c, 0, mlxb_pad(op_scope(c), x, lo, hi, v, "constant"));
   }
   if (!strcmp(mode, "reflect") || !strcmp(mode, "edge"))
