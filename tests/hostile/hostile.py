@@ -4,6 +4,7 @@ it too with a clear message, on the eager, traced and replayed paths, and then k
 elsewhere its outputs must match ORT's."""
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import subprocess
@@ -71,9 +72,12 @@ def _cpu_in_child(model, feeds):
     """ORT's CPU EP in a child process, for feeds that make it allocate past memory: where the
     machine overcommits memory (the H200 host) that kills the process rather than failing, and
     it would take the test worker, and the EP's part of the case, with it. A death is a refusal."""
+    # ORT's CPU EP alone: no sanitizer runtime preloaded (`make sanitize`), whose shadow memory the
+    # capped address space could not hold
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     try:
         done = subprocess.run([sys.executable, "-c", _CHILD_REFERENCE], input=pickle.dumps((model, feeds)),
-                              capture_output=True, timeout=120)
+                              capture_output=True, timeout=120, env=env)
     except subprocess.TimeoutExpired:
         return None, RuntimeError("ORT's CPU EP did not finish in 120 s")
     if done.returncode != 0:
