@@ -6,6 +6,9 @@ tanh (MLX's kernel is libm's tanhf); all four give ORT's CPU EP's values within 
 (rtol 1e-5, atol 1e-6: different approximations of each function; the same infinities and NaNs).
 Softmax over the last axis (EpCpuSoftmax) gives MLX's kernel's bits too, on rows with NaN, infinities,
 only -inf, signed zeros, of widths around the eight lanes, and ORT's values within the same tolerances.
+Gelu's erf form, (0.5 x)(1 + erf(x sqrt(1/2))) in one pass, gives the bits of MLX's composed
+operations, and arrays past 2^16 values (shared with the pool's helpers) give the bits one thread
+gives. LayerNormalization (EpCpuLayerNorm) against ORT's CPU EP, and far from zero against float64.
 Which kernel ran is read from the op histogram of a fresh process per switch. `make check-vmath`
 runs every float32 through the same functions."""
 from __future__ import annotations
@@ -19,7 +22,7 @@ from onnx import TensorProto, helper
 from parity import histogram_probe, make_model, run_cpu, run_mlx_each
 from test_cpu_qgemv import needs_kernel
 
-BITWISE_OPS = ["Exp", "Erf", "Sigmoid"]
+BITWISE_OPS = ["Exp", "Erf", "Sigmoid", "Gelu"]  # Gelu: (0.5 x)(1 + erf(x sqrt(1/2))), MLX's ops in one pass
 OPS = BITWISE_OPS + ["Tanh"]
 
 
@@ -32,10 +35,16 @@ def values() -> np.ndarray:
     return body.astype(np.float32).reshape(1, -1)
 
 
-def model(op: str) -> bytes:
-    x = values()
+def model(op: str, x=None) -> bytes:
+    x = values() if x is None else x
     return make_model([helper.make_node(op, ["x"], ["y"])], [("x", TensorProto.FLOAT, list(x.shape))],
                       [("y", TensorProto.FLOAT, list(x.shape))])
+
+
+def many(x: np.ndarray, copies: int) -> np.ndarray:
+    """x repeated along its last axis: arrays past 2^16 values, which the task shares with the pool's
+    helpers (bridge_cpu_unary.cpp), computed as one thread would."""
+    return np.tile(x, (1, copies)) if x.shape[0] == 1 else np.tile(x, (copies, 1))
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -52,14 +61,16 @@ PROBE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np
-from test_cpu_unary import OPS, SOFTMAX_WIDTHS, model, softmax_model, softmax_values, values
+from test_cpu_unary import OPS, SOFTMAX_WIDTHS, many, model, softmax_model, softmax_values, values
 from parity import run_mlx_each
 out = {}
 for op in OPS:
-    runs = [got.tobytes().hex() for (got,) in run_mlx_each(model(op), {"x": values()}, options={"device": "cpu"})]
-    out[op] = runs
+    for copies in (1, 9):
+        x = many(values(), copies)
+        runs = [got.tobytes().hex() for (got,) in run_mlx_each(model(op, x), {"x": x}, options={"device": "cpu"})]
+        out[f"{op}x{copies}"] = runs
 for m in SOFTMAX_WIDTHS:
-    x = softmax_values(m)
+    x = many(softmax_values(m), 1 if m < 300 else 30)
     runs = [got.tobytes().hex() for (got,) in run_mlx_each(softmax_model(x), {"x": x}, options={"device": "cpu"})]
     out[f"Softmax{m}"] = runs
 print("RESULT " + json.dumps(out))
@@ -98,17 +109,18 @@ def test_same_bits_as_mlx():
     mlx, mlx_ops = probe("0")
     assert any("EpCpuUnary" in line for line in ours_ops), ours_ops
     assert not any("EpCpuUnary" in line for line in mlx_ops), mlx_ops
-    x = values()
-    wide = (np.abs(x) > 88.0)[0]
     for op in BITWISE_OPS:
-        for run, (a, b) in enumerate(zip(ours[op], mlx[op])):
-            a = np.frombuffer(bytes.fromhex(a), np.float32)
-            b = np.frombuffer(bytes.fromhex(b), np.float32)
-            same = a.view(np.uint32) == b.view(np.uint32)
-            if op == "Exp":  # MLX's kernel: infinity above 88, zero below -88
-                assert (b[wide & (x[0] > 0)] == np.inf).all() and (b[wide & (x[0] < 0)] == 0).all()
-                same |= wide
-            assert same.all(), f"{op} run {run + 1}: the loop's bits differ from MLX's kernel at {np.flatnonzero(~same)[:5]}"
+        for copies in (1, 9):
+            x = many(values(), copies)
+            wide = (np.abs(x) > 88.0)[0]
+            for run, (a, b) in enumerate(zip(ours[f"{op}x{copies}"], mlx[f"{op}x{copies}"])):
+                a = np.frombuffer(bytes.fromhex(a), np.float32)
+                b = np.frombuffer(bytes.fromhex(b), np.float32)
+                same = a.view(np.uint32) == b.view(np.uint32)
+                if op == "Exp":  # MLX's kernel: infinity above 88, zero below -88
+                    assert (b[wide & (x[0] > 0)] == np.inf).all() and (b[wide & (x[0] < 0)] == 0).all()
+                    same |= wide
+                assert same.all(), f"{op} x{copies} run {run + 1}: bits differ from MLX's at {np.flatnonzero(~same)[:5]}"
     assert any("EpCpuSoftmax" in line for line in ours_ops), ours_ops
     for m in SOFTMAX_WIDTHS:
         for run, (a, b) in enumerate(zip(ours[f"Softmax{m}"], mlx[f"Softmax{m}"])):
@@ -139,7 +151,7 @@ def test_tanh_within_two_ulp():
     assert any("EpCpuUnary" in line for line in ours_ops), ours_ops
     x = values()[0]
     want = np.tanh(x.astype(np.float64))
-    for run, got in enumerate(ours["Tanh"]):
+    for run, got in enumerate(ours["Tanhx1"]):
         got = np.frombuffer(bytes.fromhex(got), np.float32)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"run {run + 1}: NaN")
         finite = ~np.isnan(want)
@@ -147,3 +159,75 @@ def test_tanh_within_two_ulp():
         assert err.max() <= 2.0, f"run {run + 1}: {err.max():.2f} ulp at x={x[finite][err.argmax()]!r}"
         zeros = x == 0
         assert (np.signbit(got[zeros]) == np.signbit(x[zeros])).all(), f"run {run + 1}: tanh of a zero lost its sign"
+
+
+# ---- LayerNormalization over the last axis (EpCpuLayerNorm) -------------------------------------
+# One task per LayerNormalization on a CPU scope: mean, then the mean of squared deviations, summed
+# in float64, the normalized value rounded once; rows shared with the pool's helpers from 2^14
+# values on. Against ORT's CPU EP (rtol 1e-5, atol 1e-5: ORT sums in another order) on widths
+# around the eight lanes, constant rows, NaN and infinities, with and without weight and bias; a
+# row offset by 1e4 against float64's LayerNormalization of the same float32 values (ORT's own
+# result is 5e-4 from that there, MLX's composition 1.2e-3).
+
+LN_SHAPES = [(3, 5), (2, 8), (7, 13), (256, 768), (2, 3, 40)]
+
+
+def layer_norm_case(shape, weight: bool, bias: bool, seed=0, offset=False):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    flat = x.reshape(-1, shape[-1])
+    if offset:
+        flat[0] += 1e4
+    if flat.shape[0] > 2:
+        flat[1] = 2.5  # a constant row: zero variance
+        flat[2, 0] = np.nan if flat.shape[0] % 2 else np.inf
+    h = shape[-1]
+    inputs, inits = [("x", TensorProto.FLOAT, list(shape))], []
+    names = ["x", "w" if weight else "", "b" if bias else ""]
+    if weight:
+        inits.append(("w", (1 + 0.1 * rng.standard_normal(h)).astype(np.float32)))
+    if bias:
+        inits.append(("b", (0.1 * rng.standard_normal(h)).astype(np.float32)))
+    if not weight:  # the scale input is required: ones stand for "no weight"
+        names[1] = "w"
+        inits.append(("w", np.ones(h, np.float32)))
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("LayerNormalization", names, ["y"], axis=-1, epsilon=1e-5)
+    return make_model([node], inputs, [("y", TensorProto.FLOAT, list(shape))], inits, opset=17), {"x": x}
+
+
+@pytest.mark.parametrize("shape", LN_SHAPES)
+@pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, False)])
+def test_layer_norm_against_cpu_ep(shape, weight, bias):
+    model, feeds = layer_norm_case(shape, weight, bias)
+    (want,) = run_cpu(model, feeds)
+    for run, (got,) in enumerate(run_mlx_each(model, feeds, options={"device": "cpu"})):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"run {run + 1}: NaN")
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"run {run + 1}")
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (256, 768)])
+def test_layer_norm_far_from_zero(shape):
+    model, feeds = layer_norm_case(shape, False, False, offset=True)
+    (got,) = run_mlx_each(model, feeds, options={"device": "cpu"})[-1]
+    x = feeds["x"].astype(np.float64)[..., :][(0,) * (len(shape) - 1)]
+    want = (x - x.mean()) / np.sqrt(((x - x.mean()) ** 2).mean() + 1e-5)
+    np.testing.assert_allclose(got[(0,) * (len(shape) - 1)], want, rtol=0, atol=2e-6)
+
+
+LN_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_cpu_unary import layer_norm_case
+from parity import run_mlx_each
+model, feeds = layer_norm_case((256, 768), True, True)
+run_mlx_each(model, feeds, options={"device": "cpu"})
+"""
+
+
+@needs_kernel
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_layer_norm_kernel_runs(switch):
+    _, programs = histogram_probe(LN_PROBE, ORT_EP_MLX_CPU_UNARY=switch)
+    assert programs and all(("EpCpuLayerNorm=1" in p) == (switch == "1") for p in programs), programs

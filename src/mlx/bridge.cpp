@@ -193,6 +193,11 @@ mx::array unary_apply(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d
   case MLXB_ISNEGINF: return mx::isneginf(x, d);
   case MLXB_ISFINITE: return mx::isfinite(x, d);
   case MLXB_STOP_GRADIENT: return mx::stop_gradient(x, d);
+  case MLXB_GELU_ERF: {
+    const mx::Dtype t = x.dtype();
+    const mx::array e = mx::erf(mx::multiply(x, mx::array(0.70710678118654752440, t), d), d);
+    return mx::multiply(mx::multiply(mx::array(0.5, t), x, d), mx::add(mx::array(1.0, t), e, d), d);
+  }
   default: break;
   }
   throw bridge_error("unknown unary op " + std::to_string(static_cast<int>(op)));

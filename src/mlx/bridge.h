@@ -142,7 +142,9 @@ typedef enum mlxb_unary_op {
   MLXB_CEIL, MLXB_FLOOR, MLXB_ROUND, MLXB_SIGN,
   MLXB_LOGICAL_NOT, MLXB_BITWISE_INVERT,
   MLXB_ISNAN, MLXB_ISINF, MLXB_ISPOSINF, MLXB_ISNEGINF, MLXB_ISFINITE,
-  MLXB_STOP_GRADIENT, MLXB_UNARY_COUNT
+  MLXB_STOP_GRADIENT,
+  MLXB_GELU_ERF, /* (0.5 * x) * (1 + erf(x * sqrt(1/2))), Gelu's formula: one pass on a CPU scope */
+  MLXB_UNARY_COUNT
 } mlxb_unary_op;
 
 typedef enum mlxb_binary_op {

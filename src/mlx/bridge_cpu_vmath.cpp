@@ -108,6 +108,13 @@ VMATH_TARGET inline __m256 tanh_vec(__m256 x) {
   return _mm256_or_ps(_mm256_blendv_ps(large, small, is_small), sign);
 }
 
+/* (0.5 * x) * (1 + erf(x * float(sqrt(1/2)))), each product and sum rounded apart: Gelu's composed
+ * MLX operations (src/ops/activation.c, contrib_act.c), bit for bit, in one pass. */
+VMATH_TARGET inline __m256 gelu_erf_mlx(__m256 x) {
+  const __m256 e = erf_mlx(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752440f)));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
 template <__m256 (*Op)(__m256)>
 VMATH_TARGET void apply(const float *in, float *out, size_t n) {
   size_t i = 0;
@@ -177,6 +184,7 @@ void cpu_vmath(mlxb_unary_op op, const float *in, float *out, size_t n) {
     case MLXB_SIGMOID: return apply<sigmoid_mlx>(in, out, n);
     case MLXB_ERF: return apply<erf_mlx>(in, out, n);
     case MLXB_TANH: return apply<tanh_vec>(in, out, n);
+    case MLXB_GELU_ERF: return apply<gelu_erf_mlx>(in, out, n);
     default: /* never asked: cpu_vmath_has */
       for (size_t i = 0; i < n; i++) out[i] = NAN;
   }
@@ -196,7 +204,7 @@ void cpu_vmath(mlxb_unary_op, const float *, float *out, size_t n) {
 #endif
 
 bool cpu_vmath_has(mlxb_unary_op op) {
-  return op == MLXB_EXP || op == MLXB_SIGMOID || op == MLXB_ERF || op == MLXB_TANH;
+  return op == MLXB_EXP || op == MLXB_SIGMOID || op == MLXB_ERF || op == MLXB_TANH || op == MLXB_GELU_ERF;
 }
 
 } // namespace mlxb_detail

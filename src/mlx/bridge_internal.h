@@ -388,6 +388,13 @@ mx::array cpu_unary(mlxb_unary_op op, const mx::array &x, mx::StreamOrDevice d);
 bool cpu_softmax_takes(const mx::array &x, const std::vector<int> &axes, mx::StreamOrDevice d);
 bool cpu_softmax_on(); /* the primitive exists here (x86-64, AVX2 and FMA, not switched off) */
 mx::array cpu_softmax(const mx::array &x, mx::StreamOrDevice d);
+/* A float32 LayerNormalization over the last axis, weight and bias float32 [hidden] or absent
+ * (EpCpuLayerNorm): MLX's composition of mx::fast::layer_norm in one task, rows shared with the
+ * pool's helpers. */
+bool cpu_layer_norm_takes(const mx::array &x, const std::optional<mx::array> &w, const std::optional<mx::array> &b,
+                          mx::StreamOrDevice d);
+mx::array cpu_layer_norm(const mlxb_scope *s, const mx::array &x, const std::optional<mx::array> &w,
+                         const std::optional<mx::array> &b, float eps);
 
 /* The decode step's shared helpers (bridge_kernels.cpp), for its CUDA kernels and its CPU
  * primitives (bridge_cpu_decode.cpp) alike: a small offset as a kernel parameter (throws past

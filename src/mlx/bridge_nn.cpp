@@ -52,6 +52,8 @@ mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_arr
 
 mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps) {
   return guard(s, "mlxb_layer_norm", [&] {
+    if (cpu_layer_norm_takes(arr(x), opt(weight), opt(bias), scope_dev(s)))
+      return cpu_layer_norm(s, arr(x), opt(weight), opt(bias), eps);
     return mx::fast::layer_norm(arr(x), opt(weight), opt(bias), eps, scope_dev(s));
   });
 }

@@ -10,7 +10,6 @@
  * (CastLike to X): sqrt(float(2/pi)) and float(0.044715), so float64 matches ORT's expansion. */
 #define ACT_SQRT_2_OVER_PI 0.7978845447087116 /* sqrt((double)(float)(2 / pi)) */
 #define ACT_GELU_C0 0.044714998453855515     /* (double)0.044715f */
-#define ACT_SQRT1_2 0.70710678118654752440
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -57,17 +56,13 @@ static mlxb_array *act_leaky_relu(mlxb_scope *s, const ir_node *n, mlxb_array *x
 }
 
 static mlxb_array *act_gelu(mlxb_scope *s, const ir_node *n, mlxb_array *x, mlxb_dtype t) {
-  mlxb_array *half = num(s, 0.5, t), *one = num(s, 1.0, t);
-  mlxb_array *inner;
-  if (strcmp(ir_attr_string(n, "approximate", "none"), "tanh") == 0) {
-    /* tanh(sqrt(2/pi) * (x + 0.044715 x^3)) */
-    mlxb_array *cube = op_util_mul(s, op_util_mul(s, x, x), x);
-    mlxb_array *arg = op_util_add(s, x, op_util_mul(s, num(s, ACT_GELU_C0, t), cube));
-    inner = mlxb_unary(s, MLXB_TANH, op_util_mul(s, num(s, ACT_SQRT_2_OVER_PI, t), arg));
-  } else {
-    inner = mlxb_unary(s, MLXB_ERF, op_util_mul(s, x, num(s, ACT_SQRT1_2, t)));
-  }
-  return op_util_mul(s, op_util_mul(s, half, x), op_util_add(s, one, inner));
+  /* (0.5 * x) * (1 + erf(x * sqrt(1/2))): the bridge's composition, one pass on a CPU scope */
+  if (strcmp(ir_attr_string(n, "approximate", "none"), "tanh") != 0) return mlxb_unary(s, MLXB_GELU_ERF, x);
+  /* (0.5 * x) * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
+  mlxb_array *cube = op_util_mul(s, op_util_mul(s, x, x), x);
+  mlxb_array *arg = op_util_add(s, x, op_util_mul(s, num(s, ACT_GELU_C0, t), cube));
+  mlxb_array *inner = mlxb_unary(s, MLXB_TANH, op_util_mul(s, num(s, ACT_SQRT_2_OVER_PI, t), arg));
+  return op_util_mul(s, op_util_mul(s, num(s, 0.5, t), x), op_util_add(s, num(s, 1.0, t), inner));
 }
 
 /* Elu, Selu and Celu use expm1 for exp(x) - 1: exact where ORT's exp(x) - 1 is within an ulp of 1. */
