@@ -6,7 +6,9 @@ triple. Both sides sum the same K products in different orders: float32 toleranc
 output's magnitude (rtol 1e-5, atol 2e-6 of the largest output). Shapes cross every edge of the
 tiling: rows around 12, columns around 32, K past one block; A of rank 1 to 4; infinities and
 NaN give the same non-finite outputs. Convolutions (1-D and 2-D, one group) unfold their windows
-into the GEMM's rows: strides, dilations, asymmetric pads, taps past both ends, one tap. Which kernel ran is read from the op histogram of a fresh
+into the GEMM's rows: strides, dilations, asymmetric pads, taps past both ends, one tap. A linear
+layer's bias Add and Relu fold into the epilogue where each node alone reads the one before it (the
+graph as written and as ORT rewrites it). Which kernel ran is read from the op histogram of a fresh
 process, with the switch on and off."""
 from __future__ import annotations
 
@@ -213,6 +215,115 @@ def test_k_mismatch_is_an_error():
     sess = mlx_ep.session(model, options=CPU, strict=True)
     with pytest.raises(Exception, match="MatMul"):
         sess.run(None, {"A": np.ones((3, 41), np.float32)})
+
+
+# ---- a linear layer's bias Add and Relu in the GEMM's epilogue ------------------------------------
+# MatMul -> Add(constant float32 [N]) -> Relu, and Gemm (C [N], alpha = beta = 1) -> Relu: where each
+# node alone reads the one before it, the packed GEMM adds the bias and applies the Relu while the
+# output is in the cache, and the nodes' outputs are handed over (op_compute_for). Every form below
+# must give ORT's values; the histogram test checks which were folded.
+
+LINEAR_FORMS = ["add", "add-relu", "bias-first", "add-read-twice", "product-read-twice", "bias-2d", "bias-fed",
+                "add-is-output", "gemm-relu", "gemm-beta2-relu", "gemm-no-c-relu"]
+
+
+def linear_model(form: str, seed=7):
+    rng = np.random.default_rng(seed)
+    k, n = 48, 40
+    gemm = form.startswith("gemm")
+    a_shape = [9, k] if gemm else [2, 9, k]
+    bias = rng.standard_normal((1, n) if form == "bias-2d" else (n,)).astype(np.float32)
+    inits = {"W": rng.standard_normal((k, n)).astype(np.float32)}
+    inputs = [("A", TensorProto.FLOAT, a_shape)]
+    feeds = {"A": rng.standard_normal(a_shape).astype(np.float32)}
+    if form == "bias-fed":
+        inputs.append(("bias", TensorProto.FLOAT, [n]))
+        feeds["bias"] = bias
+    elif form != "gemm-no-c-relu":
+        inits["bias"] = bias
+    outputs = ["Y"]
+    if gemm:
+        attrs = {"beta": 2.0} if form == "gemm-beta2-relu" else {}
+        ins = ["A", "W"] if form == "gemm-no-c-relu" else ["A", "W", "bias"]
+        nodes = [helper.make_node("Gemm", ins, ["P"], **attrs), helper.make_node("Relu", ["P"], ["Y"])]
+    else:
+        add_ins = ["bias", "P"] if form == "bias-first" else ["P", "bias"]
+        nodes = [helper.make_node("MatMul", ["A", "W"], ["P"]), helper.make_node("Add", add_ins, ["S"])]
+        if form == "add":
+            nodes[-1].output[0] = "Y"
+        else:
+            nodes.append(helper.make_node("Relu", ["S"], ["Y"]))
+        if form == "add-read-twice":
+            nodes.append(helper.make_node("Neg", ["S"], ["Z"]))
+            outputs.append("Z")
+        if form == "product-read-twice":
+            nodes.append(helper.make_node("Neg", ["P"], ["Z"]))
+            outputs.append("Z")
+        if form == "add-is-output":
+            outputs.append("S")
+    model = make_model(nodes, inputs, [(o, TensorProto.FLOAT, None) for o in outputs], inits.items())
+    return model, feeds
+
+
+def linear_runs(form: str, optimized: bool):
+    """The eager, traced and replayed Runs of linear_model(form), its graph as written (ORT's graph
+    optimizations off) or as ORT rewrites it (on: MatMul + Add becomes Gemm, with Reshapes around
+    it for a 3-D A)."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    if not optimized:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    model, feeds = linear_model(form)
+    sess = mlx_ep.session(model, options=CPU, strict=True, sess_options=so)
+    return [sess.run(None, feeds) for _ in range(3)]
+
+
+@pytest.mark.parametrize("form", LINEAR_FORMS)
+@pytest.mark.parametrize("optimized", [False, True])
+def test_linear_epilogue(form, optimized):
+    model, feeds = linear_model(form)
+    want = run_cpu(model, feeds)
+    for run, got in enumerate(linear_runs(form, optimized)):
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert g.shape == w.shape, f"run {run + 1}, output {i}"
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"run {run + 1}, output {i}")
+
+
+LINEAR_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_cpu_gemm import LINEAR_FORMS, linear_runs
+for optimized in (False, True):
+    for form in LINEAR_FORMS:
+        print(f"FORM {optimized} {form}", file=sys.stderr, flush=True)
+        linear_runs(form, optimized)
+"""
+
+
+@needs_kernel
+def test_linear_epilogue_folds():
+    out, _ = histogram_probe(LINEAR_PROBE)
+    programs, form = {}, None
+    for line in out.stderr.splitlines():
+        if line.startswith("FORM "):
+            form = tuple(line[5:].split(" "))
+        elif " program: " in line:
+            programs[form] = line.replace("@cpu=", "=")
+    assert set(programs) == {(o, f) for o in ("False", "True") for f in LINEAR_FORMS}, sorted(programs)
+    # as written: the bias and Relu fold where each node alone reads the one before it
+    folded = {"add": False, "add-relu": False, "bias-first": False, "gemm-relu": False, "gemm-no-c-relu": False,
+              "add-read-twice": True, "add-is-output": True}  # True: the Relu stays, where the sum is read
+    for form in LINEAR_FORMS:
+        program = programs[("False", form)]
+        assert "EpCpuGemmPacked=1" in program, (form, program)
+        if form in folded:
+            assert "Add" not in program, (form, program)
+            assert ("Maximum" in program) == folded[form], (form, program)
+        else:  # nothing folded: the Add (or Gemm's beta * C) and MLX's Relu run as before
+            assert "Add" in program or "Multiply" in program, (form, program)
+    # as ORT rewrites them, MatMul + Add is a Gemm whose C [N] folds
+    for form in ("add", "add-relu", "bias-first"):
+        assert "Add" not in programs[("True", form)], (form, programs[("True", form)])
 
 
 HISTOGRAM_PROBE = r"""

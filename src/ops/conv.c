@@ -455,17 +455,8 @@ static mlxb_array *conv_forward(op_ctx *c, mlxb_dtype *compute_type, bool relu, 
 /* The Relu node that alone reads this Conv's output (a CNN's usual pair), or NULL: folded into
  * the packed GEMM's epilogue, it costs no pass of its own over the output (op_compute_for). */
 static const ir_node *conv_sole_relu(const op_ctx *c) {
-  const ir_graph *g = op_graph(c);
-  const ir_node *n = op_node(c);
-  int v = n->n_outputs > 0 ? n->outputs[0] : -1;
-  if (!op_can_compute_for(c) || v < 0 || g->values[v].n_consumers != 1 || g->values[v].is_graph_output) return NULL;
-  for (const ir_node *r = n + 1; r < g->nodes + g->n_nodes; r++) {
-    bool reads = false;
-    for (int i = 0; i < r->n_inputs; i++) reads = reads || r->inputs[i] == v;
-    if (!reads) continue;
-    return !strcmp(r->op_type, "Relu") && !*r->domain && r->n_inputs == 1 && r->n_outputs == 1 ? r : NULL;
-  }
-  return NULL;
+  const ir_node *r = op_util_sole_reader(c, op_node(c));
+  return r && op_util_is_relu(r) ? r : NULL;
 }
 
 static int lower_conv(op_ctx *c, const op_def *def) {

@@ -101,12 +101,45 @@ static int prepare_packed_weight(op_ctx *c, bool transposed, void **state) {
   return kept->panels ? 0 : -1;
 }
 
+/* What follows a MatMul in a linear layer, done in the packed GEMM's epilogue while the output is in
+ * the cache: an Add of a constant float32 bias [N] that alone reads the product, and a Relu that
+ * alone reads that sum (each as its node computes it: one rounded add per value, then max(v, 0),
+ * NaN kept); their outputs are handed over (op_compute_for). */
+typedef struct matmul_epilogue {
+  const ir_node *add, *relu;
+  mlxb_array *bias;
+} matmul_epilogue;
+
+static matmul_epilogue matmul_epilogue_of(op_ctx *c, int64_t n) {
+  matmul_epilogue e = {NULL, NULL, NULL};
+  const ir_node *add = op_util_sole_reader(c, op_node(c));
+  if (!add || strcmp(add->op_type, "Add") || *add->domain || add->n_inputs != 2 || add->n_outputs != 1) return e;
+  int product = op_node(c)->outputs[0];
+  mlxb_array *bias = op_const_value(c, add->inputs[0] == product ? add->inputs[1] : add->inputs[0]);
+  if (!bias || mlxb_type(bias) != MLXB_F32 || mlxb_ndim(bias) != 1 || mlxb_dim(bias, 0) != n) return e;
+  const ir_node *relu = op_util_sole_reader(c, add);
+  e.add = add, e.bias = bias, e.relu = relu && op_util_is_relu(relu) ? relu : NULL;
+  return e;
+}
+
 /* a [..., K] times the packed weight, or NULL where it does not apply (a not float32, empty, or of
- * another K: the caller's product then reports it). */
-static mlxb_array *packed_product(op_ctx *c, mlxb_array *a) {
+ * another K: the caller's product then reports it). With `e`, the epilogue's bias and Relu too. */
+static mlxb_array *packed_product(op_ctx *c, mlxb_array *a, const matmul_epilogue *e) {
   const packed_weight *w = op_prepared(c);
   if (!w || mlxb_type(a) != MLXB_F32 || mlxb_ndim(a) < 1 || mlxb_size(a) == 0 || mlxb_dim(a, -1) != w->k) return NULL;
-  return mlxb_gemm_packed(op_scope(c), a, w->panels, w->n, NULL, false);
+  return mlxb_gemm_packed(op_scope(c), a, w->panels, w->n, e ? e->bias : NULL, e && e->relu);
+}
+
+/* MatMul through the packed GEMM, with the bias Add and Relu after it folded in where they apply;
+ * NULL where the packed path does not (nothing folded then). */
+static mlxb_array *packed_matmul(op_ctx *c, mlxb_array *a, int *failed) {
+  const packed_weight *w = op_prepared(c);
+  matmul_epilogue e = w ? matmul_epilogue_of(c, w->n) : (matmul_epilogue){NULL, NULL, NULL};
+  mlxb_array *y = packed_product(c, a, &e);
+  *failed = 0;
+  if (!y) return NULL;
+  if ((e.add && op_compute_for(c, e.add, y)) || (e.relu && op_compute_for(c, e.relu, y))) *failed = 1;
+  return y;
 }
 
 static int prepare_matmul(op_ctx *c, const op_def *def, void **state) { return prepare_packed_weight(c, false, state); }
@@ -120,7 +153,10 @@ static int lower_matmul(op_ctx *c, const op_def *def) {
   if (mlxb_ndim(a) == 0 || mlxb_ndim(b) == 0) return op_fail(c, "MatMul operands must have rank >= 1");
   if (mlxb_type(a) != mlxb_type(b)) return op_fail(c, "operand dtypes differ");
   mlxb_scope *s = op_scope(c);
-  mlxb_array *packed = packed_product(c, a);
+  int failed;
+  mlxb_array *packed = packed_matmul(c, a, &failed);
+  if (failed) return -1;
+  /* folded: the Add's and Relu's outputs are this one, which nothing else reads */
   if (packed) return op_set_output(c, 0, packed);
   if (op_util_is_float(mlxb_type(a))) return op_set_output(c, 0, mlxb_matmul(s, a, b));
   return op_set_output(c, 0, matmul_int(s, a, b));
@@ -147,8 +183,10 @@ static bool gemm_bias_fits(const mlxb_array *bias, const mlxb_array *a, const ml
   return true;
 }
 
-/* Gemm's result, or NULL with the failure recorded. */
-static mlxb_array *gemm_compute(op_ctx *c) {
+/* Gemm's result, or NULL with the failure recorded. relu: a Relu node that alone reads a plain
+ * Gemm's output, which the packed GEMM's epilogue applies where alpha is 1 and C, if read, is a
+ * float32 [N] added as it is (beta 1); *relu_done says whether it did. */
+static mlxb_array *gemm_compute(op_ctx *c, const ir_node *relu, bool *relu_done) {
   const ir_node *n = op_node(c);
   mlxb_scope *s = op_scope(c);
   mlxb_array *a = op_input(c, 0), *b = op_input(c, 1), *bias = op_input(c, 2);
@@ -158,7 +196,19 @@ static mlxb_array *gemm_compute(op_ctx *c) {
   }
   float alpha = ir_attr_float(n, "alpha", 1.0f), beta = ir_attr_float(n, "beta", 1.0f);
   if (ir_attr_int(n, "transA", 0)) a = transpose_2d(s, a);
-  mlxb_array *packed = gemm_bias_fits(bias, a, b, n) ? packed_product(c, a) : NULL;
+  *relu_done = false;
+  const packed_weight *w = op_prepared(c);
+  bool row_bias = bias && mlxb_type(bias) == MLXB_F32 && mlxb_ndim(bias) == 1 && w && mlxb_dim(bias, 0) == w->n;
+  bool fits = gemm_bias_fits(bias, a, b, n);
+  if (w && fits && alpha == 1.0f && (!bias || beta == 0.0f || (beta == 1.0f && row_bias))) {
+    matmul_epilogue e = {NULL, relu, bias && beta != 0.0f ? bias : NULL};
+    mlxb_array *y = packed_product(c, a, &e);
+    if (y) {
+      *relu_done = relu != NULL;
+      return y;
+    }
+  }
+  mlxb_array *packed = fits ? packed_product(c, a, NULL) : NULL;
   if (packed) { /* alpha * AB, then beta * C added: as ORT's kernel, which starts Y at beta * C */
     if (alpha != 1.0f) packed = mlxb_binary(s, MLXB_MUL, packed, mlxb_scalar_f64(s, alpha, MLXB_F32));
     if (!bias || beta == 0.0f) return packed;
@@ -174,11 +224,15 @@ static mlxb_array *gemm_compute(op_ctx *c) {
 }
 
 static int lower_gemm(op_ctx *c, const op_def *def) {
-  mlxb_array *y = gemm_compute(c);
+  const ir_node *relu = op_util_sole_reader(c, op_node(c));
+  bool relu_done;
+  mlxb_array *y = gemm_compute(c, relu && op_util_is_relu(relu) ? relu : NULL, &relu_done);
   if (!y) {
     op_check(c); /* the bridge's error, where it was one */
     return -1;
   }
+  /* folded: the Relu's output is this one, which nothing else reads */
+  if (relu_done && op_compute_for(c, relu, y)) return -1;
   return op_set_output(c, 0, y);
 }
 
@@ -228,7 +282,8 @@ static int lower_fused_gemm(op_ctx *c, const op_def *def) {
   double p[2];
   int kind = fused_gemm_act(op_node(c), p);
   if (kind < 0) return op_fail(c, "unsupported activation");
-  mlxb_array *y = gemm_compute(c);
+  bool relu_done; /* the activation is FusedGemm's own: no Relu after it is folded */
+  mlxb_array *y = gemm_compute(c, NULL, &relu_done);
   if (!y) {
     op_check(c);
     return -1;

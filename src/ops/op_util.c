@@ -362,3 +362,19 @@ mlxb_array *op_util_unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits) {
   dims[rank - 1] *= per_byte;
   return mlxb_reshape(s, v, dims, rank);
 }
+
+/* ---- computing ahead ------------------------------------------------------------------------ */
+
+const ir_node *op_util_sole_reader(const op_ctx *c, const ir_node *n) {
+  const ir_graph *g = op_graph(c);
+  int v = n->n_outputs > 0 ? n->outputs[0] : -1;
+  if (!op_can_compute_for(c) || v < 0 || g->values[v].n_consumers != 1 || g->values[v].is_graph_output) return NULL;
+  for (const ir_node *r = n + 1; r < g->nodes + g->n_nodes; r++)
+    for (int i = 0; i < r->n_inputs; i++)
+      if (r->inputs[i] == v) return r;
+  return NULL;
+}
+
+bool op_util_is_relu(const ir_node *n) {
+  return !strcmp(n->op_type, "Relu") && !*n->domain && n->n_inputs == 1 && n->n_outputs == 1;
+}

@@ -124,6 +124,14 @@ bool op_util_claim_input_rank(claim_ctx *c, int i);
 /* auto_pad is one the spec knows; declines it otherwise. */
 bool op_util_claim_auto_pad(claim_ctx *c);
 
+/* ---- computing ahead (op_compute_for) ---------------------------------------------------------- */
+/* The node that alone reads n's first output (n: the node being lowered or one after it), or NULL
+ * where that output has another reader or is a graph output, or the lowering cannot compute ahead
+ * (op_can_compute_for): a following node whose work the lowering of n may do in its own pass. */
+const ir_node *op_util_sole_reader(const op_ctx *c, const ir_node *n);
+/* Whether n is a plain ai.onnx Relu (one input, one output). */
+bool op_util_is_relu(const ir_node *n);
+
 /* The activations ORT's fused contrib ops (FusedConv, FusedGemm) apply to their result, with
  * ORT's formulas (src/ops/activation.c). op_fused_act_find gives a kind or -1; a kind reads
  * op_fused_act_params(kind) values of p, in the order its formula names them (LeakyRelu, Elu,
