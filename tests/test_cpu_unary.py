@@ -231,3 +231,13 @@ run_mlx_each(model, feeds, options={"device": "cpu"})
 def test_layer_norm_kernel_runs(switch):
     _, programs = histogram_probe(LN_PROBE, ORT_EP_MLX_CPU_UNARY=switch)
     assert programs and all(("EpCpuLayerNorm=1" in p) == (switch == "1") for p in programs), programs
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_scalar_input(op):
+    """A 0-d input has no last axis: the task must not read one (found by tools/fuzz's core slice)."""
+    x = np.array(0.75, np.float32)
+    (want,) = run_cpu(model(op, x), {"x": x})
+    for run, (got,) in enumerate(run_mlx_each(model(op, x), {"x": x}, options={"device": "cpu"})):
+        assert got.shape == () and not np.isnan(got), f"{op} run {run + 1}: {got}"
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -54,7 +54,8 @@ struct unary_job {
 };
 
 void unary_task(const unary_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
-  const int64_t n = static_cast<int64_t>(out[0].size()), m = in[0].shape(-1);
+  /* softmax's row length (its input has an axis: cpu_softmax_takes); a unary op's may be 0-d */
+  const int64_t n = static_cast<int64_t>(out[0].size()), m = p.softmax ? in[0].shape(-1) : 1;
   unary_job job{&p, in[0].data<float>(), out[0].data<float>(), n, m};
   const int64_t units = p.softmax ? n / m * unary_job::ROW_UNITS : (n + unary_job::BLOCK - 1) / unary_job::BLOCK;
   if (n < unary_job::SHARED) return unary_job::part(&job, 0, units);
