@@ -78,9 +78,8 @@ bool cpu_kernels_on() {
 /* LayerNormalization over the last axis (EpCpuLayerNorm): per row of `hidden` values the mean, then
  * the mean of the squared deviations (two passes, as MLX's composition computes them, summed in
  * float64: a row far from zero keeps its variance), then (x - mean) / sqrt(var + eps) in float64,
- * rounded once, times the weight plus the bias in float32. The
- * rows are shared with the pool's helpers (cpu_parallel_for): a row belongs to the part holding its
- * first unit. */
+ * rounded once, times the weight plus the bias in float32. The rows are shared with the pool's
+ * helpers (cpu_parallel_for): a row belongs to the part holding its first unit. */
 struct layer_norm_params {
   int64_t rows, hidden;
   float eps;
