@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import NP_TO_ONNX, assert_parity, check_feeds as check, make_model, run_cpu, run_mlx
+from parity import NP_TO_ONNX, assert_parity, check_feeds as check, feeds_model, make_model, run_cpu, run_mlx
 
 
 def rand(shape, dtype=np.float32, seed=0):
@@ -186,3 +186,58 @@ def test_empty_batch(op):
     n_out = 2 if op == "MaxPool" else 1
     check(op, {"x": np.zeros((0, 2, 5, 5), np.float32)}, {"kernel_shape": [2, 2]}, n_out=n_out,
           out_dtypes=[TensorProto.FLOAT, TensorProto.INT64][:n_out])
+
+
+# ---- MaxPool's CPU kernel (EpCpuMaxPool, src/mlx/bridge_cpu_maxpool.cpp) -------------------------
+# A float32 2-D MaxPool without Indices on a CPU scope is one task: every window's taps inside the
+# input, NaN propagated, read channels-last where a convolution hands its output over that way.
+# WINDOW_CASES above run it on the CPU (pads, strides, dilations, ceil_mode, auto_pad); these add
+# NaN and infinities and the convolution's layout, and check which ran.
+
+def test_maxpool_nan_and_infinities():
+    """Infinities as ORT; a NaN propagates to its window (docs/OPERATORS.md: MLX's max; ORT's kernel
+    skips it), and every other window is ORT's."""
+    x = rand((1, 3, 6, 5), seed=4)
+    x[0, 2, 0, 0], x[0, 0, 5, 4] = np.inf, -np.inf
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    check("MaxPool", {"x": x}, attrs)
+    x[0, 1, 2, 3] = np.nan  # in the window (1, 2) of channel 1 only
+    model, feeds = feeds_model("MaxPool", {"x": x}, attrs=attrs)
+    (want,) = run_cpu(model, feeds)
+    (got,) = run_mlx(model, feeds, options={"device": "cpu"})
+    assert np.isnan(got[0, 1, 1, 2]) and np.isnan(got).sum() == 1
+    want[0, 1, 1, 2] = got[0, 1, 1, 2]
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)
+
+
+def conv_maxpool_model(seed=5):
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [2, 5, 13, 11])], [("y", TensorProto.FLOAT, None)],
+                       {"w": (rng.standard_normal((24, 5, 3, 3)) * 0.2).astype(np.float32)}.items())
+    return model, {"x": rng.standard_normal((2, 5, 13, 11)).astype(np.float32)}
+
+
+def test_maxpool_of_convolution():
+    """The convolution's output is a channels-last array seen through a transpose: read that way."""
+    assert_parity(*conv_maxpool_model(), rtol=1e-5, atol=1e-5, options={"device": "cpu"})
+
+
+MAXPOOL_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from parity import run_mlx_each
+from test_ops_pool import conv_maxpool_model
+run_mlx_each(*conv_maxpool_model(), options={"device": "cpu"})
+"""
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_maxpool_kernel_runs(switch):
+    from parity import histogram_probe
+    _, programs = histogram_probe(MAXPOOL_PROBE, ORT_EP_MLX_CPU_POOL=switch)
+    assert programs, programs
+    for program in programs:
+        assert ("EpCpuMaxPool=1" in program) == (switch == "1"), program
+        assert ("Maximum" in program) == (switch == "0"), program

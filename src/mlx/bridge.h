@@ -379,6 +379,16 @@ typedef struct mlxb_conv2d {
 } mlxb_conv2d;
 mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g,
                              const mlxb_array *bias, bool relu);
+/* MaxPool of a float32 [N, C, H, W] on a CPU scope as one operation (src/mlx/bridge_cpu_maxpool.cpp):
+ * windows of kh x kw taps with strides sh, sw, dilations dh, dw and pads ph, pw (>= 0) before each
+ * axis, output [N, C, oh, ow]; taps outside the input are skipped, a window with none inside gives
+ * -inf, a NaN among the taps gives NaN (MLX's Maximum). Where mlxb_max_pool2d_available says so
+ * (ORT_EP_MLX_CPU_POOL=0: never). */
+typedef struct mlxb_pool2d {
+  int64_t kh, kw, sh, sw, dh, dw, ph, pw, oh, ow;
+} mlxb_pool2d;
+bool mlxb_max_pool2d_available(const mlxb_scope *s, const mlxb_array *x);
+mlxb_array *mlxb_max_pool2d(mlxb_scope *s, const mlxb_array *x, const mlxb_pool2d *g);
 int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_array *xw, const mlxb_array *rw,
                         const mlxb_array *const rw_packed[2], const mlxb_array *h0, const mlxb_array *c0,
                         const mlxb_array *peep, const mlxb_array *lens, const mlxb_array *rbh, bool want_y,

@@ -374,8 +374,14 @@ static int lower_maxpool(op_ctx *c, const op_def *def) {
       return op_fail(c, "padding values must be non-negative (auto_pad SAME with stride %lld past the kernel on "
                         "spatial axis %d), as ORT's MaxPool requires", (long long)g.s[i], i);
   mlxb_dtype t = mlxb_type(x);
-  mlxb_array *xp = pool_pad(s, x, &g, pool_pad_value(s, POOL_MAX, t));
-  mlxb_array *y = pool_reduce_windows(s, xp, &g, POOL_MAX);
+  mlxb_array *xp = NULL, *y;
+  if (g.nsp == 2 && !op_has_output(c, 1) && mlxb_max_pool2d_available(s, x)) { /* one pass, on the CPU */
+    mlxb_pool2d p2 = {g.k[0], g.k[1], g.s[0], g.s[1], g.d[0], g.d[1], g.pl[0], g.pl[1], g.out[0], g.out[1]};
+    y = mlxb_max_pool2d(s, x, &p2);
+  } else {
+    xp = pool_pad(s, x, &g, pool_pad_value(s, POOL_MAX, t));
+    y = pool_reduce_windows(s, xp, &g, POOL_MAX);
+  }
   /* A window of padding only gives the lowest finite value in ORT. */
   if (pool_any_empty(&g) && pool_is_float(t)) {
     mlxb_array *cnt = pool_counts(c, &g, false, MLXB_F32);
