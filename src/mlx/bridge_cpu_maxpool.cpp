@@ -117,13 +117,8 @@ using namespace mlxb_detail;
 extern "C" {
 
 bool mlxb_max_pool2d_available(const mlxb_scope *s, const mlxb_array *x) {
-#if defined(__x86_64__) || defined(__aarch64__)
-  static const bool on = env_switch_on("ORT_EP_MLX_CPU_POOL");
+  static const bool on = env_switch_on("ORT_EP_MLX_CPU_POOL"); /* plain C++: every CPU */
   return on && s && x && is_cpu_scope(s) && arr(x).dtype() == mx::float32 && arr(x).ndim() == 4;
-#else
-  (void)s, (void)x;
-  return false;
-#endif
 }
 
 mlxb_array *mlxb_max_pool2d(mlxb_scope *s, const mlxb_array *x, const mlxb_pool2d *g) {
