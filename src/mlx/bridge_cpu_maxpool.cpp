@@ -34,7 +34,6 @@ inline float max_nan(float m, float v) {
 }
 
 struct maxpool_job {
-  enum { ROW_UNITS = 64 };
   const maxpool_params *p;
   const float *x;
   float *y;
@@ -84,19 +83,15 @@ struct maxpool_job {
       out[ox] = m;
     }
   }
-
-  static void part(const void *ctx, int64_t lo, int64_t hi) {
-    const auto &j = *static_cast<const maxpool_job *>(ctx);
-    for (int64_t r = (lo + ROW_UNITS - 1) / ROW_UNITS; r < (hi + ROW_UNITS - 1) / ROW_UNITS; r++) j.row(r);
-  }
 };
 
 void maxpool_task(const maxpool_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
   maxpool_job job{&p, in[0].data<float>(), out[0].data<float>()};
   const int64_t rows = (p.channels_last ? p.n : p.n * p.c) * p.oh;
   enum { SMALL = 1 << 14 }; /* output values: fewer stay on this thread */
-  if (rows * p.ow * (p.channels_last ? p.c : 1) < SMALL) return maxpool_job::part(&job, 0, rows * maxpool_job::ROW_UNITS);
-  cpu_parallel_for(rows * maxpool_job::ROW_UNITS, maxpool_job::part, &job);
+  cpu_parallel_rows(rows, rows * p.ow * (p.channels_last ? p.c : 1) >= SMALL, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; r++) job.row(r);
+  });
 }
 
 /* x's channels-last source when x is [N, C, H, W] seen through the transpose (0, 3, 1, 2) of one */

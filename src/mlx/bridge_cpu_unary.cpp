@@ -31,35 +31,37 @@ struct unary_params {
   int32_t op, softmax;
 };
 
-/* A task's values shared with the pool's helpers (cpu_parallel_for) from SHARED values on: the
- * elements in blocks of BLOCK (a part takes the blocks of its units), softmax's rows whole (a row
- * belongs to the part holding its first unit). Every value is computed as one thread would. */
+/* A task's values shared with the pool's helpers from SHARED values on: the elements in blocks of
+ * BLOCK (a part takes the blocks of its units), softmax's rows whole (cpu_parallel_rows). Every
+ * value is computed as one thread would. */
 struct unary_job {
-  enum { SHARED = 1 << 16, BLOCK = 256, ROW_UNITS = 64 };
+  enum { SHARED = 1 << 16, BLOCK = 256 };
   const unary_params *p;
   const float *in;
   float *out;
-  int64_t n, m; /* values, and softmax's row length */
+  int64_t n;
 
-  static void part(const void *ctx, int64_t lo, int64_t hi) {
+  static void blocks(const void *ctx, int64_t lo, int64_t hi) {
     const auto &j = *static_cast<const unary_job *>(ctx);
-    if (!j.p->softmax) {
-      const int64_t from = lo * BLOCK, to = std::min(hi * BLOCK, j.n);
-      if (from < to) cpu_vmath(static_cast<mlxb_unary_op>(j.p->op), j.in + from, j.out + from, static_cast<size_t>(to - from));
-      return;
-    }
-    const int64_t first = (lo + ROW_UNITS - 1) / ROW_UNITS, last = (hi + ROW_UNITS - 1) / ROW_UNITS;
-    if (first < last) cpu_softmax_rows(j.in + first * j.m, j.out + first * j.m, last - first, j.m);
+    const int64_t from = lo * BLOCK, to = std::min(hi * BLOCK, j.n);
+    if (from < to) cpu_vmath(static_cast<mlxb_unary_op>(j.p->op), j.in + from, j.out + from, static_cast<size_t>(to - from));
   }
 };
 
 void unary_task(const unary_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
-  /* softmax's row length (its input has an axis: cpu_softmax_takes); a unary op's may be 0-d */
-  const int64_t n = static_cast<int64_t>(out[0].size()), m = p.softmax ? in[0].shape(-1) : 1;
-  unary_job job{&p, in[0].data<float>(), out[0].data<float>(), n, m};
-  const int64_t units = p.softmax ? n / m * unary_job::ROW_UNITS : (n + unary_job::BLOCK - 1) / unary_job::BLOCK;
-  if (n < unary_job::SHARED) return unary_job::part(&job, 0, units);
-  cpu_parallel_for(units, unary_job::part, &job);
+  const int64_t n = static_cast<int64_t>(out[0].size());
+  const float *x = in[0].data<float>();
+  float *y = out[0].data<float>();
+  if (p.softmax) { /* its input has a last axis (cpu_softmax_takes); a unary op's may be 0-d */
+    const int64_t m = in[0].shape(-1);
+    cpu_parallel_rows(n / m, n >= unary_job::SHARED,
+                      [&](int64_t first, int64_t last) { cpu_softmax_rows(x + first * m, y + first * m, last - first, m); });
+    return;
+  }
+  unary_job job{&p, x, y, n};
+  const int64_t blocks = (n + unary_job::BLOCK - 1) / unary_job::BLOCK;
+  if (n < unary_job::SHARED) return unary_job::blocks(&job, 0, blocks);
+  cpu_parallel_for(blocks, unary_job::blocks, &job);
 }
 
 mx::array unary_array(mlxb_unary_op op, bool softmax, const mx::array &x, mx::StreamOrDevice d) {
@@ -79,7 +81,7 @@ bool cpu_kernels_on() {
  * the mean of the squared deviations (two passes, as MLX's composition computes them, summed in
  * float64: a row far from zero keeps its variance), then (x - mean) / sqrt(var + eps) in float64,
  * rounded once, times the weight plus the bias in float32. The rows are shared with the pool's
- * helpers (cpu_parallel_for): a row belongs to the part holding its first unit. */
+ * helpers (cpu_parallel_rows). */
 struct layer_norm_params {
   int64_t rows, hidden;
   float eps;
@@ -90,12 +92,6 @@ struct layer_norm_job {
   const layer_norm_params *p;
   const float *x, *w, *b;
   float *y;
-  enum { ROW_UNITS = 64 };
-
-  static void part(const void *ctx, int64_t lo, int64_t hi) {
-    const auto &j = *static_cast<const layer_norm_job *>(ctx);
-    for (int64_t r = (lo + ROW_UNITS - 1) / ROW_UNITS; r < (hi + ROW_UNITS - 1) / ROW_UNITS; r++) j.row(r);
-  }
 
   /* the sum of f(v[i]) over n values, in eight partial sums of float64 */
   template <typename F>
@@ -129,11 +125,9 @@ struct layer_norm_job {
 void layer_norm_task(const layer_norm_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
   layer_norm_job job{&p, in[0].data<float>(), in[1].data<float>(), in[2].data<float>(), out[0].data<float>()};
   enum { SMALL = 1 << 14 }; /* values: fewer stay on this thread (handing parts out costs more) */
-  if (p.rows * p.hidden < SMALL) {
-    for (int64_t r = 0; r < p.rows; r++) job.row(r);
-    return;
-  }
-  cpu_parallel_for(p.rows * layer_norm_job::ROW_UNITS, layer_norm_job::part, &job);
+  cpu_parallel_rows(p.rows, p.rows * p.hidden >= SMALL, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; r++) job.row(r);
+  });
 }
 
 #endif

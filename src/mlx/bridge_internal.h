@@ -363,6 +363,20 @@ using column_fn = void (*)(const void *ctx, int64_t lo, int64_t hi);
 void cpu_parallel_for(int64_t n, column_fn fn, const void *ctx);
 void cpu_pool_start();
 
+/* rows(first, last) over the rows [0, n) a part holds, the rows shared out by cpu_parallel_for as
+ * ROW_UNITS units each (a row belongs to the part holding its first unit, so the parts' rows are
+ * disjoint and cover them all); with share false, the calling thread takes them all. */
+template <typename F>
+void cpu_parallel_rows(int64_t n, bool share, const F &rows) {
+  enum { ROW_UNITS = 64 };
+  if (!share) return rows(int64_t{0}, n);
+  column_fn part = [](const void *ctx, int64_t lo, int64_t hi) {
+    const int64_t first = (lo + ROW_UNITS - 1) / ROW_UNITS, last = (hi + ROW_UNITS - 1) / ROW_UNITS;
+    if (first < last) (*static_cast<const F *>(ctx))(first, last);
+  };
+  cpu_parallel_for(n * ROW_UNITS, part, &rows);
+}
+
 /* Up to three sets of 4-bit weights (w, scales, biases each, in `sets`) times one float32 x [..., K]
  * in one CPU task, each output optionally plus a bias [N] in float32, and with swiglu the gated
  * MLP's activation after two sets (bridge_cpu_qgemv.cpp): mlxb_qgemv_sets' and mlxb_qgemv_swiglu's

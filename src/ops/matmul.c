@@ -130,18 +130,6 @@ static mlxb_array *packed_product(op_ctx *c, mlxb_array *a, const matmul_epilogu
   return mlxb_gemm_packed(op_scope(c), a, w->panels, w->n, e ? e->bias : NULL, e && e->relu);
 }
 
-/* MatMul through the packed GEMM, with the bias Add and Relu after it folded in where they apply;
- * NULL where the packed path does not (nothing folded then). */
-static mlxb_array *packed_matmul(op_ctx *c, mlxb_array *a, int *failed) {
-  const packed_weight *w = op_prepared(c);
-  matmul_epilogue e = w ? matmul_epilogue_of(c, w->n) : (matmul_epilogue){NULL, NULL, NULL};
-  mlxb_array *y = packed_product(c, a, &e);
-  *failed = 0;
-  if (!y) return NULL;
-  if ((e.add && op_compute_for(c, e.add, y)) || (e.relu && op_compute_for(c, e.relu, y))) *failed = 1;
-  return y;
-}
-
 static int prepare_matmul(op_ctx *c, const op_def *def, void **state) { return prepare_packed_weight(c, false, state); }
 
 static int prepare_gemm(op_ctx *c, const op_def *def, void **state) {
@@ -153,11 +141,13 @@ static int lower_matmul(op_ctx *c, const op_def *def) {
   if (mlxb_ndim(a) == 0 || mlxb_ndim(b) == 0) return op_fail(c, "MatMul operands must have rank >= 1");
   if (mlxb_type(a) != mlxb_type(b)) return op_fail(c, "operand dtypes differ");
   mlxb_scope *s = op_scope(c);
-  int failed;
-  mlxb_array *packed = packed_matmul(c, a, &failed);
-  if (failed) return -1;
-  /* folded: the Add's and Relu's outputs are this one, which nothing else reads */
-  if (packed) return op_set_output(c, 0, packed);
+  const packed_weight *w = op_prepared(c);
+  matmul_epilogue e = w ? matmul_epilogue_of(c, w->n) : (matmul_epilogue){NULL, NULL, NULL};
+  mlxb_array *packed = packed_product(c, a, &e);
+  if (packed) { /* folded: the Add's and Relu's outputs are this one, which nothing else reads */
+    if ((e.add && op_compute_for(c, e.add, packed)) || (e.relu && op_compute_for(c, e.relu, packed))) return -1;
+    return op_set_output(c, 0, packed);
+  }
   if (op_util_is_float(mlxb_type(a))) return op_set_output(c, 0, mlxb_matmul(s, a, b));
   return op_set_output(c, 0, matmul_int(s, a, b));
 }
