@@ -54,6 +54,9 @@
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   models   bench/gpu_session.sh's models step: the BERT layer and the CNN (squeezenet, from the
 #            light models scripts/gpu_pack.sh puts beside the node tests), every engine
+#   conformance  the ONNX node tests (tests/conformance/run.py, its three modes) on the GPU, shard
+#            CONF_SHARD (default 0/1) with 14 workers, cut at CONF_TIMEOUT seconds (default 300); the
+#            summary comes back as $OUT/gpu_summary_I.json (merge with run.py --merge-summaries)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -278,8 +281,20 @@ if step models; then
     --engines mlx_ep --out "$OUT/sink_gpu.md" > /tmp/gpu_runbook_sink.txt 2>&1
   grep -E "^\| squeezenet" "$OUT/sink_gpu.md" | sed 's/^/transposes sunk on the GPU: /' >> "$log"
 fi
+if step conformance; then
+  shard=${CONF_SHARD:-0/1}
+  GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) \
+    EP_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || true) timeout "${CONF_TIMEOUT:-300}" \
+    python3 tests/conformance/run.py -j 14 --timeout 60 --shard "$shard" \
+    --device-summary "$OUT/gpu_summary_${shard%%/*}.json" > /tmp/gpu_conformance.txt 2>&1
+  tail -8 /tmp/gpu_conformance.txt >> "$log"
+fi
 if step suite; then
   [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')
+  # RUNBOOK_DEADLINE=S: the suite stops S seconds after the runbook started (a call's earlier steps
+  # took what they took; the call keeps its 10-minute limit)
+  left=$(( ${RUNBOOK_DEADLINE:-100000} - SECONDS ))
+  [ "$left" -lt "${SUITE_TIMEOUT:-420}" ] && SUITE_TIMEOUT=$left
   # SUITE_FILES: a part of the suite (test files or folders), else all of it; the slowest tests
   # (where the GPU suite's time goes: it runs ~25x slower per test than on the CPU) in durations.txt
   timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --durations=60 \
