@@ -76,6 +76,9 @@ def test_strict_session_errors():
            "the default CPU EP, but fallback to CPU EP has been explicitly disabled by the user.")
     assert run.classify_strict_session_error(msg) == "declined"
     assert run.classify_strict_session_error("Could not find an implementation for X") == "error"
+    memcpy = ("Exception during initialization: /onnxruntime_src/onnxruntime/core/optimizer/transformer_memcpy.cc:253 "
+              "bool onnxruntime::TransformerMemcpyImpl::IsNodeCompatibleWithProvider(const onnxruntime::Node&) const")
+    assert run.classify_strict_session_error(memcpy) == "declined"
     assert run.short_message(RuntimeError(msg)).startswith("This session contains")
     ep_msg = ("[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running "
               "MLXExecutionProvider_622_7 node. Name:'MLXExecutionProvider_MLXExecutionProvider_622_7_7' "

@@ -204,6 +204,10 @@ def classify_strict_session_error(message: str) -> str:
     text = message.lower()
     if "fallback" in text or "assigned to the default cpu ep" in text:
         return "declined"
+    # With the EP's device memory (the GPU runs), ORT's copy-placement pass meets a node no EP took
+    # before the fallback check does, and names that instead.
+    if "isnodecompatiblewithprovider" in text:
+        return "declined"
     return "error"
 
 
@@ -893,8 +897,9 @@ def render_gpu_column(results: dict, summary: dict) -> list[str]:
     that passes strict here but not there, with its outcome and reason on the GPU."""
     info, totals_gpu, bad = summary["info"], summary["totals"], summary["not_passing"]
     out = ["", "## On the GPU", "",
-           f"The last run on a GPU (`scripts/gpu_check.sh` with `GPU_CONFORMANCE=1`, which runs this "
-           f"runner there with `--device-summary`; the result is kept in "
+           f"The last run on a GPU (`scripts/gpu_runbook.sh`'s conformance step or `scripts/gpu_check.sh` "
+           f"with `GPU_CONFORMANCE=I/N`, which run this runner there with `--shard` and `--device-summary`; "
+           f"the shards merged with `--merge-summaries` are kept in "
            f"`tests/conformance/gpu_summary.json`): {info.get('date', '?')}, {info.get('gpu') or 'GPU'}, "
            f"MLX {info.get('mlx', '?')} ({info.get('device', '?')}), onnxruntime {info.get('onnxruntime', '?')}"
            + (f", EP at {info['commit']}" if info.get("commit") else "") + ".", "",
@@ -908,6 +913,9 @@ def render_gpu_column(results: dict, summary: dict) -> list[str]:
     lost = [n for n in sorted(results) if _outcome(results[n], "strict") == "pass" and n in bad and "strict" in bad[n]]
     out += ["", "Tests that pass strict on the CPU but not on the GPU (outcome and reason there):", ""]
     out += [f"- `{n}`: {bad[n]['strict'][0]} — {_cell(bad[n]['strict'][1])}" for n in lost] or ["None."]
+    lost = [n for n in sorted(results) if _outcome(results[n], "fallback") == "pass" and n in bad and "fallback" in bad[n]]
+    out += ["", "Tests that pass with CPU fallback here but not on the GPU:", ""]
+    out += [f"- `{n}`: {bad[n]['fallback'][0]} — {_cell(bad[n]['fallback'][1])}" for n in lost] or ["None."]
     return out
 
 
