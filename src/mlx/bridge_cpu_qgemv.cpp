@@ -108,28 +108,44 @@ __attribute__((target("avx2,fma"))) inline __m256 dot32_split(const uint32_t *w,
   return acc;
 }
 
-/* Output columns [lo, hi): per column, the groups' scaled sums kept in one vector (a horizontal
+/* R output columns from n0: per column, the groups' scaled sums kept in one vector (a horizontal
  * sum per column, not per group); in the affine form then the biases' term sum_g bias[g] *
- * sum(x in g), in the zero-point form each group's sum is of x * (q - z) already. */
+ * sum(x in g), in the zero-point form each group's sum is of x * (q - z) already. The R columns
+ * share x's loads and interleave R independent chains of sums, each computed exactly as one
+ * column alone would be (the same operations in the same order), so R changes no bit. */
+template <bool ZP, int R>
+__attribute__((target("avx2,fma"))) inline void gemv_rows(const gemv_args &a, int64_t n0) {
+  const int groups = a.k / a.group, words_per_row = a.k / 8, chunks = a.group / 32;
+  __m256 scaled[R];
+  for (int r = 0; r < R; r++) scaled[r] = _mm256_setzero_ps();
+  for (int g = 0; g < groups; g++) {
+    const float *xg = a.split_x + (int64_t)g * a.group;
+    __m256 acc[R];
+    __m256i z[R];
+    for (int r = 0; r < R; r++) {
+      acc[r] = _mm256_setzero_ps();
+      z[r] = _mm256_set1_epi32(ZP ? a.zero_points[(n0 + r) * a.zp_row_stride + g] : 0);
+    }
+    for (int c = 0; c < chunks; c++)
+      for (int r = 0; r < R; r++)
+        acc[r] = dot32_split(a.w + (n0 + r) * words_per_row + (int64_t)g * (a.group / 8) + 4 * c, xg + 32 * c, z[r],
+                             acc[r]);
+    for (int r = 0; r < R; r++)
+      scaled[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.scales[(n0 + r) * groups + g]), acc[r], scaled[r]);
+  }
+  for (int r = 0; r < R; r++) {
+    float biased = 0.0f;
+    for (int g = 0; !ZP && g < groups; g++) biased += a.biases[(n0 + r) * groups + g] * a.group_sums[g];
+    a.y[n0 + r] = horizontal_sum(scaled[r]) + biased;
+  }
+}
+
+/* Columns [lo, hi), four at a time (what hides the FMA latency of each column's chain). */
 template <bool ZP>
 __attribute__((target("avx2,fma"))) void gemv_columns(const gemv_args &a, int64_t lo, int64_t hi) {
-  const int groups = a.k / a.group, words_per_row = a.k / 8, chunks = a.group / 32;
-  for (int64_t n = lo; n < hi; n++) {
-    const uint32_t *row = a.w + n * words_per_row;
-    const float *sc = a.scales + n * groups;
-    __m256 scaled = _mm256_setzero_ps();
-    for (int g = 0; g < groups; g++) {
-      __m256 acc = _mm256_setzero_ps();
-      const __m256i z = _mm256_set1_epi32(ZP ? a.zero_points[n * a.zp_row_stride + g] : 0);
-      const uint32_t *wg = row + (int64_t)g * (a.group / 8);
-      const float *xg = a.split_x + (int64_t)g * a.group;
-      for (int c = 0; c < chunks; c++) acc = dot32_split(wg + 4 * c, xg + 32 * c, z, acc);
-      scaled = _mm256_fmadd_ps(_mm256_set1_ps(sc[g]), acc, scaled);
-    }
-    float biased = 0.0f;
-    for (int g = 0; !ZP && g < groups; g++) biased += a.biases[n * groups + g] * a.group_sums[g];
-    a.y[n] = horizontal_sum(scaled) + biased;
-  }
+  int64_t n = lo;
+  for (; n + 4 <= hi; n += 4) gemv_rows<ZP, 4>(a, n);
+  for (; n < hi; n++) gemv_rows<ZP, 1>(a, n);
 }
 
 /* The same with 16 lanes: a chunk's 16 bytes widened at once, its low nibbles against the even
@@ -137,32 +153,47 @@ __attribute__((target("avx2,fma"))) void gemv_columns(const gemv_args &a, int64_
  * from an "undefined" register, which its -Wmaybe-uninitialized reports once inlined.) */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-template <bool ZP>
-__attribute__((target("avx512f"))) void gemv_columns_512(const gemv_args &a, int64_t lo, int64_t hi) {
+#pragma GCC diagnostic ignored "-Wuninitialized"
+template <bool ZP, int R>
+__attribute__((target("avx512f"))) inline void gemv_rows_512(const gemv_args &a, int64_t n0) {
   const int groups = a.k / a.group, words_per_row = a.k / 8, chunks = a.group / 32;
   const __m512i low = _mm512_set1_epi32(15);
-  for (int64_t n = lo; n < hi; n++) {
-    const uint32_t *row = a.w + n * words_per_row;
-    const float *sc = a.scales + n * groups;
-    __m512 scaled = _mm512_setzero_ps();
-    for (int g = 0; g < groups; g++) {
-      __m512 acc = _mm512_setzero_ps();
-      const __m512i z = _mm512_set1_epi32(ZP ? a.zero_points[n * a.zp_row_stride + g] : 0);
-      const uint32_t *wg = row + (int64_t)g * (a.group / 8);
-      const float *xg = a.split_x + (int64_t)g * a.group;
-      for (int c = 0; c < chunks; c++) {
-        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(wg + 4 * c)));
-        const __m512i even = _mm512_sub_epi32(_mm512_and_si512(bytes, low), z);
-        const __m512i odd = _mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), z);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(even), _mm512_loadu_ps(xg + 32 * c), acc);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(odd), _mm512_loadu_ps(xg + 32 * c + 16), acc);
-      }
-      scaled = _mm512_fmadd_ps(_mm512_set1_ps(sc[g]), acc, scaled);
+  __m512 scaled[R];
+  for (int r = 0; r < R; r++) scaled[r] = _mm512_setzero_ps();
+  for (int g = 0; g < groups; g++) {
+    const float *xg = a.split_x + (int64_t)g * a.group;
+    __m512 acc[R];
+    __m512i z[R];
+    for (int r = 0; r < R; r++) {
+      acc[r] = _mm512_setzero_ps();
+      z[r] = _mm512_set1_epi32(ZP ? a.zero_points[(n0 + r) * a.zp_row_stride + g] : 0);
     }
-    float biased = 0.0f;
-    for (int g = 0; !ZP && g < groups; g++) biased += a.biases[n * groups + g] * a.group_sums[g];
-    a.y[n] = _mm512_reduce_add_ps(scaled) + biased;
+    for (int c = 0; c < chunks; c++) {
+      const __m512 x_even = _mm512_loadu_ps(xg + 32 * c), x_odd = _mm512_loadu_ps(xg + 32 * c + 16);
+      for (int r = 0; r < R; r++) {
+        const uint32_t *wc = a.w + (n0 + r) * words_per_row + (int64_t)g * (a.group / 8) + 4 * c;
+        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(wc)));
+        const __m512i even = _mm512_sub_epi32(_mm512_and_si512(bytes, low), z[r]);
+        const __m512i odd = _mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), z[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(even), x_even, acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(odd), x_odd, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; r++)
+      scaled[r] = _mm512_fmadd_ps(_mm512_set1_ps(a.scales[(n0 + r) * groups + g]), acc[r], scaled[r]);
   }
+  for (int r = 0; r < R; r++) {
+    float biased = 0.0f;
+    for (int g = 0; !ZP && g < groups; g++) biased += a.biases[(n0 + r) * groups + g] * a.group_sums[g];
+    a.y[n0 + r] = _mm512_reduce_add_ps(scaled[r]) + biased;
+  }
+}
+
+template <bool ZP>
+__attribute__((target("avx512f"))) void gemv_columns_512(const gemv_args &a, int64_t lo, int64_t hi) {
+  int64_t n = lo;
+  for (; n + 4 <= hi; n += 4) gemv_rows_512<ZP, 4>(a, n);
+  for (; n < hi; n++) gemv_rows_512<ZP, 1>(a, n);
 }
 #pragma GCC diagnostic pop
 
