@@ -292,7 +292,8 @@ fi
 if step suite; then
   [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')
   # RUNBOOK_DEADLINE=S: the suite stops S seconds after the runbook started (a call's earlier steps
-  # took what they took; the call keeps its 10-minute limit)
+  # took what they took; the call keeps its 10-minute limit); leave a minute after it for the PTX
+  # cache to be packed into $OUT
   left=$(( ${RUNBOOK_DEADLINE:-100000} - SECONDS ))
   [ "$left" -lt "${SUITE_TIMEOUT:-420}" ] && SUITE_TIMEOUT=$left
   # SUITE_FILES: a part of the suite (test files or folders), else all of it; the slowest tests
