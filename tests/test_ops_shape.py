@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import rng_values, NP_TO_ONNX, assert_parity, check_args as check, make_model, normal_data as data, feeds_model, run_mlx
+from parity import rng_values, NP_TO_ONNX, args_model, assert_parity, check_args as check, make_model, normal_data as data, feeds_model, run_mlx
 
 I64_MAX = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min
@@ -88,6 +88,72 @@ def test_concat_empty_part():
 
 def test_concat_dynamic():
     check("Concat", [("a", data((2, 3)), "feed"), ("b", data((4, 3)), "feed")], attrs={"axis": 0}, dynamic=True)
+
+
+# Concatenations of at least 16 KiB on a CPU scope are one task of the EP's (EpCpuConcat,
+# src/mlx/bridge_cpu_concat.cpp), its rows shared with the pool's helpers from 64 KiB: bytes copied
+# as they are, so compared exactly. Shapes: a middle axis, an empty part, the last axis with one
+# element from a part, many rows of few bytes.
+BIG_CONCATS = [((64, 40, 3), (64, 7, 3), 1), ((200, 100), (0, 100), 0), ((5, 12, 300), (5, 12, 1), -1),
+               ((3000, 8), (3000, 8), 1)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int64, np.uint8, np.bool_])
+@pytest.mark.parametrize("a_shape,b_shape,axis", BIG_CONCATS)
+def test_concat_large(dtype, a_shape, b_shape, axis):
+    a, b = data(a_shape, dtype, 1), data(b_shape, dtype, 2)
+    model, feeds = args_model("Concat", [("a", a, "feed"), ("b", b, "init"), ("c", a, "feed")], attrs={"axis": axis})
+    assert_parity(model, feeds, rtol=0, atol=0, options={"device": "cpu"})
+
+
+def concat_of_views_model():
+    """Concat of transposed parts (the task joins their sources along the permuted axis), of a
+    broadcast part, and of two convolutions' channels-last outputs (squeezenet's fire module)."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]),
+             helper.make_node("Conv", ["x", "w3"], ["c3"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["c1", "c3"], ["fire"], axis=1),
+             helper.make_node("Relu", ["fire"], ["y0"]),
+             helper.make_node("Transpose", ["t"], ["ta"], perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["u"], ["ua"], perm=[0, 2, 1]),
+             helper.make_node("Expand", ["row", "shape"], ["e"]),
+             helper.make_node("Concat", ["ta", "ua", "e"], ["y1"], axis=2)]
+    inits = {"w1": (rng.standard_normal((24, 8, 1, 1)) * 0.3).astype(np.float32),
+             "w3": (rng.standard_normal((40, 8, 3, 3)) * 0.2).astype(np.float32),
+             "row": rng.standard_normal((1, 1, 9)).astype(np.float32),
+             "shape": np.array([6, 50, 9], np.int64)}
+    feeds = {"x": rng.standard_normal((2, 8, 21, 17)).astype(np.float32),
+             "t": rng.standard_normal((6, 70, 50)).astype(np.float32),
+             "u": rng.standard_normal((6, 33, 50)).astype(np.float32)}
+    model = make_model(nodes, [(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],
+                       [("y0", TensorProto.FLOAT, None), ("y1", TensorProto.FLOAT, None)], inits.items())
+    return model, feeds
+
+
+def test_concat_of_views():
+    assert_parity(*concat_of_views_model(), rtol=1e-5, atol=1e-5, options={"device": "cpu"})
+
+
+CONCAT_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from parity import run_mlx_each
+from test_ops_shape import concat_of_views_model
+run_mlx_each(*concat_of_views_model(), options={"device": "cpu"})
+"""
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_concat_task_runs(switch):
+    """Which path ran: the task for both Concats, or MLX's Concatenate (ORT_EP_MLX_CPU_CONCAT=0)."""
+    from parity import histogram_probe
+    import re
+    _, programs = histogram_probe(CONCAT_PROBE, ORT_EP_MLX_CPU_CONCAT=switch)
+    assert programs, programs
+
+    def count(op):  # over every program (ORT's optimizers may split the graph into two clusters)
+        return sum(int(n) for program in programs for n in re.findall(rf" {op}=(\d+)", program))
+    assert (count("EpCpuConcat"), count("Concatenate")) == ((2, 0) if switch == "1" else (0, 2)), programs
 
 
 # ---- Slice --------------------------------------------------------------------------------------

@@ -923,8 +923,8 @@ mlxb_array *mlxb_concat(mlxb_scope *s, const mlxb_array *const *xs, int n, int a
     }
     int rank = parts.empty() ? 0 : parts[0].ndim();
     if (!parts.empty() && sources.size() == parts.size() && axis >= -rank && axis < rank)
-      return transposed(s, mx::concatenate(sources, perm[axis < 0 ? axis + rank : axis], scope_dev(s)), perm);
-    return mx::concatenate(parts, axis, scope_dev(s));
+      return transposed(s, cpu_concatenate(s, sources, perm[axis < 0 ? axis + rank : axis]), perm);
+    return cpu_concatenate(s, parts, axis);
   });
 }
 

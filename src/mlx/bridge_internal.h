@@ -377,6 +377,10 @@ void cpu_parallel_rows(int64_t n, bool share, const F &rows) {
   cpu_parallel_for(n * ROW_UNITS, part, &rows);
 }
 
+/* mx::concatenate(parts, axis) on s's device; on a CPU scope, as one EpCpuConcat task where the
+ * parts are joined row by row (bridge_cpu_concat.cpp). */
+mx::array cpu_concatenate(const mlxb_scope *s, const std::vector<mx::array> &parts, int axis);
+
 /* Up to three sets of 4-bit weights (w, scales, biases each, in `sets`) times one float32 x [..., K]
  * in one CPU task, each output optionally plus a bias [N] in float32, and with swiglu the gated
  * MLP's activation after two sets (bridge_cpu_qgemv.cpp): mlxb_qgemv_sets' and mlxb_qgemv_swiglu's
