@@ -21,6 +21,7 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -263,10 +264,11 @@ void unfold_rows(const void *ctx, int64_t lo, int64_t hi) {
  * when it has one; output [n, oh, ow, m] */
 void conv_task(const conv_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
   const int64_t rows = p.n * p.oh * p.ow, k = p.kh * p.kw * p.c;
-  std::vector<float> cols(static_cast<size_t>(rows * k)); /* cpu_task turns a failure into NaN out */
-  unfold_args u{&p, in[0].data<float>(), cols.data()};
+  /* not zero-filled: unfold_rows writes every element. cpu_task turns a failure into NaN out. */
+  std::unique_ptr<float[]> cols(new float[static_cast<size_t>(rows * k)]);
+  unfold_args u{&p, in[0].data<float>(), cols.get()};
   cpu_parallel_for(rows, unfold_rows, &u);
-  product({cols.data(), in[1].data<float>(), out[0].data<float>(), rows, k, p.m,
+  product({cols.get(), in[1].data<float>(), out[0].data<float>(), rows, k, p.m,
            p.after.has_bias ? in[2].data<float>() : nullptr, p.after.relu != 0});
 }
 
