@@ -1,6 +1,6 @@
 """Transposes sunk through elementwise work on CPU scopes (src/mlx/bridge.cpp, "transposes sunk"):
-an elementwise op, a slice, a concatenation or a transpose of a transposed view is done on the view's
-source and transposed after. Each graph here puts a Transpose node (or a Conv, which hands back a
+an elementwise op, a slice, a concatenation, a reduction or a transpose of a transposed view is done
+on the view's source and transposed after. Each graph here puts a Transpose node (or a Conv, which hands back a
 channels-first view of its channels-last result) before the op, in the forms the rewrite takes and
 the ones it must leave (operands of other permutations, large operands, lower-rank operands that
 broadcast), and compares every output with ORT's CPU EP exactly (the rewrite moves no arithmetic:
@@ -91,6 +91,38 @@ def test_slice(starts, ends, axes, steps):
               "p": np.array(steps, np.int64)}
     model, feeds = transposed_then([helper.make_node("Slice", ["t", "s", "e", "a", "p"], ["y"])], {}, consts.items())
     assert_parity(model, feeds, **EXACT)
+
+
+def conv_then(nodes, seed=4):
+    """x [2, 6, 13, 11] -> Conv (3x3, 40 channels, padded) -> c, then `nodes` reading c (a channels-last
+    result seen channels-first: ORT's own transpose optimizer does not move the view, as it moves a
+    Transpose node through a reduction before the EP sees it)."""
+    rng = np.random.default_rng(seed)
+    graph = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])] + nodes
+    consts = {"w": (rng.standard_normal((40, 6, 3, 3)) * 0.2).astype(np.float32)}
+    return graph, consts, {"x": rnd((2, 6, 13, 11), seed)}
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("axes", [[2, 3], [1], [0, 1], [-1, -2], [3, 2], [0, 1, 2, 3], None])
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceLogSumExp"])
+def test_reduce_of_convolution(op, axes, keepdims):
+    """A reduction of the view done on its source, then transposed back (mlxb_reduce): the same
+    elements in the same order along each reduced axis."""
+    node = helper.make_node(op, ["c", "a"] if axes is not None else ["c"], ["y"], keepdims=keepdims)
+    graph, consts, feeds = conv_then([node])
+    if axes is not None:
+        consts["a"] = np.array(axes, np.int64)
+    model = make_model(graph, [("x", F, [2, 6, 13, 11])], [("y", F, None)], consts.items())
+    assert_parity(model, feeds, rtol=1e-5, atol=1e-5, options={"device": "cpu"})
+
+
+@pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool_of_convolution(pool):
+    """squeezenet's head: a convolution's output pooled over its positions."""
+    graph, consts, feeds = conv_then([helper.make_node("Relu", ["c"], ["r"]), helper.make_node(pool, ["r"], ["y"])])
+    model = make_model(graph, [("x", F, [2, 6, 13, 11])], [("y", F, None)], consts.items())
+    assert_parity(model, feeds, rtol=1e-5, atol=1e-5, options={"device": "cpu"})
 
 
 @pytest.mark.parametrize("perm", [[0, 3, 1, 2], [3, 2, 1, 0], [0, 2, 3, 1]])
