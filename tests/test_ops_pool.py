@@ -210,6 +210,25 @@ def test_maxpool_nan_and_infinities():
     np.testing.assert_allclose(got, want, rtol=0, atol=0)
 
 
+def test_maxpool_nan_channels_last():
+    """The channels-last path (a convolution's output): a NaN at one input position reaches every
+    channel there through a pointwise convolution, and every window holding that position gives NaN
+    in every channel (37: the vector loop and its tail); the rest as ORT."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 4, 9, 8)).astype(np.float32)
+    x[0, 2, 4, 5] = np.nan
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2])]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [1, 4, 9, 8])], [("y", TensorProto.FLOAT, None)],
+                       {"w": rng.standard_normal((37, 4, 1, 1)).astype(np.float32)}.items())
+    (want,) = run_cpu(model, {"x": x})
+    (got,) = run_mlx(model, {"x": x}, options={"device": "cpu"})
+    hit = np.zeros(got.shape, bool)
+    hit[0, :, 1:3, 2] = True  # output rows 1 and 2 (input rows 2-4, 4-6), column 2 (input columns 4-6)
+    assert np.array_equal(np.isnan(got), hit)
+    np.testing.assert_allclose(got[~hit], want[~hit], rtol=1e-5, atol=1e-5)
+
+
 def conv_maxpool_model(seed=5):
     rng = np.random.default_rng(seed)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
