@@ -54,9 +54,11 @@
 #            and with IOBinding when onnxruntime-gpu was carried, scripts/gpu_pack.sh's g* folders)
 #   models   bench/gpu_session.sh's models step: the BERT layer and the CNN (squeezenet, from the
 #            light models scripts/gpu_pack.sh puts beside the node tests), every engine
-#   conformance  the ONNX node tests (tests/conformance/run.py, its three modes) on the GPU, shard
-#            CONF_SHARD (default 0/1) with 14 workers, cut at CONF_TIMEOUT seconds (default 300); the
-#            summary comes back as $OUT/gpu_summary_I.json (merge with run.py --merge-summaries)
+#   conformance  the ONNX node tests (tests/conformance/run.py, its three modes) on the GPU with 14
+#            workers, in CONF_SHARDS shards (default 40, about 7 s each on an H100) one after the
+#            other until CONF_TIMEOUT seconds (default 300) have passed: a shard's summary is written
+#            when it ends, so a cut run keeps the shards done. They come back in $OUT/conformance.tgz
+#            (gpu_summary_I.json each; here: tar xzf, then run.py --merge-summaries and --write)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -282,12 +284,19 @@ if step models; then
   grep -E "^\| squeezenet" "$OUT/sink_gpu.md" | sed 's/^/transposes sunk on the GPU: /' >> "$log"
 fi
 if step conformance; then
-  shard=${CONF_SHARD:-0/1}
-  GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) \
-    EP_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || true) timeout "${CONF_TIMEOUT:-300}" \
-    python3 tests/conformance/run.py -j 14 --timeout 60 --shard "$shard" \
-    --device-summary "$OUT/gpu_summary_${shard%%/*}.json" > /tmp/gpu_conformance.txt 2>&1
-  tail -8 /tmp/gpu_conformance.txt >> "$log"
+  export GPU_NAME EP_COMMIT
+  GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  EP_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || true)
+  shards=${CONF_SHARDS:-40} conf_end=$((SECONDS + ${CONF_TIMEOUT:-300})) conf_dir=/tmp/gpu-conformance
+  rm -rf "$conf_dir" && mkdir -p "$conf_dir"
+  for i in $(seq 0 $((shards - 1))); do
+    left=$((conf_end - SECONDS))
+    [ "$left" -gt 5 ] || break
+    timeout "$left" python3 tests/conformance/run.py -j 14 --timeout 60 --shard "$i/$shards" \
+      --device-summary "$conf_dir/gpu_summary_$i.json" > "$conf_dir/shard_$i.txt" 2>&1
+  done
+  echo "conformance: $(ls "$conf_dir"/gpu_summary_*.json 2>/dev/null | wc -l) of $shards shards done" >> "$log"
+  tar czf "$OUT/conformance.tgz" -C "$conf_dir" .
 fi
 if step suite; then
   [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')
