@@ -263,6 +263,13 @@ def histogram_probe(probe: str, **env_switches: str):
     return out, [line.replace("@cpu=", "=") for line in out.stderr.splitlines() if " program: " in line]
 
 
+def cpu_model_probe(module: str, builder: str) -> str:
+    """histogram_probe's source for one model: `module.builder()` gives (model, feeds), run on the
+    CPU device as assert_parity runs it (eager, trace, replay)."""
+    return ("import sys\nsys.path.insert(0, sys.argv[1])\nfrom parity import run_mlx_each\n"
+            f"from {module} import {builder}\nrun_mlx_each(*{builder}(), options={{'device': 'cpu'}})\n")
+
+
 def cpu_has(*flags: str) -> bool:
     """Whether /proc/cpuinfo lists every one of the CPU flags (avx2, fma, avx512f, ...): which of the
     EP's own CPU kernels run here. False where there is no such file."""

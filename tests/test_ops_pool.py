@@ -243,19 +243,10 @@ def test_maxpool_of_convolution():
     assert_parity(*conv_maxpool_model(), rtol=1e-5, atol=1e-5, options={"device": "cpu"})
 
 
-MAXPOOL_PROBE = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from parity import run_mlx_each
-from test_ops_pool import conv_maxpool_model
-run_mlx_each(*conv_maxpool_model(), options={"device": "cpu"})
-"""
-
-
 @pytest.mark.parametrize("switch", ["1", "0"])
 def test_maxpool_kernel_runs(switch):
-    from parity import histogram_probe
-    _, programs = histogram_probe(MAXPOOL_PROBE, ORT_EP_MLX_CPU_POOL=switch)
+    from parity import cpu_model_probe, histogram_probe
+    _, programs = histogram_probe(cpu_model_probe("test_ops_pool", "conv_maxpool_model"), ORT_EP_MLX_CPU_POOL=switch)
     assert programs, programs
     for program in programs:
         assert ("EpCpuMaxPool=1" in program) == (switch == "1"), program

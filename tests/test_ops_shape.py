@@ -134,21 +134,13 @@ def test_concat_of_views():
     assert_parity(*concat_of_views_model(), rtol=1e-5, atol=1e-5, options={"device": "cpu"})
 
 
-CONCAT_PROBE = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from parity import run_mlx_each
-from test_ops_shape import concat_of_views_model
-run_mlx_each(*concat_of_views_model(), options={"device": "cpu"})
-"""
-
-
 @pytest.mark.parametrize("switch", ["1", "0"])
 def test_concat_task_runs(switch):
     """Which path ran: the task for both Concats, or MLX's Concatenate (ORT_EP_MLX_CPU_CONCAT=0)."""
-    from parity import histogram_probe
     import re
-    _, programs = histogram_probe(CONCAT_PROBE, ORT_EP_MLX_CPU_CONCAT=switch)
+    from parity import cpu_model_probe, histogram_probe
+    _, programs = histogram_probe(cpu_model_probe("test_ops_shape", "concat_of_views_model"),
+                                  ORT_EP_MLX_CPU_CONCAT=switch)
     assert programs, programs
 
     def count(op):  # over every program (ORT's optimizers may split the graph into two clusters)
