@@ -266,6 +266,11 @@ if step changed; then
   pytest_q 300 -n 8 tests/hostile tests/test_cpu_blas.py tests/test_cpu_qgemv.py tests/test_cpu_gemm.py \
     tests/test_layout_sinking.py tests/test_cpu_unary.py tests/test_ops_rnn.py tests/test_ops_activation.py \
     tests/test_ops_contrib_act.py tests/test_ops_normalization.py tests/test_ops_shape.py
+  # 2026-12-05 (sixth session, after its H100 lease): CPU scopes only (the GPU keeps MLX's forms): the
+  # concatenation task, reductions of transposed views, MaxPool's channel loop, the GEMV's four columns,
+  # the pool's placement of woken helpers; and the device-memory helper the tests now share
+  pytest_q 300 -n 8 tests/test_ops_shape.py tests/test_layout_sinking.py tests/test_ops_pool.py \
+    tests/test_cpu_qgemv.py tests/test_ops_rnn.py tests/test_diagnostics.py tests/test_device_memory.py
 fi
 if step bench; then
   # ORT's CUDA EP joins when it was carried (ortgpu parts, scripts/gpu_pack.sh)

@@ -270,6 +270,14 @@ def cpu_model_probe(module: str, builder: str) -> str:
             f"from {module} import {builder}\nrun_mlx_each(*{builder}(), options={{'device': 'cpu'}})\n")
 
 
+def device_memory_info():
+    """The memory info of the device memory the EP registered (a GPU with ORT_EP_MLX_DEVICE_MEMORY=1),
+    or None: MLX's CPU backend, or device memory not enabled."""
+    mlx_ep.register_execution_provider_library()
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == mlx_ep.ep_name()]
+    return devices[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT) if devices else None
+
+
 def cpu_has(*flags: str) -> bool:
     """Whether /proc/cpuinfo lists every one of the CPU flags (avx2, fma, avx512f, ...): which of the
     EP's own CPU kernels run here. False where there is no such file."""

@@ -14,18 +14,12 @@ import onnxruntime as ort
 import pytest
 
 import onnxruntime_ep_mlx as mlx_ep
-from parity import make_model
+from parity import device_memory_info, make_model
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 from llm import TINY, empty_past, make_llm, next_past, step_feeds  # noqa: E402
 
 DEVICE = "cuda"  # Python's alias for OrtDevice(GPU, NVIDIA, 0): the memory the EP registers
-
-
-def device_memory_info():
-    mlx_ep.register_execution_provider_library()
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == mlx_ep.ep_name()]
-    return devices[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT) if devices else None
 
 
 pytestmark = pytest.mark.skipif(device_memory_info() is None,

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from parity import make_model
+from parity import device_memory_info, make_model
 
 F = TensorProto.FLOAT
 
@@ -57,12 +57,6 @@ def test_trace_path_that_cannot_be_created_is_an_error(tmp_path):
         mlx_ep.session(add_relu(), options={"trace": str(tmp_path / "missing" / "t.json")})
 
 
-def device_memory_registered():
-    mlx_ep.register_execution_provider_library()
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == mlx_ep.ep_name()]
-    return bool(devices) and devices[0].memory_info(ort.OrtDeviceMemoryType.DEFAULT) is not None
-
-
 def test_run_report_counts_time_and_io(tmp_path):
     report = tmp_path / "r.txt"
     sess = mlx_ep.session(add_relu(), options={"report": str(report)}, strict=True)
@@ -73,7 +67,7 @@ def test_run_report_counts_time_and_io(tmp_path):
     stats = dict(re.findall(r"(\w+)=([\d.]+)", line))
     # ORT hands the EP host tensors, or device tensors where the EP registered device memory (a GPU
     # with ORT_EP_MLX_DEVICE_MEMORY=1): every input and output is counted once, on one side
-    on_device = "device" if device_memory_registered() else "host"
+    on_device = "device" if device_memory_info() is not None else "host"
     off_device = "host" if on_device == "device" else "device"
     assert int(stats[f"{on_device}_inputs"]) == 4 and int(stats[f"{on_device}_outputs"]) == 2
     assert int(stats[f"{off_device}_inputs"]) == 0 and int(stats[f"{off_device}_outputs"]) == 0

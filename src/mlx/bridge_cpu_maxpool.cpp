@@ -35,18 +35,22 @@ inline float max_nan(float m, float v) {
 
 /* out[i] = max_nan(out[i], in[i]) over a position's channels, written without branches so that the
  * compiler vectorizes it: SSE's four lanes by default, eight where the CPU has AVX-512 (GCC's
- * preferred width there; sixteen measured no faster). */
-#define MAXPOOL_MAX_INTO_BODY                                                                                         \
-  for (int64_t i = 0; i < n; i++) {                                                                                  \
-    const float m = out[i], v = in[i];                                                                               \
-    const float larger = (v > m || v != v) ? v : m;                                                                  \
-    out[i] = m != m ? m : larger;                                                                                    \
+ * preferred width there; sixteen measured no faster). Inlined into each form below, it is compiled
+ * for that form's target. */
+__attribute__((always_inline)) inline void max_into_lanes(float *out, const float *in, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float m = out[i], v = in[i];
+    const float larger = (v > m || v != v) ? v : m;
+    out[i] = m != m ? m : larger;
   }
+}
 
-void max_into(float *out, const float *in, int64_t n) { MAXPOOL_MAX_INTO_BODY }
+void max_into(float *out, const float *in, int64_t n) { max_into_lanes(out, in, n); }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void max_into_512(float *out, const float *in, int64_t n) { MAXPOOL_MAX_INTO_BODY }
+__attribute__((target("avx512f"))) void max_into_512(float *out, const float *in, int64_t n) {
+  max_into_lanes(out, in, n);
+}
 #endif
 
 struct maxpool_job {
