@@ -235,33 +235,49 @@ mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_arr
 /* Last-axis norms; weight/bias may be NULL. */
 mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps);
 mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, float eps);
-/* One-token decode attention in one kernel (src/mlx/bridge_kernels.cpp): q [B, Hq, 1, D] or
- * [B, 1, Hq * D] (the same bytes) against k, v [B, Hkv, S, D] where sequence b sees keys
- * [max(0, len_b - window), len_b) (window <= 0: all from 0), len_b = lengths[b] + length_add
- * clamped to [0, S] (lengths: one integer per sequence, any shape); scores scale * q.k,
- * soft-capped when softcap > 0; float32 inside, the result in q's dtype and shape. Only where
+/* Decode attention in one kernel (src/mlx/bridge_kernels.cpp): S query rows per sequence, q
+ * [B, S, Hq * D] (or [B, Hq, 1, D] for one row: the same bytes) against k, v [B, Hkv, T, D]. Sequence
+ * b's total length total_b = lengths[b] + length_add is clamped to [0, T] (lengths: one integer per
+ * sequence, any shape). Query row s sits at base_b + s, base_b = 0 for a first prompt
+ * (rows->first), else total_b - S; causally it sees keys [lo, min(base_b + s + 1, total_b)),
+ * bidirectionally [lo, total_b). lo is 0, or with a window, the visible end (or, with
+ * rows->window_from_row, base_b + s + 1: ORT's float32 flash kernel) minus the window. Scores are
+ * scale * q.k, soft-capped when softcap > 0; float32 inside, the result in q's dtype and shape;
+ * a row that sees no key gives zeros. rows NULL: one row, causal (a decode step). Only where
  * mlxb_decode_attention_available says so: MLX's CUDA backend, and CPU scopes through primitives
  * of our own with the same arithmetic (bridge_cpu_decode.cpp). */
-/* A rotary embedding read from cos/sin caches [max_position, dims / 2] at positions[b] +
- * position_add (one per sequence, any shape; clamped into the cache), over the first dims
+typedef struct mlxb_attn_rows {
+  int64_t rows;         /* S */
+  bool first;           /* the rows start at position 0 (a first prompt) */
+  bool bidirectional;   /* every row sees keys up to total_b (GroupQueryAttention's causal = 0) */
+  bool window_from_row; /* a window's lower bound counts from the row's own end */
+} mlxb_attn_rows;
+/* A rotary embedding read from cos/sin caches [max_position, dims / 2] over the first dims
  * channels, pairs (i, i + dims / 2) or, interleaved, (2i, 2i + 1); float32 inside, rounded once to
- * the rotated array's dtype. */
+ * the rotated array's dtype. Row s of sequence b is rotated by cache row positions[b] +
+ * position_add + s (positions: one integer per sequence, any shape) or, when positions holds one
+ * per row (B * S values), positions[b * S + s] + position_add; clamped into the cache either way. */
 typedef struct mlxb_rope {
   const mlxb_array *cos, *sin, *positions;
   int64_t dims, position_add;
   bool interleaved;
 } mlxb_rope;
 bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size);
+/* Whether S > 1 query rows (a prompt) take the kernels on s: MLX's CUDA backend by default;
+ * ORT_EP_MLX_ROWS_ATTENTION=0 never, =all also on CPU scopes (single-threaded per head: tests). */
+bool mlxb_rows_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size);
 /* rope (may be NULL) rotates q inside the kernel; after (may be NULL) is an array the kernel runs
  * after (mlxb_decode_kv_write's). */
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
-                                  const mlxb_array *lengths, int64_t length_add, float scale, float softcap,
-                                  int64_t window, const mlxb_rope *rope, const mlxb_array *after);
-/* A one-token step's KV cache in one kernel: present [B, Hkv, plen, D] holds past rows
- * t < at_b (zeros past the past buffer's length), the new row k/v ([B, Hkv, 1, D] or
- * [B, 1, Hkv * D]) at t = at_b (k rotated by rope when rope is not NULL) and zeros after;
- * at_b = at_positions[b] + at_add (one integer per sequence, any shape). Rows outside [0, plen)
- * are never written. Same availability as decode attention. 0 ok, -1 error. */
+                                  const mlxb_array *lengths, int64_t length_add, const mlxb_attn_rows *rows,
+                                  float scale, float softcap, int64_t window, const mlxb_rope *rope,
+                                  const mlxb_array *after);
+/* A step's KV cache in one kernel: present [B, Hkv, plen, D] holds past rows t < at_b (zeros past
+ * the past buffer's length), the S new rows k/v ([B, S, Hkv * D], or [B, Hkv, 1, D] for one) at
+ * t = at_b + j (k rotated by rope when rope is not NULL) and zeros after; at_b = at_positions[b] +
+ * at_add (one integer per sequence, any shape), 0 when at_positions is NULL. The past buffers
+ * [B, Hkv, P, D] may have no rows (P = 0: nothing to copy). Rows outside [0, plen) are never
+ * written. Same availability as decode attention. 0 ok, -1 error. */
 int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_array *past_v, const mlxb_array *k,
                           const mlxb_array *v, const mlxb_array *at_positions, int64_t at_add, int64_t plen,
                           const mlxb_rope *rope, mlxb_array **present_k, mlxb_array **present_v);
@@ -321,7 +337,8 @@ int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *cons
                       bool product_only, mlxb_array **out);
 /* x [..., K] float16 times the transpose of packed weights w [N, K * bits / 32] (uint32, MLX's affine
  * layout) with float32 scales and biases [N, K / group_size], plus bias [N] (float16, or NULL) added
- * in float32 before the one rounding: y [..., N] float16. Every weight v = scale * q + bias enters
+ * in float32 before the one rounding: y [..., N] float16; with post [N] (float16, or NULL), y + post
+ * rounded again (a following Add node's arithmetic, in the same launch). Every weight v = scale * q + bias enters
  * as its float16 halves hi = float16(v) and lo = float16(v - hi), and every product of a float16
  * activation with a half is exact in float32: the float32 GEMM on the dequantized weights wherever
  * hi + lo == v, which the caller must know (v of at most 22 significant bits: float16 scales,
@@ -331,7 +348,8 @@ int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *cons
  * ORT_EP_MLX_QGEMM=0). */
 bool mlxb_qgemm_split_available(const mlxb_scope *s, int bits, int group_size);
 mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
-                             const mlxb_array *biases, const mlxb_array *bias, int group_size, int bits);
+                             const mlxb_array *biases, const mlxb_array *bias, const mlxb_array *post,
+                             int group_size, int bits);
 /* One direction of an RNN, GRU or LSTM as one operation on MLX's CPU stream (src/mlx/bridge_cpu_rnn.cpp):
  * xw [T, B, G*H] float32, the input projection of every step with the biases the lowering folds in
  * (gates in ONNX's order: LSTM i, o, f, c; GRU z, r, h), rw [G*H, H] the recurrence weights R of

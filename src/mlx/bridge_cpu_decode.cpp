@@ -49,10 +49,10 @@ int64_t add_sat(int64_t a, int64_t b) {
 
 /* The rotary parameters as the tasks read them (cos and sin float32 [rows, dims / 2]). */
 struct rope_params {
-  int32_t dims, add, interleaved, pad_;
+  int32_t dims, add, interleaved, per_row;
 };
 
-rope_params rope_of(const rope_inputs &r) { return {r.dims, r.add, r.interleaved ? 1 : 0, 0}; }
+rope_params rope_of(const rope_inputs &r) { return {r.dims, r.add, r.interleaved ? 1 : 0, r.per_row ? 1 : 0}; }
 
 /* A task's rotary inputs: positions, then the cos and sin caches (float32 [rows, dims / 2]), from
  * input `first` on; row(b) is sequence b's cache row, its position plus the offset clamped into the
@@ -66,7 +66,12 @@ struct rope_tables {
   rope_tables(const rope_params &p, const std::vector<mx::array> &in, size_t first)
       : r(p), positions(in[first]), cos(in[first + 1].data<float>()), sin(in[first + 2].data<float>()),
         rows(in[first + 1].shape(0)) {}
-  int64_t row(int b) const { return r.dims > 0 ? clamp_index(add_sat(int_at(positions, b), r.add), rows) : 0; }
+  /* new row j of sequence b (of `rows_per` rows): one position per row, or the sequence's plus j */
+  int64_t row(int b, int j, int rows_per) const {
+    if (r.dims == 0) return 0;
+    int64_t p = r.per_row ? int_at(positions, static_cast<size_t>(b) * rows_per + j) : add_sat(int_at(positions, b), j);
+    return clamp_index(add_sat(p, r.add), rows);
+  }
 };
 
 /* Channel d of row x rotated in float32 by cos/sin row pos: bridge_kernels.cpp's rotated(). */
@@ -92,7 +97,8 @@ void by_dtype(mx::Dtype t, F &&f) {
 /* ---- decode attention ----------------------------------------------------------------------- */
 
 struct attention_params {
-  int32_t batch, hq, hkv, rows, head, window, len_add, pad_;
+  int32_t batch, hq, hkv, rows, head, window, len_add, query_rows;
+  int32_t first, causal, window_from_row, pad_;
   float scale, cap;
   rope_params rope;
 };
@@ -153,7 +159,17 @@ void attend_one(const attention_params &p, const T *q, const T *k, const T *v, i
   for (int d = 0; d < D; d++) out[d] = static_cast<T>(l > 0.0f ? acc[d] / l : 0.0f);
 }
 
-/* inputs: q, k, v, lens, rope positions, cos, sin; output: q's shape */
+/* Keys [start, len) that query row `row` of a sequence of total length `total` sees: the CUDA
+ * kernel's bounds. */
+void row_keys(const attention_params &p, int64_t total, int row, int64_t *start, int64_t *len) {
+  const int64_t bound = (p.first ? 0 : total - p.query_rows) + row + 1;
+  *len = p.causal && bound < total ? std::max<int64_t>(bound, 0) : total;
+  const int64_t from = p.window_from_row ? bound : *len;
+  *start = p.window > 0 && from > p.window ? std::min<int64_t>(from - p.window, *len) : 0;
+}
+
+/* inputs: q, k, v, lens, rope positions, cos, sin; output: q's shape. Units (sequence, row, head)
+ * in q's order; a prompt's shared with the pool's helpers. */
 void attention_task(const attention_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
   const mx::array &lens = in[3];
   const rope_tables rope(p.rope, in, 4);
@@ -161,24 +177,27 @@ void attention_task(const attention_params &p, const std::vector<mx::array> &in,
     using T = decltype(zero);
     const T *q = in[0].data<T>(), *k = in[1].data<T>(), *v = in[2].data<T>();
     T *y = out[0].data<T>();
-    const int D = p.head, group = p.hq / p.hkv;
-    for (int b = 0; b < p.batch; b++) {
-      const int64_t len = std::clamp<int64_t>(add_sat(int_at(lens, b), p.len_add), 0, p.rows);
-      const int64_t start = p.window > 0 && len > p.window ? len - p.window : 0;
-      const int64_t pos = rope.row(b);
-      for (int h = 0; h < p.hq; h++) {
-        const size_t bh = static_cast<size_t>(b) * p.hq + h, kvh = static_cast<size_t>(b) * p.hkv + h / group;
-        attend_one<T>(p, q + bh * D, k + kvh * p.rows * D, v + kvh * p.rows * D, len, start, rope.cos,
-                      rope.sin, pos, y + bh * D);
+    const int D = p.head, group = p.hq / p.hkv, S = p.query_rows;
+    const int64_t units = static_cast<int64_t>(p.batch) * S * p.hq;
+    cpu_parallel_rows(units, S > 1, [&](int64_t first, int64_t last) {
+      for (int64_t u = first; u < last; u++) {
+        const int h = static_cast<int>(u % p.hq), row = static_cast<int>(u / p.hq % S);
+        const int b = static_cast<int>(u / (static_cast<int64_t>(p.hq) * S));
+        const int64_t total = std::clamp<int64_t>(add_sat(int_at(lens, b), p.len_add), 0, p.rows);
+        int64_t start, len;
+        row_keys(p, total, row, &start, &len);
+        const size_t kvh = static_cast<size_t>(b) * p.hkv + h / group;
+        attend_one<T>(p, q + u * D, k + kvh * p.rows * D, v + kvh * p.rows * D, len, start, rope.cos, rope.sin,
+                      rope.row(b, row, S), y + u * D);
       }
-    }
+    });
   });
 }
 
 /* ---- KV append --------------------------------------------------------------------------------- */
 
 struct append_params {
-  int32_t batch, hkv, past_rows, plen, head, at_add;
+  int32_t batch, hkv, past_rows, plen, head, at_add, rows, at_zero;
   rope_params rope;
 };
 
@@ -192,9 +211,8 @@ void append_task(const append_params &p, const std::vector<mx::array> &in, std::
     T *ok = out[0].data<T>(), *ov = out[1].data<T>();
     const int D = p.head;
     for (int b = 0; b < p.batch; b++) {
-      const int64_t at = add_sat(int_at(at_pos, b), p.at_add);
-      const int64_t pos = rope.row(b);
-      /* rows [0, min(at, past_rows, plen)) from the past, the new row at `at` when inside, zeros elsewhere */
+      const int64_t at = p.at_zero ? 0 : add_sat(int_at(at_pos, b), p.at_add);
+      /* rows [0, min(at, past_rows, plen)) from the past, new row j at `at + j` when inside, zeros elsewhere */
       const int64_t copied = std::clamp<int64_t>(std::min<int64_t>(at, p.past_rows), 0, p.plen);
       for (int h = 0; h < p.hkv; h++) {
         const size_t bh = static_cast<size_t>(b) * p.hkv + h;
@@ -203,10 +221,15 @@ void append_task(const append_params &p, const std::vector<mx::array> &in, std::
         std::copy(pv + bh * p.past_rows * D, pv + (bh * p.past_rows + copied) * D, dv);
         std::fill(dk + copied * D, dk + static_cast<size_t>(p.plen) * D, static_cast<T>(0.0f));
         std::fill(dv + copied * D, dv + static_cast<size_t>(p.plen) * D, static_cast<T>(0.0f));
-        if (at < 0 || at >= p.plen) continue;
-        for (int d = 0; d < D; d++) {
-          dk[at * D + d] = static_cast<T>(rotated(k + bh * D, d, p.rope, rope.cos, rope.sin, pos));
-          dv[at * D + d] = v[bh * D + d];
+        for (int j = 0; j < p.rows; j++) {
+          const int64_t t = add_sat(at, j);
+          if (t < 0 || t >= p.plen) continue;
+          const size_t fresh = ((static_cast<size_t>(b) * p.rows + j) * p.hkv + h) * D;
+          const int64_t pos = rope.row(b, j, p.rows);
+          for (int d = 0; d < D; d++) {
+            dk[t * D + d] = static_cast<T>(rotated(k + fresh, d, p.rope, rope.cos, rope.sin, pos));
+            dv[t * D + d] = v[fresh + d];
+          }
         }
       }
     }
@@ -262,12 +285,13 @@ bool cpu_decode_takes(const mlxb_scope *s, mx::Dtype t) {
 }
 
 mx::array cpu_decode_attention(const mlxb_scope *s, const mx::array &q, const mx::array &k, const mx::array &v,
-                               const mx::array &lens, int len_add, float scale, float softcap, int window,
-                               const rope_inputs &rope) {
+                               const mx::array &lens, int len_add, const attn_span &span, float scale, float softcap,
+                               int window, const rope_inputs &rope) {
   attention_params p;
   std::memset(&p, 0, sizeof p);
   p.batch = k.shape(0), p.hkv = k.shape(1), p.rows = k.shape(2), p.head = k.shape(3);
-  p.hq = static_cast<int32_t>(q.size() / (static_cast<size_t>(p.batch) * p.head));
+  p.query_rows = span.rows, p.first = span.first, p.causal = span.causal, p.window_from_row = span.window_from_row;
+  p.hq = static_cast<int32_t>(q.size() / (static_cast<size_t>(p.batch) * span.rows * p.head));
   p.window = window, p.len_add = len_add, p.scale = scale, p.cap = softcap, p.rope = rope_of(rope);
   if (p.head > MAX_HEAD) throw bridge_error("decode attention: head size above 256");
   return make_task(s, "EpCpuDecodeAttention", p, attention_task,
@@ -277,12 +301,13 @@ mx::array cpu_decode_attention(const mlxb_scope *s, const mx::array &q, const mx
 }
 
 std::pair<mx::array, mx::array> cpu_kv_append(const mlxb_scope *s, const mx::array &past_k, const mx::array &past_v,
-                                              const mx::array &k, const mx::array &v, const mx::array &at, int at_add,
-                                              int plen, const rope_inputs &rope) {
+                                              int past_rows, const mx::array &k, const mx::array &v, int rows,
+                                              const mx::array &at, bool at_zero, int at_add, int plen,
+                                              const rope_inputs &rope) {
   append_params p;
   std::memset(&p, 0, sizeof p);
-  p.batch = past_k.shape(0), p.hkv = past_k.shape(1), p.past_rows = past_k.shape(2), p.head = past_k.shape(3);
-  p.plen = plen, p.at_add = at_add, p.rope = rope_of(rope);
+  p.batch = past_k.shape(0), p.hkv = past_k.shape(1), p.past_rows = past_rows, p.head = past_k.shape(3);
+  p.plen = plen, p.at_add = at_add, p.rows = rows, p.at_zero = at_zero, p.rope = rope_of(rope);
   mx::Shape shape = {p.batch, p.hkv, plen, p.head};
   auto outs = make_task(s, "EpCpuKvAppend", p, append_task,
                         {past_k, past_v, k, v, at, rope.pos, float_cache(rope.cos, s), float_cache(rope.sin, s)},

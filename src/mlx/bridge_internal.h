@@ -423,11 +423,20 @@ int small_offset(int64_t v, const char *what);
 struct rope_inputs {
   mx::array pos, cos, sin;
   int dims, add;
-  bool interleaved;
+  bool interleaved, per_row; /* per_row: positions hold one per new row (B * rows), not per sequence */
 };
-rope_inputs rope_for(const mlxb_rope *rope, int batch, int head, mx::Dtype t, mx::StreamOrDevice dev);
+rope_inputs rope_for(const mlxb_rope *rope, int batch, int rows, int head, mx::Dtype t, mx::StreamOrDevice dev);
 mx::array per_sequence(const mx::array &a, int batch, const char *what, mx::StreamOrDevice dev);
 void check_step_rows(const mx::array &x, int b, int heads, int d, const char *what);
+/* A step's S new rows: [B, S, H * D], or [B, H, 1, D] when S is 1; returns S. */
+int check_new_rows(const mx::array &x, int b, int heads, int d, const char *what);
+/* Which keys query rows see (mlxb_attn_rows, rows NULL: one causal decode row) as the kernels and
+ * primitives take it. */
+struct attn_span {
+  int rows;
+  bool first, causal, window_from_row;
+};
+attn_span span_of(const mlxb_attn_rows *rows);
 
 /* The decode step's kernels as primitives of MLX's CPU stream (bridge_cpu_decode.cpp): the same
  * arithmetic as the CUDA kernels of bridge_kernels.cpp (float32 inside, rounded once to T), for
@@ -436,11 +445,13 @@ void check_step_rows(const mx::array &x, int b, int heads, int d, const char *wh
  * integer dtype, one per sequence. */
 bool cpu_decode_takes(const mlxb_scope *s, mx::Dtype t);
 mx::array cpu_decode_attention(const mlxb_scope *s, const mx::array &q, const mx::array &k, const mx::array &v,
-                               const mx::array &lens, int len_add, float scale, float softcap, int window,
-                               const rope_inputs &rope);
+                               const mx::array &lens, int len_add, const attn_span &span, float scale, float softcap,
+                               int window, const rope_inputs &rope);
+/* past_rows: the past buffer's (0: past_k/past_v are placeholders); at_zero: every at_b is 0 */
 std::pair<mx::array, mx::array> cpu_kv_append(const mlxb_scope *s, const mx::array &past_k, const mx::array &past_v,
-                                              const mx::array &k, const mx::array &v, const mx::array &at, int at_add,
-                                              int plen, const rope_inputs &rope);
+                                              int past_rows, const mx::array &k, const mx::array &v, int rows,
+                                              const mx::array &at, bool at_zero, int at_add, int plen,
+                                              const rope_inputs &rope);
 std::pair<mx::array, mx::array> cpu_rms_norm(const mlxb_scope *s, const mx::array &x, const std::optional<mx::array> &skip,
                                              const std::optional<mx::array> &bias, const mx::array &gamma, float eps,
                                              bool want_sum);

@@ -38,21 +38,27 @@ enum { DECODE_WARPS = 8, DECODE_MAX_HEAD = 256 };
 
 const char *decode_attention_source = R"(
   constexpr int EPL = (HEAD + 31) / 32;
+  /* bh: (sequence b, query row, head h), in q's order [B, ROWS, HQ, HEAD] */
+  const int ROWS = rows[0];
   const int bh = blockIdx.x / PARTS, part = blockIdx.x % PARTS;
-  const int b = bh / HQ, h = bh % HQ, kvh = h / (HQ / HKV);
+  const int h = bh % HQ, row = (bh / HQ) % ROWS, b = bh / (HQ * ROWS), kvh = h / (HQ / HKV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = params[0], cap = params[1];
   const int S = k_shape[2];
   const long long raw_len = (long long)lens[b] + LEN_ADD;
-  const int len = raw_len < 0 ? 0 : (raw_len > S ? S : (int)raw_len);
-  const int start = WINDOW > 0 && len > WINDOW ? len - WINDOW : 0;
+  const int seq_len = raw_len < 0 ? 0 : (raw_len > S ? S : (int)raw_len);
+  /* the row's own end: base + row + 1, base 0 for a first prompt, else seq_len - ROWS */
+  const int bound = (FIRST ? 0 : seq_len - ROWS) + row + 1;
+  const int len = CAUSAL && bound < seq_len ? (bound < 0 ? 0 : bound) : seq_len;
+  const int from = WIN_BOUND ? bound : len;
+  const int start = WINDOW > 0 && from > WINDOW ? (from - WINDOW < len ? from - WINDOW : len) : 0;
   const int chunk = (len - start + PARTS - 1) / PARTS; /* this block's share of [start, len) */
   const int lo = start + part * chunk, hi = lo + chunk < len ? lo + chunk : len;
   const T* qp = q + (size_t)bh * HEAD;
   const T* kp = k + (size_t)(b * HKV + kvh) * S * HEAD;
   const T* vp = v + (size_t)(b * HKV + kvh) * S * HEAD;
   float qv[EPL], acc[EPL];
-  const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + POS_ADD, cos_shape[0]) : 0;
+  const int pos = ROT > 0 ? clamp_position(row_position(rope_pos, b, row, ROWS, POS_ROWS, POS_ADD), cos_shape[0]) : 0;
   for (int i = 0; i < EPL; i++) {
     int d = lane + 32 * i;
     qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(qp, d, cos, sin, pos))) : 0.0f;
@@ -135,6 +141,11 @@ __device__ inline float merged_output(const float* m, const float* acc, int n, i
 __device__ inline int clamp_position(long long p, int rows) {
   return p < 0 ? 0 : (p >= rows ? rows - 1 : (int)p);
 }
+/* row j of sequence b's rotary position: one position per row, or the sequence's plus j */
+template <typename P>
+__device__ inline long long row_position(const P* pos, int b, int j, int rows, bool per_row, int add) {
+  return per_row ? (long long)pos[(size_t)b * rows + j] + add : (long long)pos[b] + add + j;
+}
 template <typename T, int ROT, bool INTER, typename C>
 __device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, int pos) {
   if (ROT == 0 || d >= ROT) return static_cast<float>(x[d]);
@@ -150,14 +161,15 @@ __device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, i
 )";
 
 const cuda_kernel_spec decode_attention_kernel = {
-    "ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order"},
+    "ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order", "rows"},
     {"out", "part_max", "part_sum", "part_acc"}, decode_attention_source, rope_header, true};
 
 const cuda_kernel_spec decode_merge_kernel = {
     "ort_ep_mlx_decode_merge", {"part_max", "part_sum", "part_acc"}, {"out"}, decode_merge_source, rope_header, true};
 
 const char *kv_append_source = R"(
-  const int B = past_k_shape[0], HKV = past_k_shape[1], P = past_k_shape[2], PLEN = plen[0];
+  /* P: the past buffer's rows (0 without one: its input is then a placeholder) */
+  const int B = past_k_shape[0], HKV = past_k_shape[1], PLEN = plen[0], P = plen[1], ROWS = plen[2];
   const long long n = (long long)B * HKV * PLEN * HEAD;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n) return;
@@ -165,18 +177,20 @@ const char *kv_append_source = R"(
   const long long row = idx / HEAD;
   const int t = row % PLEN;
   const long long bh = row / PLEN;
-  const int b = bh / HKV;
-  const long long at = (long long)at_pos[b] + AT_ADD;
+  const int b = bh / HKV, h = bh % HKV;
+  const long long at = AT_ZERO ? 0 : (long long)at_pos[b] + AT_ADD;
+  const long long j = t - at; /* the new row this one takes, when in [0, ROWS) */
   T kv = static_cast<T>(0.0f), vv = static_cast<T>(0.0f);
   if (t < at) {
     if (t < P) {
       kv = past_k[(bh * P + t) * HEAD + d];
       vv = past_v[(bh * P + t) * HEAD + d];
     }
-  } else if (t == at) {
-    const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + POS_ADD, cos_shape[0]) : 0;
-    kv = static_cast<T>(rotated<T, ROT, INTER>(k + bh * HEAD, d, cos, sin, pos));
-    vv = v[bh * HEAD + d];
+  } else if (j < ROWS) {
+    const int pos = ROT > 0 ? clamp_position(row_position(rope_pos, b, (int)j, ROWS, POS_ROWS, POS_ADD), cos_shape[0]) : 0;
+    const size_t fresh = (((size_t)b * ROWS + j) * HKV + h) * HEAD;
+    kv = static_cast<T>(rotated<T, ROT, INTER>(k + fresh, d, cos, sin, pos));
+    vv = v[fresh + d];
   }
   out_k[idx] = kv;
   out_v[idx] = vv;
@@ -566,12 +580,14 @@ const char *qgemm_split_source = R"(
           partial[((size_t)blockIdx.z * M + m) * N + n] = sum;
         } else {
           const float b = HAS_BIAS ? static_cast<float>(bias[n]) : 0.0f;
-          out[(size_t)m * N + n] = __float2half_rn(sum + b);
+          const __half y = __float2half_rn(sum + b);
+          out[(size_t)m * N + n] = POST ? __float2half_rn(__half2float(y) + __half2float(post[n])) : y;
         }
       }
 )";
 
-/* The split-K partial sums [S, M, N] of qgemm_split added in order, the bias added, rounded once. */
+/* The split-K partial sums [S, M, N] of qgemm_split added in order, the bias added, rounded once;
+ * with POST, a following Add's constant [N] added to that and rounded again (the Add's arithmetic). */
 const char *qgemm_reduce_source = R"(
   const int S = partial_shape[0], M = partial_shape[1], N = partial_shape[2];
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -579,15 +595,16 @@ const char *qgemm_reduce_source = R"(
   float sum = 0.0f;
   for (int s = 0; s < S; s++) sum += partial[(size_t)s * M * N + idx];
   const float b = HAS_BIAS ? static_cast<float>(bias[idx % N]) : 0.0f;
-  out[idx] = __float2half_rn(sum + b);
+  const __half y = __float2half_rn(sum + b);
+  out[idx] = POST ? __float2half_rn(__half2float(y) + __half2float(post[idx % N])) : y;
 )";
 
 const cuda_kernel_spec qgemm_split_kernel = {
-    "ort_ep_mlx_qgemm_split", {"x", "w", "scales", "biases", "bias"}, {"out", "partial"}, qgemm_split_source,
+    "ort_ep_mlx_qgemm_split", {"x", "w", "scales", "biases", "bias", "post"}, {"out", "partial"}, qgemm_split_source,
     qgemm_header, true};
 
 const cuda_kernel_spec qgemm_reduce_kernel = {
-    "ort_ep_mlx_qgemm_reduce", {"partial", "bias"}, {"out"}, qgemm_reduce_source, "", true};
+    "ort_ep_mlx_qgemm_reduce", {"partial", "bias", "post"}, {"out"}, qgemm_reduce_source, "", true};
 
 /* Integer ReduceSum / ReduceMean as ORT's CPU EP computes them, on the GPU: each row of x [R, C]
  * (int32 or int64) summed in float64 (a warp per row: lanes take every 32nd element, then
@@ -658,18 +675,21 @@ int small_offset(int64_t v, const char *what) {
 /* The rope's arrays for a kernel (one-element constants when there is none: the kernels' inputs
  * are fixed) and its template arguments. Positions are read as positions[b] + add, from an integer
  * array of any shape holding one per sequence: no reshape or cast enters the graph for them. */
-rope_inputs rope_for(const mlxb_rope *rope, int batch, int head, mx::Dtype t, mx::StreamOrDevice dev) {
+rope_inputs rope_for(const mlxb_rope *rope, int batch, int rows, int head, mx::Dtype t, mx::StreamOrDevice dev) {
   if (!rope) {
     mx::array one = mx::array({0.0f}, {1, 1}, t);
-    return {mx::array({0}, {1}, mx::int64), one, one, 0, 0, false};
+    return {mx::array({0}, {1}, mx::int64), one, one, 0, 0, false, false};
   }
   const mx::array &c = arr(rope->cos), &sn = arr(rope->sin), &p = arr(rope->positions);
+  bool per_row = rows > 1 && p.size() == static_cast<size_t>(batch) * rows;
   if (c.ndim() != 2 || sn.shape() != c.shape() || c.shape(0) < 1 || rope->dims != 2 * c.shape(1) ||
-      rope->dims > head || p.size() != static_cast<size_t>(batch))
-    throw bridge_error("rope: caches must be [max_position, dims / 2] with dims <= head size, one position per sequence");
+      rope->dims > head || (!per_row && p.size() != static_cast<size_t>(batch)))
+    throw bridge_error("rope: caches must be [max_position, dims / 2] with dims <= head size, one position per "
+                       "sequence or per row");
   if (sn.dtype() != c.dtype()) throw bridge_error("rope: cos and sin caches of different dtypes");
   mx::array pos = mx::issubdtype(p.dtype(), mx::integer) ? p : mx::astype(p, mx::int64, dev);
-  return {pos, c, sn, static_cast<int>(rope->dims), small_offset(rope->position_add, "rope"), rope->interleaved};
+  return {pos, c, sn, static_cast<int>(rope->dims), small_offset(rope->position_add, "rope"), rope->interleaved,
+          per_row};
 }
 
 /* A per-sequence integer array (lengths, positions) as a kernel reads it: element b of any shape. */
@@ -686,12 +706,36 @@ void check_step_rows(const mx::array &x, int b, int heads, int d, const char *wh
   if (!split && !packed) throw bridge_error(std::string(what) + " must be [B, H, 1, D] or [B, 1, H * D]");
 }
 
+int check_new_rows(const mx::array &x, int b, int heads, int d, const char *what) {
+  bool packed = x.ndim() == 3 && x.shape(0) == b && x.shape(1) >= 1 && x.shape(2) == heads * d;
+  if (packed) return x.shape(1);
+  check_step_rows(x, b, heads, d, what);
+  return 1;
+}
+
+attn_span span_of(const mlxb_attn_rows *rows) {
+  if (!rows) return {1, false, true, false};
+  if (rows->rows < 1 || rows->rows > (1 << 20)) throw bridge_error("attention rows out of range");
+  return {static_cast<int>(rows->rows), rows->first, !rows->bidirectional, rows->window_from_row};
+}
+
 } // namespace mlxb_detail
 
 bool mlxb_decode_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size) {
   bool float_type = t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16;
   if (!s || !float_type || head_size <= 0 || head_size > DECODE_MAX_HEAD) return false;
   return is_cuda_gpu(s) || (is_cpu_scope(s) && cpu_decode_takes(s, to_mx(t)));
+}
+
+/* ORT_EP_MLX_ROWS_ATTENTION: unset or "gpu", MLX's CUDA backend; "all", CPU scopes too; "0", never */
+bool mlxb_rows_attention_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size) {
+  static const int mode = [] {
+    const char *v = std::getenv("ORT_EP_MLX_ROWS_ATTENTION");
+    if (!v || !std::strcmp(v, "gpu")) return 1;
+    return !std::strcmp(v, "all") ? 2 : 0;
+  }();
+  if (!mlxb_decode_attention_available(s, t, head_size)) return false;
+  return mode == 2 || (mode == 1 && is_cuda_gpu(s));
 }
 
 bool mlxb_decode_kv_write_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size) {
@@ -714,15 +758,18 @@ static int decode_parts(int cache_rows) {
 }
 
 mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v,
-                                  const mlxb_array *lengths, int64_t length_add, float scale, float softcap,
-                                  int64_t window, const mlxb_rope *rope, const mlxb_array *after) {
+                                  const mlxb_array *lengths, int64_t length_add, const mlxb_attn_rows *rows,
+                                  float scale, float softcap, int64_t window, const mlxb_rope *rope,
+                                  const mlxb_array *after) {
   return guard(s, "mlxb_decode_attention", [&] {
     const mx::array &qa = arr(q), &ka = arr(k), &va = arr(v), &la = arr(lengths);
     if (ka.ndim() != 4 || va.ndim() != 4 || (qa.ndim() != 4 && qa.ndim() != 3))
-      throw bridge_error("decode attention takes q [B, Hq, 1, D] or [B, 1, Hq * D] and k, v [B, Hkv, S, D]");
+      throw bridge_error("decode attention takes q [B, S, Hq * D] or [B, Hq, 1, D] and k, v [B, Hkv, T, D]");
     int b = ka.shape(0), hkv = ka.shape(1), len = ka.shape(2), d = ka.shape(3);
-    int hq = qa.ndim() == 4 ? qa.shape(1) : (d > 0 ? qa.shape(2) / d : 0);
-    check_step_rows(qa, b, hq, d, "decode attention: q");
+    attn_span span = span_of(rows);
+    int hq = qa.ndim() == 4 ? qa.shape(1) : (d > 0 && span.rows > 0 ? qa.shape(2) / d : 0);
+    if (check_new_rows(qa, b, hq, d, "decode attention: q") != span.rows)
+      throw bridge_error("decode attention: q's rows are not the span's");
     if (va.shape() != ka.shape() || hkv <= 0 || hq <= 0 || hq % hkv || d > DECODE_MAX_HEAD)
       throw bridge_error("decode attention: shapes do not fit");
     if (!mlxb_decode_attention_available(s, from_mx(qa.dtype()), d))
@@ -730,25 +777,26 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
     mx::Dtype t = qa.dtype();
     auto dev = scope_dev(s);
     mx::array kk = mx::astype(ka, t, dev), vv = mx::astype(va, t, dev);
+    int win = static_cast<int>(window > 0 && window < len ? window : 0);
+    rope_inputs r = rope_for(rope, b, span.rows, d, t, dev);
     if (is_cpu_scope(s))
       return cpu_decode_attention(s, qa, kk, vv, per_sequence(la, b, "decode attention: lengths", dev),
-                                  small_offset(length_add, "decode attention"), scale, softcap > 0 ? softcap : 0.0f,
-                                  static_cast<int>(window > 0 && window < len ? window : 0), rope_for(rope, b, d, t, dev));
+                                  small_offset(length_add, "decode attention"), span, scale,
+                                  softcap > 0 ? softcap : 0.0f, win, r);
     mx::array params = mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32);
-    rope_inputs r = rope_for(rope, b, d, t, dev);
-    int threads = DECODE_WARPS * 32, parts = decode_parts(len);
-    int64_t heads = static_cast<int64_t>(b) * hq;
+    int threads = DECODE_WARPS * 32, parts = span.rows == 1 ? decode_parts(len) : 1;
+    int64_t heads = static_cast<int64_t>(b) * span.rows * hq;
     if (heads * parts * threads > std::numeric_limits<int>::max()) throw bridge_error("decode attention: too many heads");
     int partials = static_cast<int>(heads * parts);
     auto outs = run_cuda_kernel(decode_attention_kernel,
         {qa, kk, vv, per_sequence(la, b, "decode attention: lengths", dev), params, r.pos, r.cos, r.sin,
-         after ? arr(after) : mx::array({0}, {1}, mx::int32)},
+         after ? arr(after) : mx::array({0}, {1}, mx::int32), mx::array({span.rows}, {1}, mx::int32)},
         {qa.shape(), {partials}, {partials}, {partials, d}}, {t, mx::float32, mx::float32, mx::float32},
         {partials * threads, 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)},
-         {"WINDOW", static_cast<int>(window > 0 && window < len ? window : 0)}, {"ROT", r.dims},
-         {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode attention")}, {"POS_ADD", r.add},
-         {"PARTS", parts}},
+        {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)}, {"WINDOW", win},
+         {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode attention")},
+         {"POS_ADD", r.add}, {"PARTS", parts}, {"FIRST", span.first}, {"CAUSAL", span.causal},
+         {"WIN_BOUND", span.window_from_row}, {"POS_ROWS", r.per_row}},
         s, parts == 1 ? 0xeu : 0x1u); /* the output, or the partitions' running values */
     if (parts == 1) return outs.at(0);
     int merge_threads = (d + 31) / 32 * 32;
@@ -766,23 +814,29 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
   if (present_v) *present_v = nullptr;
   return guard_status(s, "mlxb_decode_kv_append", [&] {
     if (!present_k || !present_v) throw null_arg{};
-    const mx::array &pk = arr(past_k), &pv = arr(past_v), &ka = arr(k), &va = arr(v), &at = arr(at_positions);
-    if (pk.ndim() != 4 || pv.shape() != pk.shape())
-      throw bridge_error("kv append takes past k, v [B, Hkv, P, D] and the new rows");
-    int b = pk.shape(0), hkv = pk.shape(1), d = pk.shape(3);
-    check_step_rows(ka, b, hkv, d, "kv append: k");
-    check_step_rows(va, b, hkv, d, "kv append: v");
-    if (plen < pk.shape(2) || plen > std::numeric_limits<int>::max() || d > DECODE_MAX_HEAD)
+    const mx::array &pka = arr(past_k), &pva = arr(past_v), &ka = arr(k), &va = arr(v);
+    if (pka.ndim() != 4 || pva.shape() != pka.shape())
+      throw bridge_error("kv append takes past k, v [B, Hkv, P, D] (P may be 0) and the new rows");
+    int b = pka.shape(0), hkv = pka.shape(1), d = pka.shape(3), past_rows = pka.shape(2);
+    bool has_past = past_rows > 0;
+    int rows = check_new_rows(ka, b, hkv, d, "kv append: k");
+    if (check_new_rows(va, b, hkv, d, "kv append: v") != rows) throw bridge_error("kv append: k and v rows differ");
+    if (plen < past_rows || plen < 1 || plen > std::numeric_limits<int>::max() || d > DECODE_MAX_HEAD)
       throw bridge_error("kv append: shapes do not fit");
     if (!mlxb_decode_attention_available(s, from_mx(ka.dtype()), d))
       throw bridge_error("kv append: not available for this dtype or device");
     mx::Dtype t = ka.dtype();
     auto dev = scope_dev(s);
-    rope_inputs r = rope_for(rope, b, d, t, dev);
+    rope_inputs r = rope_for(rope, b, rows, d, t, dev);
+    bool at_zero = at_positions == nullptr;
+    mx::array at = at_zero ? mx::array({0}, {1}, mx::int64) : per_sequence(arr(at_positions), b, "kv append: positions", dev);
+    /* without past rows, one-row placeholders of the new rows' dtype (never read: P is 0) */
+    mx::array pk = has_past ? mx::astype(pka, t, dev) : mx::zeros({b, hkv, 1, d}, t, dev);
+    mx::array pv = has_past ? mx::astype(pva, t, dev) : pk;
+    int add = small_offset(at_add, "kv append");
     if (is_cpu_scope(s)) {
-      auto [out_k, out_v] = cpu_kv_append(s, mx::astype(pk, t, dev), mx::astype(pv, t, dev), ka, mx::astype(va, t, dev),
-                                          per_sequence(at, b, "kv append: positions", dev),
-                                          small_offset(at_add, "kv append"), static_cast<int>(plen), r);
+      auto [out_k, out_v] = cpu_kv_append(s, pk, pv, past_rows, ka, mx::astype(va, t, dev), rows, at, at_zero, add,
+                                          static_cast<int>(plen), r);
       *present_k = scope_keep(s, out_k);
       *present_v = scope_keep(s, out_v);
       return;
@@ -792,12 +846,11 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
     if (n > std::numeric_limits<int>::max()) throw bridge_error("kv append: cache too large for one launch");
     mx::Shape shape = {b, hkv, static_cast<int>(plen), d};
     auto outs = run_cuda_kernel(kv_append_kernel,
-        {mx::astype(pk, t, dev), mx::astype(pv, t, dev), ka, mx::astype(va, t, dev),
-         per_sequence(at, b, "kv append: positions", dev), mx::array({static_cast<int>(plen)}, {1}, mx::int32),
-         r.pos, r.cos, r.sin},
+        {pk, pv, ka, mx::astype(va, t, dev), at, mx::array({static_cast<int>(plen), past_rows, rows}, {3}, mx::int32), r.pos,
+         r.cos, r.sin},
         {shape, shape}, {t, t}, {static_cast<int>(n), 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}, {"AT_ADD", small_offset(at_add, "kv append")},
-         {"POS_ADD", r.add}},
+        {{"T", t}, {"HEAD", d}, {"ROT", r.dims}, {"INTER", r.interleaved}, {"AT_ADD", add}, {"POS_ADD", r.add},
+         {"AT_ZERO", at_zero}, {"POS_ROWS", r.per_row}},
         s);
     *present_k = scope_keep(s, outs.at(0));
     *present_v = scope_keep(s, outs.at(1));
@@ -821,7 +874,7 @@ mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const
       throw bridge_error("kv write runs on MLX's CUDA backend only");
     mx::Dtype t = ka.dtype();
     auto dev = scope_dev(s);
-    rope_inputs r = rope_for(rope, b, d, t, dev);
+    rope_inputs r = rope_for(rope, b, 1, d, t, dev);
     int threads = 256;
     int64_t n = static_cast<int64_t>(b) * hkv * d;
     int64_t grid = (n + threads - 1) / threads * threads;
@@ -1053,7 +1106,8 @@ int qgemm_splits(int64_t tiles, int64_t steps) {
 } // namespace
 
 mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
-                             const mlxb_array *biases, const mlxb_array *bias, int group_size, int bits) {
+                             const mlxb_array *biases, const mlxb_array *bias, const mlxb_array *post,
+                             int group_size, int bits) {
   return guard(s, "mlxb_qgemm_split", [&] {
     const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
     if (!mlxb_qgemm_split_available(s, bits, group_size))
@@ -1071,26 +1125,31 @@ mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_arra
     int64_t tiles_n = (n + TILE - 1) / TILE, tiles_m = (m + TILE - 1) / TILE;
     if (tiles_m > 65535 || tiles_n * THREADS > std::numeric_limits<int>::max())
       throw bridge_error("quantized GEMM: too many rows or columns for one launch");
-    if (bias && (arr(bias).ndim() != 1 || arr(bias).shape(0) != n))
+    if ((bias && (arr(bias).ndim() != 1 || arr(bias).shape(0) != n)) ||
+        (post && (arr(post).ndim() != 1 || arr(post).shape(0) != n)))
       throw bridge_error("quantized GEMM: the bias has one value per output");
     int splits = qgemm_splits(tiles_n * tiles_m, k / STEP);
     mx::array x2 = mx::reshape(xa, {static_cast<int>(m), static_cast<int>(k)}, dev);
     mx::array b = bias ? mx::astype(arr(bias), mx::float16, dev) : x2; /* not read without a bias */
+    mx::array p = post ? mx::astype(arr(post), mx::float16, dev) : x2;
     mx::Shape partial_shape = {splits, static_cast<int>(m), n};
-    auto outs = run_cuda_kernel(qgemm_split_kernel, {x2, wa, sa, ba, b},
+    auto outs = run_cuda_kernel(qgemm_split_kernel, {x2, wa, sa, ba, b, p},
                                 {{static_cast<int>(m), n}, splits > 1 ? partial_shape : mx::Shape{1}},
                                 {mx::float16, mx::float32},
                                 {static_cast<int>(tiles_n * THREADS), static_cast<int>(tiles_m), splits},
                                 {THREADS, 1, 1},
-                                {{"BITS", bits}, {"GROUP", group_size}, {"HAS_BIAS", bias != nullptr}}, s,
+                                {{"BITS", bits}, {"GROUP", group_size}, {"HAS_BIAS", bias != nullptr},
+                                 {"POST", post != nullptr}},
+                                s,
                                 splits > 1 ? 0x1u : 0x2u); /* the partial sums or the output */
     mx::array y = outs.at(0);
     if (splits > 1) {
       enum { REDUCE_THREADS = 256 };
       int64_t total = m * n, grid = (total + REDUCE_THREADS - 1) / REDUCE_THREADS * REDUCE_THREADS;
       if (grid > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMM: too many outputs");
-      y = run_cuda_kernel(qgemm_reduce_kernel, {outs.at(1), b}, {{static_cast<int>(m), n}}, {mx::float16},
-                          {static_cast<int>(grid), 1, 1}, {REDUCE_THREADS, 1, 1}, {{"HAS_BIAS", bias != nullptr}}, s)
+      y = run_cuda_kernel(qgemm_reduce_kernel, {outs.at(1), b, p}, {{static_cast<int>(m), n}}, {mx::float16},
+                          {static_cast<int>(grid), 1, 1}, {REDUCE_THREADS, 1, 1},
+                          {{"HAS_BIAS", bias != nullptr}, {"POST", post != nullptr}}, s)
               .at(0);
     }
     return mx::reshape(y, out_shape, dev);
@@ -1166,10 +1225,17 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
     std::vector<mx::array> cache = {z({1, 2, 1024, 64}, b), z({1, 2, 1024, 64}, b), z({1, 2, 1, 64}, b),
                                     z({1, 2, 1, 64}, b), z({1}, i64), z({1}, i64), z({4096, 32}, b), z({4096, 32}, b)};
     std::vector<mx::array> past = {z({1, 2, 255, 64}, h), z({1, 2, 255, 64}, h), z({1, 2, 1, 64}, h),
-                                   z({1, 2, 1, 64}, h), z({1}, i64), z({1}, mx::int32), z({1}, i64),
+                                   z({1, 2, 1, 64}, h), z({1}, i64), z({3}, mx::int32), z({1}, i64),
                                    z({4096, 32}, h), z({4096, 32}, h)};
+    std::vector<mx::array> prompt = {z({1, 2, 1, 64}, h), z({1, 2, 1, 64}, h), z({1, 128, 128}, h),
+                                     z({1, 128, 128}, h), z({1}, i64), z({3}, mx::int32), z({1, 128}, i64),
+                                     z({4096, 32}, h), z({4096, 32}, h)};
+    std::vector<mx::array> prompt_attn = {z({1, 128, 896}, h), z({1, 2, 128, 64}, h), z({1, 2, 128, 64}, h),
+                                          z({1}, i64), z({2}, f), z({1, 128}, i64), z({4096, 32}, h),
+                                          z({4096, 32}, h), z({1}, mx::int32), z({1}, mx::int32)};
     std::vector<mx::array> attn = {z({1, 1, 896}, h), z({1, 2, 256, 64}, h), z({1, 2, 256, 64}, h), z({1}, i64),
-                                   z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32)};
+                                   z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32),
+                                   z({1}, mx::int32)};
     std::vector<mx::array> norm = {z({1, 1, 896}, h), z({1, 1, 896}, h), z({896}, h), z({896}, h), z({1}, f)};
     std::vector<sample> samples = {
         {&qgemv_kernel, qkv, {h, h, h, h, h},
@@ -1182,20 +1248,32 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
          {{"T", h}, {"HAS_SKIP", true}, {"HAS_BIAS", false}, {"WRITE_SUM", true}, {"SKIP_RANK", 3}}},
         {&decode_attention_kernel, attn, {h, f, f, f},
          {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
-          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 1}}},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 1}, {"FIRST", false}, {"CAUSAL", true},
+          {"WIN_BOUND", false}, {"POS_ROWS", false}}},
         {&decode_attention_kernel, attn, {h, f, f, f},
          {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
-          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 8}}},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 8}, {"FIRST", false}, {"CAUSAL", true},
+          {"WIN_BOUND", false}, {"POS_ROWS", false}}},
+        {&decode_attention_kernel, prompt_attn, {h, f, f, f},
+         {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 1}, {"FIRST", true}, {"CAUSAL", true},
+          {"WIN_BOUND", false}, {"POS_ROWS", true}}},
         {&decode_merge_kernel, {z({112}, f), z({112}, f), z({112, 64}, f)}, {h}, {{"T", h}, {"HEAD", 64}, {"PARTS", 8}}},
         {&kv_append_kernel, past, {h, h},
-         {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
+         {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0},
+          {"AT_ZERO", false}, {"POS_ROWS", false}}},
+        {&kv_append_kernel, prompt, {h, h},
+         {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0},
+          {"AT_ZERO", true}, {"POS_ROWS", true}}},
         {&dequant_f32_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {f}, {{"BITS", 4}, {"GROUP", 32}}},
         {&dequant_f32_kernel, {z({128, 224}, u), z({128, 7}, f), z({128, 7}, f)}, {f}, {{"BITS", 8}, {"GROUP", 128}}},
-        {&qgemm_split_kernel, {z({80, 896}, h), z({128, 112}, u), z({128, 28}, f), z({128, 28}, f), z({128}, h)},
-         {h, f}, {{"BITS", 4}, {"GROUP", 32}, {"HAS_BIAS", true}}},
-        {&qgemm_split_kernel, {z({80, 896}, h), z({128, 224}, u), z({128, 7}, f), z({128, 7}, f), z({80, 896}, h)},
-         {h, f}, {{"BITS", 8}, {"GROUP", 128}, {"HAS_BIAS", false}}},
-        {&qgemm_reduce_kernel, {z({4, 80, 128}, f), z({128}, h)}, {h}, {{"HAS_BIAS", true}}},
+        {&qgemm_split_kernel,
+         {z({80, 896}, h), z({128, 112}, u), z({128, 28}, f), z({128, 28}, f), z({128}, h), z({128}, h)},
+         {h, f}, {{"BITS", 4}, {"GROUP", 32}, {"HAS_BIAS", true}, {"POST", true}}},
+        {&qgemm_split_kernel,
+         {z({80, 896}, h), z({128, 224}, u), z({128, 7}, f), z({128, 7}, f), z({80, 896}, h), z({80, 896}, h)},
+         {h, f}, {{"BITS", 8}, {"GROUP", 128}, {"HAS_BIAS", false}, {"POST", false}}},
+        {&qgemm_reduce_kernel, {z({4, 80, 128}, f), z({128}, h), z({128}, h)}, {h}, {{"HAS_BIAS", true}, {"POST", true}}},
         {&int_reduce_kernel, {z({2, 4096}, i64)}, {i64}, {{"T", i64}, {"MEAN", false}}},
         {&int_reduce_kernel, {z({3, 7}, mx::int32)}, {mx::int32}, {{"T", mx::int32}, {"MEAN", true}}},
         {&kv_write_kernel, cache, {mx::int32},

@@ -795,8 +795,61 @@ static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb
   }
   float softcap = ir_attr_float(n, "softcap", 0.0f);
   int64_t window = ir_attr_int(n, "local_window_size", -1);
-  mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, seqlens, 1, attn_contrib_scale(n, h), softcap,
-                                        window, rot, written);
+  mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, seqlens, 1, NULL, attn_contrib_scale(n, h),
+                                        softcap, window, rot, written);
+  return attn_set_outputs(c, y, present_k, present_v, NULL);
+}
+
+/* A prompt (S > 1 new rows) as the step's two kernels, where the bridge takes many rows (MLX's CUDA
+ * backend): the present cache with the S new key rows rotated in, and attention whose query row s
+ * sees keys up to its own position (ORT's causal bound min(past_b + s + 1, total_b), a window
+ * below it), rotating the queries itself. Forms the kernels do not have (packed QKV, an
+ * attention bias, head sinks, smooth softmax, qk snapshots) keep the composed lowering. */
+static bool gqa_rows_fit(op_ctx *c, mlxb_dtype t, int64_t h, int64_t hv, int64_t seq) {
+  const ir_node *n = op_node(c);
+  if (seq < 2 || op_has_input(c, 10) || op_has_input(c, 11)) return false;
+  if (attn_flag(n, "smooth_softmax", 0) || ir_attr_int(n, "qk_output", 0) != 0) return false;
+  return hv == h && mlxb_rows_attention_available(op_scope(c), t, h);
+}
+
+static int gqa_rows(op_ctx *c, mlxb_array *seqlens, int64_t seq, int64_t h, int64_t plen, bool first) {
+  mlxb_scope *s = op_scope(c);
+  const ir_node *n = op_node(c);
+  mlxb_array *q = op_input(c, 0), *k = op_input(c, 1), *v = op_input(c, 2), *pk = op_input(c, 3),
+             *pv = op_input(c, 4);
+  int64_t b = mlxb_dim(q, 0), kv_heads = ir_attr_int(n, "kv_num_heads", 0);
+  mlxb_rope rope = {0}, *rot = NULL;
+  if (attn_flag(n, "do_rotary", 0)) {
+    mlxb_array *past_b = NULL;
+    if (!first) {
+      mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, op_util_cast(s, mlxb_reshape(s, seqlens, &b, 1), MLXB_I64),
+                                        mlxb_scalar_i64(s, 1, MLXB_I64));
+      past_b = mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64));
+    }
+    mlxb_array *pos = gqa_rope_positions(c, b, seq, h, past_b, false);
+    if (!pos) return -1;
+    int64_t per_row[2] = {b, seq}; /* a first prompt's are [1, S] */
+    mlxb_array *cos = op_input(c, 7), *sin = op_input(c, 8);
+    rope = (mlxb_rope){.cos = cos, .sin = sin, .positions = mlxb_broadcast_to(s, pos, per_row, 2),
+                       .dims = 2 * mlxb_dim(cos, 1),
+                       .interleaved = attn_flag(n, "rotary_interleaved", 0)};
+    rot = &rope;
+  }
+  if (!pk) {
+    int64_t none[4] = {b, kv_heads, 0, h};
+    pk = pv = mlxb_zeros(s, none, 4, mlxb_type(k));
+  }
+  mlxb_array *present_k = NULL, *present_v = NULL;
+  if (mlxb_decode_kv_append(s, pk, pv, k, v, first ? NULL : seqlens, 1 - seq, plen, rot, &present_k, &present_v))
+    return op_check(c);
+  float softcap = ir_attr_float(n, "softcap", 0.0f);
+  /* ORT's float32 flash kernel bounds a window by the row's own end, its generic kernel by the
+   * visible end; they differ only on padding rows past total_b */
+  bool flash = mlxb_type(q) == MLXB_F32 && softcap == 0.0f && attn_output_exists(c, 1) && attn_output_exists(c, 2);
+  mlxb_attn_rows rows = {.rows = seq, .first = first, .bidirectional = !attn_flag(n, "causal", 1),
+                         .window_from_row = flash};
+  mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, seqlens, 1, &rows, attn_contrib_scale(n, h),
+                                        softcap, ir_attr_int(n, "local_window_size", -1), rot, NULL);
   return attn_set_outputs(c, y, present_k, present_v, NULL);
 }
 
@@ -828,12 +881,12 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   /* older exporters give seqlens_k as [batch, 1]; ORT only needs batch values */
   if ((int64_t)mlxb_size(seqlens) != b || mlxb_ndim(seqlens) > 2) return op_fail(c, "seqlens_k must be [batch]");
   mlxb_array *q = NULL, *k = NULL, *v = NULL;
-  /* a step's kernels take separate q, k, v in the inputs' own shape (packed QKV: the split's views) */
-  bool step_rows = seq == 1 && op_has_input(c, 1);
-  if (step_rows ? gqa_check_widths(c, heads, kv_heads) : gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
-  if (step_rows) q = query, k = op_input(c, 1), v = op_input(c, 2);
-  int64_t h = step_rows ? mlxb_dim(query, 2) / heads : mlxb_dim(q, 3);
-  int64_t hv = step_rows ? mlxb_dim(v, 2) / kv_heads : mlxb_dim(v, 3);
+  /* the kernels take separate q, k, v in the inputs' own shape (packed QKV: the split's views) */
+  bool as_given = op_has_input(c, 1);
+  if (as_given ? gqa_check_widths(c, heads, kv_heads) : gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
+  if (as_given) q = query, k = op_input(c, 1), v = op_input(c, 2);
+  int64_t h = as_given ? mlxb_dim(query, 2) / heads : mlxb_dim(q, 3);
+  int64_t hv = as_given ? mlxb_dim(v, 2) / kv_heads : mlxb_dim(v, 3);
   if (pk && (mlxb_ndim(pk) != 4 || mlxb_dim(pk, 1) != kv_heads || mlxb_dim(pk, 3) != h ||
              mlxb_dim(pv, 2) != mlxb_dim(pk, 2)))
     return op_fail(c, "past_key/past_value must be [batch, kv_num_heads, past, head_size]");
@@ -848,7 +901,8 @@ static int lower_gqa(op_ctx *c, const op_def *def) {
   snprintf(seqlens_data, sizeof seqlens_data, "v%d", n->inputs[5]);
   if (op_util_require_range_once(c, seqlens_data, seqlens, first ? 0 : seq - 1, plen, "seqlens_k")) return -1;
   if (gqa_step_fits(c, t, h, hv, seq, pk && !first)) return gqa_step(c, q, k, v, seqlens, h, plen);
-  if (step_rows && gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
+  if (as_given && gqa_rows_fit(c, t, h, hv, seq)) return gqa_rows(c, seqlens, seq, h, plen, first);
+  if (as_given && gqa_split(c, heads, kv_heads, &q, &k, &v)) return -1;
   seqlens = mlxb_reshape(s, seqlens, &b, 1);
   mlxb_array *total_b = mlxb_binary(s, MLXB_ADD, op_util_cast(s, seqlens, MLXB_I64), mlxb_scalar_i64(s, 1, MLXB_I64));
   mlxb_array *after = attn_reshape4(s, mlxb_binary(s, MLXB_SUB, total_b, mlxb_scalar_i64(s, seq, MLXB_I64)), b, 1, 1, 1);

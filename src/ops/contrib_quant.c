@@ -274,11 +274,12 @@ static bool mnb_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool i
          (int64_t)mlxb_size(x) / mlxb_dim(x, -1) > MNB_GEMV_MAX_ROWS;
 }
 
-/* x (float16 [..., Kp]) times the prepared weights' exact halves, plus the bias when there is one. */
-static mlxb_array *mnb_split_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x) {
+/* x (float16 [..., Kp]) times the prepared weights' exact halves, plus the bias when there is one,
+ * then plus post (a following Add's constant, or NULL) rounded again. */
+static mlxb_array *mnb_split_matmul(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_array *post) {
   const mnb_prepared *m = op_prepared(c);
   mlxb_array *bias = op_has_input(c, MNB_BIAS) ? op_input(c, MNB_BIAS) : NULL;
-  return mlxb_qgemm_split(op_scope(c), x, m->w, m->scales, m->biases, bias, mnb_group(a), (int)a->bits);
+  return mlxb_qgemm_split(op_scope(c), x, m->w, m->scales, m->biases, bias, post, mnb_group(a), (int)a->bits);
 }
 
 /* A few rows on MLX's CUDA backend take our GEMV kernel: the same float32 arithmetic as MLX's
@@ -369,6 +370,18 @@ static const ir_node *mnb_bias_add(const op_ctx *c, const ir_node *n, int64_t ou
     return *bias ? add : NULL;
   }
   return NULL;
+}
+
+/* A prompt's product on the tensor cores with the node's bias Add folded into the launch where that
+ * Add is its only reader (Q, K and V of Qwen-like exports: 72 launches of a 24-layer prompt): the
+ * Add gets the result (op_compute_for), and so does this node, whose own value nothing else reads. */
+static mlxb_array *mnb_split_output(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const int64_t *out_dims,
+                                    int rank) {
+  mlxb_array *post = NULL;
+  const ir_node *add = op_can_compute_for(c) ? mnb_bias_add(c, op_node(c), a->n, &post) : NULL;
+  mlxb_array *y = mlxb_reshape(op_scope(c), mnb_split_matmul(c, a, xp, add ? post : NULL), out_dims, rank);
+  if (!y) return op_check(c), NULL;
+  return add && op_compute_for(c, add, y) ? NULL : y;
 }
 
 /* The first single-output node of the default domain after node `from` of type op_type reading
@@ -579,8 +592,10 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   }
   if (mnb_takes_gemv(c, &a, x, int8_path))
     return op_set_output(c, 0, mlxb_reshape(s, mnb_gemv(c, &a, x, scales, zp), out_dims, rank));
-  if (mnb_takes_split(c, &a, x, int8_path))
-    return op_set_output(c, 0, mlxb_reshape(s, mnb_split_matmul(c, &a, pad_last(s, x, kp)), out_dims, rank));
+  if (mnb_takes_split(c, &a, x, int8_path)) {
+    mlxb_array *y = mnb_split_output(c, &a, pad_last(s, x, kp), out_dims, rank);
+    return y ? op_set_output(c, 0, y) : -1;
+  }
   mlxb_array *xf = op_util_cast(s, x, MLXB_F32);
   if (rank == 1) xf = mlxb_expand_dims(s, xf, &zero, 1);
 

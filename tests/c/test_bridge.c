@@ -1,9 +1,11 @@
+#define _POSIX_C_SOURCE 200809L
 /* Checks the MLX bridge (src/mlx/bridge.h) from plain C: creation, elementwise ops, reductions,
  * shapes, slicing with negative steps, gathers, linear algebra, reading back, and the error path.
  * Built against libmlx and bridge.o alone; prints one line per failed check, exits 1 on failure. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mlx/bridge.h"
@@ -564,9 +566,9 @@ static void test_dequant_f32(mlxb_scope *s) {
  * to large (each weight then has a lo half), integer zero points; K 256 splits its steps over two blocks, K 64 does not. One row holds
  * an infinite activation (the infinity where the weight is nonzero, NaN where it is zero, as the
  * float32 GEMM gives them). On a scope without the kernel: refused with a message. */
-static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool with_bias) {
+static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool with_bias, bool with_post) {
   enum { M = 70, N = 100, KMAX = 256 };
-  static float x[M * KMAX], wv[N * KMAX], scale[N * KMAX / 32], bias[N * KMAX / 32], add[N], got[M * N];
+  static float x[M * KMAX], wv[N * KMAX], scale[N * KMAX / 32], bias[N * KMAX / 32], add[N], post[N], got[M * N];
   static uint32_t packed[N * KMAX / 2];
   int vpw = 32 / bits, groups = k / group, words = k / vpw;
   memset(packed, 0, sizeof packed);
@@ -585,6 +587,7 @@ static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool wit
       wv[n * k + j] = (float)q * scale[n * groups + j / group] + bias[n * groups + j / group];
     }
     add[n] = (float)((n % 11) - 5) / 8.0f;
+    post[n] = (float)((n % 7) - 3) / 4.0f;
   }
   for (int i = 0; i < M * k; i++) x[i] = (float)((i * 37 % 61) - 30) / 32.0f;
   x[3 * k + 5] = INFINITY;
@@ -592,7 +595,8 @@ static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool wit
   mlxb_array *w = mlxb_from_data(s, packed, (int64_t[]){N, words}, 2, MLXB_U32);
   mlxb_array *sc = f32(s, scale, (int64_t[]){N, groups}, 2), *bi = f32(s, bias, (int64_t[]){N, groups}, 2);
   mlxb_array *ad = with_bias ? mlxb_astype(s, f32(s, add, (int64_t[]){N}, 1), MLXB_F16) : NULL;
-  mlxb_array *y = mlxb_qgemm_split(s, xa, w, sc, bi, ad, group, bits);
+  mlxb_array *pa = with_post ? mlxb_astype(s, f32(s, post, (int64_t[]){N}, 1), MLXB_F16) : NULL;
+  mlxb_array *y = mlxb_qgemm_split(s, xa, w, sc, bi, ad, pa, group, bits);
   if (!mlxb_qgemm_split_available(s, bits, group)) {
     CHECK(y == NULL && !mlxb_ok(s), "qgemm_split refused without the kernel");
     mlxb_clear_error(s);
@@ -607,7 +611,7 @@ static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool wit
   int wrong = 0;
   for (int m = 0; m < M; m++)
     for (int n = 0; n < N; n++) {
-      double want = with_bias ? add[n] : 0.0;
+      double want = (with_bias ? add[n] : 0.0) + (with_post ? post[n] : 0.0);
       for (int j = 0; j < k; j++) want += (double)x[m * k + j] * (double)wv[n * k + j];
       float g = got[m * N + n];
       bool ok = isnan(want) ? isnan(g) : isinf(want) ? g == (float)want : fabs(g - want) <= 1e-3 * fabs(want) + 1e-3;
@@ -617,10 +621,10 @@ static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool wit
 }
 
 static void test_qgemm_split(mlxb_scope *s) {
-  check_qgemm_case(s, 256, 4, 32, true);
-  check_qgemm_case(s, 64, 4, 32, false);
-  check_qgemm_case(s, 256, 8, 64, false);
-  check_qgemm_case(s, 128, 2, 128, true);
+  check_qgemm_case(s, 256, 4, 32, true, false);
+  check_qgemm_case(s, 64, 4, 32, false, true);
+  check_qgemm_case(s, 256, 8, 64, false, true);
+  check_qgemm_case(s, 128, 2, 128, true, true);
 }
 
 /* mlxb_int_reduce_rows: float64 sums cast back saturating, as ORT's integer ReduceSum/ReduceMean
@@ -691,7 +695,7 @@ static void test_decode_step(mlxb_scope *s) {
   int64_t lens[DB] = {INT64_MAX, -3}, clamped[DB] = {DS, 0};
   mlxb_array *la = mlxb_from_data(s, lens, (int64_t[]){DB}, 1, MLXB_I64);
   attention_ref(q, k, v, clamped, 0, 0.0f, NULL, NULL, NULL, want);
-  expect_f32(s, mlxb_decode_attention(s, qa, ka, va, la, 0, 0.5f, 0.0f, 0, NULL, NULL), want, DB * DHQ * DD, 1e-5f,
+  expect_f32(s, mlxb_decode_attention(s, qa, ka, va, la, 0, NULL, 0.5f, 0.0f, 0, NULL, NULL), want, DB * DHQ * DD, 1e-5f,
              "decode attention, clamped lengths");
   /* a window, a soft cap, and rotary positions past the cache's ends (clamped to its rows) */
   int64_t lens2[DB] = {2, 4}, rpos[DB] = {1000, -7}, lens2_total[DB] = {3, 5};
@@ -700,7 +704,7 @@ static void test_decode_step(mlxb_scope *s) {
   mlxb_rope rope = {.cos = cosa, .sin = sina, .positions = mlxb_from_data(s, rpos, (int64_t[]){DB, 1}, 2, MLXB_I64),
                     .dims = DROT, .position_add = 0, .interleaved = false};
   attention_ref(q, k, v, lens2_total, 2, 1.5f, cos, sin, pos_clamped, want);
-  expect_f32(s, mlxb_decode_attention(s, qa, ka, va, mlxb_from_data(s, lens2, (int64_t[]){DB}, 1, MLXB_I64), 1, 0.5f,
+  expect_f32(s, mlxb_decode_attention(s, qa, ka, va, mlxb_from_data(s, lens2, (int64_t[]){DB}, 1, MLXB_I64), 1, NULL, 0.5f,
                                       1.5f, 2, &rope, NULL),
              want, DB * DHQ * DD, 1e-5f, "decode attention, window, soft cap, rotary");
 
@@ -768,7 +772,121 @@ static void test_decode_step(mlxb_scope *s) {
   }
 }
 
+/* ---- many query rows (a prompt) through the same kernels ------------------------------------- */
+
+enum { RS = 3 }; /* query rows per sequence */
+
+/* the keys row s of a sequence of total length total sees (mlxb_attn_rows' rules) */
+static void rows_keys(const mlxb_attn_rows *r, int64_t total, int row, int window, int64_t *lo, int64_t *hi) {
+  int64_t bound = (r->first ? 0 : total - r->rows) + row + 1;
+  *hi = !r->bidirectional && bound < total ? (bound < 0 ? 0 : bound) : total;
+  int64_t from = r->window_from_row ? bound : *hi;
+  *lo = window > 0 && from > window ? (from - window < *hi ? from - window : *hi) : 0;
+}
+
+/* q [DB, RS, DHQ, DD] against k, v [DB, DHKV, DS, DD]; pos[b * RS + s] rotates row s (cos non-NULL) */
+static void rows_attention_ref(const float *q, const float *k, const float *v, const int64_t *total,
+                               const mlxb_attn_rows *r, int window, const float *cos, const float *sin,
+                               const int *pos, float *out) {
+  for (int b = 0; b < DB; b++)
+    for (int s = 0; s < RS; s++)
+      for (int h = 0; h < DHQ; h++) {
+        int u = (b * RS + s) * DHQ + h, kvh = b * DHKV + h / (DHQ / DHKV);
+        int64_t lo, hi;
+        rows_keys(r, total[b], s, window, &lo, &hi);
+        float qv[DD], score[DS], m = -INFINITY, l = 0.0f;
+        for (int d = 0; d < DD; d++) qv[d] = rotated_ref(q + u * DD, d, cos, sin, cos ? pos[b * RS + s] : 0);
+        for (int64_t t = lo; t < hi; t++) {
+          double sc = 0.0;
+          for (int d = 0; d < DD; d++) sc += (double)qv[d] * k[(kvh * DS + t) * DD + d];
+          score[t] = (float)sc * 0.5f;
+          m = fmaxf(m, score[t]);
+        }
+        for (int d = 0; d < DD; d++) out[u * DD + d] = 0.0f;
+        for (int64_t t = lo; t < hi; t++) l += expf(score[t] - m);
+        for (int64_t t = lo; t < hi; t++)
+          for (int d = 0; d < DD; d++) out[u * DD + d] += expf(score[t] - m) / l * v[(kvh * DS + t) * DD + d];
+      }
+}
+
+static void test_prompt_rows(mlxb_scope *s) {
+  if (!mlxb_rows_attention_available(s, MLXB_F32, DD)) return;
+  float q[DB * RS * DHQ * DD], k[DB * DHKV * DS * DD], v[DB * DHKV * DS * DD], cos[DCOS * DROT / 2],
+      sin[DCOS * DROT / 2], want[DB * RS * DHQ * DD];
+  for (int i = 0; i < DB * RS * DHQ * DD; i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
+  for (int i = 0; i < DB * DHKV * DS * DD; i++) k[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, v[i] = (float)((i * 3) % 7);
+  for (int i = 0; i < DCOS * DROT / 2; i++) cos[i] = cosf(0.3f * (float)i), sin[i] = sinf(0.3f * (float)i);
+  mlxb_array *qa = f32(s, q, (int64_t[]){DB, RS, DHQ * DD}, 3), *ka = f32(s, k, (int64_t[]){DB, DHKV, DS, DD}, 4);
+  mlxb_array *va = f32(s, v, (int64_t[]){DB, DHKV, DS, DD}, 4);
+  mlxb_array *cosa = f32(s, cos, (int64_t[]){DCOS, DROT / 2}, 2), *sina = f32(s, sin, (int64_t[]){DCOS, DROT / 2}, 2);
+  /* per-row positions, two past the cache's ends (clamped to its rows) */
+  int64_t rpos[DB * RS] = {0, 1, 2, 9, -4, 3};
+  int pos_clamped[DB * RS] = {0, 1, 2, DCOS - 1, 0, 3};
+  mlxb_rope rope = {.cos = cosa, .sin = sina, .positions = mlxb_from_data(s, rpos, (int64_t[]){DB, RS}, 2, MLXB_I64),
+                    .dims = DROT, .position_add = 0, .interleaved = false};
+  /* lengths (seqlens_k: total - 1), hostile ones clamped to the cache: INT64_MAX is every row, -9 none */
+  int64_t lens[DB] = {4, INT64_MAX}, total[DB] = {5, DS}, lens_bad[DB] = {-9, 1}, total_bad[DB] = {0, 2};
+  static const struct {
+    mlxb_attn_rows r;
+    int window;
+    bool rotary, bad;
+    const char *what;
+  } cases[] = {
+      {{RS, true, false, false}, 0, false, false, "first prompt, causal"},
+      {{RS, false, false, false}, 0, true, false, "continuation, causal, rotary per row"},
+      {{RS, false, false, false}, 2, false, false, "continuation, window"},
+      {{RS, true, false, true}, 2, true, false, "first prompt, window from the row, rotary"},
+      {{RS, false, true, false}, 0, false, false, "bidirectional"},
+      {{RS, false, false, false}, 0, false, true, "continuation, hostile lengths"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const int64_t *l = cases[i].bad ? lens_bad : lens, *tot = cases[i].bad ? total_bad : total;
+    rows_attention_ref(q, k, v, tot, &cases[i].r, cases[i].window, cases[i].rotary ? cos : NULL, sin, pos_clamped,
+                       want);
+    mlxb_array *y = mlxb_decode_attention(s, qa, ka, va, mlxb_from_data(s, l, (int64_t[]){DB}, 1, MLXB_I64), 1,
+                                          &cases[i].r, 0.5f, 0.0f, cases[i].window, cases[i].rotary ? &rope : NULL, NULL);
+    CHECK(y != NULL, "rows attention, %s (%s)", cases[i].what, mlxb_error(s));
+    if (y) expect_f32(s, y, want, DB * RS * DHQ * DD, 1e-5f, cases[i].what);
+  }
+
+  /* KV append of RS rows: at 0 (a first prompt, no past rows) and at positions from a past, rotated
+   * at the sequence's position plus the row; rows past the present are not written */
+  enum { DP = 4, DPLEN = 6 };
+  float pk[DB * DHKV * DP * DD], nk[DB * RS * DHKV * DD], got[DB * DHKV * DPLEN * DD], want_k[DB * DHKV * DPLEN * DD];
+  for (int i = 0; i < DB * DHKV * DP * DD; i++) pk[i] = (float)(i % 17) - 8.0f;
+  for (int i = 0; i < DB * RS * DHKV * DD; i++) nk[i] = 0.5f * (float)(i % 5) + 1.0f;
+  int64_t seqpos[DB] = {1, 2};
+  mlxb_rope seq_rope = {.cos = cosa, .sin = sina, .positions = mlxb_from_data(s, seqpos, (int64_t[]){DB}, 1, MLXB_I64),
+                        .dims = DROT, .position_add = 0, .interleaved = false};
+  int64_t at[DB] = {2, 5};
+  mlxb_array *pka = f32(s, pk, (int64_t[]){DB, DHKV, DP, DD}, 4), *nka = f32(s, nk, (int64_t[]){DB, RS, DHKV * DD}, 3);
+  mlxb_array *none = mlxb_zeros(s, (int64_t[]){DB, DHKV, 0, DD}, 4, MLXB_F32);
+  for (int form = 0; form < 2; form++) {
+    bool past = form == 1;
+    for (int b = 0; b < DB; b++)
+      for (int h = 0; h < DHKV; h++)
+        for (int t = 0; t < DPLEN; t++)
+          for (int d = 0; d < DD; d++) {
+            int bh = b * DHKV + h, o = (bh * DPLEN + t) * DD + d, a = past ? (int)at[b] : 0, j = t - a;
+            int p = (int)seqpos[b] + j, pc = p < DCOS ? p : DCOS - 1;
+            want_k[o] = past && t < a && t < DP ? pk[(bh * DP + t) * DD + d]
+                        : j >= 0 && j < RS      ? rotated_ref(nk + ((b * RS + j) * DHKV + h) * DD, d, cos, sin, pc)
+                                                : 0.0f;
+          }
+    mlxb_array *present_k = NULL, *present_v = NULL;
+    int rc = mlxb_decode_kv_append(s, past ? pka : none, past ? pka : none, nka, nka,
+                                   past ? mlxb_from_data(s, at, (int64_t[]){DB}, 1, MLXB_I64) : NULL, 0, DPLEN,
+                                   &seq_rope, &present_k, &present_v);
+    CHECK(rc == 0, "rows kv append %d (%s)", form, mlxb_error(s));
+    if (rc == 0 && mlxb_read(s, present_k, got, sizeof got) == 0)
+      for (size_t i = 0; i < sizeof got / sizeof *got; i++)
+        CHECK(fabsf(got[i] - want_k[i]) <= 1e-6f, "rows kv append %d k[%zu] = %g, want %g", form, i, got[i], want_k[i]);
+  }
+}
+
 int main(void) {
+  /* the prompt form on CPU scopes too (single-threaded per head there; MLX's CUDA backend by default) */
+  setenv("ORT_EP_MLX_ROWS_ATTENTION", "all", 0);
   test_library();
   mlxb_scope *s = mlxb_scope_new(MLXB_DEVICE_CPU);
   CHECK(s != NULL, "scope_new");
@@ -788,6 +906,7 @@ int main(void) {
   test_qgemm_split(s);
   test_int_reduce_rows(s);
   test_decode_step(s);
+  test_prompt_rows(s);
   CHECK(mlxb_ok(s), "main scope still ok: %s", mlxb_error(s));
   mlxb_scope_free(s);
   if (mlxb_gpu_available()) { /* MLX's CUDA or Metal backend: the same answers on a GPU scope */
@@ -803,6 +922,7 @@ int main(void) {
       test_qgemm_split(g);
       test_int_reduce_rows(g);
       test_decode_step(g);
+      test_prompt_rows(g);
       CHECK(mlxb_ok(g), "gpu scope still ok: %s", mlxb_error(g));
       mlxb_scope_free(g);
     }
