@@ -59,6 +59,11 @@
 #            other until CONF_TIMEOUT seconds (default 300) have passed: a shard's summary is written
 #            when it ends, so a cut run keeps the shards done. They come back in $OUT/conformance.tgz
 #            (gpu_summary_I.json each; here: tar xzf, then run.py --merge-summaries and --write)
+#   rows     GroupQueryAttention prompts as the decode kernels' many-row form and the prompt GEMM's
+#            folded bias Add (2026-12-05, seventh session): the bridge's checks, the GQA, MatMulNBits,
+#            LLM, device-memory and bucket tests, then a 128- and a 1024-token prompt's phases with
+#            the form on and off (ORT_EP_MLX_ROWS_ATTENTION, alternating) and the prompt's kernel
+#            profile each way
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -198,6 +203,26 @@ if step qgemm; then
   for mode in io shared; do
     timeout 120 python3 bench/decode_probe.py --mode "$mode" --steps 64 --loops 2 --phases 2>&1 \
       | grep -E "loop 1|phases" >> "$log"
+  done
+fi
+if step rows; then
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  timeout 120 build-gpu/test_bridge 2>&1 | tail -6 >> "$log"
+  pytest_q 300 -n 8 tests/test_ops_attention.py tests/test_ops_contrib_quant.py tests/test_llm_generation.py \
+    tests/test_device_memory.py tests/test_buckets.py tests/test_cpu_decode.py
+  for r in gpu 0 gpu 0; do
+    echo "ORT_EP_MLX_ROWS_ATTENTION=$r prompt 128: $(ORT_EP_MLX_ROWS_ATTENTION=$r timeout 100 python3 \
+      bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 | grep -E 'loop 0|phases' | tr '\n' ' ')" >> "$log"
+  done
+  for r in gpu 0; do
+    echo "ORT_EP_MLX_ROWS_ATTENTION=$r prompt 1024: $(ORT_EP_MLX_ROWS_ATTENTION=$r timeout 150 python3 \
+      bench/decode_probe.py --mode io --prompt-tokens 1024 --max-len 2048 --steps 0 --loops 6 --phases 2>&1 \
+      | grep -E 'phases' | tr '\n' ' ')" >> "$log"
+  done
+  for r in gpu 0; do
+    echo "ORT_EP_MLX_ROWS_ATTENTION=$r kernels:" >> "$log"
+    ORT_EP_MLX_ROWS_ATTENTION=$r timeout 150 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
+      --top 14 >> "$log" 2>&1
   done
 fi
 if step prefetch; then
