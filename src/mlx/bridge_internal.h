@@ -365,10 +365,10 @@ void cpu_pool_start();
 
 /* rows(first, last) over the rows [0, n) a part holds, the rows shared out by cpu_parallel_for as
  * ROW_UNITS units each (a row belongs to the part holding its first unit, so the parts' rows are
- * disjoint and cover them all); with share false, the calling thread takes them all. */
-template <typename F>
+ * disjoint and cover them all; more units a row, fewer rows before the pool shares them); with
+ * share false, the calling thread takes them all. */
+template <int64_t ROW_UNITS = 64, typename F>
 void cpu_parallel_rows(int64_t n, bool share, const F &rows) {
-  enum { ROW_UNITS = 64 };
   if (!share) return rows(int64_t{0}, n);
   column_fn part = [](const void *ctx, int64_t lo, int64_t hi) {
     const int64_t first = (lo + ROW_UNITS - 1) / ROW_UNITS, last = (hi + ROW_UNITS - 1) / ROW_UNITS;
