@@ -71,6 +71,8 @@ struct cuda_driver {
   cu_result (*memcpy_2d_async)(const cu_memcpy_2d *, void *);
   cu_result (*stream_synchronize)(void *);
   cu_result (*error_string)(cu_result, const char **);
+  cu_result (*launch_kernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                             void **, void **); /* may be NULL */
   void *context; /* device 0's primary context: the one MLX's runtime uses */
 };
 
@@ -116,6 +118,7 @@ bool load_cuda_driver(cuda_driver *d) {
             find_symbol(lib, "cuMemcpy2DAsync_v2", &d->memcpy_2d_async) &&
             find_symbol(lib, "cuStreamSynchronize", &d->stream_synchronize) &&
             find_symbol(lib, "cuGetErrorString", &d->error_string);
+  find_symbol(lib, "cuLaunchKernel", &d->launch_kernel); /* optional: the batched copy-out */
   /* optional (CUDA >= 12.2): unified memory that prefers the GPU, see mlxb_device_alloc */
   find_symbol(lib, "cuMemAdvise_v2", &d->mem_advise);
   find_symbol(lib, "cuMemPrefetchAsync_v2", &d->mem_prefetch);
@@ -207,6 +210,77 @@ void copy_rows(const device_state &s, void *dst, size_t dst_pitch, const void *s
   c.width_bytes = width;
   c.height = height;
   cuda_check(s, s.cuda.memcpy_2d_async(&c, nullptr), "cuMemcpy2DAsync");
+}
+
+/* A Run's copies into ORT's device buffers as one kernel launch rather than a driver call each
+ * (a decode step copies out ~50 outputs: the logits and every present key and value). The
+ * descriptors travel in the kernel's parameters, COPY_BATCH at a time; each block row (blockIdx.y)
+ * copies one, 16 bytes a thread where every address and pitch allows it. Both sides are memory
+ * of MLX's allocator (the source an evaluated array, the destination a buffer lent to ORT), which
+ * any kernel reads and writes. ORT_EP_MLX_COPY_BATCH=0 keeps a driver copy each. */
+enum { COPY_BATCH = 64, COPY_THREADS = 256 };
+
+struct batch_copy_abi {
+  const void *from;
+  void *to;
+  unsigned long long width, height, src_pitch, dst_pitch;
+};
+
+struct batch_copies_abi {
+  batch_copy_abi c[COPY_BATCH];
+  int n, pad_;
+};
+
+
+bool copy_batch_enabled() {
+  static const bool on = env_switch_on("ORT_EP_MLX_COPY_BATCH");
+  return on;
+}
+
+/* The batch kernel in MLX's context, or nullptr (no driver entry, no kernel cache, switched off). */
+void *copy_batch_function(const device_state &s) {
+  static void *fn = [&]() -> void * {
+    if (!copy_batch_enabled() || !s.cuda.launch_kernel) return nullptr;
+    try {
+      return cached_cuda_function("ort_ep_mlx_copy_batch", mlxb_detail::copy_batch_source, 0);
+    } catch (...) {
+      return nullptr;
+    }
+  }();
+  return fn;
+}
+
+void launch_copies(const device_state &s, void *fn, const queued_copy *c, size_t n) {
+  batch_copies_abi b{};
+  unsigned long long largest = 0;
+  for (size_t i = 0; i < n; i++) {
+    b.c[i] = {c[i].from, c[i].to, c[i].width, c[i].height, c[i].src_pitch, c[i].dst_pitch};
+    largest = std::max<unsigned long long>(largest, c[i].width * c[i].height);
+  }
+  b.n = static_cast<int>(n);
+  unsigned long long chunks = (largest + 16ull * COPY_THREADS - 1) / (16ull * COPY_THREADS);
+  unsigned grid_x = static_cast<unsigned>(std::min<unsigned long long>(std::max(chunks, 1ull), 1024ull));
+  void *params[] = {&b};
+  cuda_check(s, s.cuda.launch_kernel(fn, grid_x, static_cast<unsigned>(n), 1, COPY_THREADS, 1, 1, 0, nullptr, params,
+                                     nullptr),
+             "cuLaunchKernel (copy batch)");
+}
+
+/* Queues the scope's pending copies: batched where the kernel is at hand, else one driver call each. */
+void queue_copies(const device_state &s, std::vector<queued_copy> &copies) {
+  void *fn = copies.size() > 1 ? copy_batch_function(s) : nullptr;
+  for (size_t i = 0; i < copies.size();) {
+    size_t n = std::min<size_t>(COPY_BATCH, copies.size() - i);
+    if (fn) {
+      launch_copies(s, fn, copies.data() + i, n);
+    } else {
+      for (size_t j = i; j < i + n; j++) {
+        const queued_copy &c = copies[j];
+        copy_rows(s, c.to, c.dst_pitch, c.from, c.src_pitch, c.width, c.height);
+      }
+    }
+    i += n;
+  }
 }
 
 /* Waits for the queued copies. */
@@ -389,21 +463,22 @@ int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep
     if (!dst) throw bridge_error("null destination");
     mx::array src = evaluated_row_major(s, in);
     const char *from = device_address(st, src);
-    std::optional<context_scope> ctx;
-    if (st.kind == backend::cuda) ctx.emplace(st);
+    size_t width = bytes, height = 1, have = bytes;
     if (axis < 0) {
       if (bytes != want) throw bridge_error("destination size does not match the array");
-      copy_bytes(st, dst, from, bytes);
-      return;
+    } else {
+      if (axis >= static_cast<int>(src.ndim()) || keep < 0 || keep > src.shape(axis))
+        throw bridge_error("prefix outside the array");
+      size_t outer = 1, row = src.itemsize();
+      for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(src.shape(k));
+      for (int k = axis + 1; k < static_cast<int>(src.ndim()); k++) row *= static_cast<size_t>(src.shape(k));
+      have = row * static_cast<size_t>(src.shape(axis)), width = row * static_cast<size_t>(keep), height = outer;
+      if (bytes != height * width) throw bridge_error("destination size does not match the prefix");
     }
-    if (axis >= static_cast<int>(src.ndim()) || keep < 0 || keep > src.shape(axis))
-      throw bridge_error("prefix outside the array");
-    size_t outer = 1, row = src.itemsize();
-    for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(src.shape(k));
-    for (int k = axis + 1; k < static_cast<int>(src.ndim()); k++) row *= static_cast<size_t>(src.shape(k));
-    size_t have = row * static_cast<size_t>(src.shape(axis)), take = row * static_cast<size_t>(keep);
-    if (bytes != outer * take) throw bridge_error("destination size does not match the prefix");
-    copy_rows(st, dst, take, from, have, take, outer);
+    if (!width || !height) return;
+    if (st.kind == backend::host) return copy_rows(st, dst, width, from, have, width, height);
+    /* queued for mlxb_device_finish, which launches the Run's copies together */
+    s->copies.push_back({src, from, dst, width, height, have, width});
   });
 }
 
@@ -412,6 +487,14 @@ int mlxb_device_finish(mlxb_scope *s) {
     device_state &st = state();
     if (st.kind != backend::cuda) return;
     context_scope ctx(st);
+    try {
+      queue_copies(st, s->copies);
+    } catch (...) {
+      finish_copies(st); /* whatever was queued ends before the arrays go */
+      s->copies.clear();
+      throw;
+    }
+    s->copies.clear();
     finish_copies(st);
   });
 }

@@ -29,8 +29,18 @@ struct arange_made {
   mlxb_array *array;
 };
 
+/* One copy of `height` rows of `width` bytes out of an evaluated array into a device buffer,
+ * queued by mlxb_write_device until mlxb_device_finish (the array kept alive until then). */
+struct queued_copy {
+  mx::array src;
+  const void *from;
+  void *to;
+  size_t width, height, src_pitch, dst_pitch;
+};
+
 struct mlxb_scope {
   std::deque<mx::array> arrays;     /* owned arrays; a deque never moves its elements */
+  std::vector<queued_copy> copies; /* device copies queued for mlxb_device_finish */
   mx::Device device;                /* where ops of this scope run */
   bool force_cpu;                   /* run later ops on the CPU whatever the device */
   std::string error;                /* first error; empty when ok */
@@ -475,6 +485,17 @@ void cpu_softmax_rows(const float *in, float *out, int64_t rows, int64_t m);
  * the output pointers (null for the outputs `unused` marks), then `scalars`, on grid/block as
  * MLX's custom kernels count them. */
 bool direct_launch_ready();
+/* The kernel `name` of `cubin`, loaded once in GPU `ordinal`'s primary context (MLX's); throws when
+ * the driver refuses it. */
+void *load_cuda_function(const std::string &name, const std::string &cubin, int ordinal);
+/* A CUDA function of a complete source of our own (an extern "C" __global__ named `base`), compiled
+ * through the kernel cache once per machine and loaded in GPU `ordinal`'s primary context; nullptr
+ * where that path is closed (no NVRTC or headers, a failure, ORT_EP_MLX_KERNEL_CACHE=0). */
+void *cached_cuda_function(const char *base, const std::string &source, int ordinal);
+/* A complete source of our own compiled for sm_90 as cached_cuda_function would: 0, 1 when no NVRTC
+ * or CUDA headers are at hand, -1 with the compiler's log in error. */
+int check_cuda_source(const char *name, const std::string &source, std::string &error);
+extern const char *const copy_batch_source; /* bridge_device.cpp's batched copy-out */
 std::vector<mx::array> launch_precompiled(const std::string &name, const std::string &cubin,
                                           const std::vector<mx::array> &inputs,
                                           const std::vector<mx::Shape> &out_shapes,

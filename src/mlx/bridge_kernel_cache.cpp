@@ -337,6 +337,26 @@ int gpu_compute_major(const mlxb_scope *s) {
   return arch.size() > 4 ? std::atoi(arch.c_str() + 3) / 10 : 0;
 }
 
+void *cached_cuda_function(const char *base, const std::string &source, int ordinal) {
+  if (!precompiling_enabled() || !direct_launch_ready()) return nullptr;
+  kernel_cache &c = cache();
+  std::string name, cubin;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    const std::string &arch = arch_for(c, ordinal);
+    if (arch.empty()) return nullptr;
+    name = std::string(base) + "_" + hex(fnv1a(source), 16) + "_" + arch;
+    std::string text = std::string(prelude) + source;
+    std::string placed = text;
+    for (size_t at = placed.find(base); at != std::string::npos; at = placed.find(base, at + name.size()))
+      placed.replace(at, std::strlen(base), name);
+    const std::string *kept = cubin_for(c, name, placed, arch);
+    if (!kept) return nullptr;
+    cubin = *kept;
+  }
+  return load_cuda_function(name, cubin, ordinal);
+}
+
 std::string versioned_kernel_name(const char *base, const char *source, const char *header) {
   uint64_t h = fnv1a(source, fnv1a(header));
   return std::string(base) + "_" + hex(h & 0xffffffffu, 8);
@@ -384,6 +404,19 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
     fn = &it->second;
   }
   return (*fn)(inputs, out_shapes, out_dtypes, grid, block, targs, std::nullopt, false, dev);
+}
+
+int check_cuda_source(const char *name, const std::string &source, std::string &error) {
+  static const std::string include_dir = cuda_include_dir();
+  const nvrtc_api *api = nvrtc_any();
+  if (!api || include_dir.empty()) return 1;
+  try {
+    nvrtc_compile(api, name, std::string(prelude) + source, "sm_90", include_dir);
+  } catch (const std::exception &e) {
+    error = e.what();
+    return -1;
+  }
+  return 0;
 }
 
 int check_cuda_kernel_source(const cuda_kernel_spec &k, const std::vector<mx::array> &inputs,

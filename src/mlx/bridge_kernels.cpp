@@ -666,6 +666,32 @@ const cuda_kernel_spec kv_write_kernel = {
 
 namespace mlxb_detail {
 
+/* The batched copy-out of bridge_device.cpp (its descriptors' layout is batch_copies_abi there). */
+const char *const copy_batch_source = R"(
+struct ep_copy { const unsigned char* from; unsigned char* to; unsigned long long width, height, src_pitch, dst_pitch; };
+struct ep_copies { ep_copy c[64]; int n, pad_; };
+extern "C" __global__ void ort_ep_mlx_copy_batch(const ep_copies b) {
+  if ((int)blockIdx.y >= b.n) return;
+  const ep_copy c = b.c[blockIdx.y];
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned long long bits = c.width | c.src_pitch | c.dst_pitch | (unsigned long long)c.from | (unsigned long long)c.to;
+  if ((bits & 15ull) == 0) {
+    const unsigned long long per_row = c.width / 16, total = per_row * c.height;
+    for (unsigned long long i = first; i < total; i += stride) {
+      const unsigned long long r = i / per_row, k = i % per_row;
+      reinterpret_cast<uint4*>(c.to + r * c.dst_pitch)[k] = reinterpret_cast<const uint4*>(c.from + r * c.src_pitch)[k];
+    }
+    return;
+  }
+  const unsigned long long total = c.width * c.height;
+  for (unsigned long long i = first; i < total; i += stride) {
+    const unsigned long long r = i / c.width, k = i % c.width;
+    c.to[r * c.dst_pitch + k] = c.from[r * c.src_pitch + k];
+  }
+}
+)";
+
 /* Small integer offsets become template arguments; larger ones are a caller's mistake. */
 int small_offset(int64_t v, const char *what) {
   if (v < -(1 << 20) || v > (1 << 20)) throw bridge_error(std::string(what) + ": offset out of range");
@@ -1279,6 +1305,11 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
         {&kv_write_kernel, cache, {mx::int32},
          {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
     };
+    std::string copy_error;
+    if (int rc = check_cuda_source("ort_ep_mlx_copy_batch", copy_batch_source, copy_error)) {
+      if (report && len) std::snprintf(report, len, "%s", rc > 0 ? "no NVRTC or CUDA headers" : copy_error.c_str());
+      return rc;
+    }
     for (const sample &x : samples) {
       std::string error;
       int rc = check_cuda_kernel_source(*x.k, x.inputs, x.outputs, x.targs, error);

@@ -92,8 +92,9 @@ function_cache &functions() {
   return *c;
 }
 
-/* The kernel `name` of `cubin`, loaded in GPU `ordinal`'s primary context (MLX's). */
-void *load_function(const std::string &name, const std::string &cubin, int ordinal) {
+} // namespace
+
+void *load_cuda_function(const std::string &name, const std::string &cubin, int ordinal) {
   function_cache &c = functions();
   std::lock_guard<std::mutex> lock(c.mu);
   if (auto it = c.functions.find(name); it != c.functions.end()) return it->second;
@@ -109,6 +110,8 @@ void *load_function(const std::string &name, const std::string &cubin, int ordin
   c.functions.emplace(name, fn);
   return fn;
 }
+
+namespace {
 
 class ep_cuda_kernel : public mx::Primitive {
  public:
@@ -183,7 +186,7 @@ std::vector<mx::array> launch_precompiled(const std::string &name, const std::st
                                           bool row_contiguous, uint32_t unused, const mlxb_scope *s) {
   auto dev = scope_dev(s);
   mx::Stream stream = mx::to_stream(dev);
-  void *fn = load_function(name, cubin, stream.device.index);
+  void *fn = load_cuda_function(name, cubin, stream.device.index);
   std::vector<mx::array> ins;
   ins.reserve(inputs.size());
   for (const auto &x : inputs)
