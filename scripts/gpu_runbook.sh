@@ -62,7 +62,8 @@
 #   rows     GroupQueryAttention prompts as the decode kernels' many-row form and the prompt GEMM's
 #            folded bias Add (2026-12-05, seventh session): the bridge's checks, the GQA, MatMulNBits,
 #            LLM, device-memory and bucket tests, then a 128- and a 1024-token prompt's phases with
-#            the form on and off (ORT_EP_MLX_ROWS_ATTENTION, alternating) and the prompt's kernel
+#            the form on and off (ORT_EP_MLX_ROWS_ATTENTION, alternating), the IOBinding decode loop
+#            with the batched copy-out on and off (ORT_EP_MLX_COPY_BATCH) and the prompt's kernel
 #            profile each way
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
@@ -218,6 +219,10 @@ if step rows; then
     echo "ORT_EP_MLX_ROWS_ATTENTION=$r prompt 1024: $(ORT_EP_MLX_ROWS_ATTENTION=$r timeout 150 python3 \
       bench/decode_probe.py --mode io --prompt-tokens 1024 --max-len 2048 --steps 0 --loops 6 --phases 2>&1 \
       | grep -E 'phases' | tr '\n' ' ')" >> "$log"
+  done
+  for cb in 1 0 1 0; do  # the batched copy-out of a decode step's ~50 outputs, and one driver copy each
+    echo "ORT_EP_MLX_COPY_BATCH=$cb decode: $(ORT_EP_MLX_COPY_BATCH=$cb timeout 100 python3 bench/decode_probe.py \
+      --mode io --steps 64 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
   done
   for r in gpu 0; do
     echo "ORT_EP_MLX_ROWS_ATTENTION=$r kernels:" >> "$log"
