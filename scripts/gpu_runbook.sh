@@ -61,7 +61,8 @@
 #            (gpu_summary_I.json each; here: tar xzf, then run.py --merge-summaries and --write)
 #   rows     GroupQueryAttention prompts as the decode kernels' many-row form and the prompt GEMM's
 #            folded bias Add (2026-12-05, seventh session): the bridge's checks, the GQA, MatMulNBits,
-#            LLM, device-memory and bucket tests, then a 128- and a 1024-token prompt's phases with
+#            LLM, device-memory and bucket tests
+#   rowsperf then (a call of its own) a 128- and a 1024-token prompt's phases with
 #            the form on and off (ORT_EP_MLX_ROWS_ATTENTION, alternating), the IOBinding decode loop
 #            with the batched copy-out on and off (ORT_EP_MLX_COPY_BATCH) and the prompt's kernel
 #            profile each way
@@ -211,6 +212,8 @@ if step rows; then
   timeout 120 build-gpu/test_bridge 2>&1 | tail -6 >> "$log"
   pytest_q 300 -n 8 tests/test_ops_attention.py tests/test_ops_contrib_quant.py tests/test_llm_generation.py \
     tests/test_device_memory.py tests/test_buckets.py tests/test_cpu_decode.py
+fi
+if step rowsperf; then
   for r in gpu 0 gpu 0; do
     echo "ORT_EP_MLX_ROWS_ATTENTION=$r prompt 128: $(ORT_EP_MLX_ROWS_ATTENTION=$r timeout 100 python3 \
       bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 | grep -E 'loop 0|phases' | tr '\n' ' ')" >> "$log"
