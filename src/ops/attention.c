@@ -757,6 +757,7 @@ static mlxb_array *gqa_keep(op_ctx *c, mlxb_array *past_b, mlxb_array *total_b, 
 static bool gqa_step_fits(op_ctx *c, mlxb_dtype t, int64_t h, int64_t hv, int64_t seq, bool has_past) {
   const ir_node *n = op_node(c);
   if (seq != 1 || !has_past || !op_input(c, 4) || op_has_input(c, 10) || op_has_input(c, 11)) return false;
+  if (mlxb_dim(op_input(c, 0), 0) < 1) return false; /* no sequence: nothing for a kernel to launch */
   if (attn_flag(n, "smooth_softmax", 0) || ir_attr_int(n, "qk_output", 0) != 0) return false;
   return hv == h && mlxb_decode_attention_available(op_scope(c), t, h);
 }
@@ -807,7 +808,7 @@ static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb
  * attention bias, head sinks, smooth softmax, qk snapshots) keep the composed lowering. */
 static bool gqa_rows_fit(op_ctx *c, mlxb_dtype t, int64_t h, int64_t hv, int64_t seq) {
   const ir_node *n = op_node(c);
-  if (seq < 2 || op_has_input(c, 10) || op_has_input(c, 11)) return false;
+  if (seq < 2 || mlxb_dim(op_input(c, 0), 0) < 1 || op_has_input(c, 10) || op_has_input(c, 11)) return false;
   if (attn_flag(n, "smooth_softmax", 0) || ir_attr_int(n, "qk_output", 0) != 0) return false;
   return hv == h && mlxb_rows_attention_available(op_scope(c), t, h);
 }
