@@ -218,7 +218,7 @@ if step rowsperf; then
   cold=$(mktemp -d)
   for i in cold warm; do
     echo "first prompt, $i kernel cache: $(MLX_PTX_CACHE_DIR=$cold timeout 150 python3 bench/decode_probe.py --mode io \
-      --steps 2 --loops 1 2>&1 | grep -E 'loop 0|run report' | cut -c1-400 | tr '\n' ' ')" >> "$log"
+      --steps 2 --loops 1 2>&1 | grep -E 'loop 0|run report|in this process' | cut -c1-300 | tr '\n' ' ')" >> "$log"
   done
   rm -rf "$cold"
   for r in gpu 0 gpu 0; do

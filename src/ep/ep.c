@@ -44,6 +44,12 @@ static void write_run_report(ep_instance *ep, plan *p) {
           (unsigned long long)st.eager_ops, (unsigned long long)st.program_ops, (unsigned long long)st.checks,
           (unsigned long long)st.body_traces,
           (unsigned long long)st.body_replays, (unsigned long long)st.body_trace_failures);
+  uint64_t compiled = 0, from_disk = 0;
+  double compile_ms = 0.0;
+  mlxb_kernel_cache_stats(&compiled, &from_disk, &compile_ms);
+  if (compiled || from_disk)
+    fprintf(f, "  the EP's CUDA kernels in this process: compiled=%llu compile_ms=%.1f from_disk=%llu\n",
+            (unsigned long long)compiled, compile_ms, (unsigned long long)from_disk);
   char padded[1024], trace_error[256];
   plan_describe_buckets(p, padded, sizeof padded);
   if (*padded) fprintf(f, "  decode buckets pad: %s\n", padded);

@@ -323,6 +323,9 @@ enum { MLXB_QGEMV_MAX_SETS = 3 };
  * CUDA backend or of a CUDA toolkit), for sample inputs: 0, 1 when no NVRTC or CUDA headers are at
  * hand, -1 with the failure in report. A check for machines without a GPU. */
 int mlxb_cuda_kernels_selfcheck(char *report, size_t len);
+/* Process-wide counts of our CUDA kernels' variants (bridge_kernel_cache.cpp): compiled by NVRTC in
+ * this process, the milliseconds that took, and read from the kernel cache on disk instead. */
+void mlxb_kernel_cache_stats(uint64_t *compiled, uint64_t *from_disk, double *compile_ms);
 int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
                     const mlxb_array *const *scales, const mlxb_array *const *biases,
                     const mlxb_array *const *add, int group_size, int bits, mlxb_array **out);

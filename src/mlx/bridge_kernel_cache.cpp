@@ -17,6 +17,8 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -306,6 +308,9 @@ const std::string &arch_for(kernel_cache &c, int ordinal) {
   return it->second;
 }
 
+/* Process-wide: variants compiled by NVRTC here, the time that took, and cubins read from disk. */
+std::atomic<uint64_t> compiled_count{0}, compile_us{0}, disk_count{0};
+
 /* The cubin of kernel `name` from memory, disk or NVRTC; nullptr after a failure. Under c.mu. */
 const std::string *cubin_for(kernel_cache &c, const std::string &name, const std::string &source,
                              const std::string &arch) {
@@ -313,13 +318,18 @@ const std::string *cubin_for(kernel_cache &c, const std::string &name, const std
   std::string cubin;
   fs::path file = c.dir.empty() ? fs::path() : c.dir / (name + ".cubin");
   bool kept = !file.empty() && read_file(file, cubin) && cubin.compare(0, 4, "\x7f" "ELF") == 0;
+  if (kept) disk_count++;
   if (!kept) {
+    auto start = std::chrono::steady_clock::now();
     try {
       cubin = nvrtc_compile(nvrtc(), name, source, arch, c.include_dir);
     } catch (const std::exception &) {
       c.broken = true;
       return nullptr;
     }
+    compiled_count++;
+    compile_us += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
     if (!file.empty()) write_file(file, cubin);
   }
   return &c.cubins.emplace(name, std::move(cubin)).first->second;
@@ -441,3 +451,9 @@ int check_cuda_kernel_source(const cuda_kernel_spec &k, const std::vector<mx::ar
 }
 
 } // namespace mlxb_detail
+
+void mlxb_kernel_cache_stats(uint64_t *compiled, uint64_t *from_disk, double *compile_ms) {
+  if (compiled) *compiled = mlxb_detail::compiled_count.load();
+  if (from_disk) *from_disk = mlxb_detail::disk_count.load();
+  if (compile_ms) *compile_ms = static_cast<double>(mlxb_detail::compile_us.load()) / 1e3;
+}
