@@ -303,10 +303,10 @@ mx::array cpu_decode_attention(const mlxb_scope *s, const mx::array &q, const mx
 std::pair<mx::array, mx::array> cpu_kv_append(const mlxb_scope *s, const mx::array &past_k, const mx::array &past_v,
                                               int past_rows, const mx::array &k, const mx::array &v, int rows,
                                               const mx::array &at, bool at_zero, int at_add, int plen,
-                                              const rope_inputs &rope) {
+                                              const kv_dims &dims, const rope_inputs &rope) {
   append_params p;
   std::memset(&p, 0, sizeof p);
-  p.batch = past_k.shape(0), p.hkv = past_k.shape(1), p.past_rows = past_rows, p.head = past_k.shape(3);
+  p.batch = dims.batch, p.hkv = dims.heads, p.past_rows = past_rows, p.head = dims.head;
   p.plen = plen, p.at_add = at_add, p.rows = rows, p.at_zero = at_zero, p.rope = rope_of(rope);
   mx::Shape shape = {p.batch, p.hkv, plen, p.head};
   auto outs = make_task(s, "EpCpuKvAppend", p, append_task,

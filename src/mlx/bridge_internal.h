@@ -457,11 +457,15 @@ bool cpu_decode_takes(const mlxb_scope *s, mx::Dtype t);
 mx::array cpu_decode_attention(const mlxb_scope *s, const mx::array &q, const mx::array &k, const mx::array &v,
                                const mx::array &lens, int len_add, const attn_span &span, float scale, float softcap,
                                int window, const rope_inputs &rope);
-/* past_rows: the past buffer's (0: past_k/past_v are placeholders); at_zero: every at_b is 0 */
+/* past_rows: the past buffer's (0: past_k/past_v are placeholders, never read); at_zero: every at_b
+ * is 0; dims: the present's batch, heads and head size */
+struct kv_dims {
+  int batch, heads, head;
+};
 std::pair<mx::array, mx::array> cpu_kv_append(const mlxb_scope *s, const mx::array &past_k, const mx::array &past_v,
                                               int past_rows, const mx::array &k, const mx::array &v, int rows,
                                               const mx::array &at, bool at_zero, int at_add, int plen,
-                                              const rope_inputs &rope);
+                                              const kv_dims &dims, const rope_inputs &rope);
 std::pair<mx::array, mx::array> cpu_rms_norm(const mlxb_scope *s, const mx::array &x, const std::optional<mx::array> &skip,
                                              const std::optional<mx::array> &bias, const mx::array &gamma, float eps,
                                              bool want_sum);
