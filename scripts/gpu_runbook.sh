@@ -66,6 +66,10 @@
 #            the form on and off (ORT_EP_MLX_ROWS_ATTENTION, alternating), the IOBinding decode loop
 #            with the batched copy-out on and off (ORT_EP_MLX_COPY_BATCH) and the prompt's kernel
 #            profile each way
+#   pads     a decode bucket's padded device inputs filled by one copy-kernel launch per Run
+#            (ORT_EP_MLX_PAD_BATCH=1, off on CUDA until this step passes): the device-memory, bucket,
+#            genai and LLM tests with it, then the IOBinding decode loop's phases with it on and off
+#            (alternating) and its kernel profile with it
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -239,6 +243,16 @@ if step rowsperf; then
     ORT_EP_MLX_ROWS_ATTENTION=$r timeout 150 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
       --top 14 >> "$log" 2>&1
   done
+fi
+if step pads; then
+  ORT_EP_MLX_PAD_BATCH=1 pytest_q 300 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
+    tests/test_llm_generation.py tests/test_ops_attention.py
+  for pb in 1 0 1 0; do
+    echo "ORT_EP_MLX_PAD_BATCH=$pb decode: $(ORT_EP_MLX_PAD_BATCH=$pb timeout 100 python3 bench/decode_probe.py \
+      --mode io --steps 64 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
+  done
+  echo "ORT_EP_MLX_PAD_BATCH=1 kernels:" >> "$log"
+  ORT_EP_MLX_PAD_BATCH=1 timeout 150 python3 bench/decode_kernels.py --mode io --top 16 >> "$log" 2>&1
 fi
 if step prefetch; then
   # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and

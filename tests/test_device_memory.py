@@ -123,6 +123,9 @@ def test_iobinding_decode_keeps_kv_on_device(tmp_path):
     assert st["device_inputs"] >= (steps - 1) * n_kv, st
     # every output is written in device memory: ORT copies the logits to the host binding itself
     assert st["device_outputs"] == steps * (n_kv + 1) and st["host_outputs"] == 0, st
+    # the device pasts were padded to their decode bucket (mlxb_pad_axis, one batch a Run), and the
+    # logits above match ORT with them
+    assert st["padded_runs"] >= steps - 2, st
 
 
 def test_shared_kv_buffer_written_in_place(tmp_path):

@@ -86,7 +86,8 @@ mlxb_array *mlxb_from_data_padded(mlxb_scope *s, const void *data, const int64_t
 /* Wraps one of our device buffers (mlxb_device_owns) without a copy; the caller keeps it alive
  * and unchanged while the scope may read it. */
 mlxb_array *mlxb_borrow_device(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t);
-/* a with `pad` zero rows appended along axis. */
+/* a padded with `pad` zero rows after its last along axis. An evaluated row-major array of the EP's
+ * device memory may be queued (mlxb_device_prepare fills it). */
 mlxb_array *mlxb_pad_axis(mlxb_scope *s, const mlxb_array *a, int axis, int64_t pad);
 mlxb_array *mlxb_scalar_f64(mlxb_scope *s, double v, mlxb_dtype t);
 mlxb_array *mlxb_scalar_i64(mlxb_scope *s, int64_t v, mlxb_dtype t);
@@ -128,6 +129,9 @@ int mlxb_read_prefix(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep,
  * mlxb_device_finish waits for them and must run before the scope is freed. */
 int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep, void *dst, size_t bytes);
 int mlxb_device_finish(mlxb_scope *s);
+/* Fills the device inputs mlxb_pad_axis queued on s (one kernel launch on CUDA); must run after the
+ * Run's inputs are bound and before anything reads them. 0 ok, -1 error. */
+int mlxb_device_prepare(mlxb_scope *s);
 /* Reads an integer or bool array as int64 values (n must equal its size). */
 int mlxb_read_i64(mlxb_scope *s, const mlxb_array *a, int64_t *dst, size_t n);
 int mlxb_read_f64(mlxb_scope *s, const mlxb_array *a, double *dst, size_t n);

@@ -36,11 +36,13 @@ struct queued_copy {
   const void *from;
   void *to;
   size_t width, height, src_pitch, dst_pitch;
+  bool zero_tail; /* each destination row's bytes [width, dst_pitch) zeroed (a padded input) */
 };
 
 struct mlxb_scope {
   std::deque<mx::array> arrays;     /* owned arrays; a deque never moves its elements */
   std::vector<queued_copy> copies; /* device copies queued for mlxb_device_finish */
+  std::vector<queued_copy> pads;   /* padded device inputs queued for mlxb_device_prepare */
   mx::Device device;                /* where ops of this scope run */
   bool force_cpu;                   /* run later ops on the CPU whatever the device */
   std::string error;                /* first error; empty when ok */

@@ -668,26 +668,32 @@ namespace mlxb_detail {
 
 /* The batched copy-out of bridge_device.cpp (its descriptors' layout is batch_copies_abi there). */
 const char *const copy_batch_source = R"(
-struct ep_copy { const unsigned char* from; unsigned char* to; unsigned long long width, height, src_pitch, dst_pitch; };
+struct ep_copy {
+  const unsigned char* from; unsigned char* to;
+  unsigned long long width, height, src_pitch, dst_pitch, zero_tail;
+};
 struct ep_copies { ep_copy c[64]; int n, pad_; };
 extern "C" __global__ void ort_ep_mlx_copy_batch(const ep_copies b) {
   if ((int)blockIdx.y >= b.n) return;
   const ep_copy c = b.c[blockIdx.y];
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  /* a row of the destination: the source row's width bytes, then zeros up to its pitch with zero_tail */
+  const unsigned long long row_out = c.zero_tail ? c.dst_pitch : c.width;
   const unsigned long long bits = c.width | c.src_pitch | c.dst_pitch | (unsigned long long)c.from | (unsigned long long)c.to;
   if ((bits & 15ull) == 0) {
-    const unsigned long long per_row = c.width / 16, total = per_row * c.height;
+    const unsigned long long in_row = c.width / 16, per_row = row_out / 16, total = per_row * c.height;
     for (unsigned long long i = first; i < total; i += stride) {
       const unsigned long long r = i / per_row, k = i % per_row;
-      reinterpret_cast<uint4*>(c.to + r * c.dst_pitch)[k] = reinterpret_cast<const uint4*>(c.from + r * c.src_pitch)[k];
+      reinterpret_cast<uint4*>(c.to + r * c.dst_pitch)[k] =
+          k < in_row ? reinterpret_cast<const uint4*>(c.from + r * c.src_pitch)[k] : make_uint4(0u, 0u, 0u, 0u);
     }
     return;
   }
-  const unsigned long long total = c.width * c.height;
+  const unsigned long long total = row_out * c.height;
   for (unsigned long long i = first; i < total; i += stride) {
-    const unsigned long long r = i / c.width, k = i % c.width;
-    c.to[r * c.dst_pitch + k] = c.from[r * c.src_pitch + k];
+    const unsigned long long r = i / row_out, k = i % row_out;
+    c.to[r * c.dst_pitch + k] = k < c.width ? c.from[r * c.src_pitch + k] : (unsigned char)0;
   }
 }
 )";

@@ -97,6 +97,8 @@ static int bind_inputs(plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_in
     arrays[i] = bind_input(p, s, &inputs[i], i, rp);
     if (!arrays[i]) return diag_fail(d, "%s: input '%s': %s", p->name, val->name, mlxb_error(s));
   }
+  /* padded device inputs are filled here, before any lowering or evaluation reads them */
+  if (mlxb_device_prepare(s)) return diag_fail(d, "%s: padding the inputs: %s", p->name, mlxb_error(s));
   return 0;
 }
 
