@@ -43,6 +43,13 @@ KERNELS = {
               PARTS=8, FIRST=False, CAUSAL=True, WIN_BOUND=False, POS_ROWS=False),
          dict(T="__nv_bfloat16", HEAD=64, HQ=14, HKV=2, WARPS=8, WINDOW=32, ROT=32, INTER=False, LEN_ADD=1,
               POS_ADD=0, PARTS=1, FIRST=True, CAUSAL=True, WIN_BOUND=True, POS_ROWS=True)]),
+    "rows_attention_source": ("rope_header",
+        [("q", "T"), ("k", "T"), ("v", "T"), ("lens", "int32_t"), ("params", "float"), ("rope_pos", "int64_t"),
+         ("cos", "T"), ("sin", "T"), ("rows", "int32_t")], [("out", "T")],
+        [dict(T="__half", HEAD=64, HQ=14, HKV=2, WARPS=8, WINDOW=0, ROT=64, INTER=False, LEN_ADD=1, POS_ADD=0,
+              FIRST=True, CAUSAL=True, WIN_BOUND=False, POS_ROWS=True),
+         dict(T="float", HEAD=96, HQ=8, HKV=8, WARPS=8, WINDOW=16, ROT=32, INTER=True, LEN_ADD=1, POS_ADD=0,
+              FIRST=False, CAUSAL=False, WIN_BOUND=True, POS_ROWS=False)]),
     "decode_merge_source": ("rope_header",
         [("part_max", "float"), ("part_sum", "float"), ("part_acc", "float")], [("out", "T")],
         [dict(T="__half", HEAD=64, PARTS=8), dict(T="__nv_bfloat16", HEAD=128, PARTS=3)]),
@@ -83,6 +90,11 @@ KERNELS = {
         [dict(T="__half", HAS_SKIP=True, HAS_BIAS=False, WRITE_SUM=True, SKIP_RANK=2),
          dict(T="__nv_bfloat16", HAS_SKIP=False, HAS_BIAS=True, WRITE_SUM=False, SKIP_RANK=3),
          dict(T="float", HAS_SKIP=True, HAS_BIAS=True, WRITE_SUM=True, SKIP_RANK=1)]),
+    "rms_rows_source": (None,
+        [("x", "T"), ("skip", "T"), ("bias", "T"), ("gamma", "T"), ("eps", "float"), ("dims", "int32_t")],
+        [("y", "T"), ("sum", "T")],
+        [dict(T="__half", HAS_SKIP=True, HAS_BIAS=False, WRITE_SUM=True, SKIP_RANK=3, PER=28),
+         dict(T="float", HAS_SKIP=False, HAS_BIAS=True, WRITE_SUM=False, SKIP_RANK=2, PER=64)]),
 }
 
 

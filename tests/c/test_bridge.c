@@ -757,6 +757,26 @@ static void test_decode_step(mlxb_scope *s) {
   if (rc) return;
   expect_f32(s, y, want_y, 3 * DD, 1e-5f, "rms norm y");
   expect_f32(s, sum, want_sum, 3 * DD, 0.0f, "rms norm sum");
+  /* many rows (a prompt: on MLX's CUDA backend a warp per row from 16 rows on), the skip repeating */
+  enum { MR = 40 };
+  float xm[MR * DD], want_m[MR * DD], sum_m[MR * DD];
+  for (int i = 0; i < MR * DD; i++) xm[i] = 0.25f * (float)((i * 5) % 11) - 1.25f;
+  for (int r = 0; r < MR; r++) {
+    double ss = 0.0;
+    for (int i = 0; i < DD; i++) {
+      sum_m[r * DD + i] = xm[r * DD + i] + skip[i] + bias[i];
+      ss += (double)sum_m[r * DD + i] * sum_m[r * DD + i];
+    }
+    for (int i = 0; i < DD; i++) want_m[r * DD + i] = (float)(sum_m[r * DD + i] / sqrt(ss / DD + 1e-5) * gamma[i]);
+  }
+  mlxb_array *ym = NULL, *sm = NULL;
+  rc = mlxb_rms_norm_fused(s, f32(s, xm, (int64_t[]){2, MR / 2, DD}, 3), f32(s, skip, (int64_t[]){1, 1, DD}, 3),
+                           f32(s, bias, (int64_t[]){DD}, 1), f32(s, gamma, (int64_t[]){DD}, 1), 1e-5f, true, &ym, &sm);
+  CHECK(rc == 0, "rms norm, many rows (%s)", mlxb_error(s));
+  if (rc == 0) {
+    expect_f32(s, ym, want_m, MR * DD, 1e-5f, "rms norm many rows y");
+    expect_f32(s, sm, sum_m, MR * DD, 0.0f, "rms norm many rows sum");
+  }
   /* float16 and bfloat16 rows: the same float32 arithmetic, rounded once to the dtype */
   static const mlxb_dtype halves[] = {MLXB_F16, MLXB_BF16};
   for (int h = 0; h < 2; h++) {
