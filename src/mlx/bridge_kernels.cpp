@@ -40,27 +40,21 @@ enum { RMS_ROWS_MIN = 16, RMS_ROWS_MAX_PER = 64 };
 
 const char *decode_attention_source = R"(
   constexpr int EPL = (HEAD + 31) / 32;
-  /* bh: (sequence b, query row, head h), in q's order [B, ROWS, HQ, HEAD] */
-  const int ROWS = rows[0];
   const int bh = blockIdx.x / PARTS, part = blockIdx.x % PARTS;
-  const int h = bh % HQ, row = (bh / HQ) % ROWS, b = bh / (HQ * ROWS), kvh = h / (HQ / HKV);
+  const int b = bh / HQ, h = bh % HQ, kvh = h / (HQ / HKV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = params[0], cap = params[1];
   const int S = k_shape[2];
   const long long raw_len = (long long)lens[b] + LEN_ADD;
-  const int seq_len = raw_len < 0 ? 0 : (raw_len > S ? S : (int)raw_len);
-  /* the row's own end: base + row + 1, base 0 for a first prompt, else seq_len - ROWS */
-  const int bound = (FIRST ? 0 : seq_len - ROWS) + row + 1;
-  const int len = CAUSAL && bound < seq_len ? (bound < 0 ? 0 : bound) : seq_len;
-  const int from = WIN_BOUND ? bound : len;
-  const int start = WINDOW > 0 && from > WINDOW ? (from - WINDOW < len ? from - WINDOW : len) : 0;
+  const int len = raw_len < 0 ? 0 : (raw_len > S ? S : (int)raw_len);
+  const int start = WINDOW > 0 && len > WINDOW ? len - WINDOW : 0;
   const int chunk = (len - start + PARTS - 1) / PARTS; /* this block's share of [start, len) */
   const int lo = start + part * chunk, hi = lo + chunk < len ? lo + chunk : len;
   const T* qp = q + (size_t)bh * HEAD;
   const T* kp = k + (size_t)(b * HKV + kvh) * S * HEAD;
   const T* vp = v + (size_t)(b * HKV + kvh) * S * HEAD;
   float qv[EPL], acc[EPL];
-  const int pos = ROT > 0 ? clamp_position(row_position(rope_pos, b, row, ROWS, POS_ROWS, POS_ADD), cos_shape[0]) : 0;
+  const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + POS_ADD, cos_shape[0]) : 0;
   for (int i = 0; i < EPL; i++) {
     int d = lane + 32 * i;
     qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(qp, d, cos, sin, pos))) : 0.0f;
@@ -253,7 +247,7 @@ __device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, i
 )";
 
 const cuda_kernel_spec decode_attention_kernel = {
-    "ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order", "rows"},
+    "ort_ep_mlx_decode_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "order"},
     {"out", "part_max", "part_sum", "part_acc"}, decode_attention_source, rope_header, true};
 
 const cuda_kernel_spec rows_attention_kernel = {
@@ -969,22 +963,23 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
                                   small_offset(length_add, "decode attention"), span, scale,
                                   softcap > 0 ? softcap : 0.0f, win, r);
     mx::array params = mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32);
-    if (span.rows > 1)
+    if (rows) { /* query rows of their own bounds: a warp each; the block per row is a decode step's */
+      if (after) throw bridge_error("decode attention: rows take no ordering input");
       return rows_attention(s, qa, kk, vv, per_sequence(la, b, "decode attention: lengths", dev), params, r, span,
                             hq, hkv, d, win, small_offset(length_add, "decode attention"));
+    }
     int threads = DECODE_WARPS * 32, parts = decode_parts(len);
-    int64_t heads = static_cast<int64_t>(b) * span.rows * hq;
+    int64_t heads = static_cast<int64_t>(b) * hq;
     if (heads * parts * threads > std::numeric_limits<int>::max()) throw bridge_error("decode attention: too many heads");
     int partials = static_cast<int>(heads * parts);
     auto outs = run_cuda_kernel(decode_attention_kernel,
         {qa, kk, vv, per_sequence(la, b, "decode attention: lengths", dev), params, r.pos, r.cos, r.sin,
-         after ? arr(after) : mx::array({0}, {1}, mx::int32), mx::array({span.rows}, {1}, mx::int32)},
+         after ? arr(after) : mx::array({0}, {1}, mx::int32)},
         {qa.shape(), {partials}, {partials}, {partials, d}}, {t, mx::float32, mx::float32, mx::float32},
         {partials * threads, 1, 1}, {threads, 1, 1},
         {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)}, {"WINDOW", win},
          {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode attention")},
-         {"POS_ADD", r.add}, {"PARTS", parts}, {"FIRST", span.first}, {"CAUSAL", span.causal},
-         {"WIN_BOUND", span.window_from_row}, {"POS_ROWS", r.per_row}},
+         {"POS_ADD", r.add}, {"PARTS", parts}},
         s, parts == 1 ? 0xeu : 0x1u); /* the output, or the partitions' running values */
     if (parts == 1) return outs.at(0);
     int merge_threads = (d + 31) / 32 * 32;
@@ -1436,8 +1431,7 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
                                           z({1}, i64), z({2}, f), z({1, 128}, i64), z({4096, 32}, h),
                                           z({4096, 32}, h), z({1}, mx::int32)};
     std::vector<mx::array> attn = {z({1, 1, 896}, h), z({1, 2, 256, 64}, h), z({1, 2, 256, 64}, h), z({1}, i64),
-                                   z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32),
-                                   z({1}, mx::int32)};
+                                   z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32)};
     std::vector<mx::array> norm = {z({1, 1, 896}, h), z({1, 1, 896}, h), z({896}, h), z({896}, h), z({1}, f)};
     std::vector<mx::array> rms_rows = {z({1, 128, 896}, h), z({1, 128, 896}, h), z({896}, h), z({896}, h), z({1}, f),
                                        z({1}, mx::int32)};
@@ -1454,12 +1448,10 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
          {{"T", h}, {"HAS_SKIP", true}, {"HAS_BIAS", false}, {"WRITE_SUM", true}, {"SKIP_RANK", 3}, {"PER", 28}}},
         {&decode_attention_kernel, attn, {h, f, f, f},
          {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
-          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 1}, {"FIRST", false}, {"CAUSAL", true},
-          {"WIN_BOUND", false}, {"POS_ROWS", false}}},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 1}}},
         {&decode_attention_kernel, attn, {h, f, f, f},
          {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
-          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 8}, {"FIRST", false}, {"CAUSAL", true},
-          {"WIN_BOUND", false}, {"POS_ROWS", false}}},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"PARTS", 8}}},
         {&rows_attention_kernel, prompt_attn, {h},
          {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
           {"LEN_ADD", 1}, {"POS_ADD", 0}, {"FIRST", true}, {"CAUSAL", true}, {"WIN_BOUND", false},
