@@ -67,9 +67,10 @@
 #            with the batched copy-out on and off (ORT_EP_MLX_COPY_BATCH) and the prompt's kernel
 #            profile each way
 #   pads     a decode bucket's padded device inputs filled by one copy-kernel launch per Run
-#            (ORT_EP_MLX_PAD_BATCH=1, off on CUDA until this step passes): the device-memory, bucket,
-#            genai and LLM tests with it, then the IOBinding decode loop's phases with it on and off
-#            (alternating) and its kernel profile with it
+#            (ORT_EP_MLX_PAD_BATCH, written after the lease that profiled it), the warp-per-row
+#            prompt attention and RMS norm: the bridge's checks, the device-memory, bucket, genai,
+#            LLM, attention and norm tests, then the IOBinding decode loop's phases with the padding
+#            batch on and off (alternating), the prompt's phases, and the kernel profiles
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -245,14 +246,17 @@ if step rowsperf; then
   done
 fi
 if step pads; then
-  ORT_EP_MLX_PAD_BATCH=1 pytest_q 300 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
-    tests/test_llm_generation.py tests/test_ops_attention.py
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  timeout 120 build-gpu/test_bridge 2>&1 | tail -4 >> "$log"
+  pytest_q 300 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
+    tests/test_llm_generation.py tests/test_ops_attention.py tests/test_ops_contrib_norm.py
   for pb in 1 0 1 0; do
     echo "ORT_EP_MLX_PAD_BATCH=$pb decode: $(ORT_EP_MLX_PAD_BATCH=$pb timeout 100 python3 bench/decode_probe.py \
       --mode io --steps 64 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
   done
-  echo "ORT_EP_MLX_PAD_BATCH=1 kernels:" >> "$log"
-  ORT_EP_MLX_PAD_BATCH=1 timeout 150 python3 bench/decode_kernels.py --mode io --top 16 >> "$log" 2>&1
+  echo "prompt 128: $(timeout 100 python3 bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 \
+    | grep -E 'phases')" >> "$log"
+  for mode in io prefill; do timeout 150 python3 bench/decode_kernels.py --mode $mode --top 16 >> "$log" 2>&1; done
 fi
 if step prefetch; then
   # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and

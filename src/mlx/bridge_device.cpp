@@ -446,16 +446,13 @@ bool mlxb_holds_buffer(const mlxb_array *a, const void *data) {
 
 /* A decode bucket's padded device inputs (a decode step's every past key and value) filled by one
  * launch of the copy kernel before the Run's program is evaluated (mlxb_device_prepare), rather than
- * a concatenation each: two MLX copies per input, 96 launches and 445 us of a Qwen2.5-0.5B decode
- * step's 1.9 ms of device time on the H100 (2026-12-05). On the host stand-in (CI) always; on CUDA
- * with ORT_EP_MLX_PAD_BATCH=1 until it has run on a GPU. */
+ * a concatenation each: two MLX copies per input, 96 of the 332 launches (445 us of 1.9 ms of
+ * device time) of a Qwen2.5-0.5B IOBinding decode step on the H100 (2026-12-05), where each launch
+ * also costs host time in MLX's evaluation. Where the copy kernel is at hand;
+ * ORT_EP_MLX_PAD_BATCH=0 concatenates. */
 bool pad_batch_wanted(const device_state &st) {
-  static const int mode = [] {
-    const char *v = std::getenv("ORT_EP_MLX_PAD_BATCH");
-    return v ? (std::strcmp(v, "0") && std::strcmp(v, "off") ? 1 : 0) : -1;
-  }();
-  if (mode >= 0) return mode == 1 && (st.kind == backend::host || copy_batch_function(st));
-  return st.kind == backend::host;
+  static const bool on = env_switch_on("ORT_EP_MLX_PAD_BATCH");
+  return on && (st.kind == backend::host || copy_batch_function(st));
 }
 
 /* x padded with pad zero rows along axis into a buffer of its own, queued on s; nullopt where the
