@@ -92,6 +92,16 @@ cd "$root"
 . "$root/scripts/gpu_common.sh"
 step() { case " ${STEPS:-bridge focus} " in *" $1 "*) echo "== $1 $(date +%T)" >> "$log"; return 0 ;; esac; return 1; }
 pytest_q() { timeout "$1" python3 -m pytest -q -p no:cacheprovider "${@:2}" 2>&1 | tail -4 >> "$log"; }
+# probe_ab VAR "VALUES" LABEL PATTERN ARGS...: bench/decode_probe.py ARGS in a process of its own per
+# value of VAR, in the order given (alternate them), each run's lines matching PATTERN on one log line
+probe_ab() {
+  local var=$1 values=$2 label=$3 pattern=$4 v
+  shift 4
+  for v in $values; do
+    echo "$var=$v $label: $(env "$var=$v" timeout 150 python3 bench/decode_probe.py "$@" 2>&1 | grep -E "$pattern" \
+      | tr '\n' ' ')" >> "$log"
+  done
+}
 { head -3 /tmp/gpu_runbook_build.txt; git log --oneline -1 2>/dev/null; nvidia-smi -L; } >> "$log"
 
 if step bridge; then
@@ -226,19 +236,11 @@ if step rowsperf; then
       --steps 2 --loops 1 2>&1 | grep -E 'loop 0|run report|in this process' | cut -c1-300 | tr '\n' ' ')" >> "$log"
   done
   rm -rf "$cold"
-  for r in gpu 0 gpu 0; do
-    echo "ORT_EP_MLX_ROWS_ATTENTION=$r prompt 128: $(ORT_EP_MLX_ROWS_ATTENTION=$r timeout 100 python3 \
-      bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 | grep -E 'loop 0|phases' | tr '\n' ' ')" >> "$log"
-  done
-  for r in gpu 0; do
-    echo "ORT_EP_MLX_ROWS_ATTENTION=$r prompt 1024: $(ORT_EP_MLX_ROWS_ATTENTION=$r timeout 150 python3 \
-      bench/decode_probe.py --mode io --prompt-tokens 1024 --max-len 2048 --steps 0 --loops 6 --phases 2>&1 \
-      | grep -E 'phases' | tr '\n' ' ')" >> "$log"
-  done
-  for cb in 1 0 1 0; do  # the batched copy-out of a decode step's ~50 outputs, and one driver copy each
-    echo "ORT_EP_MLX_COPY_BATCH=$cb decode: $(ORT_EP_MLX_COPY_BATCH=$cb timeout 100 python3 bench/decode_probe.py \
-      --mode io --steps 64 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
-  done
+  probe_ab ORT_EP_MLX_ROWS_ATTENTION "gpu 0 gpu 0" "prompt 128" 'loop 0|phases' --mode io --steps 0 --loops 10 --phases
+  probe_ab ORT_EP_MLX_ROWS_ATTENTION "gpu 0" "prompt 1024" 'phases' --mode io --prompt-tokens 1024 --max-len 2048 \
+    --steps 0 --loops 6 --phases
+  # the batched copy-out of a decode step's ~50 outputs, and one driver copy each
+  probe_ab ORT_EP_MLX_COPY_BATCH "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
   for r in gpu 0; do
     echo "ORT_EP_MLX_ROWS_ATTENTION=$r kernels:" >> "$log"
     ORT_EP_MLX_ROWS_ATTENTION=$r timeout 150 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
@@ -250,10 +252,7 @@ if step pads; then
   timeout 120 build-gpu/test_bridge 2>&1 | tail -4 >> "$log"
   pytest_q 300 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
     tests/test_llm_generation.py tests/test_ops_attention.py tests/test_ops_contrib_norm.py
-  for pb in 1 0 1 0; do
-    echo "ORT_EP_MLX_PAD_BATCH=$pb decode: $(ORT_EP_MLX_PAD_BATCH=$pb timeout 100 python3 bench/decode_probe.py \
-      --mode io --steps 64 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
-  done
+  probe_ab ORT_EP_MLX_PAD_BATCH "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
   echo "prompt 128: $(timeout 100 python3 bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 \
     | grep -E 'phases')" >> "$log"
   for mode in io prefill; do timeout 150 python3 bench/decode_kernels.py --mode $mode --top 16 >> "$log" 2>&1; done

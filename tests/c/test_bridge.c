@@ -682,6 +682,19 @@ static void attention_ref(const float *q, const float *k, const float *v, const 
     }
 }
 
+/* rows of DD: sum = x + skip (one row) + bias, y = sum / rms(sum) * gamma, in double */
+static void rms_ref(const float *x, int rows, const float *skip, const float *bias, const float *gamma, float *sum,
+                    float *y) {
+  for (int r = 0; r < rows; r++) {
+    double ss = 0.0;
+    for (int i = 0; i < DD; i++) {
+      sum[r * DD + i] = x[r * DD + i] + skip[i] + bias[i];
+      ss += (double)sum[r * DD + i] * sum[r * DD + i];
+    }
+    for (int i = 0; i < DD; i++) y[r * DD + i] = (float)(sum[r * DD + i] / sqrt(ss / DD + 1e-5) * gamma[i]);
+  }
+}
+
 static void test_decode_step(mlxb_scope *s) {
   if (!mlxb_decode_attention_available(s, MLXB_F32, DD)) return;
   float q[DB * DHQ * DD], k[DB * DHKV * DS * DD], v[DB * DHKV * DS * DD], cos[DCOS * DROT / 2], sin[DCOS * DROT / 2];
@@ -742,14 +755,7 @@ static void test_decode_step(mlxb_scope *s) {
   float x[3 * DD], skip[DD], bias[DD], gamma[DD], want_y[3 * DD], want_sum[3 * DD];
   for (int i = 0; i < 3 * DD; i++) x[i] = 0.5f * (float)(i % 7) - 1.5f;
   for (int i = 0; i < DD; i++) skip[i] = 0.25f * (float)i, bias[i] = -0.125f * (float)i, gamma[i] = 1.0f + 0.1f * (float)i;
-  for (int r = 0; r < 3; r++) {
-    double ss = 0.0;
-    for (int i = 0; i < DD; i++) {
-      want_sum[r * DD + i] = x[r * DD + i] + skip[i] + bias[i];
-      ss += (double)want_sum[r * DD + i] * want_sum[r * DD + i];
-    }
-    for (int i = 0; i < DD; i++) want_y[r * DD + i] = (float)(want_sum[r * DD + i] / sqrt(ss / DD + 1e-5) * gamma[i]);
-  }
+  rms_ref(x, 3, skip, bias, gamma, want_sum, want_y);
   mlxb_array *y = NULL, *sum = NULL;
   rc = mlxb_rms_norm_fused(s, f32(s, x, (int64_t[]){3, DD}, 2), f32(s, skip, (int64_t[]){1, DD}, 2),
                            f32(s, bias, (int64_t[]){DD}, 1), f32(s, gamma, (int64_t[]){DD}, 1), 1e-5f, true, &y, &sum);
@@ -761,14 +767,7 @@ static void test_decode_step(mlxb_scope *s) {
   enum { MR = 40 };
   float xm[MR * DD], want_m[MR * DD], sum_m[MR * DD];
   for (int i = 0; i < MR * DD; i++) xm[i] = 0.25f * (float)((i * 5) % 11) - 1.25f;
-  for (int r = 0; r < MR; r++) {
-    double ss = 0.0;
-    for (int i = 0; i < DD; i++) {
-      sum_m[r * DD + i] = xm[r * DD + i] + skip[i] + bias[i];
-      ss += (double)sum_m[r * DD + i] * sum_m[r * DD + i];
-    }
-    for (int i = 0; i < DD; i++) want_m[r * DD + i] = (float)(sum_m[r * DD + i] / sqrt(ss / DD + 1e-5) * gamma[i]);
-  }
+  rms_ref(xm, MR, skip, bias, gamma, sum_m, want_m);
   mlxb_array *ym = NULL, *sm = NULL;
   rc = mlxb_rms_norm_fused(s, f32(s, xm, (int64_t[]){2, MR / 2, DD}, 3), f32(s, skip, (int64_t[]){1, 1, DD}, 3),
                            f32(s, bias, (int64_t[]){DD}, 1), f32(s, gamma, (int64_t[]){DD}, 1), 1e-5f, true, &ym, &sm);
