@@ -357,6 +357,12 @@ bool mlxb_qgemm_split_available(const mlxb_scope *s, int bits, int group_size);
 mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                              const mlxb_array *biases, const mlxb_array *bias, const mlxb_array *post,
                              int group_size, int bits);
+/* The same for up to MLXB_QGEMV_MAX_SETS weight sets of one K (sibling projections of one x: Q, K
+ * and V; gate and up) in one launch and one reduction: out[i] [..., N_i] float16, each plus post[i]
+ * rounded again where post (may be NULL) has one (no bias input). 0 ok, -1 error. */
+int mlxb_qgemm_split_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
+                          const mlxb_array *const *scales, const mlxb_array *const *biases,
+                          const mlxb_array *const *post, int group_size, int bits, mlxb_array **out);
 /* One direction of an RNN, GRU or LSTM as one operation on MLX's CPU stream (src/mlx/bridge_cpu_rnn.cpp):
  * xw [T, B, G*H] float32, the input projection of every step with the biases the lowering folds in
  * (gates in ONNX's order: LSTM i, o, f, c; GRU z, r, h), rw [G*H, H] the recurrence weights R of

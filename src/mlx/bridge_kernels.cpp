@@ -578,9 +578,25 @@ const char *qgemm_split_source = R"(
   constexpr unsigned MASK = (1u << BITS) - 1u;
   constexpr int WPR = BK / VPW;          /* packed words of one weight row per step */
   constexpr int WLOADS = BN * WPR / 128; /* of them per thread */
-  const int M = x_shape[0], K = x_shape[1], N = w_shape[0], WORDS = w_shape[1], G = scales_shape[1];
+  const int M = x_shape[0], K = x_shape[1], WORDS = w0_shape[1], G = scales0_shape[1];
+  /* up to SETS weight sets of one K side by side: column tiles numbered across them, each tile in
+   * one set, the partial sums [splits, M, NT] with the sets' columns one after another */
+  const int N0 = w0_shape[0], N1 = SETS > 1 ? w1_shape[0] : 0, N2 = SETS > 2 ? w2_shape[0] : 0, NT = N0 + N1 + N2;
+  const int T0 = (N0 + BN - 1) / BN, T1 = (N1 + BN - 1) / BN;
+  int tile = blockIdx.x, set = 0;
+  if (SETS > 1 && tile >= T0) {
+    tile -= T0, set = 1;
+    if (SETS > 2 && tile >= T1) tile -= T1, set = 2;
+  }
+  const uint32_t* w = set == 0 ? w0 : set == 1 ? w1 : w2;
+  const float* scales = set == 0 ? scales0 : set == 1 ? scales1 : scales2;
+  const float* biases = set == 0 ? biases0 : set == 1 ? biases1 : biases2;
+  const __half* post = set == 0 ? post0 : set == 1 ? post1 : post2;
+  __half* out = set == 0 ? out0 : set == 1 ? out1 : out2;
+  const int N = set == 0 ? N0 : set == 1 ? N1 : N2, col0 = set == 0 ? 0 : set == 1 ? N0 : N0 + N1;
+  const bool posted = (POST >> set) & 1;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
-  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  const int n0 = tile * BN, m0 = blockIdx.y * BM;
   const int steps = K / BK, per = (steps + gridDim.z - 1) / gridDim.z;
   const int s_begin = blockIdx.z * per, s_end = s_begin + per < steps ? s_begin + per : steps;
   __shared__ __align__(16) __half sa[BM][LDS];
@@ -707,34 +723,46 @@ const char *qgemm_split_source = R"(
         if (m >= M || n >= N) continue;
         const float h = acc_hi[i][j][r], sum = isfinite(h) ? h + acc_lo[i][j][r] : h;
         if (gridDim.z > 1) {
-          partial[((size_t)blockIdx.z * M + m) * N + n] = sum;
+          partial[((size_t)blockIdx.z * M + m) * NT + col0 + n] = sum;
         } else {
           const float b = HAS_BIAS ? static_cast<float>(bias[n]) : 0.0f;
           const __half y = __float2half_rn(sum + b);
-          out[(size_t)m * N + n] = POST ? __float2half_rn(__half2float(y) + __half2float(post[n])) : y;
+          out[(size_t)m * N + n] = posted ? __float2half_rn(__half2float(y) + __half2float(post[n])) : y;
         }
       }
 )";
 
-/* The split-K partial sums [S, M, N] of qgemm_split added in order, the bias added, rounded once;
- * with POST, a following Add's constant [N] added to that and rounded again (the Add's arithmetic). */
+/* The split-K partial sums [S, M, NT] of qgemm_split added in order, the bias added (one set),
+ * rounded once; for set i with bit i of POST, a following Add's constant [N_i] added to that and
+ * rounded again (the Add's arithmetic). The sets' columns (dims: N0, N1, N2) lie side by side. */
 const char *qgemm_reduce_source = R"(
-  const int S = partial_shape[0], M = partial_shape[1], N = partial_shape[2];
+  const int S = partial_shape[0], M = partial_shape[1], NT = partial_shape[2];
+  const int N0 = dims[0], N1 = dims[1];
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (long long)M * N) return;
+  if (idx >= (long long)M * NT) return;
+  const int m = idx / NT, col = idx % NT;
+  const int set = col < N0 ? 0 : col < N0 + N1 ? 1 : 2;
+  const int col0 = set == 0 ? 0 : set == 1 ? N0 : N0 + N1, N = set == 0 ? N0 : set == 1 ? N1 : NT - N0 - N1;
+  const int n = col - col0;
   float sum = 0.0f;
-  for (int s = 0; s < S; s++) sum += partial[(size_t)s * M * N + idx];
-  const float b = HAS_BIAS ? static_cast<float>(bias[idx % N]) : 0.0f;
+  for (int s = 0; s < S; s++) sum += partial[(size_t)s * M * NT + idx];
+  const float b = HAS_BIAS ? static_cast<float>(bias[n]) : 0.0f;
   const __half y = __float2half_rn(sum + b);
-  out[idx] = POST ? __float2half_rn(__half2float(y) + __half2float(post[idx % N])) : y;
+  const __half* post = set == 0 ? post0 : set == 1 ? post1 : post2;
+  __half* out = set == 0 ? out0 : set == 1 ? out1 : out2;
+  out[(size_t)m * N + n] = (POST >> set) & 1 ? __float2half_rn(__half2float(y) + __half2float(post[n])) : y;
 )";
 
 const cuda_kernel_spec qgemm_split_kernel = {
-    "ort_ep_mlx_qgemm_split", {"x", "w", "scales", "biases", "bias", "post"}, {"out", "partial"}, qgemm_split_source,
+    "ort_ep_mlx_qgemm_split",
+    {"x", "w0", "scales0", "biases0", "w1", "scales1", "biases1", "w2", "scales2", "biases2", "bias", "post0", "post1",
+     "post2"},
+    {"out0", "out1", "out2", "partial"}, qgemm_split_source,
     qgemm_header, true};
 
 const cuda_kernel_spec qgemm_reduce_kernel = {
-    "ort_ep_mlx_qgemm_reduce", {"partial", "bias", "post"}, {"out"}, qgemm_reduce_source, "", true};
+    "ort_ep_mlx_qgemm_reduce", {"partial", "bias", "post0", "post1", "post2", "dims"}, {"out0", "out1", "out2"},
+    qgemm_reduce_source, "", true};
 
 /* Integer ReduceSum / ReduceMean as ORT's CPU EP computes them, on the GPU: each row of x [R, C]
  * (int32 or int64) summed in float64 (a warp per row: lanes take every 32nd element, then
@@ -1302,54 +1330,110 @@ int qgemm_splits(int64_t tiles, int64_t steps) {
 
 } // namespace
 
+namespace {
+
+/* Up to three weight sets of one K times x on the tensor cores: one launch (and one reduction of the
+ * split-K partial sums) for them all; each set's result [..., N_i] float16. */
+std::vector<mx::array> qgemm_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
+                                  const mlxb_array *const *scales, const mlxb_array *const *biases,
+                                  const mlxb_array *bias, const mlxb_array *const *post, int group_size, int bits) {
+  if (!x || !w || !scales || !biases) throw null_arg{};
+  if (n_sets < 1 || n_sets > MLXB_QGEMV_MAX_SETS) throw bridge_error("quantized GEMM: 1 to 3 weight sets");
+  if (bias && n_sets > 1) throw bridge_error("quantized GEMM: a bias input goes with one weight set only");
+  if (!mlxb_qgemm_split_available(s, bits, group_size))
+    throw bridge_error("quantized GEMM: not available for this packing or device");
+  const mx::array &xa = arr(x);
+  enum { TILE = 64, THREADS = 128, STEP = 32, REDUCE_THREADS = 256 };
+  auto dev = scope_dev(s);
+  int64_t k = -1, tiles_n = 0;
+  int n[MLXB_QGEMV_MAX_SETS] = {0, 0, 0}, post_mask = 0;
+  std::vector<mx::array> weights;
+  for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
+    int set = i < n_sets ? i : 0; /* a launch always names three sets; the unused repeat the first */
+    if (!w[set] || !scales[set] || !biases[set]) throw null_arg{};
+    const mx::array &wa = arr(w[set]), &sa = arr(scales[set]), &ba = arr(biases[set]);
+    int64_t ki = dequant_width(wa, sa, ba, group_size, bits);
+    if (k >= 0 && ki != k) throw bridge_error("quantized GEMM: the weight sets must share one K");
+    k = ki;
+    weights.insert(weights.end(), {wa, sa, ba});
+    if (i >= n_sets) continue;
+    n[i] = wa.shape(0);
+    tiles_n += (n[i] + TILE - 1) / TILE;
+  }
+  if (xa.dtype() != mx::float16 || xa.ndim() < 1 || xa.shape(-1) != k)
+    throw bridge_error("quantized GEMM takes float16 x [..., K] with K the weights' unpacked width");
+  int64_t m = k > 0 ? static_cast<int64_t>(xa.size()) / k : 0;
+  std::vector<mx::Shape> shapes;
+  for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
+    mx::Shape shape = xa.shape();
+    shape.back() = n[i];
+    shapes.push_back(shape);
+  }
+  if (m == 0 || std::any_of(n, n + n_sets, [](int v) { return v == 0; })) {
+    std::vector<mx::array> empty;
+    for (int i = 0; i < n_sets; i++) empty.push_back(mx::zeros(shapes[i], mx::float16, dev));
+    return empty;
+  }
+  int64_t tiles_m = (m + TILE - 1) / TILE;
+  if (tiles_m > 65535 || tiles_n * THREADS > std::numeric_limits<int>::max())
+    throw bridge_error("quantized GEMM: too many rows or columns for one launch");
+  if (bias && (arr(bias).ndim() != 1 || arr(bias).shape(0) != n[0]))
+    throw bridge_error("quantized GEMM: the bias has one value per output");
+  mx::array x2 = mx::reshape(xa, {static_cast<int>(m), static_cast<int>(k)}, dev);
+  std::vector<mx::array> inputs = {x2};
+  inputs.insert(inputs.end(), weights.begin(), weights.end());
+  inputs.push_back(bias ? mx::astype(arr(bias), mx::float16, dev) : x2); /* not read without a bias */
+  for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++) {
+    const mlxb_array *p = post && i < n_sets ? post[i] : nullptr;
+    if (p && (arr(p).ndim() != 1 || arr(p).shape(0) != n[i]))
+      throw bridge_error("quantized GEMM: a following bias has one value per output");
+    inputs.push_back(p ? mx::astype(arr(p), mx::float16, dev) : x2);
+    post_mask |= p ? 1 << i : 0;
+  }
+  int nt = n[0] + n[1] + n[2], splits = qgemm_splits(tiles_n * tiles_m, k / STEP);
+  std::vector<mx::Shape> out_shapes;
+  for (int i = 0; i < MLXB_QGEMV_MAX_SETS; i++)
+    out_shapes.push_back(i < n_sets ? mx::Shape{static_cast<int>(m), n[i]} : mx::Shape{1});
+  out_shapes.push_back(splits > 1 ? mx::Shape{splits, static_cast<int>(m), nt} : mx::Shape{1});
+  uint32_t sets_unused = 0x7u & ~((1u << n_sets) - 1u);
+  auto outs = run_cuda_kernel(qgemm_split_kernel, inputs, out_shapes,
+                              {mx::float16, mx::float16, mx::float16, mx::float32},
+                              {static_cast<int>(tiles_n * THREADS), static_cast<int>(tiles_m), splits}, {THREADS, 1, 1},
+                              {{"BITS", bits}, {"GROUP", group_size}, {"HAS_BIAS", bias != nullptr},
+                               {"POST", post_mask}, {"SETS", n_sets}},
+                              s, splits > 1 ? 0x7u : sets_unused | 0x8u); /* the partial sums or the outputs */
+  if (splits > 1) {
+    int64_t total = m * nt, grid = (total + REDUCE_THREADS - 1) / REDUCE_THREADS * REDUCE_THREADS;
+    if (grid > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMM: too many outputs");
+    std::vector<mx::array> reduce_in = {outs.at(3), inputs[10], inputs[11], inputs[12], inputs[13],
+                                        mx::array({n[0], n[1], n[2]}, {3}, mx::int32)};
+    outs = run_cuda_kernel(qgemm_reduce_kernel, reduce_in, {out_shapes[0], out_shapes[1], out_shapes[2]},
+                           {mx::float16, mx::float16, mx::float16}, {static_cast<int>(grid), 1, 1},
+                           {REDUCE_THREADS, 1, 1}, {{"HAS_BIAS", bias != nullptr}, {"POST", post_mask}}, s,
+                           sets_unused);
+  }
+  std::vector<mx::array> ys;
+  for (int i = 0; i < n_sets; i++) ys.push_back(mx::reshape(outs.at(i), shapes[i], dev));
+  return ys;
+}
+
+} // namespace
+
 mlxb_array *mlxb_qgemm_split(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                              const mlxb_array *biases, const mlxb_array *bias, const mlxb_array *post,
                              int group_size, int bits) {
-  return guard(s, "mlxb_qgemm_split", [&] {
-    const mx::array &xa = arr(x), &wa = arr(w), &sa = arr(scales), &ba = arr(biases);
-    if (!mlxb_qgemm_split_available(s, bits, group_size))
-      throw bridge_error("quantized GEMM: not available for this packing or device");
-    int64_t k = dequant_width(wa, sa, ba, group_size, bits);
-    if (xa.dtype() != mx::float16 || xa.ndim() < 1 || xa.shape(-1) != k)
-      throw bridge_error("quantized GEMM takes float16 x [..., K] with K the weights' unpacked width");
-    enum { TILE = 64, THREADS = 128, STEP = 32 };
-    int n = wa.shape(0);
-    int64_t m = k > 0 ? static_cast<int64_t>(xa.size()) / k : 0;
-    mx::Shape out_shape = xa.shape();
-    out_shape.back() = n;
-    auto dev = scope_dev(s);
-    if (m == 0 || n == 0) return mx::zeros(out_shape, mx::float16, dev);
-    int64_t tiles_n = (n + TILE - 1) / TILE, tiles_m = (m + TILE - 1) / TILE;
-    if (tiles_m > 65535 || tiles_n * THREADS > std::numeric_limits<int>::max())
-      throw bridge_error("quantized GEMM: too many rows or columns for one launch");
-    if ((bias && (arr(bias).ndim() != 1 || arr(bias).shape(0) != n)) ||
-        (post && (arr(post).ndim() != 1 || arr(post).shape(0) != n)))
-      throw bridge_error("quantized GEMM: the bias has one value per output");
-    int splits = qgemm_splits(tiles_n * tiles_m, k / STEP);
-    mx::array x2 = mx::reshape(xa, {static_cast<int>(m), static_cast<int>(k)}, dev);
-    mx::array b = bias ? mx::astype(arr(bias), mx::float16, dev) : x2; /* not read without a bias */
-    mx::array p = post ? mx::astype(arr(post), mx::float16, dev) : x2;
-    mx::Shape partial_shape = {splits, static_cast<int>(m), n};
-    auto outs = run_cuda_kernel(qgemm_split_kernel, {x2, wa, sa, ba, b, p},
-                                {{static_cast<int>(m), n}, splits > 1 ? partial_shape : mx::Shape{1}},
-                                {mx::float16, mx::float32},
-                                {static_cast<int>(tiles_n * THREADS), static_cast<int>(tiles_m), splits},
-                                {THREADS, 1, 1},
-                                {{"BITS", bits}, {"GROUP", group_size}, {"HAS_BIAS", bias != nullptr},
-                                 {"POST", post != nullptr}},
-                                s,
-                                splits > 1 ? 0x1u : 0x2u); /* the partial sums or the output */
-    mx::array y = outs.at(0);
-    if (splits > 1) {
-      enum { REDUCE_THREADS = 256 };
-      int64_t total = m * n, grid = (total + REDUCE_THREADS - 1) / REDUCE_THREADS * REDUCE_THREADS;
-      if (grid > std::numeric_limits<int>::max()) throw bridge_error("quantized GEMM: too many outputs");
-      y = run_cuda_kernel(qgemm_reduce_kernel, {outs.at(1), b, p}, {{static_cast<int>(m), n}}, {mx::float16},
-                          {static_cast<int>(grid), 1, 1}, {REDUCE_THREADS, 1, 1},
-                          {{"HAS_BIAS", bias != nullptr}, {"POST", post != nullptr}}, s)
-              .at(0);
-    }
-    return mx::reshape(y, out_shape, dev);
+  return guard(s, "mlxb_qgemm_split",
+               [&] { return qgemm_sets(s, x, 1, &w, &scales, &biases, bias, &post, group_size, bits).at(0); });
+}
+
+int mlxb_qgemm_split_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
+                          const mlxb_array *const *scales, const mlxb_array *const *biases,
+                          const mlxb_array *const *post, int group_size, int bits, mlxb_array **out) {
+  for (int i = 0; out && i < n_sets && i < MLXB_QGEMV_MAX_SETS; i++) out[i] = nullptr;
+  return guard_status(s, "mlxb_qgemm_split_sets", [&] {
+    if (!out) throw null_arg{};
+    auto ys = qgemm_sets(s, x, n_sets, w, scales, biases, nullptr, post, group_size, bits);
+    for (int i = 0; i < n_sets; i++) out[i] = scope_keep(s, ys[i]);
   });
 }
 
@@ -1433,6 +1517,13 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
     std::vector<mx::array> attn = {z({1, 1, 896}, h), z({1, 2, 256, 64}, h), z({1, 2, 256, 64}, h), z({1}, i64),
                                    z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32)};
     std::vector<mx::array> norm = {z({1, 1, 896}, h), z({1, 1, 896}, h), z({896}, h), z({896}, h), z({1}, f)};
+    std::vector<mx::array> qgemm_one = {z({80, 896}, h)}, qgemm_three = {z({80, 896}, h)}, qgemm_eight = {z({80, 896}, h)};
+    for (int set = 0; set < MLXB_QGEMV_MAX_SETS; set++) {
+      qgemm_one.insert(qgemm_one.end(), {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)});
+      qgemm_three.insert(qgemm_three.end(), {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)});
+      qgemm_eight.insert(qgemm_eight.end(), {z({128, 224}, u), z({128, 7}, f), z({128, 7}, f)});
+    }
+    for (auto *v : {&qgemm_one, &qgemm_three, &qgemm_eight}) v->insert(v->end(), {z({128}, h), z({128}, h), z({128}, h), z({128}, h)});
     std::vector<mx::array> rms_rows = {z({1, 128, 896}, h), z({1, 128, 896}, h), z({896}, h), z({896}, h), z({1}, f),
                                        z({1}, mx::int32)};
     std::vector<sample> samples = {
@@ -1465,13 +1556,14 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
           {"AT_ZERO", true}, {"POS_ROWS", true}}},
         {&dequant_f32_kernel, {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)}, {f}, {{"BITS", 4}, {"GROUP", 32}}},
         {&dequant_f32_kernel, {z({128, 224}, u), z({128, 7}, f), z({128, 7}, f)}, {f}, {{"BITS", 8}, {"GROUP", 128}}},
-        {&qgemm_split_kernel,
-         {z({80, 896}, h), z({128, 112}, u), z({128, 28}, f), z({128, 28}, f), z({128}, h), z({128}, h)},
-         {h, f}, {{"BITS", 4}, {"GROUP", 32}, {"HAS_BIAS", true}, {"POST", true}}},
-        {&qgemm_split_kernel,
-         {z({80, 896}, h), z({128, 224}, u), z({128, 7}, f), z({128, 7}, f), z({80, 896}, h), z({80, 896}, h)},
-         {h, f}, {{"BITS", 8}, {"GROUP", 128}, {"HAS_BIAS", false}, {"POST", false}}},
-        {&qgemm_reduce_kernel, {z({4, 80, 128}, f), z({128}, h), z({128}, h)}, {h}, {{"HAS_BIAS", true}, {"POST", true}}},
+        {&qgemm_split_kernel, qgemm_one, {h, h, h, f},
+         {{"BITS", 4}, {"GROUP", 32}, {"HAS_BIAS", true}, {"POST", 1}, {"SETS", 1}}},
+        {&qgemm_split_kernel, qgemm_three, {h, h, h, f},
+         {{"BITS", 4}, {"GROUP", 32}, {"HAS_BIAS", false}, {"POST", 7}, {"SETS", 3}}},
+        {&qgemm_split_kernel, qgemm_eight, {h, h, h, f},
+         {{"BITS", 8}, {"GROUP", 128}, {"HAS_BIAS", false}, {"POST", 0}, {"SETS", 2}}},
+        {&qgemm_reduce_kernel, {z({4, 80, 384}, f), z({128}, h), z({128}, h), z({128}, h), z({128}, h), z({3}, mx::int32)},
+         {h, h, h}, {{"HAS_BIAS", false}, {"POST", 5}}},
         {&int_reduce_kernel, {z({2, 4096}, i64)}, {i64}, {{"T", i64}, {"MEAN", false}}},
         {&int_reduce_kernel, {z({3, 7}, mx::int32)}, {mx::int32}, {{"T", mx::int32}, {"MEAN", true}}},
         {&kv_write_kernel, cache, {mx::int32},

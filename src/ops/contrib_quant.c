@@ -306,7 +306,8 @@ static mlxb_array *mnb_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_a
  * the first of them to be lowered computes all of its group (up to MLXB_QGEMV_MAX_SETS siblings
  * in node order) and hands each sibling its result (op_compute_for), and where a sibling's only
  * reader is an Add of a constant bias [N] (Q, K and V of Qwen-like exports), that Add's result
- * too. On MLX's CUDA backend that is one GEMV launch instead of three projections and three adds;
+ * too. On MLX's CUDA backend that is one GEMV launch instead of three projections and three adds,
+ * and for a prompt's many rows one tensor-core GEMM launch (and one reduction) for the group;
  * elsewhere the same quantized matmuls and adds each node would run. Siblings have kept weights
  * (prepare) and no bias input, g_idx or int8 path; each node finds the same siblings from the
  * graph, so they agree. A sibling whose Add was folded gets the biased result as its own output,
@@ -452,7 +453,20 @@ static int mnb_swiglu_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const
   return 0;
 }
 
-/* Computes this node's group (and the bias adds folded into it) for a few rows: returns this
+/* Whether a group of siblings takes the tensor-core GEMM together: more rows than the GEMV takes, of
+ * float16, and every sibling's weights exact as float16 halves (mnb_split_is_exact). */
+static bool mnb_group_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const ir_node *const *group, int n) {
+  if (mlxb_type(xp) != MLXB_F16 || (int64_t)mlxb_size(xp) / mlxb_dim(xp, -1) <= MNB_GEMV_MAX_ROWS) return false;
+  if (!mlxb_qgemm_split_available(op_scope(c), (int)a->bits, mnb_group(a))) return false;
+  for (int i = 0; i < n; i++) {
+    const mnb_prepared *m = op_prepared_of(c, group[i]);
+    if (!m || !m->split_exact) return false;
+  }
+  return true;
+}
+
+/* Computes this node's group (and the bias adds folded into it) for a few rows, or many on the
+ * tensor cores or a CPU scope: returns this
  * node's output after handing the others theirs, or NULL with nothing recorded when the node
  * computes alone (no sibling, no bias add). xp is A padded to Kp columns, in A's shape. */
 static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const int64_t *out_dims,
@@ -472,7 +486,15 @@ static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x
   if (n < 2 && !folded) return NULL;
   mlxb_scope *s = op_scope(c);
   mlxb_dtype t = mlxb_type(xp);
-  if (mlxb_qgemv_available(s, t, (int)a->bits, mnb_group(a))) {
+  bool split = mnb_group_takes_split(c, a, xp, group, n);
+  /* many rows on a GPU scope go together only on the tensor cores (the GEMV is for a few) */
+  if (!split && mlxb_scope_device(s) != MLXB_DEVICE_CPU && (int64_t)mlxb_size(xp) / mlxb_dim(xp, -1) > MNB_GEMV_MAX_ROWS)
+    return NULL;
+  if (split) {
+    /* many rows on the tensor cores: the group in one launch, each sibling's bias Add folded in */
+    if (mlxb_qgemm_split_sets(s, xp, n, w, sc, bi, (const mlxb_array *const *)bias, mnb_group(a), (int)a->bits, outs))
+      return op_check(c), NULL;
+  } else if (mlxb_qgemv_available(s, t, (int)a->bits, mnb_group(a))) {
     /* in A's shape and out in the outputs': no reshape around the launch */
     int gated = n == 2 ? mnb_swiglu_ahead(c, a, xp, group, adds, w, sc, bi, bias, outs) : 1;
     if (gated < 0) return NULL;
@@ -585,7 +607,8 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   /* on the CPU the sets task takes any number of rows (more than one: tiles and BLAS), so a prompt's
    * siblings, bias Adds and gated MLP are one task too */
   bool cpu_sets = mlxb_scope_device(s) == MLXB_DEVICE_CPU && mlxb_qgemv_available(s, t, (int)a.bits, mnb_group(&a));
-  if ((rows <= MNB_GEMV_MAX_ROWS || cpu_sets) && !int8_path && !has_gidx && !op_has_input(c, MNB_BIAS)) {
+  bool grouped = rows <= MNB_GEMV_MAX_ROWS || cpu_sets || mnb_takes_split(c, &a, x, int8_path);
+  if (grouped && !int8_path && !has_gidx && !op_has_input(c, MNB_BIAS)) {
     mlxb_array *y = mnb_output_ahead(c, &a, pad_last(s, x, kp), out_dims, rank);
     if (y) return op_set_output(c, 0, y);
     if (op_check(c)) return -1;

@@ -566,7 +566,37 @@ static void test_dequant_f32(mlxb_scope *s) {
  * to large (each weight then has a lo half), integer zero points; K 256 splits its steps over two blocks, K 64 does not. One row holds
  * an infinite activation (the infinity where the weight is nonzero, NaN where it is zero, as the
  * float32 GEMM gives them). On a scope without the kernel: refused with a message. */
-static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool with_bias, bool with_post) {
+/* Rows [lo, hi) of a 2-D array. */
+static mlxb_array *row_range(mlxb_scope *s, mlxb_array *a, int64_t lo, int64_t hi) {
+  return mlxb_slice(s, a, (int64_t[]){lo, 0}, (int64_t[]){hi, mlxb_dim(a, 1)}, (int64_t[]){1, 1});
+}
+
+/* The weights' rows as three sets (50, 30 and 20 outputs) in one mlxb_qgemm_split_sets launch, their
+ * results side by side in got [M, 100]; 0 ok. */
+static int qgemm_three_sets(mlxb_scope *s, mlxb_array *xa, mlxb_array *w, mlxb_array *sc, mlxb_array *bi,
+                            mlxb_array *pa, int group, int bits, float *got) {
+  enum { M = 70, N = 100 };
+  static const int64_t cut[4] = {0, 50, 80, 100};
+  const mlxb_array *ws[3], *scs[3], *bis[3], *posts[3];
+  mlxb_array *out[3] = {0};
+  for (int i = 0; i < 3; i++) {
+    ws[i] = row_range(s, w, cut[i], cut[i + 1]);
+    scs[i] = row_range(s, sc, cut[i], cut[i + 1]);
+    bis[i] = row_range(s, bi, cut[i], cut[i + 1]);
+    posts[i] = pa && i != 1 ? mlxb_slice(s, pa, &cut[i], &cut[i + 1], (int64_t[]){1}) : NULL;
+  }
+  if (mlxb_qgemm_split_sets(s, xa, 3, ws, scs, bis, posts, group, bits, out)) return -1;
+  static float part[M * N];
+  for (int i = 0; i < 3; i++) {
+    int64_t n = cut[i + 1] - cut[i];
+    if (mlxb_read(s, mlxb_astype(s, out[i], MLXB_F32), part, sizeof(float) * (size_t)(M * n))) return -1;
+    for (int m = 0; m < M; m++)
+      for (int64_t j = 0; j < n; j++) got[m * N + cut[i] + j] = part[m * n + j];
+  }
+  return 0;
+}
+
+static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool with_bias, bool with_post, bool sets) {
   enum { M = 70, N = 100, KMAX = 256 };
   static float x[M * KMAX], wv[N * KMAX], scale[N * KMAX / 32], bias[N * KMAX / 32], add[N], post[N], got[M * N];
   static uint32_t packed[N * KMAX / 2];
@@ -596,14 +626,20 @@ static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool wit
   mlxb_array *sc = f32(s, scale, (int64_t[]){N, groups}, 2), *bi = f32(s, bias, (int64_t[]){N, groups}, 2);
   mlxb_array *ad = with_bias ? mlxb_astype(s, f32(s, add, (int64_t[]){N}, 1), MLXB_F16) : NULL;
   mlxb_array *pa = with_post ? mlxb_astype(s, f32(s, post, (int64_t[]){N}, 1), MLXB_F16) : NULL;
-  mlxb_array *y = mlxb_qgemm_split(s, xa, w, sc, bi, ad, pa, group, bits);
-  if (!mlxb_qgemm_split_available(s, bits, group)) {
+  if (sets) { /* the same outputs from three weight sets (no bias input; set 1 without a post bias) */
+    if (!mlxb_qgemm_split_available(s, bits, group)) return;
+    with_bias = false;
+    CHECK(qgemm_three_sets(s, xa, w, sc, bi, pa, group, bits, got) == 0, "qgemm_split_sets (%s)", mlxb_error(s));
+    for (int n = 50; n < 80; n++) post[n] = 0.0f;
+  }
+  mlxb_array *y = sets ? NULL : mlxb_qgemm_split(s, xa, w, sc, bi, ad, pa, group, bits);
+  if (!sets && !mlxb_qgemm_split_available(s, bits, group)) {
     CHECK(y == NULL && !mlxb_ok(s), "qgemm_split refused without the kernel");
     mlxb_clear_error(s);
     return;
   }
-  expect_shape(y, (int64_t[]){M, N}, 2, "qgemm_split shape");
-  if (!y || mlxb_read(s, mlxb_astype(s, y, MLXB_F32), got, sizeof got) != 0) {
+  if (!sets) expect_shape(y, (int64_t[]){M, N}, 2, "qgemm_split shape");
+  if (!sets && (!y || mlxb_read(s, mlxb_astype(s, y, MLXB_F32), got, sizeof got) != 0)) {
     CHECK(0, "qgemm_split k %d bits %d: %s", k, bits, mlxb_error(s));
     mlxb_clear_error(s);
     return;
@@ -621,10 +657,12 @@ static void check_qgemm_case(mlxb_scope *s, int k, int bits, int group, bool wit
 }
 
 static void test_qgemm_split(mlxb_scope *s) {
-  check_qgemm_case(s, 256, 4, 32, true, false);
-  check_qgemm_case(s, 64, 4, 32, false, true);
-  check_qgemm_case(s, 256, 8, 64, false, true);
-  check_qgemm_case(s, 128, 2, 128, true, true);
+  check_qgemm_case(s, 256, 4, 32, true, false, false);
+  check_qgemm_case(s, 64, 4, 32, false, true, false);
+  check_qgemm_case(s, 256, 8, 64, false, true, false);
+  check_qgemm_case(s, 128, 2, 128, true, true, false);
+  check_qgemm_case(s, 256, 4, 32, false, true, true); /* split K */
+  check_qgemm_case(s, 64, 4, 32, false, true, true);
 }
 
 /* mlxb_int_reduce_rows: float64 sums cast back saturating, as ORT's integer ReduceSum/ReduceMean
