@@ -68,8 +68,9 @@
 #            profile each way
 #   pads     a decode bucket's padded device inputs filled by one copy-kernel launch per Run
 #            (ORT_EP_MLX_PAD_BATCH, written after the lease that profiled it), the warp-per-row
-#            prompt attention and RMS norm: the bridge's checks, the device-memory, bucket, genai,
-#            LLM, attention and norm tests, then the IOBinding decode loop's phases with the padding
+#            prompt attention and RMS norm, the prompt GEMM's weight sets: the bridge's checks, the
+#            device-memory, bucket, genai, LLM, attention, norm and MatMulNBits tests, then the
+#            IOBinding decode loop's phases with the padding
 #            batch on and off (alternating), the prompt's phases, and the kernel profiles
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
@@ -251,7 +252,7 @@ if step pads; then
   cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
   timeout 120 build-gpu/test_bridge 2>&1 | tail -4 >> "$log"
   pytest_q 300 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
-    tests/test_llm_generation.py tests/test_ops_attention.py tests/test_ops_contrib_norm.py
+    tests/test_llm_generation.py tests/test_ops_attention.py tests/test_ops_contrib_norm.py tests/test_ops_contrib_quant.py
   probe_ab ORT_EP_MLX_PAD_BATCH "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
   echo "prompt 128: $(timeout 100 python3 bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 \
     | grep -E 'phases')" >> "$log"
