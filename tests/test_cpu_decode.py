@@ -84,3 +84,16 @@ def test_prompt_rows_form_matches_ort(mode):
         assert all("Softmax" not in line for line in kernels)
     else:  # only the one-token steps of test_gqa_rotary take the kernels on a CPU scope by default
         assert len(kernels) < len(composed), f"{len(kernels)} graphs took the kernels, {len(composed)} composed"
+
+
+@pytest.mark.skipif(not default_device_is_cpu(), reason="the EP's default device is MLX's GPU here")
+def test_prompt_rows_form_refuses_hostile_lengths_and_positions():
+    """The hostile GroupQueryAttention cases (seqlens_k and position_ids past their ranges, prompts and
+    decode steps) with the many-row primitives on CPU scopes: refused as ORT refuses them, nothing read
+    outside a tensor (the kernels clamp as well)."""
+    env = dict(os.environ, ORT_EP_MLX_ROWS_ATTENTION="all", PYTHONPATH=child_pythonpath())
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/hostile/test_hostile_transformer.py", "-k", "gqa"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    assert " passed" in out.stdout and "failed" not in out.stdout, out.stdout[-2000:]

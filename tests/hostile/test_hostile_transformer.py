@@ -84,17 +84,23 @@ def test_embed_layer_norm_position_ids(bad):
                   rf"position id {bad} out of range \[0, 6\)")
 
 
-def _gqa_model(past_len, seq=1):
-    b, heads, kv, h = 1, 2, 1, 8
+def _gqa_model(past_len, seq=1, rotary=False):
+    b, heads, kv, h = 1, 2, 1, 16 if rotary else 8  # ORT's rotary wants a head size of a multiple of 16
     g = np.random.default_rng(5)
     q = g.standard_normal((b, seq, heads * h)).astype(np.float32)
     k = g.standard_normal((b, seq, kv * h)).astype(np.float32)
     v = g.standard_normal((b, seq, kv * h)).astype(np.float32)
     pk = g.standard_normal((b, kv, past_len, h)).astype(np.float32)
     pv = g.standard_normal((b, kv, past_len, h)).astype(np.float32)
-    inputs = [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv), ("seqlens", np.array([past_len], np.int32)),
-              ("total", np.array(past_len + seq, np.int32))]
-    model = node_model("GroupQueryAttention", inputs, [F, F, F], domain=MS, attrs={"num_heads": heads, "kv_num_heads": kv})
+    inputs = [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv),
+              ("seqlens", np.array([past_len + seq - 1], np.int32)), ("total", np.array(past_len + seq, np.int32))]
+    attrs = {"num_heads": heads, "kv_num_heads": kv}
+    if rotary:  # caches of 16 positions; position_ids one per new row
+        ang = np.arange(16)[:, None] * (1.0 / 10000 ** (np.arange(h // 2) / (h // 2)))[None, :]
+        inputs += [("cos", np.cos(ang).astype(np.float32)), ("sin", np.sin(ang).astype(np.float32)),
+                   ("pos", (past_len + np.arange(seq, dtype=np.int64))[None, :])]
+        attrs["do_rotary"] = 1
+    model = node_model("GroupQueryAttention", inputs, [F, F, F], domain=MS, attrs=attrs)
     feeds = {n: a for n, a in inputs}
     return model, feeds
 
@@ -103,6 +109,23 @@ def _gqa_model(past_len, seq=1):
 def test_gqa_seqlens_k(bad):
     model, good = _gqa_model(8)
     check_hostile(model, {**good, "seqlens": np.array([bad], np.int32)}, good, r"seqlens_k -?\d+ out of range")
+
+
+@pytest.mark.parametrize("bad", [10**9, 2**31 - 1, 11, 1, -5])
+def test_gqa_seqlens_k_prompt(bad):
+    """A three-row prompt continuing a past of 8 rows (on MLX's CUDA backend the many-row kernels): seqlens_k
+    must hold the new rows (>= 2) and fit the present (< 11)."""
+    model, good = _gqa_model(8, seq=3)
+    check_hostile(model, {**good, "seqlens": np.array([bad], np.int32)}, good, r"seqlens_k -?\d+ out of range")
+
+
+@pytest.mark.parametrize("bad", [16, 10**12, -1, -(2**62)])
+def test_gqa_prompt_position_ids(bad):
+    """position_ids past the rotary caches in a three-row prompt, refused before any kernel reads a cache row."""
+    model, good = _gqa_model(8, seq=3, rotary=True)
+    pos = good["pos"].copy()
+    pos[0, 1] = bad
+    check_hostile(model, {**good, "pos": pos}, good, r"position.* out of range")
 
 
 @pytest.mark.parametrize("bad", [0, -1, I32_MIN])
