@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <deque>
 #include <exception>
 #include <limits>
@@ -502,7 +503,7 @@ void *cached_cuda_function(const char *base, const std::string &source, int ordi
  * or CUDA headers are at hand, -1 with the compiler's log in error. */
 int check_cuda_source(const char *name, const std::string &source, std::string &error);
 extern const char *const copy_batch_source; /* bridge_device.cpp's batched copy-out */
-std::vector<mx::array> launch_precompiled(const std::string &name, const std::string &cubin,
+std::vector<mx::array> launch_precompiled(const std::string &name, const std::shared_future<std::string> &cubin,
                                           const std::vector<mx::array> &inputs,
                                           const std::vector<mx::Shape> &out_shapes,
                                           const std::vector<mx::Dtype> &out_dtypes, const std::vector<int> &scalars,

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -273,6 +274,7 @@ std::string full_source(const cuda_kernel_spec &k, const std::string &name, cons
 struct kernel_cache {
   std::mutex mu;
   std::unordered_map<std::string, std::string> cubins;               /* kernel name -> cubin */
+  std::unordered_map<std::string, std::shared_future<std::string>> compiling; /* kernel name -> its cubin, or its NVRTC run */
   std::map<const cuda_kernel_spec *, mx::fast::CustomKernelFunction> jit; /* the fallback */
   std::map<int, std::string> arch;                                   /* GPU ordinal -> "sm_90" */
   std::string include_dir;
@@ -335,6 +337,53 @@ const std::string *cubin_for(kernel_cache &c, const std::string &name, const std
   return &c.cubins.emplace(name, std::move(cubin)).first->second;
 }
 
+/* Kernel `name`'s cubin as a future: at once from memory or disk, else compiled by NVRTC on a thread
+ * of its own, so that the variants a graph needs compile side by side while the graph is still being
+ * built (a fresh machine's first prompt compiled about ten in turn). A failure reaches whoever waits
+ * for the cubin, and sends later kernels to MLX's JIT. Under c.mu. */
+std::shared_future<std::string> cubin_future(kernel_cache &c, const std::string &name, std::string source,
+                                             const std::string &arch) {
+  if (auto it = c.compiling.find(name); it != c.compiling.end()) return it->second;
+  auto ready = [&](std::string cubin) {
+    std::promise<std::string> p;
+    p.set_value(std::move(cubin));
+    return c.compiling.emplace(name, p.get_future().share()).first->second;
+  };
+  if (auto it = c.cubins.find(name); it != c.cubins.end()) return ready(it->second);
+  std::string kept;
+  fs::path file = c.dir.empty() ? fs::path() : c.dir / (name + ".cubin");
+  if (!file.empty() && read_file(file, kept) && kept.compare(0, 4, "\x7f" "ELF") == 0) {
+    disk_count++;
+    c.cubins.emplace(name, kept);
+    return ready(std::move(kept));
+  }
+  std::string include_dir = c.include_dir;
+  auto job = std::async(std::launch::async, [&c, name, source = std::move(source), arch, include_dir, file] {
+    auto start = std::chrono::steady_clock::now();
+    std::string cubin;
+    try {
+      cubin = nvrtc_compile(nvrtc(), name, source, arch, include_dir);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(c.mu);
+      c.broken = true;
+      throw;
+    }
+    compiled_count++;
+    compile_us += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
+    if (!file.empty()) write_file(file, cubin);
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.cubins.emplace(name, cubin);
+    return cubin;
+  });
+  return c.compiling.emplace(name, job.share()).first->second;
+}
+
+bool async_compile_enabled() {
+  static const bool on = env_switch_on("ORT_EP_MLX_ASYNC_COMPILE");
+  return on;
+}
+
 } // namespace
 
 int gpu_compute_major(const mlxb_scope *s) {
@@ -381,27 +430,36 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
   kernel_cache &c = cache();
   if (precompiling_enabled() && !s->force_cpu && s->device.type == mx::Device::gpu) {
     std::vector<mx::fast::ScalarArg> scalars;
-    std::lock_guard<std::mutex> lock(c.mu);
-    const std::string &arch = arch_for(c, s->device.index);
-    const std::string *cubin = nullptr;
+    std::shared_future<std::string> cubin;
     std::string name;
-    if (!arch.empty()) {
-      /* the name carries a hash of the source, written with a placeholder where the name goes */
-      static const std::string placeholder = "ORT_EP_MLX_KERNEL_NAME";
-      std::string source = full_source(k, placeholder, inputs, out_dtypes, targs, scalars);
-      name = std::string(k.name) + "_" + hex(fnv1a(source), 16) + "_" + arch;
-      source.replace(source.find(placeholder), placeholder.size(), name);
-      cubin = cubin_for(c, name, source, arch);
+    bool direct = direct_launch_ready();
+    {
+      std::lock_guard<std::mutex> lock(c.mu); /* never held while waiting for a compile: its end takes it */
+      const std::string &arch = arch_for(c, s->device.index);
+      if (!arch.empty()) {
+        /* the name carries a hash of the source, written with a placeholder where the name goes */
+        static const std::string placeholder = "ORT_EP_MLX_KERNEL_NAME";
+        std::string source = full_source(k, placeholder, inputs, out_dtypes, targs, scalars);
+        name = std::string(k.name) + "_" + hex(fnv1a(source), 16) + "_" + arch;
+        source.replace(source.find(placeholder), placeholder.size(), name);
+        if (direct && async_compile_enabled()) {
+          cubin = cubin_future(c, name, std::move(source), arch);
+        } else if (const std::string *done = cubin_for(c, name, source, arch)) {
+          std::promise<std::string> ready;
+          ready.set_value(*done);
+          cubin = ready.get_future().share();
+        }
+      }
     }
-    if (cubin && direct_launch_ready()) {
+    if (cubin.valid() && direct) {
       std::vector<int> ints;
       for (const auto &v : scalars) ints.push_back(std::get<int>(v)); /* full_source passes shapes as ints */
-      return launch_precompiled(name, *cubin, inputs, out_shapes, out_dtypes, ints, grid, block, k.row_contiguous,
+      return launch_precompiled(name, cubin, inputs, out_shapes, out_dtypes, ints, grid, block, k.row_contiguous,
                                 unused, s);
     }
-    if (cubin)
-      return mx::fast::precompiled_cuda_kernel(name, *cubin, inputs, out_shapes, out_dtypes, scalars, grid, block, 0,
-                                               std::nullopt, k.row_contiguous, dev);
+    if (cubin.valid())
+      return mx::fast::precompiled_cuda_kernel(name, cubin.get(), inputs, out_shapes, out_dtypes, scalars, grid, block,
+                                               0, std::nullopt, k.row_contiguous, dev);
   }
   mx::fast::CustomKernelFunction *fn = nullptr;
   {

@@ -18,8 +18,10 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -113,11 +115,28 @@ void *load_cuda_function(const std::string &name, const std::string &cubin, int 
 
 namespace {
 
+/* A kernel whose cubin may still be compiling when its graph is built (the kernel cache compiles a
+ * graph's new variants side by side): loaded at its first launch, which waits for the compile and
+ * raises its failure. */
+struct lazy_function {
+  std::string name;
+  std::shared_future<std::string> cubin;
+  int ordinal;
+  std::once_flag once;
+  void *fn = nullptr;
+
+  void *get() {
+    std::call_once(once, [this] { fn = load_cuda_function(name, cubin.get(), ordinal); });
+    return fn;
+  }
+};
+
 class ep_cuda_kernel : public mx::Primitive {
  public:
-  ep_cuda_kernel(mx::Stream stream, std::string name, void *function, std::vector<int> scalars, dim3_abi grid,
-                 dim3_abi block, bool row_contiguous, int n_outputs, uint32_t unused)
-      : mx::Primitive(stream), name_(std::move(name)), function_(function), scalars_(std::move(scalars)),
+  ep_cuda_kernel(mx::Stream stream, std::string name, std::shared_ptr<lazy_function> function,
+                 std::vector<int> scalars, dim3_abi grid, dim3_abi block, bool row_contiguous, int n_outputs,
+                 uint32_t unused)
+      : mx::Primitive(stream), name_(std::move(name)), function_(std::move(function)), scalars_(std::move(scalars)),
         grid_(grid), block_(block), row_contiguous_(row_contiguous), n_outputs_(n_outputs), unused_(unused) {}
 
   void eval_cpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
@@ -155,14 +174,14 @@ class ep_cuda_kernel : public mx::Primitive {
     for (const auto &in : inputs) a.set_input(encoder, in);
     for (const auto &out : outputs) a.set_output(encoder, out);
     if (!grid_.x || !grid_.y || !grid_.z) return;
-    a.add_kernel(encoder, function_, grid_, block_, dim3_abi{1, 1, 1}, 0, args.data());
+    a.add_kernel(encoder, function_->get(), grid_, block_, dim3_abi{1, 1, 1}, 0, args.data());
   }
 
   const char *name() const override { return "EpCudaKernel"; }
 
  private:
   std::string name_;
-  void *function_;
+  std::shared_ptr<lazy_function> function_;
   std::vector<int> scalars_;
   dim3_abi grid_, block_;
   bool row_contiguous_;
@@ -178,7 +197,7 @@ unsigned blocks(int threads, int per_block) {
 
 bool direct_launch_ready() { return api().ready; }
 
-std::vector<mx::array> launch_precompiled(const std::string &name, const std::string &cubin,
+std::vector<mx::array> launch_precompiled(const std::string &name, const std::shared_future<std::string> &cubin,
                                           const std::vector<mx::array> &inputs,
                                           const std::vector<mx::Shape> &out_shapes,
                                           const std::vector<mx::Dtype> &out_dtypes, const std::vector<int> &scalars,
@@ -186,7 +205,10 @@ std::vector<mx::array> launch_precompiled(const std::string &name, const std::st
                                           bool row_contiguous, uint32_t unused, const mlxb_scope *s) {
   auto dev = scope_dev(s);
   mx::Stream stream = mx::to_stream(dev);
-  void *fn = load_cuda_function(name, cubin, stream.device.index);
+  auto fn = std::make_shared<lazy_function>();
+  fn->name = name, fn->cubin = cubin, fn->ordinal = stream.device.index;
+  /* a cubin at hand is loaded now (a driver refusal is the graph's error, as before) */
+  if (cubin.wait_for(std::chrono::seconds(0)) == std::future_status::ready) fn->get();
   std::vector<mx::array> ins;
   ins.reserve(inputs.size());
   for (const auto &x : inputs)
