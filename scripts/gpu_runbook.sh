@@ -257,6 +257,14 @@ if step pads; then
   echo "prompt 128: $(timeout 100 python3 bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 \
     | grep -E 'phases')" >> "$log"
   for mode in io prefill; do timeout 150 python3 bench/decode_kernels.py --mode $mode --top 16 >> "$log" 2>&1; done
+  # the first prompt on a cold kernel cache, our variants compiled side by side and in turn
+  for a in 1 0; do
+    cold=$(mktemp -d)
+    echo "ORT_EP_MLX_ASYNC_COMPILE=$a cold first prompt: $(MLX_PTX_CACHE_DIR=$cold ORT_EP_MLX_ASYNC_COMPILE=$a \
+      timeout 150 python3 bench/decode_probe.py --mode io --steps 0 --loops 1 2>&1 \
+      | grep -E 'loop 0|in this process' | tr '\n' ' ')" >> "$log"
+    rm -rf "$cold"
+  done
 fi
 if step prefetch; then
   # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and
