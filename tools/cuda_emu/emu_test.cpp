@@ -1,0 +1,244 @@
+/* The EP's CUDA kernels run on the CPU (cuda_emu.h) against references of their own: the many-row
+ * attention, the many-row RMS norm, the tensor-core quantized GEMM with weight sets and its split-K
+ * reduction, the KV append of several rows, the batched copy with zero tails. Built and run by
+ * tools/cuda_emu/run.py; prints one line per failed check and exits 1 on failure. */
+#include "cuda_emu.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "kernels.inc"
+
+static int failures = 0, checks = 0;
+
+static void expect_near(const char *what, size_t i, double got, double want, double tol) {
+  checks++;
+  bool ok = std::isnan(want) ? std::isnan(got) : std::fabs(got - want) <= tol * (1.0 + std::fabs(want));
+  if (!ok && failures++ < 20) std::printf("FAIL %s[%zu] = %.7g, want %.7g\n", what, i, got, want);
+}
+
+/* ---- many-row attention ------------------------------------------------------------------------ */
+enum { B = 2, S = 3, HQ = 4, HKV = 2, D = 8, T = 6, ROT = 4, COS = 5 };
+
+static float rotated_ref(const float *x, int d, const float *cos, const float *sin, int pos) {
+  if (!cos || d >= ROT) return x[d];
+  int half = ROT / 2, j = d < half ? d : d - half;
+  float x1 = x[j], x2 = x[j + half], c = cos[pos * half + j], sn = sin[pos * half + j];
+  return d < half ? x1 * c - x2 * sn : x1 * sn + x2 * c;
+}
+
+struct rows_case {
+  bool first, causal, win_bound, rotary;
+  int window;
+};
+
+static void rows_ref(const rows_case &rc, const float *q, const float *k, const float *v, const int32_t *lens,
+                     const float *cos, const float *sin, const int64_t *pos, float *out) {
+  for (int b = 0; b < B; b++)
+    for (int s = 0; s < S; s++)
+      for (int h = 0; h < HQ; h++) {
+        int u = (b * S + s) * HQ + h, kvh = b * HKV + h / (HQ / HKV);
+        long long total = std::min<long long>(std::max<long long>((long long)lens[b] + 1, 0), T);
+        long long bound = (rc.first ? 0 : total - S) + s + 1;
+        long long hi = rc.causal && bound < total ? std::max<long long>(bound, 0) : total;
+        long long from = rc.win_bound ? bound : hi;
+        long long lo = rc.window > 0 && from > rc.window ? std::min<long long>(from - rc.window, hi) : 0;
+        int p = 0;
+        if (rc.rotary) p = (int)std::min<long long>(std::max<long long>(pos[b * S + s], 0), COS - 1);
+        double qv[D], score[T], m = -INFINITY, l = 0;
+        for (int d = 0; d < D; d++) qv[d] = rotated_ref(q + u * D, d, rc.rotary ? cos : nullptr, sin, p);
+        for (long long t = lo; t < hi; t++) {
+          double sc = 0;
+          for (int d = 0; d < D; d++) sc += qv[d] * k[(kvh * T + t) * D + d];
+          score[t] = sc * 0.5;
+          m = std::max(m, score[t]);
+        }
+        for (long long t = lo; t < hi; t++) l += std::exp(score[t] - m);
+        for (int d = 0; d < D; d++) {
+          double o = 0;
+          for (long long t = lo; t < hi; t++) o += std::exp(score[t] - m) / l * v[(kvh * T + t) * D + d];
+          out[u * D + d] = (float)o;
+        }
+      }
+}
+
+template <typename F>
+static void check_rows(const char *what, const rows_case &rc, F kernel) {
+  std::vector<float> q(B * S * HQ * D), k(B * HKV * T * D), v(B * HKV * T * D), cos(COS * ROT / 2),
+      sin(COS * ROT / 2), got(q.size()), want(q.size());
+  for (size_t i = 0; i < q.size(); i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
+  for (size_t i = 0; i < k.size(); i++) k[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, v[i] = (float)((i * 3) % 7);
+  for (int i = 0; i < COS * ROT / 2; i++) cos[i] = std::cos(0.3f * (float)i), sin[i] = std::sin(0.3f * (float)i);
+  int32_t lens[B] = {4, 2147483647}, rows[1] = {S};
+  int64_t pos[B * S] = {0, 1, 2, 9, -4, 3};
+  float params[2] = {0.5f, 0.0f};
+  int k_shape[4] = {B, HKV, T, D}, cos_shape[2] = {COS, ROT / 2};
+  rows_ref(rc, q.data(), k.data(), v.data(), lens, cos.data(), sin.data(), pos, want.data());
+  const int warps = 8, tiles = (S + warps - 1) / warps;
+  emu_launch({(unsigned)(B * HQ * tiles), 1, 1}, {(unsigned)(warps * 32), 1, 1}, [&] {
+    kernel(q.data(), k.data(), v.data(), lens, params, pos, cos.data(), sin.data(), rows, got.data(), k_shape,
+           cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++) expect_near(what, i, got[i], want[i], 1e-5);
+}
+
+/* ---- many-row RMS norm --------------------------------------------------------------------------- */
+static void check_rms_rows() {
+  enum { R = 20, H = 40 };
+  std::vector<float> x(R * H), skip(H), bias(H), gamma(H), y(R * H), sum(R * H);
+  for (int i = 0; i < R * H; i++) x[i] = 0.25f * (float)((i * 5) % 11) - 1.25f;
+  for (int i = 0; i < H; i++) skip[i] = 0.1f * (float)(i % 7), bias[i] = -0.05f * (float)i, gamma[i] = 1.0f + 0.01f * i;
+  float eps[1] = {1e-5f};
+  int32_t dims[1] = {R};
+  int skip_shape[3] = {1, 1, H}, gamma_shape[1] = {H};
+  emu_launch({(R + 7) / 8, 1, 1}, {256, 1, 1}, [&] {
+    rms_rows_f32::kernel(x.data(), skip.data(), bias.data(), gamma.data(), eps, dims, y.data(), sum.data(), skip_shape,
+                         gamma_shape);
+  });
+  for (int r = 0; r < R; r++) {
+    double ss = 0, v[H];
+    for (int i = 0; i < H; i++) v[i] = (double)x[r * H + i] + skip[i] + bias[i], ss += v[i] * v[i];
+    for (int i = 0; i < H; i++) {
+      expect_near("rms rows y", r * H + i, y[r * H + i], v[i] / std::sqrt(ss / H + 1e-5) * gamma[i], 1e-5);
+      expect_near("rms rows sum", r * H + i, sum[r * H + i], (float)v[i], 1e-7);
+    }
+  }
+}
+
+/* ---- quantized GEMM with weight sets --------------------------------------------------------------- */
+enum { M = 70, K = 128, G = 32 };
+
+struct weights {
+  int n;
+  std::vector<uint32_t> packed;
+  std::vector<float> scales, biases, dense;
+};
+
+static weights make_weights(int n, int seed) {
+  weights w{n, std::vector<uint32_t>(n * K / 8, 0u), {}, {}, std::vector<float>(n * K)};
+  for (int r = 0; r < n; r++)
+    for (int g = 0; g < K / G; g++) {
+      float sc = std::ldexp(1.0f + (float)((r + 5 * g + seed) % 1024) / 1024.0f, -((r + g) % 9) - 4);
+      w.scales.push_back(sc);
+      w.biases.push_back(-(float)((r * 3 + g + seed) % 16) * sc);
+    }
+  for (int r = 0; r < n; r++)
+    for (int j = 0; j < K; j++) {
+      uint32_t q = (uint32_t)(r * 7 + j * 13 + seed) % 16u;
+      w.packed[r * (K / 8) + j / 8] |= q << (4 * (j % 8));
+      w.dense[r * K + j] = (float)q * w.scales[r * (K / G) + j / G] + w.biases[r * (K / G) + j / G];
+    }
+  return w;
+}
+
+static void check_qgemm() {
+  std::vector<__half> x(M * K);
+  for (int i = 0; i < M * K; i++) x[i] = __half((float)((i * 37 % 61) - 30) / 32.0f);
+  weights ws[3] = {make_weights(50, 1), make_weights(30, 2), make_weights(20, 3)};
+  std::vector<__half> post[3], bias(50);
+  for (int s = 0; s < 3; s++)
+    for (int n = 0; n < ws[s].n; n++) post[s].push_back(__half((float)((n % 7) - 3) / 4.0f));
+  for (int n = 0; n < 50; n++) bias[n] = __half((float)((n % 11) - 5) / 8.0f);
+  auto want = [&](int s, int m, int n, bool with_bias, bool with_post) {
+    double acc = 0;
+    for (int j = 0; j < K; j++) acc += (double)(float)x[m * K + j] * ws[s].dense[n * K + j];
+    float y = (float)__half((float)(acc + (with_bias ? (float)bias[n] : 0.0f)));
+    return with_post ? (double)(float)__half(y + (float)post[s][n]) : (double)y;
+  };
+  int x_shape[2] = {M, K}, w_shape[3][2], sc_shape[2] = {0, K / G};
+  for (int s = 0; s < 3; s++) w_shape[s][0] = ws[s].n, w_shape[s][1] = K / 8;
+  sc_shape[0] = 50;
+  const int tiles_n = 1 + 1 + 1, tiles_m = (M + 63) / 64, splits = 2;
+  /* three sets, split K over two blocks: partial sums, then the reduction (set 1 without a post) */
+  int nt = 100;
+  std::vector<float> partial((size_t)splits * M * nt, NAN);
+  std::vector<__half> out[3] = {std::vector<__half>(M * 50), std::vector<__half>(M * 30), std::vector<__half>(M * 20)};
+  emu_launch({(unsigned)tiles_n, (unsigned)tiles_m, (unsigned)splits}, {128, 1, 1}, [&] {
+    qgemm_sets3::kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(), ws[1].packed.data(),
+                        ws[1].scales.data(), ws[1].biases.data(), ws[2].packed.data(), ws[2].scales.data(),
+                        ws[2].biases.data(), x.data(), post[0].data(), post[1].data(), post[2].data(), nullptr, nullptr,
+                        nullptr, partial.data(), x_shape, w_shape[0], sc_shape, w_shape[1], w_shape[2]);
+  });
+  int32_t dims[3] = {50, 30, 20};
+  int partial_shape[3] = {splits, M, nt};
+  emu_launch({(unsigned)((M * nt + 255) / 256), 1, 1}, {256, 1, 1}, [&] {
+    qgemm_reduce3::kernel(partial.data(), x.data(), post[0].data(), post[1].data(), post[2].data(), dims,
+                          out[0].data(), out[1].data(), out[2].data(), partial_shape);
+  });
+  for (int s = 0; s < 3; s++)
+    for (int m = 0; m < M; m++)
+      for (int n = 0; n < ws[s].n; n++)
+        expect_near(s == 0 ? "qgemm set 0" : s == 1 ? "qgemm set 1" : "qgemm set 2", m * ws[s].n + n,
+                    (float)out[s][m * ws[s].n + n], want(s, m, n, false, s != 1), 2e-3);
+  /* one set with a bias input and a post bias, no split: written by the GEMM itself */
+  std::vector<__half> one(M * 50);
+  emu_launch({1, (unsigned)tiles_m, 1}, {128, 1, 1}, [&] {
+    qgemm_one::kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(), ws[0].packed.data(),
+                      ws[0].scales.data(), ws[0].biases.data(), ws[0].packed.data(), ws[0].scales.data(),
+                      ws[0].biases.data(), bias.data(), post[0].data(), post[0].data(), post[0].data(), one.data(),
+                      nullptr, nullptr, nullptr, x_shape, w_shape[0], sc_shape, w_shape[0], w_shape[0]);
+  });
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < 50; n++) expect_near("qgemm one set", m * 50 + n, (float)one[m * 50 + n], want(0, m, n, true, true), 2e-3);
+}
+
+/* ---- KV append of several rows ------------------------------------------------------------------ */
+static void check_append() {
+  enum { P = 4, PLEN = 8, ROWS = 3, HK = 2 };
+  std::vector<float> pk(B * HK * P * D), nk(B * ROWS * HK * D), cos(COS * ROT / 2), sin(COS * ROT / 2),
+      ok(B * HK * PLEN * D, NAN), ov(B * HK * PLEN * D, NAN);
+  for (size_t i = 0; i < pk.size(); i++) pk[i] = (float)(i % 17) - 8.0f;
+  for (size_t i = 0; i < nk.size(); i++) nk[i] = 0.5f * (float)(i % 5) + 1.0f;
+  for (int i = 0; i < COS * ROT / 2; i++) cos[i] = std::cos(0.3f * (float)i), sin[i] = std::sin(0.3f * (float)i);
+  int32_t at[B] = {4, 7}, plen[5] = {PLEN, P, ROWS, B, HK}; /* at + AT_ADD (-2): rows 2 and 5 */
+  int64_t rpos[B] = {1, 2};
+  int cos_shape[2] = {COS, ROT / 2};
+  const int n = B * HK * PLEN * D;
+  emu_launch({(unsigned)((n + 255) / 256), 1, 1}, {256, 1, 1}, [&] {
+    append_rows::kernel(pk.data(), pk.data(), nk.data(), nk.data(), at, plen, rpos, cos.data(), sin.data(), ok.data(),
+                        ov.data(), cos_shape);
+  });
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < HK; h++)
+      for (int t = 0; t < PLEN; t++)
+        for (int d = 0; d < D; d++) {
+          int bh = b * HK + h, o = (bh * PLEN + t) * D + d, a = at[b] - 2, j = t - a;
+          int p = std::min<int>((int)rpos[b] + j, COS - 1);
+          const float *fresh = &nk[((b * ROWS + j) * HK + h) * D];
+          float wk = t < a ? (t < P ? pk[(bh * P + t) * D + d] : 0.0f) : j < ROWS ? rotated_ref(fresh, d, cos.data(), sin.data(), p) : 0.0f;
+          float wv = t < a ? (t < P ? pk[(bh * P + t) * D + d] : 0.0f) : j < ROWS ? fresh[d] : 0.0f;
+          expect_near("append k", o, ok[o], wk, 1e-6);
+          expect_near("append v", o, ov[o], wv, 0.0);
+        }
+}
+
+/* ---- batched copy with zero tails --------------------------------------------------------------- */
+static void check_copy_batch() {
+  std::vector<unsigned char> src(4096), dst(8192, 0xee);
+  for (size_t i = 0; i < src.size(); i++) src[i] = (unsigned char)(i * 31 + 7);
+  copy_batch::ep_copies b{};
+  /* aligned: 3 rows of 32 bytes into a pitch of 64, zeroed after; unaligned: 5 rows of 7 bytes, pitch 9 */
+  b.c[0] = {src.data(), dst.data(), 32, 3, 48, 64, 1};
+  b.c[1] = {src.data() + 1, dst.data() + 1025, 7, 5, 11, 9, 0};
+  b.n = 2;
+  emu_launch({2, 2, 1}, {64, 1, 1}, [&] { copy_batch::ort_ep_mlx_copy_batch(b); });
+  for (int r = 0; r < 3; r++)
+    for (int k = 0; k < 64; k++)
+      expect_near("copy aligned", r * 64 + k, dst[r * 64 + k], k < 32 ? src[r * 48 + k] : 0, 0.0);
+  for (int r = 0; r < 5; r++)
+    for (int k = 0; k < 9; k++)
+      expect_near("copy unaligned", r * 9 + k, dst[1025 + r * 9 + k], k < 7 ? src[1 + r * 11 + k] : 0xee, 0.0);
+}
+
+int main() {
+  check_rows("rows attention, continuation, rotary per row", {false, true, false, true, 0}, rows_f32::kernel);
+  check_rows("rows attention, first prompt, window from the row", {true, true, true, false, 2},
+             rows_f32_window::kernel);
+  check_rows("rows attention, bidirectional", {false, false, false, false, 0}, rows_f32_bidir::kernel);
+  check_rms_rows();
+  check_qgemm();
+  check_append();
+  check_copy_batch();
+  std::printf("%d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}
