@@ -1,7 +1,9 @@
 /* The EP's CUDA kernels run on the CPU (cuda_emu.h) against references of their own: the many-row
  * attention, the many-row RMS norm, the tensor-core quantized GEMM with weight sets and its split-K
- * reduction, the KV append of several rows, the batched copy with zero tails. Built and run by
- * tools/cuda_emu/run.py; prints one line per failed check and exits 1 on failure. */
+ * reduction, the KV append of several rows, the batched copy with zero tails, and the decode step's
+ * kernels (one-token attention whole and split with its merge, the GEMV's weight sets and gated
+ * MLP, the RMS norm a block per row). Built and run by tools/cuda_emu/run.py; prints one line per
+ * failed check and exits 1 on failure. */
 #include "cuda_emu.h"
 
 #include <cstdio>
@@ -230,6 +232,135 @@ static void check_copy_batch() {
       expect_near("copy unaligned", r * 9 + k, dst[1025 + r * 9 + k], k < 7 ? src[1 + r * 11 + k] : 0xee, 0.0);
 }
 
+/* ---- one-token decode attention (a block per head, and split over two blocks with the merge) -------- */
+static void decode_ref(const float *q, const float *k, const float *v, const int32_t *lens, int window,
+                       const float *cos, const float *sin, const int32_t *pos, float *out) {
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < HQ; h++) {
+      int u = b * HQ + h, kvh = b * HKV + h / (HQ / HKV);
+      long long hi = std::min<long long>(std::max<long long>((long long)lens[b] + 1, 0), T);
+      long long lo = window > 0 && hi > window ? hi - window : 0;
+      int p = cos ? std::min(std::max(pos[b], 0), COS - 1) : 0;
+      double qv[D], score[T], m = -INFINITY, l = 0;
+      for (int d = 0; d < D; d++) qv[d] = rotated_ref(q + u * D, d, cos, sin, p);
+      for (long long t = lo; t < hi; t++) {
+        double sc = 0;
+        for (int d = 0; d < D; d++) sc += qv[d] * k[(kvh * T + t) * D + d];
+        score[t] = sc * 0.5;
+        m = std::max(m, score[t]);
+      }
+      for (long long t = lo; t < hi; t++) l += std::exp(score[t] - m);
+      for (int d = 0; d < D; d++) {
+        double o = 0;
+        for (long long t = lo; t < hi; t++) o += std::exp(score[t] - m) / l * v[(kvh * T + t) * D + d];
+        out[u * D + d] = hi > lo ? (float)o : 0.0f;
+      }
+    }
+}
+
+static void check_decode() {
+  std::vector<float> q(B * HQ * D), k(B * HKV * T * D), v(B * HKV * T * D), cos(COS * ROT / 2), sin(COS * ROT / 2),
+      got(q.size()), want(q.size());
+  for (size_t i = 0; i < q.size(); i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
+  for (size_t i = 0; i < k.size(); i++) k[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, v[i] = (float)((i * 3) % 7);
+  for (int i = 0; i < COS * ROT / 2; i++) cos[i] = std::cos(0.3f * (float)i), sin[i] = std::sin(0.3f * (float)i);
+  int32_t lens[B] = {3, 2147483647}, pos[B] = {1000, -7}, order[1] = {0};
+  float params[2] = {0.5f, 0.0f};
+  int k_shape[4] = {B, HKV, T, D}, cos_shape[2] = {COS, ROT / 2};
+  decode_ref(q.data(), k.data(), v.data(), lens, 2, cos.data(), sin.data(), pos, want.data());
+  emu_launch({B * HQ, 1, 1}, {256, 1, 1}, [&] {
+    decode_f32::kernel(q.data(), k.data(), v.data(), lens, params, pos, cos.data(), sin.data(), order, got.data(),
+                       nullptr, nullptr, nullptr, k_shape, cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++) expect_near("decode attention, window, rotary", i, got[i], want[i], 1e-5);
+  /* the context split over two blocks per head, then merged */
+  std::vector<float> pm(B * HQ * 2), ps(B * HQ * 2), pa(B * HQ * 2 * D);
+  decode_ref(q.data(), k.data(), v.data(), lens, 0, nullptr, nullptr, pos, want.data());
+  emu_launch({B * HQ * 2, 1, 1}, {256, 1, 1}, [&] {
+    decode_parts::kernel(q.data(), k.data(), v.data(), lens, params, pos, cos.data(), sin.data(), order, nullptr,
+                         pm.data(), ps.data(), pa.data(), k_shape, cos_shape);
+  });
+  emu_launch({B * HQ, 1, 1}, {32, 1, 1}, [&] { decode_merge::kernel(pm.data(), ps.data(), pa.data(), got.data()); });
+  for (size_t i = 0; i < got.size(); i++) expect_near("decode attention, two parts", i, got[i], want[i], 1e-5);
+}
+
+/* ---- the GEMV: three weight sets with bias adds, and the gated MLP --------------------------------- */
+static void check_qgemv() {
+  enum { MR = 2 };
+  std::vector<float> x(MR * K);
+  for (int i = 0; i < MR * K; i++) x[i] = (float)((i * 37 % 61) - 30) / 32.0f;
+  weights ws[3] = {make_weights(20, 4), make_weights(12, 5), make_weights(8, 6)};
+  std::vector<float> add[3];
+  for (int s = 0; s < 3; s++)
+    for (int n = 0; n < ws[s].n; n++) add[s].push_back((float)((n % 5) - 2) / 4.0f);
+  auto dot = [&](int s, int m, int n) {
+    double acc = 0;
+    for (int j = 0; j < K; j++) acc += (double)x[m * K + j] * ws[s].dense[n * K + j];
+    return (float)acc;
+  };
+  int w_shape[3][2], sc_shape[2] = {20, K / G};
+  for (int s = 0; s < 3; s++) w_shape[s][0] = ws[s].n, w_shape[s][1] = K / 8;
+  std::vector<float> out[3] = {std::vector<float>(MR * 20), std::vector<float>(MR * 12), std::vector<float>(MR * 8)};
+  const int rows_per_block = 128 / 8;
+  emu_launch({(40 + rows_per_block - 1) / rows_per_block, MR, 1}, {128, 1, 1}, [&] {
+    qgemv_sets::kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(), ws[1].packed.data(),
+                       ws[1].scales.data(), ws[1].biases.data(), ws[2].packed.data(), ws[2].scales.data(),
+                       ws[2].biases.data(), add[0].data(), add[1].data(), add[2].data(), out[0].data(), out[1].data(),
+                       out[2].data(), nullptr, nullptr, w_shape[0], sc_shape, w_shape[1], w_shape[2]);
+  });
+  for (int s = 0; s < 3; s++)
+    for (int m = 0; m < MR; m++)
+      for (int n = 0; n < ws[s].n; n++) {
+        float y = dot(s, m, n);
+        if (s != 1) y = y + add[s][n];
+        expect_near("qgemv sets", (size_t)(s * 100 + m * ws[s].n + n), out[s][m * ws[s].n + n], y, 1e-5);
+      }
+  /* gate and up of one N: the five results of the gated MLP */
+  weights gu[2] = {make_weights(16, 7), make_weights(16, 8)};
+  int g_shape[2] = {16, K / 8}, gs_shape[2] = {16, K / G};
+  std::vector<float> gate(MR * 16), up(MR * 16), prod(MR * 16), sig(MR * 16), silu(MR * 16);
+  emu_launch({1, MR, 1}, {128, 1, 1}, [&] {
+    qgemv_swiglu::kernel(x.data(), gu[0].packed.data(), gu[0].scales.data(), gu[0].biases.data(), gu[1].packed.data(),
+                         gu[1].scales.data(), gu[1].biases.data(), gu[0].packed.data(), gu[0].scales.data(),
+                         gu[0].biases.data(), add[0].data(), add[0].data(), add[0].data(), gate.data(), up.data(),
+                         prod.data(), sig.data(), silu.data(), g_shape, gs_shape, g_shape, g_shape);
+  });
+  for (int m = 0; m < MR; m++)
+    for (int n = 0; n < 16; n++) {
+      double g = 0, u = 0;
+      for (int j = 0; j < K; j++) g += (double)x[m * K + j] * gu[0].dense[n * K + j], u += (double)x[m * K + j] * gu[1].dense[n * K + j];
+      float gf = (float)g, uf = (float)u, sg = 1.0f / (1.0f + std::exp(-gf)), sl = gf * sg;
+      size_t i = m * 16 + n;
+      expect_near("swiglu gate", i, gate[i], gf, 1e-5);
+      expect_near("swiglu up", i, up[i], uf, 1e-5);
+      expect_near("swiglu sigmoid", i, sig[i], sg, 1e-5);
+      expect_near("swiglu silu", i, silu[i], sl, 1e-5);
+      expect_near("swiglu product", i, prod[i], sl * uf, 1e-5);
+    }
+}
+
+/* ---- the RMS norm, a block per row --------------------------------------------------------------- */
+static void check_rms_block() {
+  enum { R = 3, H = 40 };
+  std::vector<float> x(R * H), skip(H), bias(H), gamma(H), y(R * H), sum(R * H);
+  for (int i = 0; i < R * H; i++) x[i] = 0.5f * (float)(i % 7) - 1.5f;
+  for (int i = 0; i < H; i++) skip[i] = 0.25f * (float)(i % 9), bias[i] = -0.125f * (float)(i % 5), gamma[i] = 1.0f + 0.1f * (float)(i % 4);
+  float eps[1] = {1e-5f};
+  int skip_shape[2] = {1, H}, gamma_shape[1] = {H};
+  emu_launch({R, 1, 1}, {64, 1, 1}, [&] {
+    rms_block_f32::kernel(x.data(), skip.data(), bias.data(), gamma.data(), eps, y.data(), sum.data(), skip_shape,
+                          gamma_shape);
+  });
+  for (int r = 0; r < R; r++) {
+    double ss = 0, v[H];
+    for (int i = 0; i < H; i++) v[i] = (double)x[r * H + i] + skip[i] + bias[i], ss += v[i] * v[i];
+    for (int i = 0; i < H; i++) {
+      expect_near("rms block y", r * H + i, y[r * H + i], v[i] / std::sqrt(ss / H + 1e-5) * gamma[i], 1e-5);
+      expect_near("rms block sum", r * H + i, sum[r * H + i], (float)v[i], 1e-7);
+    }
+  }
+}
+
 int main() {
   check_rows("rows attention, continuation, rotary per row", {false, true, false, true, 0}, rows_f32::kernel);
   check_rows("rows attention, first prompt, window from the row", {true, true, true, false, 2},
@@ -239,6 +370,9 @@ int main() {
   check_qgemm();
   check_append();
   check_copy_batch();
+  check_decode();
+  check_qgemv();
+  check_rms_block();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }

@@ -32,6 +32,16 @@ INSTANCES = {
     "qgemm_reduce3": ("qgemm_reduce_source", dict(HAS_BIAS=False, POST=5)),
     "append_rows": ("kv_append_source", dict(T="float", HEAD=8, ROT=4, INTER=False, AT_ADD=-2, POS_ADD=0,
                                              AT_ZERO=False, POS_ROWS=False)),
+    "decode_f32": ("decode_attention_source", dict(T="float", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=2, ROT=4,
+                                                   INTER=False, LEN_ADD=1, POS_ADD=0, PARTS=1)),
+    "decode_parts": ("decode_attention_source", dict(T="float", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=0, ROT=0,
+                                                     INTER=False, LEN_ADD=1, POS_ADD=0, PARTS=2)),
+    "decode_merge": ("decode_merge_source", dict(T="float", HEAD=8, PARTS=2)),
+    "qgemv_sets": ("qgemv_source", dict(T="float", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=3, BIASED=5,
+                                        SWIGLU=False)),
+    "qgemv_swiglu": ("qgemv_source", dict(T="float", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=2, BIASED=0,
+                                          SWIGLU=True)),
+    "rms_block_f32": ("rms_norm_source", dict(T="float", HAS_SKIP=True, HAS_BIAS=True, WRITE_SUM=True, SKIP_RANK=2)),
 }
 
 
