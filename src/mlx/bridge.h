@@ -285,6 +285,17 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
 int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_array *past_v, const mlxb_array *k,
                           const mlxb_array *v, const mlxb_array *at_positions, int64_t at_add, int64_t plen,
                           const mlxb_rope *rope, mlxb_array **present_k, mlxb_array **present_v);
+/* A one-token step's append and attention in one launch: the present as mlxb_decode_kv_append
+ * makes it (at_b = lengths[b] + length_add - 1) and the attention as mlxb_decode_attention computes
+ * it over that present, read from the past buffers and the new rows instead. MLX's CUDA backend
+ * only, with the context in one block per head (mlxb_decode_step_available; ORT_EP_MLX_DECODE_FUSED=0:
+ * never). Returns the attention's output (q's dtype and shape), the present in *present_k and
+ * *present_v; NULL on error. */
+bool mlxb_decode_step_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size, int64_t plen);
+mlxb_array *mlxb_decode_step(mlxb_scope *s, const mlxb_array *q, const mlxb_array *past_k, const mlxb_array *past_v,
+                             const mlxb_array *k, const mlxb_array *v, const mlxb_array *lengths, int64_t length_add,
+                             int64_t plen, float scale, float softcap, int64_t window, const mlxb_rope *rope,
+                             mlxb_array **present_k, mlxb_array **present_v);
 /* The in-place form of the append for a buffer that is past and present at once (onnxruntime-genai's
  * shared KV buffer): writes row at_b of caches k, v [B, Hkv, L, D] (one dtype with the new rows;
  * device buffers the caller may have written) with the new rows (k rotated by rope), nothing where

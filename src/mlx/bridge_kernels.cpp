@@ -58,28 +58,11 @@ const char *decode_attention_source = R"(
   for (int i = 0; i < EPL; i++) {
     int d = lane + 32 * i;
     qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(qp, d, cos, sin, pos))) : 0.0f;
-    acc[i] = 0.0f;
   }
-  const float neg_inf = -__int_as_float(0x7f800000);
-  float m = neg_inf, l = 0.0f;
-  for (int t = lo + warp; t < hi; t += WARPS) {
-    float s = 0.0f;
-    for (int i = 0; i < EPL; i++) {
-      int d = lane + 32 * i;
-      if (d < HEAD) s += qv[i] * static_cast<float>(kp[(size_t)t * HEAD + d]);
-    }
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    s *= scale;
-    if (cap > 0.0f) s = cap * tanhf(s / cap);
-    float mn = fmaxf(m, s);
-    float corr = expf(m - mn), p = expf(s - mn);
-    l = l * corr + p;
-    for (int i = 0; i < EPL; i++) {
-      int d = lane + 32 * i;
-      if (d < HEAD) acc[i] = acc[i] * corr + p * static_cast<float>(vp[(size_t)t * HEAD + d]);
-    }
-    m = mn;
-  }
+  float m, l;
+  attend_keys<HEAD, WARPS>(qv, lo, hi, warp, lane, scale, cap,
+                           [&](int t, int, int d) { return static_cast<float>(kp[(size_t)t * HEAD + d]); },
+                           [&](int t, int, int d) { return static_cast<float>(vp[(size_t)t * HEAD + d]); }, m, l, acc);
   __shared__ float sm[WARPS], sl[WARPS], sacc[WARPS][HEAD];
   if (lane == 0) { sm[warp] = m; sl[warp] = l; }
   for (int i = 0; i < EPL; i++) {
@@ -190,6 +173,62 @@ const char *rows_attention_source = R"(
   }
 )";
 
+/* A one-token decode step as one launch: blocks [0, B * HQ) attend as decode_attention_source does
+ * (one block of WARPS warps per query row and head) but read the keys and values from the past
+ * buffer and the new row (rotated here, rounded as the present holds it) rather than from the
+ * present, which the blocks after them write as kv_append_source does. Neither part reads what the
+ * other writes, so they need no order: the step launches one kernel where it launched two. */
+const char *decode_step_source = R"(
+  constexpr int EPL = (HEAD + 31) / 32;
+  const int B = past_k_shape[0], P = past_k_shape[2], PLEN = dims[0];
+  const int att_blocks = B * HQ;
+  if ((int)blockIdx.x >= att_blocks) { /* the present */
+    const long long idx = (long long)(blockIdx.x - att_blocks) * blockDim.x + threadIdx.x;
+    if (idx >= (long long)B * HKV * PLEN * HEAD) return;
+    const int b = idx / ((long long)HKV * PLEN * HEAD);
+    kv_append_element<T, HEAD, ROT, INTER>(idx, PLEN, P, 1, HKV, (long long)lens[b] + LEN_ADD - 1, past_k, past_v,
+                                           k, v, rope_pos, false, POS_ADD, cos, sin, cos_shape[0], out_k, out_v);
+    return;
+  }
+  const int bh = blockIdx.x, b = bh / HQ, h = bh % HQ, kvh = h / (HQ / HKV);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float scale = params[0], cap = params[1];
+  const long long raw_len = (long long)lens[b] + LEN_ADD, at = raw_len - 1; /* the new row's place */
+  const int len = raw_len < 0 ? 0 : (raw_len > PLEN ? PLEN : (int)raw_len);
+  const int start = WINDOW > 0 && len > WINDOW ? len - WINDOW : 0;
+  const T* pk = past_k + (size_t)(b * HKV + kvh) * P * HEAD;
+  const T* pv = past_v + (size_t)(b * HKV + kvh) * P * HEAD;
+  const T* kn = k + (size_t)(b * HKV + kvh) * HEAD;
+  const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + POS_ADD, cos_shape[0]) : 0;
+  float qv[EPL], kr[EPL], vr[EPL], acc[EPL];
+  for (int i = 0; i < EPL; i++) {
+    const int d = lane + 32 * i;
+    qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(q + (size_t)bh * HEAD, d, cos, sin, pos))) : 0.0f;
+    kr[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(kn, d, cos, sin, pos))) : 0.0f;
+    vr[i] = d < HEAD ? static_cast<float>(v[(size_t)(b * HKV + kvh) * HEAD + d]) : 0.0f;
+  }
+  /* row t of the present: the past buffer's below at (zeros past its rows), the new row at at */
+  auto key = [&](int t, int i, int d) {
+    return t < at ? (t < P ? static_cast<float>(pk[(size_t)t * HEAD + d]) : 0.0f) : (t == at ? kr[i] : 0.0f);
+  };
+  auto value = [&](int t, int i, int d) {
+    return t < at ? (t < P ? static_cast<float>(pv[(size_t)t * HEAD + d]) : 0.0f) : (t == at ? vr[i] : 0.0f);
+  };
+  float m, l;
+  attend_keys<HEAD, WARPS>(qv, start, len, warp, lane, scale, cap, key, value, m, l, acc);
+  __shared__ float sm[WARPS], sl[WARPS], sacc[WARPS][HEAD];
+  if (lane == 0) { sm[warp] = m; sl[warp] = l; }
+  for (int i = 0; i < EPL; i++) {
+    const int d = lane + 32 * i;
+    if (d < HEAD) sacc[warp][d] = acc[i];
+  }
+  __syncthreads();
+  float big;
+  const float total = merged_sum(sm, sl, WARPS, &big);
+  for (int d = threadIdx.x; d < HEAD; d += blockDim.x)
+    out[(size_t)bh * HEAD + d] = static_cast<T>(total > 0.0f ? merged_output(sm, &sacc[0][d], WARPS, HEAD, big) / total : 0.0f);
+)";
+
 /* The partitions of one head's context (decode attention with PARTS > 1: each block's running
  * maximum, sum and unnormalized output over its share) merged as the single pass merges its warps. */
 const char *decode_merge_source = R"(
@@ -244,6 +283,62 @@ __device__ inline float rotated(const T* x, int d, const C* cos, const C* sin, i
   bool first = INTER ? (d % 2 == 0) : (d < HALF);
   return first ? x1 * c - x2 * s : x1 * s + x2 * c;
 }
+/* Element idx of a present cache [B, HKV, PLEN, HEAD]: the past buffer's rows below at (zeros past its
+ * P rows), new row j = t - at of ROWS at t (k rotated at its position), zeros after. */
+template <typename T, int HEAD, int ROT, bool INTER, typename R, typename C>
+__device__ inline void kv_append_element(long long idx, int PLEN, int P, int ROWS, int HKV, long long at,
+                                         const T* past_k, const T* past_v, const T* k, const T* v, const R* rope_pos,
+                                         bool pos_rows, int pos_add, const C* cos, const C* sin, int cos_rows,
+                                         T* out_k, T* out_v) {
+  const int d = idx % HEAD;
+  const long long row = idx / HEAD;
+  const int t = row % PLEN;
+  const long long bh = row / PLEN;
+  const int b = bh / HKV, h = bh % HKV;
+  const long long j = t - at; /* the new row this one takes, when in [0, ROWS) */
+  T kv = static_cast<T>(0.0f), vv = static_cast<T>(0.0f);
+  if (t < at) {
+    if (t < P) {
+      kv = past_k[(bh * P + t) * HEAD + d];
+      vv = past_v[(bh * P + t) * HEAD + d];
+    }
+  } else if (j < ROWS) {
+    const int pos = ROT > 0 ? clamp_position(row_position(rope_pos, b, (int)j, ROWS, pos_rows, pos_add), cos_rows) : 0;
+    const size_t fresh = (((size_t)b * ROWS + j) * HKV + h) * HEAD;
+    kv = static_cast<T>(rotated<T, ROT, INTER>(k + fresh, d, cos, sin, pos));
+    vv = v[fresh + d];
+  }
+  out_k[idx] = kv;
+  out_v[idx] = vv;
+}
+/* A warp's share of one query row's keys [lo, hi) (every WARPS-th from lo + warp) in a float32 online
+ * softmax: key(t, i, d) and value(t, i, d) give channel d = lane + 32 i of key and value row t; m, l
+ * and acc[] receive the running maximum, sum and unnormalized output (channels lane + 32 i). */
+template <int HEAD, int WARPS, typename K, typename V>
+__device__ inline void attend_keys(const float* qv, int lo, int hi, int warp, int lane, float scale, float cap, K key,
+                                   V value, float& m, float& l, float* acc) {
+  constexpr int EPL = (HEAD + 31) / 32;
+  m = -__int_as_float(0x7f800000), l = 0.0f;
+  for (int i = 0; i < EPL; i++) acc[i] = 0.0f;
+  for (int t = lo + warp; t < hi; t += WARPS) {
+    float s = 0.0f;
+    for (int i = 0; i < EPL; i++) {
+      int d = lane + 32 * i;
+      if (d < HEAD) s += qv[i] * key(t, i, d);
+    }
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    s *= scale;
+    if (cap > 0.0f) s = cap * tanhf(s / cap);
+    float mn = fmaxf(m, s);
+    float corr = expf(m - mn), p = expf(s - mn);
+    l = l * corr + p;
+    for (int i = 0; i < EPL; i++) {
+      int d = lane + 32 * i;
+      if (d < HEAD) acc[i] = acc[i] * corr + p * value(t, i, d);
+    }
+    m = mn;
+  }
+}
 )";
 
 const cuda_kernel_spec decode_attention_kernel = {
@@ -254,6 +349,10 @@ const cuda_kernel_spec rows_attention_kernel = {
     "ort_ep_mlx_rows_attention", {"q", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "rows"}, {"out"},
     rows_attention_source, rope_header, true};
 
+const cuda_kernel_spec decode_step_kernel = {
+    "ort_ep_mlx_decode_step", {"q", "past_k", "past_v", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "dims"},
+    {"out", "out_k", "out_v"}, decode_step_source, rope_header, true};
+
 const cuda_kernel_spec decode_merge_kernel = {
     "ort_ep_mlx_decode_merge", {"part_max", "part_sum", "part_acc"}, {"out"}, decode_merge_source, rope_header, true};
 
@@ -263,27 +362,10 @@ const char *kv_append_source = R"(
   const long long n = (long long)B * HKV * PLEN * HEAD;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n) return;
-  const int d = idx % HEAD;
-  const long long row = idx / HEAD;
-  const int t = row % PLEN;
-  const long long bh = row / PLEN;
-  const int b = bh / HKV, h = bh % HKV;
+  const int b = idx / ((long long)HKV * PLEN * HEAD);
   const long long at = AT_ZERO ? 0 : (long long)at_pos[b] + AT_ADD;
-  const long long j = t - at; /* the new row this one takes, when in [0, ROWS) */
-  T kv = static_cast<T>(0.0f), vv = static_cast<T>(0.0f);
-  if (t < at) {
-    if (t < P) {
-      kv = past_k[(bh * P + t) * HEAD + d];
-      vv = past_v[(bh * P + t) * HEAD + d];
-    }
-  } else if (j < ROWS) {
-    const int pos = ROT > 0 ? clamp_position(row_position(rope_pos, b, (int)j, ROWS, POS_ROWS, POS_ADD), cos_shape[0]) : 0;
-    const size_t fresh = (((size_t)b * ROWS + j) * HKV + h) * HEAD;
-    kv = static_cast<T>(rotated<T, ROT, INTER>(k + fresh, d, cos, sin, pos));
-    vv = v[fresh + d];
-  }
-  out_k[idx] = kv;
-  out_v[idx] = vv;
+  kv_append_element<T, HEAD, ROT, INTER>(idx, PLEN, P, ROWS, HKV, at, past_k, past_v, k, v, rope_pos, POS_ROWS, POS_ADD,
+                                         cos, sin, cos_shape[0], out_k, out_v);
 )";
 
 const cuda_kernel_spec kv_append_kernel = {
@@ -1069,6 +1151,59 @@ int mlxb_decode_kv_append(mlxb_scope *s, const mlxb_array *past_k, const mlxb_ar
   });
 }
 
+bool mlxb_decode_step_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_size, int64_t plen) {
+  static const bool on = env_switch_on("ORT_EP_MLX_DECODE_FUSED");
+  return on && s && is_cuda_gpu(s) && mlxb_decode_attention_available(s, t, head_size) && plen > 0 &&
+         plen <= std::numeric_limits<int>::max() && decode_parts(static_cast<int>(plen)) == 1;
+}
+
+mlxb_array *mlxb_decode_step(mlxb_scope *s, const mlxb_array *q, const mlxb_array *past_k, const mlxb_array *past_v,
+                             const mlxb_array *k, const mlxb_array *v, const mlxb_array *lengths, int64_t length_add,
+                             int64_t plen, float scale, float softcap, int64_t window, const mlxb_rope *rope,
+                             mlxb_array **present_k, mlxb_array **present_v) {
+  if (present_k) *present_k = nullptr;
+  if (present_v) *present_v = nullptr;
+  return guard(s, "mlxb_decode_step", [&] {
+    if (!present_k || !present_v) throw null_arg{};
+    const mx::array &qa = arr(q), &pka = arr(past_k), &pva = arr(past_v), &ka = arr(k), &va = arr(v);
+    if (pka.ndim() != 4 || pva.shape() != pka.shape() || (qa.ndim() != 4 && qa.ndim() != 3))
+      throw bridge_error("decode step takes q [B, 1, Hq * D], past k, v [B, Hkv, P, D] and the new rows");
+    int b = pka.shape(0), hkv = pka.shape(1), d = pka.shape(3), past_rows = pka.shape(2);
+    int hq = qa.ndim() == 4 ? qa.shape(1) : (d > 0 ? qa.shape(2) / d : 0);
+    check_step_rows(qa, b, hq, d, "decode step: q");
+    check_step_rows(ka, b, hkv, d, "decode step: k");
+    check_step_rows(va, b, hkv, d, "decode step: v");
+    if (hkv <= 0 || hq <= 0 || hq % hkv || d > DECODE_MAX_HEAD || past_rows < 1 || plen < past_rows)
+      throw bridge_error("decode step: shapes do not fit");
+    if (!mlxb_decode_step_available(s, from_mx(qa.dtype()), d, plen))
+      throw bridge_error("decode step: not available for this dtype, device or context");
+    mx::Dtype t = qa.dtype();
+    auto dev = scope_dev(s);
+    rope_inputs r = rope_for(rope, b, 1, d, t, dev);
+    enum { APPEND_THREADS = 256 };
+    int threads = DECODE_WARPS * 32;
+    int64_t att = static_cast<int64_t>(b) * hq, n = static_cast<int64_t>(b) * hkv * plen * d;
+    int64_t blocks = att + (n + APPEND_THREADS - 1) / APPEND_THREADS;
+    if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("decode step: cache too large for one launch");
+    static_assert(DECODE_WARPS * 32 == APPEND_THREADS, "the two parts share the block size");
+    int win = static_cast<int>(window > 0 && window < plen ? window : 0);
+    mx::Shape present = {b, hkv, static_cast<int>(plen), d};
+    auto outs = run_cuda_kernel(decode_step_kernel,
+        {qa, mx::astype(pka, t, dev), mx::astype(pva, t, dev), ka, mx::astype(va, t, dev),
+         per_sequence(arr(lengths), b, "decode step: lengths", dev),
+         mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32), r.pos, r.cos, r.sin,
+         mx::array({static_cast<int>(plen)}, {1}, mx::int32)},
+        {qa.shape(), present, present}, {t, t, t}, {static_cast<int>(blocks * threads), 1, 1}, {threads, 1, 1},
+        {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)}, {"WINDOW", win},
+         {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode step")},
+         {"POS_ADD", r.add}},
+        s);
+    *present_k = scope_keep(s, outs.at(1));
+    *present_v = scope_keep(s, outs.at(2));
+    return outs.at(0);
+  });
+}
+
 mlxb_array *mlxb_decode_kv_write(mlxb_scope *s, const mlxb_array *cache_k, const mlxb_array *cache_v,
                                   const mlxb_array *k, const mlxb_array *v, const mlxb_array *at_positions,
                                   int64_t at_add, const mlxb_rope *rope) {
@@ -1517,6 +1652,9 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
     std::vector<mx::array> attn = {z({1, 1, 896}, h), z({1, 2, 256, 64}, h), z({1, 2, 256, 64}, h), z({1}, i64),
                                    z({2}, f), z({1}, i64), z({4096, 32}, h), z({4096, 32}, h), z({1}, mx::int32)};
     std::vector<mx::array> norm = {z({1, 1, 896}, h), z({1, 1, 896}, h), z({896}, h), z({896}, h), z({1}, f)};
+    std::vector<mx::array> step = {z({1, 1, 896}, h), z({1, 2, 255, 64}, h), z({1, 2, 255, 64}, h), z({1, 1, 128}, h),
+                                   z({1, 1, 128}, h), z({1}, mx::int32), z({2}, f), z({1}, mx::int32), z({4096, 32}, h),
+                                   z({4096, 32}, h), z({1}, mx::int32)};
     std::vector<mx::array> qgemm_one = {z({80, 896}, h)}, qgemm_three = {z({80, 896}, h)}, qgemm_eight = {z({80, 896}, h)};
     for (int set = 0; set < MLXB_QGEMV_MAX_SETS; set++) {
       qgemm_one.insert(qgemm_one.end(), {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)});
@@ -1548,6 +1686,9 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
           {"LEN_ADD", 1}, {"POS_ADD", 0}, {"FIRST", true}, {"CAUSAL", true}, {"WIN_BOUND", false},
           {"POS_ROWS", true}}},
         {&decode_merge_kernel, {z({112}, f), z({112}, f), z({112, 64}, f)}, {h}, {{"T", h}, {"HEAD", 64}, {"PARTS", 8}}},
+        {&decode_step_kernel, step, {h, h, h},
+         {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}}},
         {&kv_append_kernel, past, {h, h},
          {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0},
           {"AT_ZERO", false}, {"POS_ROWS", false}}},

@@ -786,6 +786,15 @@ static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb
     rot = &rope;
   }
   mlxb_array *present_k = NULL, *present_v = NULL, *written = NULL;
+  float softcap = ir_attr_float(n, "softcap", 0.0f);
+  int64_t window = ir_attr_int(n, "local_window_size", -1);
+  mlxb_array *pk = op_input(c, 3);
+  if (!gqa_writes_in_place(c, k, v, plen) && mlxb_dim(pk, 2) >= 1 &&
+      mlxb_decode_step_available(s, mlxb_type(q), h, plen)) { /* the append and the attention in one launch */
+    mlxb_array *y = mlxb_decode_step(s, q, pk, op_input(c, 4), k, v, seqlens, 1, plen, attn_contrib_scale(n, h),
+                                     softcap, window, rot, &present_k, &present_v);
+    return y ? attn_set_outputs(c, y, present_k, present_v, NULL) : op_check(c);
+  }
   if (gqa_writes_in_place(c, k, v, plen)) {
     written = mlxb_decode_kv_write(s, op_input(c, 3), op_input(c, 4), k, v, seqlens, 0, rot);
     present_k = mlxb_ref(s, op_input(c, 3));
@@ -794,8 +803,6 @@ static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb
                                    &present_v)) {
     return op_check(c);
   }
-  float softcap = ir_attr_float(n, "softcap", 0.0f);
-  int64_t window = ir_attr_int(n, "local_window_size", -1);
   mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, seqlens, 1, NULL, attn_contrib_scale(n, h),
                                         softcap, window, rot, written);
   return attn_set_outputs(c, y, present_k, present_v, NULL);

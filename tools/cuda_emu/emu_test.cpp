@@ -1,8 +1,8 @@
 /* The EP's CUDA kernels run on the CPU (cuda_emu.h) against references of their own: the many-row
  * attention, the many-row RMS norm, the tensor-core quantized GEMM with weight sets and its split-K
  * reduction, the KV append of several rows, the batched copy with zero tails, and the decode step's
- * kernels (one-token attention whole and split with its merge, the GEMV's weight sets and gated
- * MLP, the RMS norm a block per row). Built and run by tools/cuda_emu/run.py; prints one line per
+ * kernels (one-token attention whole and split with its merge, the append and attention in one
+ * launch, the GEMV's weight sets and gated MLP, the RMS norm a block per row). Built and run by tools/cuda_emu/run.py; prints one line per
  * failed check and exits 1 on failure. */
 #include "cuda_emu.h"
 
@@ -20,7 +20,7 @@ static void expect_near(const char *what, size_t i, double got, double want, dou
 }
 
 /* ---- many-row attention ------------------------------------------------------------------------ */
-enum { B = 2, S = 3, HQ = 4, HKV = 2, D = 8, T = 6, ROT = 4, COS = 5 };
+constexpr int B = 2, S = 3, HQ = 4, HKV = 2, D = 8, T = 6, ROT = 4, COS = 5;
 
 static float rotated_ref(const float *x, int d, const float *cos, const float *sin, int pos) {
   if (!cos || d >= ROT) return x[d];
@@ -86,7 +86,7 @@ static void check_rows(const char *what, const rows_case &rc, F kernel) {
 
 /* ---- many-row RMS norm --------------------------------------------------------------------------- */
 static void check_rms_rows() {
-  enum { R = 20, H = 40 };
+  constexpr int R = 20, H = 40;
   std::vector<float> x(R * H), skip(H), bias(H), gamma(H), y(R * H), sum(R * H);
   for (int i = 0; i < R * H; i++) x[i] = 0.25f * (float)((i * 5) % 11) - 1.25f;
   for (int i = 0; i < H; i++) skip[i] = 0.1f * (float)(i % 7), bias[i] = -0.05f * (float)i, gamma[i] = 1.0f + 0.01f * i;
@@ -108,7 +108,7 @@ static void check_rms_rows() {
 }
 
 /* ---- quantized GEMM with weight sets --------------------------------------------------------------- */
-enum { M = 70, K = 128, G = 32 };
+constexpr int M = 70, K = 128, G = 32;
 
 struct weights {
   int n;
@@ -186,7 +186,7 @@ static void check_qgemm() {
 
 /* ---- KV append of several rows ------------------------------------------------------------------ */
 static void check_append() {
-  enum { P = 4, PLEN = 8, ROWS = 3, HK = 2 };
+  constexpr int P = 4, PLEN = 8, ROWS = 3, HK = 2;
   std::vector<float> pk(B * HK * P * D), nk(B * ROWS * HK * D), cos(COS * ROT / 2), sin(COS * ROT / 2),
       ok(B * HK * PLEN * D, NAN), ov(B * HK * PLEN * D, NAN);
   for (size_t i = 0; i < pk.size(); i++) pk[i] = (float)(i % 17) - 8.0f;
@@ -284,9 +284,50 @@ static void check_decode() {
   for (size_t i = 0; i < got.size(); i++) expect_near("decode attention, two parts", i, got[i], want[i], 1e-5);
 }
 
+/* ---- the decode step in one launch: the present and the attention over it --------------------------- */
+static void check_decode_step() {
+  constexpr int P = 4, PLEN = T;
+  std::vector<float> q(B * HQ * D), pk(B * HKV * P * D), pv(B * HKV * P * D), nk(B * HKV * D), nv(B * HKV * D),
+      cos(COS * ROT / 2), sin(COS * ROT / 2), got(q.size()), want(q.size()), ok(B * HKV * PLEN * D, NAN),
+      ov(B * HKV * PLEN * D, NAN), present_k(ok.size()), present_v(ov.size());
+  for (size_t i = 0; i < q.size(); i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
+  for (size_t i = 0; i < pk.size(); i++) pk[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, pv[i] = (float)((i * 3) % 7);
+  for (size_t i = 0; i < nk.size(); i++) nk[i] = 0.5f * (float)(i % 5) - 1.0f, nv[i] = (float)(i % 3);
+  for (int i = 0; i < COS * ROT / 2; i++) cos[i] = std::cos(0.3f * (float)i), sin[i] = std::sin(0.3f * (float)i);
+  /* sequence 0: 3 past rows (new row at 3); sequence 1: 5 (past the buffer's 4 rows: row 4 is zeros) */
+  int32_t lens[B] = {3, 5};
+  int64_t pos[B] = {3, 9};
+  float params[2] = {0.5f, 0.0f};
+  int32_t dims[1] = {PLEN};
+  int past_shape[4] = {B, HKV, P, D}, cos_shape[2] = {COS, ROT / 2};
+  /* the reference: the present as the append makes it, then attention over it */
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < HKV; h++)
+      for (int t = 0; t < PLEN; t++)
+        for (int d = 0; d < D; d++) {
+          int bh = b * HKV + h, o = (bh * PLEN + t) * D + d, at = lens[b];
+          int p = std::min<int>((int)pos[b], COS - 1);
+          present_k[o] = t < at ? (t < P ? pk[(bh * P + t) * D + d] : 0.0f)
+                         : t == at ? rotated_ref(&nk[bh * D], d, cos.data(), sin.data(), p) : 0.0f;
+          present_v[o] = t < at ? (t < P ? pv[(bh * P + t) * D + d] : 0.0f) : t == at ? nv[bh * D + d] : 0.0f;
+        }
+  int32_t pos32[B] = {(int32_t)pos[0], (int32_t)pos[1]};
+  decode_ref(q.data(), present_k.data(), present_v.data(), lens, 3, cos.data(), sin.data(), pos32, want.data());
+  const int att = B * HQ, appended = (B * HKV * PLEN * D + 255) / 256;
+  emu_launch({(unsigned)(att + appended), 1, 1}, {256, 1, 1}, [&] {
+    decode_step::kernel(q.data(), pk.data(), pv.data(), nk.data(), nv.data(), lens, params, pos, cos.data(), sin.data(),
+                        dims, got.data(), ok.data(), ov.data(), past_shape, past_shape, cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++) expect_near("decode step attention", i, got[i], want[i], 1e-5);
+  for (size_t i = 0; i < ok.size(); i++) {
+    expect_near("decode step present k", i, ok[i], present_k[i], 1e-6);
+    expect_near("decode step present v", i, ov[i], present_v[i], 0.0);
+  }
+}
+
 /* ---- the GEMV: three weight sets with bias adds, and the gated MLP --------------------------------- */
 static void check_qgemv() {
-  enum { MR = 2 };
+  constexpr int MR = 2;
   std::vector<float> x(MR * K);
   for (int i = 0; i < MR * K; i++) x[i] = (float)((i * 37 % 61) - 30) / 32.0f;
   weights ws[3] = {make_weights(20, 4), make_weights(12, 5), make_weights(8, 6)};
@@ -341,7 +382,7 @@ static void check_qgemv() {
 
 /* ---- the RMS norm, a block per row --------------------------------------------------------------- */
 static void check_rms_block() {
-  enum { R = 3, H = 40 };
+  constexpr int R = 3, H = 40;
   std::vector<float> x(R * H), skip(H), bias(H), gamma(H), y(R * H), sum(R * H);
   for (int i = 0; i < R * H; i++) x[i] = 0.5f * (float)(i % 7) - 1.5f;
   for (int i = 0; i < H; i++) skip[i] = 0.25f * (float)(i % 9), bias[i] = -0.125f * (float)(i % 5), gamma[i] = 1.0f + 0.1f * (float)(i % 4);
@@ -371,6 +412,7 @@ int main() {
   check_append();
   check_copy_batch();
   check_decode();
+  check_decode_step();
   check_qgemv();
   check_rms_block();
   std::printf("%d checks, %d failures\n", checks, failures);

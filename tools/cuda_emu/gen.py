@@ -37,6 +37,8 @@ INSTANCES = {
     "decode_parts": ("decode_attention_source", dict(T="float", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=0, ROT=0,
                                                      INTER=False, LEN_ADD=1, POS_ADD=0, PARTS=2)),
     "decode_merge": ("decode_merge_source", dict(T="float", HEAD=8, PARTS=2)),
+    "decode_step": ("decode_step_source", dict(T="float", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=3, ROT=4, INTER=False,
+                                               LEN_ADD=1, POS_ADD=0)),
     "qgemv_sets": ("qgemv_source", dict(T="float", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=3, BIASED=5,
                                         SWIGLU=False)),
     "qgemv_swiglu": ("qgemv_source", dict(T="float", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=2, BIASED=0,
