@@ -70,7 +70,7 @@
 #            (ORT_EP_MLX_PAD_BATCH, written after the lease that profiled it), the warp-per-row
 #            prompt attention and RMS norm, the prompt GEMM's weight sets: the bridge's checks, the
 #            device-memory, bucket, genai, LLM, attention, norm and MatMulNBits tests, then the
-#            IOBinding decode loop's phases with the padding
+#            IOBinding decode loop's phases with the padding batch and the fused decode step
 #            batch on and off (alternating), the prompt's phases, and the kernel profiles
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
@@ -254,6 +254,7 @@ if step pads; then
   pytest_q 300 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
     tests/test_llm_generation.py tests/test_ops_attention.py tests/test_ops_contrib_norm.py tests/test_ops_contrib_quant.py
   probe_ab ORT_EP_MLX_PAD_BATCH "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
+  probe_ab ORT_EP_MLX_DECODE_FUSED "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
   echo "prompt 128: $(timeout 100 python3 bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 \
     | grep -E 'phases')" >> "$log"
   for mode in io prefill; do timeout 150 python3 bench/decode_kernels.py --mode $mode --top 16 >> "$log" 2>&1; done
