@@ -70,8 +70,8 @@
 #            (ORT_EP_MLX_PAD_BATCH, written after the lease that profiled it), the warp-per-row
 #            prompt attention and RMS norm, the prompt GEMM's weight sets: the bridge's checks, the
 #            device-memory, bucket, genai, LLM, attention, norm and MatMulNBits tests, then the
-#            IOBinding decode loop's phases with the padding batch and the fused decode step
-#            batch on and off (alternating), the prompt's phases, and the kernel profiles
+#            IOBinding decode loop's phases with the padding batch and the fused decode step each on
+#            and off (alternating), the prompt's phases, the kernel profiles and a cold first prompt
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
