@@ -296,6 +296,14 @@ mlxb_array *mlxb_decode_step(mlxb_scope *s, const mlxb_array *q, const mlxb_arra
                              const mlxb_array *k, const mlxb_array *v, const mlxb_array *lengths, int64_t length_add,
                              int64_t plen, float scale, float softcap, int64_t window, const mlxb_rope *rope,
                              mlxb_array **present_k, mlxb_array **present_v);
+/* The same where the caches k, v [B, Hkv, L, D] are past and present at once (onnxruntime-genai's
+ * shared buffer): the new rows are written into row lengths[b] + length_add - 1 of them (nothing
+ * outside) and the attention reads them; one dtype throughout, no copy. Returns the attention's
+ * output; the caches are the present. */
+mlxb_array *mlxb_decode_step_in_place(mlxb_scope *s, const mlxb_array *q, const mlxb_array *cache_k,
+                                      const mlxb_array *cache_v, const mlxb_array *k, const mlxb_array *v,
+                                      const mlxb_array *lengths, int64_t length_add, float scale, float softcap,
+                                      int64_t window, const mlxb_rope *rope);
 /* The in-place form of the append for a buffer that is past and present at once (onnxruntime-genai's
  * shared KV buffer): writes row at_b of caches k, v [B, Hkv, L, D] (one dtype with the new rows;
  * device buffers the caller may have written) with the new rows (k rotated by rope), nothing where

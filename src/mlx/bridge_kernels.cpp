@@ -176,14 +176,22 @@ const char *rows_attention_source = R"(
 /* A one-token decode step as one launch: blocks [0, B * HQ) attend as decode_attention_source does
  * (one block of WARPS warps per query row and head) but read the keys and values from the past
  * buffer and the new row (rotated here, rounded as the present holds it) rather than from the
- * present, which the blocks after them write as kv_append_source does. Neither part reads what the
- * other writes, so they need no order: the step launches one kernel where it launched two. */
+ * present, which the blocks after them write as kv_append_source does (with IN_PLACE, a cache that
+ * is past and present at once: the new row written into it as kv_write_source does). Neither part
+ * reads what the other writes, so they need no order: the step launches one kernel where it
+ * launched two. */
 const char *decode_step_source = R"(
   constexpr int EPL = (HEAD + 31) / 32;
   const int B = past_k_shape[0], P = past_k_shape[2], PLEN = dims[0];
   const int att_blocks = B * HQ;
   if ((int)blockIdx.x >= att_blocks) { /* the present */
     const long long idx = (long long)(blockIdx.x - att_blocks) * blockDim.x + threadIdx.x;
+    if (IN_PLACE) { /* the cache is past and present: the new row written into it, nothing else */
+      if (idx < (long long)B * HKV * HEAD)
+        kv_write_element<T, HEAD, ROT, INTER>(idx, HKV, P, lens, LEN_ADD - 1, past_k, past_v, k, v, rope_pos, POS_ADD,
+                                              cos, sin, cos_shape[0]);
+      return;
+    }
     if (idx >= (long long)B * HKV * PLEN * HEAD) return;
     const int b = idx / ((long long)HKV * PLEN * HEAD);
     kv_append_element<T, HEAD, ROT, INTER>(idx, PLEN, P, 1, HKV, (long long)lens[b] + LEN_ADD - 1, past_k, past_v,
@@ -311,6 +319,22 @@ __device__ inline void kv_append_element(long long idx, int PLEN, int P, int ROW
   out_k[idx] = kv;
   out_v[idx] = vv;
 }
+/* Element idx of the new rows [B, HKV, HEAD] written into row at_pos[b] + at_add of caches k, v
+ * [B, HKV, L, HEAD] that are past and present at once (k rotated on the way); nothing outside the
+ * cache. The caches arrive as inputs: MLX has no in-place kernel outputs. */
+template <typename T, int HEAD, int ROT, bool INTER, typename A, typename R, typename C>
+__device__ inline void kv_write_element(long long idx, int HKV, int L, const A* at_pos, int at_add, const T* cache_k,
+                                        const T* cache_v, const T* k, const T* v, const R* rope_pos, int pos_add,
+                                        const C* cos, const C* sin, int cos_rows) {
+  const int d = idx % HEAD;
+  const long long bh = idx / HEAD;
+  const int b = bh / HKV;
+  const long long at = (long long)at_pos[b] + at_add;
+  if (at < 0 || at >= L) return;
+  const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + pos_add, cos_rows) : 0;
+  const_cast<T*>(cache_k)[(bh * L + at) * HEAD + d] = static_cast<T>(rotated<T, ROT, INTER>(k + bh * HEAD, d, cos, sin, pos));
+  const_cast<T*>(cache_v)[(bh * L + at) * HEAD + d] = v[bh * HEAD + d];
+}
 /* A warp's share of one query row's keys [lo, hi) (every WARPS-th from lo + warp) in a float32 online
  * softmax: key(t, i, d) and value(t, i, d) give channel d = lane + 32 i of key and value row t; m, l
  * and acc[] receive the running maximum, sum and unnormalized output (channels lane + 32 i). */
@@ -352,6 +376,12 @@ const cuda_kernel_spec rows_attention_kernel = {
 const cuda_kernel_spec decode_step_kernel = {
     "ort_ep_mlx_decode_step", {"q", "past_k", "past_v", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "dims"},
     {"out", "out_k", "out_v"}, decode_step_source, rope_header, true};
+
+/* the in-place form writes through its cache inputs: they must not be copies (inputs row-major by
+ * construction, as kv_write's) */
+const cuda_kernel_spec decode_step_inplace_kernel = {
+    "ort_ep_mlx_decode_step", {"q", "past_k", "past_v", "k", "v", "lens", "params", "rope_pos", "cos", "sin", "dims"},
+    {"out", "out_k", "out_v"}, decode_step_source, rope_header, false};
 
 const cuda_kernel_spec decode_merge_kernel = {
     "ort_ep_mlx_decode_merge", {"part_max", "part_sum", "part_acc"}, {"out"}, decode_merge_source, rope_header, true};
@@ -885,16 +915,8 @@ const char *kv_write_source = R"(
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx == 0) done[0] = 1;
   if (idx >= n) return;
-  const int d = idx % HEAD;
-  const long long bh = idx / HEAD;
-  const int b = bh / HKV;
-  const long long at = (long long)at_pos[b] + AT_ADD;
-  if (at < 0 || at >= L) return;
-  const int pos = ROT > 0 ? clamp_position((long long)rope_pos[b] + POS_ADD, cos_shape[0]) : 0;
-  T* ck = const_cast<T*>(cache_k);
-  T* cv = const_cast<T*>(cache_v);
-  ck[(bh * L + at) * HEAD + d] = static_cast<T>(rotated<T, ROT, INTER>(k + bh * HEAD, d, cos, sin, pos));
-  cv[(bh * L + at) * HEAD + d] = v[bh * HEAD + d];
+  kv_write_element<T, HEAD, ROT, INTER>(idx, HKV, L, at_pos, AT_ADD, cache_k, cache_v, k, v, rope_pos, POS_ADD, cos, sin,
+                                        cos_shape[0]);
 )";
 
 /* ensure_row_contiguous off: a copy of a cache would take the writes instead of the cache. */
@@ -1157,6 +1179,52 @@ bool mlxb_decode_step_available(const mlxb_scope *s, mlxb_dtype t, int64_t head_
          plen <= std::numeric_limits<int>::max() && decode_parts(static_cast<int>(plen)) == 1;
 }
 
+/* The step kernel's launch: the present as new arrays, or with in_place the caches written through. */
+static std::vector<mx::array> decode_step_launch(mlxb_scope *s, const mlxb_array *q, const mlxb_array *past_k,
+                                                 const mlxb_array *past_v, const mlxb_array *k, const mlxb_array *v,
+                                                 const mlxb_array *lengths, int64_t length_add, int64_t plen,
+                                                 bool in_place, float scale, float softcap, int64_t window,
+                                                 const mlxb_rope *rope) {
+  const mx::array &qa = arr(q), &pka = arr(past_k), &pva = arr(past_v), &ka = arr(k), &va = arr(v);
+  if (pka.ndim() != 4 || pva.shape() != pka.shape() || (qa.ndim() != 4 && qa.ndim() != 3))
+    throw bridge_error("decode step takes q [B, 1, Hq * D], past k, v [B, Hkv, P, D] and the new rows");
+  int b = pka.shape(0), hkv = pka.shape(1), d = pka.shape(3), past_rows = pka.shape(2);
+  int hq = qa.ndim() == 4 ? qa.shape(1) : (d > 0 ? qa.shape(2) / d : 0);
+  check_step_rows(qa, b, hq, d, "decode step: q");
+  check_step_rows(ka, b, hkv, d, "decode step: k");
+  check_step_rows(va, b, hkv, d, "decode step: v");
+  if (hkv <= 0 || hq <= 0 || hq % hkv || d > DECODE_MAX_HEAD || past_rows < 1 || plen < past_rows ||
+      (in_place && plen != past_rows))
+    throw bridge_error("decode step: shapes do not fit");
+  mx::Dtype t = qa.dtype();
+  if (in_place && (pka.dtype() != t || pva.dtype() != t || ka.dtype() != t || va.dtype() != t))
+    throw bridge_error("decode step: the caches and the new rows must share one dtype (no copy may take the writes)");
+  if (!mlxb_decode_step_available(s, from_mx(t), d, plen))
+    throw bridge_error("decode step: not available for this dtype, device or context");
+  auto dev = scope_dev(s);
+  rope_inputs r = rope_for(rope, b, 1, d, t, dev);
+  enum { APPEND_THREADS = 256 };
+  static_assert(DECODE_WARPS * 32 == APPEND_THREADS, "the two parts share the block size");
+  int threads = DECODE_WARPS * 32;
+  int64_t att = static_cast<int64_t>(b) * hq, n = static_cast<int64_t>(b) * hkv * (in_place ? 1 : plen) * d;
+  int64_t blocks = att + (n + APPEND_THREADS - 1) / APPEND_THREADS;
+  if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("decode step: cache too large for one launch");
+  int win = static_cast<int>(window > 0 && window < plen ? window : 0);
+  mx::Shape present = {b, hkv, static_cast<int>(plen), d};
+  /* in place nothing may be a copy: the caches as they are, the rest row-major by construction */
+  auto input = [&](const mx::array &x) { return in_place ? row_major(x, dev) : x; };
+  return run_cuda_kernel(in_place ? decode_step_inplace_kernel : decode_step_kernel,
+      {input(qa), in_place ? pka : mx::astype(pka, t, dev), in_place ? pva : mx::astype(pva, t, dev), input(ka),
+       input(mx::astype(va, t, dev)), input(per_sequence(arr(lengths), b, "decode step: lengths", dev)),
+       mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32), input(r.pos), input(r.cos), input(r.sin),
+       mx::array({static_cast<int>(plen)}, {1}, mx::int32)},
+      {qa.shape(), present, present}, {t, t, t}, {static_cast<int>(blocks * threads), 1, 1}, {threads, 1, 1},
+      {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)}, {"WINDOW", win},
+       {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode step")},
+       {"POS_ADD", r.add}, {"IN_PLACE", in_place}},
+      s, in_place ? 0x6u : 0u); /* in place: no present arrays */
+}
+
 mlxb_array *mlxb_decode_step(mlxb_scope *s, const mlxb_array *q, const mlxb_array *past_k, const mlxb_array *past_v,
                              const mlxb_array *k, const mlxb_array *v, const mlxb_array *lengths, int64_t length_add,
                              int64_t plen, float scale, float softcap, int64_t window, const mlxb_rope *rope,
@@ -1165,42 +1233,22 @@ mlxb_array *mlxb_decode_step(mlxb_scope *s, const mlxb_array *q, const mlxb_arra
   if (present_v) *present_v = nullptr;
   return guard(s, "mlxb_decode_step", [&] {
     if (!present_k || !present_v) throw null_arg{};
-    const mx::array &qa = arr(q), &pka = arr(past_k), &pva = arr(past_v), &ka = arr(k), &va = arr(v);
-    if (pka.ndim() != 4 || pva.shape() != pka.shape() || (qa.ndim() != 4 && qa.ndim() != 3))
-      throw bridge_error("decode step takes q [B, 1, Hq * D], past k, v [B, Hkv, P, D] and the new rows");
-    int b = pka.shape(0), hkv = pka.shape(1), d = pka.shape(3), past_rows = pka.shape(2);
-    int hq = qa.ndim() == 4 ? qa.shape(1) : (d > 0 ? qa.shape(2) / d : 0);
-    check_step_rows(qa, b, hq, d, "decode step: q");
-    check_step_rows(ka, b, hkv, d, "decode step: k");
-    check_step_rows(va, b, hkv, d, "decode step: v");
-    if (hkv <= 0 || hq <= 0 || hq % hkv || d > DECODE_MAX_HEAD || past_rows < 1 || plen < past_rows)
-      throw bridge_error("decode step: shapes do not fit");
-    if (!mlxb_decode_step_available(s, from_mx(qa.dtype()), d, plen))
-      throw bridge_error("decode step: not available for this dtype, device or context");
-    mx::Dtype t = qa.dtype();
-    auto dev = scope_dev(s);
-    rope_inputs r = rope_for(rope, b, 1, d, t, dev);
-    enum { APPEND_THREADS = 256 };
-    int threads = DECODE_WARPS * 32;
-    int64_t att = static_cast<int64_t>(b) * hq, n = static_cast<int64_t>(b) * hkv * plen * d;
-    int64_t blocks = att + (n + APPEND_THREADS - 1) / APPEND_THREADS;
-    if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("decode step: cache too large for one launch");
-    static_assert(DECODE_WARPS * 32 == APPEND_THREADS, "the two parts share the block size");
-    int win = static_cast<int>(window > 0 && window < plen ? window : 0);
-    mx::Shape present = {b, hkv, static_cast<int>(plen), d};
-    auto outs = run_cuda_kernel(decode_step_kernel,
-        {qa, mx::astype(pka, t, dev), mx::astype(pva, t, dev), ka, mx::astype(va, t, dev),
-         per_sequence(arr(lengths), b, "decode step: lengths", dev),
-         mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32), r.pos, r.cos, r.sin,
-         mx::array({static_cast<int>(plen)}, {1}, mx::int32)},
-        {qa.shape(), present, present}, {t, t, t}, {static_cast<int>(blocks * threads), 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)}, {"WINDOW", win},
-         {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode step")},
-         {"POS_ADD", r.add}},
-        s);
+    auto outs = decode_step_launch(s, q, past_k, past_v, k, v, lengths, length_add, plen, false, scale, softcap, window,
+                                   rope);
     *present_k = scope_keep(s, outs.at(1));
     *present_v = scope_keep(s, outs.at(2));
     return outs.at(0);
+  });
+}
+
+mlxb_array *mlxb_decode_step_in_place(mlxb_scope *s, const mlxb_array *q, const mlxb_array *cache_k,
+                                      const mlxb_array *cache_v, const mlxb_array *k, const mlxb_array *v,
+                                      const mlxb_array *lengths, int64_t length_add, float scale, float softcap,
+                                      int64_t window, const mlxb_rope *rope) {
+  return guard(s, "mlxb_decode_step_in_place", [&] {
+    int64_t rows = cache_k ? arr(cache_k).ndim() == 4 ? arr(cache_k).shape(2) : 0 : 0;
+    return decode_step_launch(s, q, cache_k, cache_v, k, v, lengths, length_add, rows, true, scale, softcap, window,
+                              rope).at(0);
   });
 }
 
@@ -1688,7 +1736,10 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
         {&decode_merge_kernel, {z({112}, f), z({112}, f), z({112, 64}, f)}, {h}, {{"T", h}, {"HEAD", 64}, {"PARTS", 8}}},
         {&decode_step_kernel, step, {h, h, h},
          {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", false},
-          {"LEN_ADD", 1}, {"POS_ADD", 0}}},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"IN_PLACE", false}}},
+        {&decode_step_inplace_kernel, step, {h, h, h},
+         {{"T", h}, {"HEAD", 64}, {"HQ", 14}, {"HKV", 2}, {"WARPS", 8}, {"WINDOW", 0}, {"ROT", 64}, {"INTER", true},
+          {"LEN_ADD", 1}, {"POS_ADD", 0}, {"IN_PLACE", true}}},
         {&kv_append_kernel, past, {h, h},
          {{"T", h}, {"HEAD", 64}, {"ROT", 64}, {"INTER", false}, {"AT_ADD", 0}, {"POS_ADD", 0},
           {"AT_ZERO", false}, {"POS_ROWS", false}}},

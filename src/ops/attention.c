@@ -785,26 +785,28 @@ static int gqa_step(op_ctx *c, mlxb_array *q, mlxb_array *k, mlxb_array *v, mlxb
                        .interleaved = attn_flag(n, "rotary_interleaved", 0)};
     rot = &rope;
   }
-  mlxb_array *present_k = NULL, *present_v = NULL, *written = NULL;
-  float softcap = ir_attr_float(n, "softcap", 0.0f);
+  mlxb_array *present_k = NULL, *present_v = NULL, *written = NULL, *pk = op_input(c, 3), *pv = op_input(c, 4);
+  float softcap = ir_attr_float(n, "softcap", 0.0f), scale = attn_contrib_scale(n, h);
   int64_t window = ir_attr_int(n, "local_window_size", -1);
-  mlxb_array *pk = op_input(c, 3);
-  if (!gqa_writes_in_place(c, k, v, plen) && mlxb_dim(pk, 2) >= 1 &&
-      mlxb_decode_step_available(s, mlxb_type(q), h, plen)) { /* the append and the attention in one launch */
-    mlxb_array *y = mlxb_decode_step(s, q, pk, op_input(c, 4), k, v, seqlens, 1, plen, attn_contrib_scale(n, h),
-                                     softcap, window, rot, &present_k, &present_v);
+  bool in_place = gqa_writes_in_place(c, k, v, plen);
+  if (mlxb_dim(pk, 2) >= 1 && mlxb_decode_step_available(s, mlxb_type(q), h, plen)) {
+    /* the new rows and the attention in one launch */
+    mlxb_array *y = in_place
+                        ? mlxb_decode_step_in_place(s, q, pk, pv, k, v, seqlens, 1, scale, softcap, window, rot)
+                        : mlxb_decode_step(s, q, pk, pv, k, v, seqlens, 1, plen, scale, softcap, window, rot, &present_k,
+                                           &present_v);
+    if (y && in_place) present_k = mlxb_ref(s, pk), present_v = mlxb_ref(s, pv);
     return y ? attn_set_outputs(c, y, present_k, present_v, NULL) : op_check(c);
   }
-  if (gqa_writes_in_place(c, k, v, plen)) {
-    written = mlxb_decode_kv_write(s, op_input(c, 3), op_input(c, 4), k, v, seqlens, 0, rot);
-    present_k = mlxb_ref(s, op_input(c, 3));
-    present_v = mlxb_ref(s, op_input(c, 4));
-  } else if (mlxb_decode_kv_append(s, op_input(c, 3), op_input(c, 4), k, v, seqlens, 0, plen, rot, &present_k,
-                                   &present_v)) {
+  if (in_place) {
+    written = mlxb_decode_kv_write(s, pk, pv, k, v, seqlens, 0, rot);
+    present_k = mlxb_ref(s, pk);
+    present_v = mlxb_ref(s, pv);
+  } else if (mlxb_decode_kv_append(s, pk, pv, k, v, seqlens, 0, plen, rot, &present_k, &present_v)) {
     return op_check(c);
   }
-  mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, seqlens, 1, NULL, attn_contrib_scale(n, h),
-                                        softcap, window, rot, written);
+  mlxb_array *y = mlxb_decode_attention(s, q, present_k, present_v, seqlens, 1, NULL, scale, softcap, window, rot,
+                                        written);
   return attn_set_outputs(c, y, present_k, present_v, NULL);
 }
 

@@ -325,6 +325,43 @@ static void check_decode_step() {
   }
 }
 
+/* the same step on a cache that is past and present at once: the new row written into it at its place */
+static void check_decode_step_in_place() {
+  std::vector<float> q(B * HQ * D), cache_k(B * HKV * T * D), cache_v(B * HKV * T * D), nk(B * HKV * D), nv(B * HKV * D),
+      cos(COS * ROT / 2), sin(COS * ROT / 2), got(q.size()), want(q.size());
+  for (size_t i = 0; i < q.size(); i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
+  for (size_t i = 0; i < cache_k.size(); i++)
+    cache_k[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, cache_v[i] = (float)((i * 3) % 7);
+  for (size_t i = 0; i < nk.size(); i++) nk[i] = 0.5f * (float)(i % 5) - 1.0f, nv[i] = (float)(i % 3) + 10.0f;
+  for (int i = 0; i < COS * ROT / 2; i++) cos[i] = std::cos(0.3f * (float)i), sin[i] = std::sin(0.3f * (float)i);
+  int32_t lens[B] = {3, 5};
+  int64_t pos[B] = {3, 9};
+  float params[2] = {0.5f, 0.0f};
+  int32_t dims[1] = {T};
+  int cache_shape[4] = {B, HKV, T, D}, cos_shape[2] = {COS, ROT / 2};
+  std::vector<float> want_k = cache_k, want_v = cache_v;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < HKV; h++)
+      for (int d = 0; d < D; d++) {
+        int bh = b * HKV + h, o = (bh * T + lens[b]) * D + d, p = std::min<int>((int)pos[b], COS - 1);
+        want_k[o] = rotated_ref(&nk[bh * D], d, cos.data(), sin.data(), p);
+        want_v[o] = nv[bh * D + d];
+      }
+  int32_t pos32[B] = {(int32_t)pos[0], (int32_t)pos[1]};
+  decode_ref(q.data(), want_k.data(), want_v.data(), lens, 0, cos.data(), sin.data(), pos32, want.data());
+  const int att = B * HQ, written = (B * HKV * D + 255) / 256;
+  emu_launch({(unsigned)(att + written), 1, 1}, {256, 1, 1}, [&] {
+    decode_step_in_place::kernel(q.data(), cache_k.data(), cache_v.data(), nk.data(), nv.data(), lens, params, pos,
+                                 cos.data(), sin.data(), dims, got.data(), nullptr, nullptr, cache_shape, cache_shape,
+                                 cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++) expect_near("decode step in place attention", i, got[i], want[i], 1e-5);
+  for (size_t i = 0; i < cache_k.size(); i++) {
+    expect_near("decode step in place cache k", i, cache_k[i], want_k[i], 1e-6);
+    expect_near("decode step in place cache v", i, cache_v[i], want_v[i], 0.0);
+  }
+}
+
 /* ---- the GEMV: three weight sets with bias adds, and the gated MLP --------------------------------- */
 static void check_qgemv() {
   constexpr int MR = 2;
@@ -413,6 +450,7 @@ int main() {
   check_copy_batch();
   check_decode();
   check_decode_step();
+  check_decode_step_in_place();
   check_qgemv();
   check_rms_block();
   std::printf("%d checks, %d failures\n", checks, failures);
