@@ -84,6 +84,43 @@ static void check_rows(const char *what, const rows_case &rc, F kernel) {
   for (size_t i = 0; i < got.size(); i++) expect_near(what, i, got[i], want[i], 1e-5);
 }
 
+/* float16: the inputs as the kernel reads them, the rotated query rounded as the kernel rounds it, the
+ * output rounded once */
+static void check_rows_half() {
+  const rows_case rc = {false, true, false, true, 0};
+  std::vector<float> q(B * S * HQ * D), k(B * HKV * T * D), v(B * HKV * T * D), cos(COS * ROT / 2), sin(COS * ROT / 2),
+      want(q.size());
+  for (size_t i = 0; i < q.size(); i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
+  for (size_t i = 0; i < k.size(); i++) k[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, v[i] = (float)((i * 3) % 7);
+  for (int i = 0; i < COS * ROT / 2; i++)
+    cos[i] = (float)__half(std::cos(0.3f * (float)i)), sin[i] = (float)__half(std::sin(0.3f * (float)i));
+  auto halves = [](const std::vector<float> &f) {
+    std::vector<__half> h(f.size());
+    for (size_t i = 0; i < f.size(); i++) h[i] = __half(f[i]);
+    return h;
+  };
+  std::vector<__half> qh = halves(q), kh = halves(k), vh = halves(v), ch = halves(cos), sh = halves(sin), got(q.size());
+  int32_t lens[B] = {4, 2147483647}, rows[1] = {S};
+  int64_t pos[B * S] = {0, 1, 2, 9, -4, 3};
+  float params[2] = {0.5f, 0.0f};
+  int k_shape[4] = {B, HKV, T, D}, cos_shape[2] = {COS, ROT / 2};
+  /* the kernel rounds each rotated query channel to float16 before the dot products */
+  std::vector<float> qr(q.size());
+  for (int u = 0; u < B * S * HQ; u++) {
+    int b = u / (S * HQ), s = u / HQ % S, p = (int)std::min<long long>(std::max<long long>(pos[b * S + s], 0), COS - 1);
+    for (int d = 0; d < D; d++) qr[u * D + d] = (float)__half(rotated_ref(&q[u * D], d, cos.data(), sin.data(), p));
+  }
+  rows_case plain = rc;
+  plain.rotary = false;
+  rows_ref(plain, qr.data(), k.data(), v.data(), lens, nullptr, nullptr, pos, want.data());
+  emu_launch({(unsigned)(B * HQ), 1, 1}, {256, 1, 1}, [&] {
+    rows_f16::kernel(qh.data(), kh.data(), vh.data(), lens, params, pos, ch.data(), sh.data(), rows, got.data(), k_shape,
+                     cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++)
+    expect_near("rows attention float16", i, (float)got[i], (float)__half((float)want[i]), 2e-3);
+}
+
 /* ---- many-row RMS norm --------------------------------------------------------------------------- */
 static void check_rms_rows() {
   constexpr int R = 20, H = 40;
@@ -103,6 +140,30 @@ static void check_rms_rows() {
     for (int i = 0; i < H; i++) {
       expect_near("rms rows y", r * H + i, y[r * H + i], v[i] / std::sqrt(ss / H + 1e-5) * gamma[i], 1e-5);
       expect_near("rms rows sum", r * H + i, sum[r * H + i], (float)v[i], 1e-7);
+    }
+  }
+}
+
+/* float16 rows: the same float32 arithmetic on the rounded inputs, each result rounded once */
+static void check_rms_rows_half() {
+  constexpr int R = 20, H = 40;
+  std::vector<__half> x(R * H), skip(R / 2 * H), bias(H), gamma(H), y(R * H), sum(R * H);
+  for (int i = 0; i < R * H; i++) x[i] = __half(0.25f * (float)((i * 5) % 11) - 1.25f);
+  for (int i = 0; i < R / 2 * H; i++) skip[i] = __half(0.1f * (float)(i % 7));
+  for (int i = 0; i < H; i++) gamma[i] = __half(1.0f + 0.01f * i);
+  float eps[1] = {1e-5f};
+  int32_t dims[1] = {R};
+  int skip_shape[2] = {R / 2, H}, gamma_shape[1] = {H}; /* the skip's rows repeat over x's */
+  emu_launch({(R + 7) / 8, 1, 1}, {256, 1, 1}, [&] {
+    rms_rows_f16::kernel(x.data(), skip.data(), bias.data(), gamma.data(), eps, dims, y.data(), sum.data(), skip_shape,
+                         gamma_shape);
+  });
+  for (int r = 0; r < R; r++) {
+    double ss = 0, v[H];
+    for (int i = 0; i < H; i++) v[i] = (double)(float)x[r * H + i] + (float)skip[(r % (R / 2)) * H + i], ss += v[i] * v[i];
+    for (int i = 0; i < H; i++) {
+      expect_near("rms rows f16 y", r * H + i, (float)y[r * H + i], (float)__half((float)(v[i] / std::sqrt(ss / H + 1e-5) * (float)gamma[i])), 1e-3);
+      expect_near("rms rows f16 sum", r * H + i, (float)sum[r * H + i], (float)__half((float)v[i]), 0.0);
     }
   }
 }
@@ -444,7 +505,9 @@ int main() {
   check_rows("rows attention, first prompt, window from the row", {true, true, true, false, 2},
              rows_f32_window::kernel);
   check_rows("rows attention, bidirectional", {false, false, false, false, 0}, rows_f32_bidir::kernel);
+  check_rows_half();
   check_rms_rows();
+  check_rms_rows_half();
   check_qgemm();
   check_append();
   check_copy_batch();
