@@ -788,6 +788,33 @@ static void test_decode_step(mlxb_scope *s) {
     for (size_t i = 0; i < sizeof got / sizeof *got; i++)
       CHECK(got[i] == want_v[i], "kv append v[%zu] = %g, want %g", i, got[i], want_v[i]);
 
+  /* the append and the attention in one launch (MLX's CUDA backend): the same present and output as
+   * the two kernels, from a past of DP rows; then in place on a cache of DPLEN rows */
+  int64_t step_lens[DB] = {3, 100};
+  mlxb_array *step_la = mlxb_from_data(s, step_lens, (int64_t[]){DB}, 1, MLXB_I64);
+  if (mlxb_decode_step_available(s, MLXB_F32, DD, DPLEN)) {
+    mlxb_array *ref_k = NULL, *ref_v = NULL, *fused_k = NULL, *fused_v = NULL;
+    mlxb_rope seq_rope = rope;
+    seq_rope.positions = mlxb_from_data(s, step_lens, (int64_t[]){DB}, 1, MLXB_I64);
+    int arc = mlxb_decode_kv_append(s, pka, pka, nka, nka, step_la, 0, DPLEN, &seq_rope, &ref_k, &ref_v);
+    mlxb_array *qs = f32(s, q, (int64_t[]){DB, 1, DHQ * DD}, 3);
+    mlxb_array *ref_y = arc ? NULL : mlxb_decode_attention(s, qs, ref_k, ref_v, step_la, 1, NULL, 0.5f, 0.0f, 2, &seq_rope, NULL);
+    mlxb_array *y = mlxb_decode_step(s, qs, pka, pka, nka, nka, step_la, 1, DPLEN, 0.5f, 0.0f, 2, &seq_rope, &fused_k,
+                                     &fused_v);
+    CHECK(ref_y && y, "decode step (%s)", mlxb_error(s));
+    float a[DB * DHQ * DD], b2[DB * DHQ * DD], pa[DB * DHKV * DPLEN * DD], pb[DB * DHKV * DPLEN * DD];
+    if (ref_y && y && mlxb_read(s, ref_y, a, sizeof a) == 0 && mlxb_read(s, y, b2, sizeof b2) == 0)
+      for (size_t i = 0; i < sizeof a / sizeof *a; i++) CHECK(fabsf(a[i] - b2[i]) <= 1e-5f, "decode step y[%zu] %g vs %g", i, b2[i], a[i]);
+    if (y && mlxb_read(s, ref_k, pa, sizeof pa) == 0 && mlxb_read(s, fused_k, pb, sizeof pb) == 0)
+      CHECK(memcmp(pa, pb, sizeof pa) == 0, "decode step present differs from the append's");
+    /* in place: a cache of DPLEN rows holding the past, the new row written at lens[b] (100: outside) */
+    mlxb_array *cache = mlxb_contiguous(s, ref_k);
+    mlxb_array *yi = mlxb_decode_step_in_place(s, qs, cache, cache, nka, nka, step_la, 1, 0.5f, 0.0f, 2, &seq_rope);
+    CHECK(yi != NULL, "decode step in place (%s)", mlxb_error(s));
+    if (yi && mlxb_read(s, yi, b2, sizeof b2) == 0)
+      for (size_t i = 0; i < sizeof a / sizeof *a; i++) CHECK(fabsf(a[i] - b2[i]) <= 1e-5f, "decode step in place y[%zu]", i);
+  }
+
   /* RMS norm: x + skip (one row repeating over three) + bias, and the sum */
   if (!mlxb_rms_norm_fused_available(s, MLXB_F32)) return;
   float x[3 * DD], skip[DD], bias[DD], gamma[DD], want_y[3 * DD], want_sum[3 * DD];
