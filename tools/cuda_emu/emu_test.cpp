@@ -29,6 +29,24 @@ static float rotated_ref(const float *x, int d, const float *cos, const float *s
   return d < half ? x1 * c - x2 * sn : x1 * sn + x2 * c;
 }
 
+/* softmax(0.5 q.k) v over keys [lo, hi) of kv head kvh (zeros when there is none), in double */
+static void attend_ref(const double *qv, const float *k, const float *v, int kvh, long long lo, long long hi,
+                       float *out) {
+  double score[T], m = -INFINITY, l = 0;
+  for (long long t = lo; t < hi; t++) {
+    double sc = 0;
+    for (int d = 0; d < D; d++) sc += qv[d] * k[(kvh * T + t) * D + d];
+    score[t] = sc * 0.5;
+    m = std::max(m, score[t]);
+  }
+  for (long long t = lo; t < hi; t++) l += std::exp(score[t] - m);
+  for (int d = 0; d < D; d++) {
+    double o = 0;
+    for (long long t = lo; t < hi; t++) o += std::exp(score[t] - m) / l * v[(kvh * T + t) * D + d];
+    out[d] = hi > lo ? (float)o : 0.0f;
+  }
+}
+
 struct rows_case {
   bool first, causal, win_bound, rotary;
   int window;
@@ -47,20 +65,9 @@ static void rows_ref(const rows_case &rc, const float *q, const float *k, const 
         long long lo = rc.window > 0 && from > rc.window ? std::min<long long>(from - rc.window, hi) : 0;
         int p = 0;
         if (rc.rotary) p = (int)std::min<long long>(std::max<long long>(pos[b * S + s], 0), COS - 1);
-        double qv[D], score[T], m = -INFINITY, l = 0;
+        double qv[D];
         for (int d = 0; d < D; d++) qv[d] = rotated_ref(q + u * D, d, rc.rotary ? cos : nullptr, sin, p);
-        for (long long t = lo; t < hi; t++) {
-          double sc = 0;
-          for (int d = 0; d < D; d++) sc += qv[d] * k[(kvh * T + t) * D + d];
-          score[t] = sc * 0.5;
-          m = std::max(m, score[t]);
-        }
-        for (long long t = lo; t < hi; t++) l += std::exp(score[t] - m);
-        for (int d = 0; d < D; d++) {
-          double o = 0;
-          for (long long t = lo; t < hi; t++) o += std::exp(score[t] - m) / l * v[(kvh * T + t) * D + d];
-          out[u * D + d] = (float)o;
-        }
+        attend_ref(qv, k, v, kvh, lo, hi, out + u * D);
       }
 }
 
@@ -302,20 +309,9 @@ static void decode_ref(const float *q, const float *k, const float *v, const int
       long long hi = std::min<long long>(std::max<long long>((long long)lens[b] + 1, 0), T);
       long long lo = window > 0 && hi > window ? hi - window : 0;
       int p = cos ? std::min(std::max(pos[b], 0), COS - 1) : 0;
-      double qv[D], score[T], m = -INFINITY, l = 0;
+      double qv[D];
       for (int d = 0; d < D; d++) qv[d] = rotated_ref(q + u * D, d, cos, sin, p);
-      for (long long t = lo; t < hi; t++) {
-        double sc = 0;
-        for (int d = 0; d < D; d++) sc += qv[d] * k[(kvh * T + t) * D + d];
-        score[t] = sc * 0.5;
-        m = std::max(m, score[t]);
-      }
-      for (long long t = lo; t < hi; t++) l += std::exp(score[t] - m);
-      for (int d = 0; d < D; d++) {
-        double o = 0;
-        for (long long t = lo; t < hi; t++) o += std::exp(score[t] - m) / l * v[(kvh * T + t) * D + d];
-        out[u * D + d] = hi > lo ? (float)o : 0.0f;
-      }
+      attend_ref(qv, k, v, kvh, lo, hi, out + u * D);
     }
 }
 
