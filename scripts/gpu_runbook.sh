@@ -69,9 +69,10 @@
 #   pads     a decode bucket's padded device inputs filled by one copy-kernel launch per Run
 #            (ORT_EP_MLX_PAD_BATCH, written after the lease that profiled it), the warp-per-row
 #            prompt attention and RMS norm, the prompt GEMM's weight sets: the bridge's checks, the
-#            device-memory, bucket, genai, LLM, attention, norm and MatMulNBits tests, then the
-#            IOBinding decode loop's phases with the padding batch and the fused decode step each on
-#            and off (alternating), the prompt's phases, the kernel profiles and a cold first prompt
+#            device-memory, bucket, genai, LLM, attention, norm and MatMulNBits tests
+#   padsperf then (a call of its own) the IOBinding decode loop's phases with the padding batch and
+#            the fused decode step each on and off (alternating), the prompt's phases, the kernel
+#            profiles and a cold first prompt with the side-by-side compiles on and off
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -253,6 +254,8 @@ if step pads; then
   timeout 120 build-gpu/test_bridge 2>&1 | tail -4 >> "$log"
   pytest_q 300 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
     tests/test_llm_generation.py tests/test_ops_attention.py tests/test_ops_contrib_norm.py tests/test_ops_contrib_quant.py
+fi
+if step padsperf; then
   probe_ab ORT_EP_MLX_PAD_BATCH "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
   probe_ab ORT_EP_MLX_DECODE_FUSED "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
   echo "prompt 128: $(timeout 100 python3 bench/decode_probe.py --mode io --steps 0 --loops 10 --phases 2>&1 \
