@@ -1007,7 +1007,10 @@ static const op_def defs[] = {
                   "default positions; local_window_size; softcap; smooth_softmax; head_sink; attention_bias; scale; "
                   "causal=0; qk_output 1/2. total_sequence_length is read on the host. Rotary positions are checked against "
                   "the cos/sin caches' rows; a total_sequence_length past them is not refused by itself (ORT refuses "
-                  "it): decode buckets pad that length. Declined: quantized KV cache "
+                  "it): decode buckets pad that length. On MLX's CUDA backend a decode step (one new row, separate "
+                  "q/k/v) is one kernel launch (the present written or the shared buffer written in place, and the "
+                  "attention), and a prompt two (the present, and a warp per query row); the other forms and CPU "
+                  "scopes compose MLX operations. Declined: quantized KV cache "
                   "(k/v_quant_type, kv_cache_bit_width, k/v_scale), sliding_window_cache, q/k_norm_weight (ORT CPU "
                   "rejects them), non-causal with a window, bfloat16"),
     OP_ROW("com.microsoft", "Attention", 1, 1, .inputs = {2, 7}, .outputs = {1, 2}, .dtypes = DT_F32 | DT_F16,
