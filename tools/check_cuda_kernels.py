@@ -92,6 +92,10 @@ KERNELS = {
         [("partial", "float"), ("bias", "__half"), ("post0", "__half"), ("post1", "__half"), ("post2", "__half"),
          ("dims", "int32_t")], [("out0", "__half"), ("out1", "__half"), ("out2", "__half")],
         [dict(HAS_BIAS=True, POST=0), dict(HAS_BIAS=False, POST=7)]),
+    "gather_bq_source": (None,
+        [("data", "uint8_t"), ("indices", "int64_t"), ("scales", "S"), ("zero_points", "uint8_t"), ("dims", "int32_t")],
+        [("out", "S")],
+        [dict(S="__half", BITS=4, BLOCK=32, HAS_ZP=True), dict(S="float", BITS=2, BLOCK=16, HAS_ZP=False)]),
     "int_reduce_source": (None, [("x", "T")], [("out", "T")],
         [dict(T="int64_t", MEAN=False), dict(T="int32_t", MEAN=True)]),
     "rms_norm_source": (None,
@@ -119,14 +123,19 @@ def constant_line(name, value):
     return f"  using {name} = {value};"
 
 
+def param_type(typ, args):
+    """A parameter's C++ type: a template type argument (T, S: a string in args) or the type itself."""
+    value = args.get(typ)
+    return value if isinstance(value, str) else ("float" if typ == "T" else typ)
+
+
 def wrap(index, source_name, header, inputs, outputs, args, body):
-    t = args.get("T", "float")
     params = []
     for name, typ in inputs:
-        params.append(f"const {t if typ == 'T' else typ}* {name}")
+        params.append(f"const {param_type(typ, args)}* {name}")
         if f"{name}_shape" in body:
             params.append(f"const __grid_constant__ Shape {name}_shape")
-    params += [f"{t if typ == 'T' else typ}* {name}" for name, typ in outputs]
+    params += [f"{param_type(typ, args)}* {name}" for name, typ in outputs]
     lines = [f"__global__ void {source_name}_{index}(" + ", ".join(params) + ") {"]
     lines += [constant_line(k, v) for k, v in args.items()]
     return "namespace mlx::core::cu {\n" + "\n".join(lines) + "\n" + body + "\n}\n}\n"

@@ -447,6 +447,15 @@ int mlxb_recurrence_run(mlxb_scope *s, const mlxb_recurrence *r, const mlxb_arra
  * back to x's dtype saturating: y [R], ORT's CPU EP's integer ReduceSum/ReduceMean. One CUDA kernel
  * where mlxb_int_reduce_available says so (MLX's CUDA backend, which has no float64 of its own). */
 bool mlxb_int_reduce_available(const mlxb_scope *s, mlxb_dtype t);
+/* GatherBlockQuantized in one kernel (MLX's CUDA backend; ORT_EP_MLX_GATHER_BQ_KERNEL=0: never):
+ * data uint8 [rows, ..., bytes] of bits-bit values (low bits first), gathered along axis 0 by
+ * indices (any integer dtype and shape; negative from the end, outside the table a zero row), each
+ * value (q - zp) * scale of its block of `block` along the last axis: scales [rows, ..., blocks]
+ * float32/float16, zero points uint8 packed like the data or NULL (2^(bits-1)); float32 arithmetic,
+ * the result in the scales' dtype, shaped indices' shape + data's middle axes + [values]. */
+bool mlxb_gather_bq_available(const mlxb_scope *s);
+mlxb_array *mlxb_gather_bq(mlxb_scope *s, const mlxb_array *data, const mlxb_array *indices, const mlxb_array *scales,
+                           const mlxb_array *zero_points, int bits, int64_t block);
 mlxb_array *mlxb_int_reduce_rows(mlxb_scope *s, const mlxb_array *x, bool mean);
 /* The same packed weights dequantized to float32 [N, K] (scale * q + bias), as mlxb_dequantize
  * gives them: by a kernel of ours on MLX's CUDA backend when ORT_EP_MLX_DEQUANT_KERNEL=1 (bits 2,

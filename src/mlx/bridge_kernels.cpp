@@ -903,6 +903,37 @@ const char *int_reduce_source = R"(
 
 const cuda_kernel_spec int_reduce_kernel = {"ort_ep_mlx_int_reduce", {"x"}, {"out"}, int_reduce_source, "", true};
 
+/* GatherBlockQuantized (a quantized embedding table) in one launch: out [N, REST, D] element e of
+ * row i is (q - zp) * scale of data row indices[i] (negative counts from the end; outside the table
+ * a zero row), q the e-th BITS-bit value of the packed row (low bits first), scale and zero point
+ * those of its block; float32 arithmetic rounded once to the scales' dtype. dims: N, REST, D, ROWS,
+ * packed bytes a row, blocks a row, zero-point bytes a row. */
+const char *gather_bq_source = R"(
+  const int N = dims[0], REST = dims[1], D = dims[2], ROWS = dims[3], PD = dims[4], NB = dims[5], ZPD = dims[6];
+  constexpr int PER = 8 / BITS;
+  constexpr unsigned MASK = (1u << BITS) - 1u;
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (long long)N * REST * D) return;
+  const int e = idx % D;
+  const long long ir = idx / D;
+  const int r = ir % REST, i = ir / REST;
+  long long row = (long long)indices[i];
+  if (row < 0) row += ROWS;
+  if (row < 0 || row >= ROWS) {
+    out[idx] = static_cast<S>(0.0f);
+    return;
+  }
+  const size_t base = (size_t)row * REST + r;
+  const float q = static_cast<float>((data[base * PD + e / PER] >> ((e % PER) * BITS)) & MASK);
+  const int blk = e / BLOCK;
+  const float zp = HAS_ZP ? static_cast<float>((zero_points[base * ZPD + blk / PER] >> ((blk % PER) * BITS)) & MASK)
+                          : static_cast<float>(1 << (BITS - 1));
+  out[idx] = static_cast<S>((q - zp) * static_cast<float>(scales[base * NB + blk]));
+)";
+
+const cuda_kernel_spec gather_bq_kernel = {
+    "ort_ep_mlx_gather_bq", {"data", "indices", "scales", "zero_points", "dims"}, {"out"}, gather_bq_source, "", true};
+
 /* KV write: the shared buffer's in-place form of the append. One thread per (sequence, head,
  * channel) of the new rows writes row at_b of the caches, which are the step's past and present
  * at once (onnxruntime-genai's past_present_share_buffer), so the cache is neither copied nor
@@ -1620,6 +1651,53 @@ int mlxb_qgemm_split_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const 
   });
 }
 
+bool mlxb_gather_bq_available(const mlxb_scope *s) {
+  static const bool on = env_switch_on("ORT_EP_MLX_GATHER_BQ_KERNEL");
+  return on && s && is_cuda_gpu(s);
+}
+
+mlxb_array *mlxb_gather_bq(mlxb_scope *s, const mlxb_array *data, const mlxb_array *indices, const mlxb_array *scales,
+                           const mlxb_array *zero_points, int bits, int64_t block) {
+  return guard(s, "mlxb_gather_bq", [&] {
+    const mx::array &da = arr(data), &ia = arr(indices), &sa = arr(scales);
+    if (!mlxb_gather_bq_available(s)) throw bridge_error("quantized gather: MLX's CUDA backend only");
+    if ((bits != 2 && bits != 4 && bits != 8) || block < 1 || block > (1 << 20))
+      throw bridge_error("quantized gather: bits 2, 4 or 8 and a positive block");
+    if (da.dtype() != mx::uint8 || da.ndim() < 2 || sa.ndim() != da.ndim() || !mx::issubdtype(ia.dtype(), mx::integer) ||
+        (sa.dtype() != mx::float32 && sa.dtype() != mx::float16))
+      throw bridge_error("quantized gather takes uint8 data [rows, ..., bytes], integer indices and float scales");
+    int64_t rows = da.shape(0), rest = 1, pd = da.shape(-1), d = pd * (8 / bits), nb = (d + block - 1) / block;
+    for (int k = 1; k + 1 < static_cast<int>(da.ndim()); k++) rest *= da.shape(k);
+    if (sa.shape(0) != rows || sa.shape(-1) != nb || static_cast<int64_t>(sa.size()) != rows * rest * nb)
+      throw bridge_error("quantized gather: scales do not fit the data");
+    int64_t zpd = 0;
+    if (zero_points) {
+      const mx::array &za = arr(zero_points);
+      zpd = (nb + 8 / bits - 1) / (8 / bits);
+      if (za.dtype() != mx::uint8 || za.ndim() != da.ndim() || za.shape(0) != rows || za.shape(-1) < zpd ||
+          static_cast<int64_t>(za.size()) != rows * rest * za.shape(-1))
+        throw bridge_error("quantized gather: zero points do not fit the data");
+      zpd = za.shape(-1);
+    }
+    int64_t n = static_cast<int64_t>(ia.size()), total = n * rest * d;
+    const int64_t limit = std::numeric_limits<int>::max();
+    if (n > limit || rest > limit || d > limit || rows > limit || total > limit - 256)
+      throw bridge_error("quantized gather: too many values for one launch");
+    mx::Shape shape = ia.shape();
+    for (int k = 1; k < static_cast<int>(da.ndim()); k++) shape.push_back(k + 1 < static_cast<int>(da.ndim()) ? da.shape(k) : static_cast<int>(d));
+    auto dev = scope_dev(s);
+    if (total == 0) return mx::zeros(shape, sa.dtype(), dev);
+    int threads = 256;
+    return run_cuda_kernel(gather_bq_kernel,
+        {da, ia, sa, zero_points ? arr(zero_points) : da,
+         mx::array({static_cast<int>(n), static_cast<int>(rest), static_cast<int>(d), static_cast<int>(rows),
+                    static_cast<int>(pd), static_cast<int>(nb), static_cast<int>(zpd)}, {7}, mx::int32)},
+        {shape}, {sa.dtype()}, {static_cast<int>((total + threads - 1) / threads * threads), 1, 1}, {threads, 1, 1},
+        {{"S", sa.dtype()}, {"BITS", bits}, {"BLOCK", static_cast<int>(block)}, {"HAS_ZP", zero_points != nullptr}}, s)
+        .at(0);
+  });
+}
+
 bool mlxb_int_reduce_available(const mlxb_scope *s, mlxb_dtype t) {
   return s && is_cuda_gpu(s) && (t == MLXB_I32 || t == MLXB_I64);
 }
@@ -1757,6 +1835,9 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
         {&qgemm_reduce_kernel, {z({4, 80, 384}, f), z({128}, h), z({128}, h), z({128}, h), z({128}, h), z({3}, mx::int32)},
          {h, h, h}, {{"HAS_BIAS", false}, {"POST", 5}}},
         {&int_reduce_kernel, {z({2, 4096}, i64)}, {i64}, {{"T", i64}, {"MEAN", false}}},
+        {&gather_bq_kernel, {z({151936, 448}, mx::uint8), z({1, 1}, i64), z({151936, 28}, h), z({151936, 14}, mx::uint8),
+                             z({7}, mx::int32)},
+         {h}, {{"S", h}, {"BITS", 4}, {"BLOCK", 32}, {"HAS_ZP", true}}},
         {&int_reduce_kernel, {z({3, 7}, mx::int32)}, {mx::int32}, {{"T", mx::int32}, {"MEAN", true}}},
         {&kv_write_kernel, cache, {mx::int32},
          {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}, {"AT_ADD", 0}, {"POS_ADD", 0}}},

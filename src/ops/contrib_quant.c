@@ -679,6 +679,8 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
   int64_t rows = mlxb_dim(data, 0), d = mlxb_dim(data, -1) * (8 / bits), nb = (d + block - 1) / block;
   if (mlxb_dim(scales, -1) != nb)
     return op_fail(c, "scales' last dimension %lld != %lld blocks", (long long)mlxb_dim(scales, -1), (long long)nb);
+  if (mlxb_gather_bq_available(s)) /* one kernel on MLX's CUDA backend: the same arithmetic */
+    return op_set_output(c, 0, mlxb_gather_bq(s, data, idx, scales, op_input(c, GBQ_ZP), bits, block));
 
   mlxb_dtype it = mlxb_type(idx);
   mlxb_array *n_rows = mlxb_scalar_i64(s, rows, it), *zero_i = mlxb_scalar_i64(s, 0, it);
@@ -751,7 +753,8 @@ static const op_def defs[] = {
            .claim = claim_gather_block_quantized, .lower = lower_gather_block_quantized,
            .doc = "uint8 data with bits 2/4/8, gather_axis 0, quantize_axis last, block_size a power of two >= 16, "
                   "int32/int64 indices (negative wrap, out of range gives zeros), optional packed uint8 zero_points "
-                  "(default 2^(bits-1)), float32/float16 scales. Rows are gathered before dequantizing. Declined: "
+                  "(default 2^(bits-1)), float32/float16 scales. Rows are gathered before dequantizing (on MLX's "
+                  "CUDA backend one kernel of the EP's: the same arithmetic). Declined: "
                   "int4/uint4 and float8/float4 data (MLX has no such dtypes), other axes (ORT rejects them for "
                   "uint8 data)."),
 };

@@ -496,6 +496,36 @@ static void check_rms_block() {
   }
 }
 
+/* ---- GatherBlockQuantized: rows of a packed table by index, out-of-range ones zero ----------------- */
+template <typename S, typename F>
+static void check_gather_bq(const char *what, int bits, bool with_zp, F kernel) {
+  constexpr int ROWS = 5, REST = 2, D = 40, BLOCK = 16, NB = (D + BLOCK - 1) / BLOCK;
+  const int per = 8 / bits, pd = D / per, zpd = (NB + per - 1) / per;
+  std::vector<uint8_t> data(ROWS * REST * pd), zps(ROWS * REST * zpd);
+  std::vector<S> scales(ROWS * REST * NB);
+  for (size_t i = 0; i < data.size(); i++) data[i] = (uint8_t)(i * 73 + 11);
+  for (size_t i = 0; i < zps.size(); i++) zps[i] = (uint8_t)(i * 29 + 5);
+  for (size_t i = 0; i < scales.size(); i++) scales[i] = S(0.125f * (float)(i % 9) - 0.5f);
+  int64_t idx[4] = {2, -1, 5, -6}; /* the last two outside [-5, 5): zero rows */
+  int32_t dims[7] = {4, REST, D, ROWS, pd, NB, zpd};
+  std::vector<S> got(4 * REST * D);
+  emu_launch({(unsigned)((got.size() + 255) / 256), 1, 1}, {256, 1, 1},
+             [&] { kernel(data.data(), idx, scales.data(), zps.data(), dims, got.data()); });
+  for (int i = 0; i < 4; i++)
+    for (int r = 0; r < REST; r++)
+      for (int e = 0; e < D; e++) {
+        long long row = idx[i] < 0 ? idx[i] + ROWS : idx[i];
+        float want = 0.0f;
+        if (row >= 0 && row < ROWS) {
+          size_t base = (size_t)row * REST + r;
+          int q = (data[base * pd + e / per] >> ((e % per) * bits)) & ((1 << bits) - 1), blk = e / BLOCK;
+          int zp = with_zp ? (zps[base * zpd + blk / per] >> ((blk % per) * bits)) & ((1 << bits) - 1) : 1 << (bits - 1);
+          want = (float)S((float)(q - zp) * (float)scales[base * NB + blk]);
+        }
+        expect_near(what, (size_t)((i * REST + r) * D + e), (float)got[(i * REST + r) * D + e], want, 0.0);
+      }
+}
+
 int main() {
   check_rows("rows attention, continuation, rotary per row", {false, true, false, true, 0}, rows_f32::kernel);
   check_rows("rows attention, first prompt, window from the row", {true, true, true, false, 2},
@@ -512,6 +542,8 @@ int main() {
   check_decode_step_in_place();
   check_qgemv();
   check_rms_block();
+  check_gather_bq<float>("gather block quantized, 4-bit, zero points", 4, true, gather_bq::kernel);
+  check_gather_bq<__half>("gather block quantized, 2-bit, float16", 2, false, gather_bq_2bit::kernel);
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }

@@ -50,12 +50,14 @@ INSTANCES = {
                                         SWIGLU=False)),
     "qgemv_swiglu": ("qgemv_source", dict(T="float", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=2, BIASED=0,
                                           SWIGLU=True)),
+    "gather_bq": ("gather_bq_source", dict(S="float", BITS=4, BLOCK=16, HAS_ZP=True)),
+    "gather_bq_2bit": ("gather_bq_source", dict(S="__half", BITS=2, BLOCK=16, HAS_ZP=False)),
     "rms_block_f32": ("rms_norm_source", dict(T="float", HAS_SKIP=True, HAS_BIAS=True, WRITE_SUM=True, SKIP_RANK=2)),
 }
 
 
 def cpp_type(typ, args):
-    return args.get("T", "float") if typ == "T" else typ
+    return ck.param_type(typ, args)
 
 
 def function(ns, source_name, args, strings):
