@@ -379,6 +379,8 @@ def test_gather_block_quantized_index_forms(idx_dtype):
     compare(*gbq_model(4, 32, idx=[[0, 12, -13], [-1, 3, 40]], idx_dtype=idx_dtype, seed=5))
     compare(*gbq_model(8, 32, cols=100, idx_shape=(3,), zp=True, idx_dtype=idx_dtype, seed=6))
     compare(*gbq_model(4, 32, idx_shape=(0,), idx_dtype=idx_dtype, seed=7))
+    info = np.iinfo(idx_dtype)  # the dtype's ends: zero rows, nothing read outside the table
+    compare(*gbq_model(4, 32, idx=[info.min, info.max, info.min + 1, -1], idx_dtype=idx_dtype, seed=8))
 
 
 # ---- a small LLM-style chain -----------------------------------------------------------------------

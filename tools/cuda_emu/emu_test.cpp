@@ -506,12 +506,13 @@ static void check_gather_bq(const char *what, int bits, bool with_zp, F kernel) 
   for (size_t i = 0; i < data.size(); i++) data[i] = (uint8_t)(i * 73 + 11);
   for (size_t i = 0; i < zps.size(); i++) zps[i] = (uint8_t)(i * 29 + 5);
   for (size_t i = 0; i < scales.size(); i++) scales[i] = S(0.125f * (float)(i % 9) - 0.5f);
-  int64_t idx[4] = {2, -1, 5, -6}; /* the last two outside [-5, 5): zero rows */
-  int32_t dims[7] = {4, REST, D, ROWS, pd, NB, zpd};
-  std::vector<S> got(4 * REST * D);
+  constexpr int N = 5;
+  int64_t idx[N] = {2, -1, 5, -6, INT64_MIN}; /* the last three outside [-5, 5): zero rows */
+  int32_t dims[7] = {N, REST, D, ROWS, pd, NB, zpd};
+  std::vector<S> got(N * REST * D);
   emu_launch({(unsigned)((got.size() + 255) / 256), 1, 1}, {256, 1, 1},
              [&] { kernel(data.data(), idx, scales.data(), zps.data(), dims, got.data()); });
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < N; i++)
     for (int r = 0; r < REST; r++)
       for (int e = 0; e < D; e++) {
         long long row = idx[i] < 0 ? idx[i] + ROWS : idx[i];
