@@ -94,6 +94,16 @@ cd "$root"
 . "$root/scripts/gpu_common.sh"
 step() { case " ${STEPS:-bridge focus} " in *" $1 "*) echo "== $1 $(date +%T)" >> "$log"; return 0 ;; esac; return 1; }
 pytest_q() { timeout "$1" python3 -m pytest -q -p no:cacheprovider "${@:2}" 2>&1 | tail -4 >> "$log"; }
+# prefill_kernels_ab VAR "VALUES" TOP: the prompt's kernel profile (bench/decode_kernels.py) once per
+# value of VAR
+prefill_kernels_ab() {
+  local var=$1 values=$2 top=$3 v
+  for v in $values; do
+    echo "$var=$v kernels:" >> "$log"
+    env "$var=$v" timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 --top "$top" \
+      >> "$log" 2>&1
+  done
+}
 # probe_ab VAR "VALUES" LABEL PATTERN ARGS...: bench/decode_probe.py ARGS in a process of its own per
 # value of VAR, in the order given (alternate them), each run's lines matching PATTERN on one log line
 probe_ab() {
@@ -197,11 +207,7 @@ if step prefill; then
     echo "ORT_EP_MLX_DEQUANT_KERNEL=$dq: $(ORT_EP_MLX_DEQUANT_KERNEL=$dq timeout 100 python3 bench/decode_probe.py \
       --mode io --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"
   done
-  for dq in 1 0; do
-    echo "ORT_EP_MLX_DEQUANT_KERNEL=$dq kernels:" >> "$log"
-    ORT_EP_MLX_DEQUANT_KERNEL=$dq timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
-      --top 12 >> "$log" 2>&1
-  done
+  prefill_kernels_ab ORT_EP_MLX_DEQUANT_KERNEL "1 0" 12
 fi
 if step qgemm; then
   cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
@@ -211,11 +217,7 @@ if step qgemm; then
     echo "ORT_EP_MLX_QGEMM=$q prompt: $(ORT_EP_MLX_QGEMM=$q timeout 100 python3 bench/decode_probe.py \
       --mode io --steps 0 --loops 10 --phases 2>&1 | grep phases)" >> "$log"
   done
-  for q in 1 0; do
-    echo "ORT_EP_MLX_QGEMM=$q kernels:" >> "$log"
-    ORT_EP_MLX_QGEMM=$q timeout 200 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 --top 12 \
-      >> "$log" 2>&1
-  done
+  prefill_kernels_ab ORT_EP_MLX_QGEMM "1 0" 12
   ORT_EP_MLX_OP_HISTOGRAM=1 timeout 120 python3 bench/decode_probe.py --mode shared --steps 4 --loops 1 \
     > "$OUT/histogram.txt" 2>&1
   echo "operations on the CPU stream: $(grep -c '@cpu' "$OUT/histogram.txt") lines; $(grep -m1 ' ops: ' "$OUT/histogram.txt" | cut -c1-300)" >> "$log"
@@ -243,11 +245,7 @@ if step rowsperf; then
     --steps 0 --loops 6 --phases
   # the batched copy-out of a decode step's ~50 outputs, and one driver copy each
   probe_ab ORT_EP_MLX_COPY_BATCH "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
-  for r in gpu 0; do
-    echo "ORT_EP_MLX_ROWS_ATTENTION=$r kernels:" >> "$log"
-    ORT_EP_MLX_ROWS_ATTENTION=$r timeout 150 python3 bench/decode_kernels.py --mode prefill --short 4 --long 16 \
-      --top 14 >> "$log" 2>&1
-  done
+  prefill_kernels_ab ORT_EP_MLX_ROWS_ATTENTION "gpu 0" 14
 fi
 if step pads; then
   cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1

@@ -314,25 +314,42 @@ const std::string &arch_for(kernel_cache &c, int ordinal) {
 std::atomic<uint64_t> compiled_count{0}, compile_us{0}, disk_count{0};
 
 /* The cubin of kernel `name` from memory, disk or NVRTC; nullptr after a failure. Under c.mu. */
+/* Where kernel `name`'s cubin is kept on disk ("" without a cache directory). */
+fs::path cubin_file(const kernel_cache &c, const std::string &name) {
+  return c.dir.empty() ? fs::path() : c.dir / (name + ".cubin");
+}
+
+/* A cubin kept on disk into `cubin`; false when there is none (or not an ELF file). */
+bool read_kept(const fs::path &file, std::string &cubin) {
+  if (file.empty() || !read_file(file, cubin) || cubin.compare(0, 4, "\x7f" "ELF") != 0) return false;
+  disk_count++;
+  return true;
+}
+
+/* NVRTC's cubin of `source`, counted and timed, kept at `file` (when there is one); throws. */
+std::string compile_and_keep(const std::string &name, const std::string &source, const std::string &arch,
+                             const std::string &include_dir, const fs::path &file) {
+  auto start = std::chrono::steady_clock::now();
+  std::string cubin = nvrtc_compile(nvrtc(), name, source, arch, include_dir);
+  compiled_count++;
+  compile_us += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
+  if (!file.empty()) write_file(file, cubin);
+  return cubin;
+}
+
 const std::string *cubin_for(kernel_cache &c, const std::string &name, const std::string &source,
                              const std::string &arch) {
   if (auto it = c.cubins.find(name); it != c.cubins.end()) return &it->second;
   std::string cubin;
-  fs::path file = c.dir.empty() ? fs::path() : c.dir / (name + ".cubin");
-  bool kept = !file.empty() && read_file(file, cubin) && cubin.compare(0, 4, "\x7f" "ELF") == 0;
-  if (kept) disk_count++;
-  if (!kept) {
-    auto start = std::chrono::steady_clock::now();
+  fs::path file = cubin_file(c, name);
+  if (!read_kept(file, cubin)) {
     try {
-      cubin = nvrtc_compile(nvrtc(), name, source, arch, c.include_dir);
+      cubin = compile_and_keep(name, source, arch, c.include_dir, file);
     } catch (const std::exception &) {
       c.broken = true;
       return nullptr;
     }
-    compiled_count++;
-    compile_us += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
-    if (!file.empty()) write_file(file, cubin);
   }
   return &c.cubins.emplace(name, std::move(cubin)).first->second;
 }
@@ -351,27 +368,21 @@ std::shared_future<std::string> cubin_future(kernel_cache &c, const std::string 
   };
   if (auto it = c.cubins.find(name); it != c.cubins.end()) return ready(it->second);
   std::string kept;
-  fs::path file = c.dir.empty() ? fs::path() : c.dir / (name + ".cubin");
-  if (!file.empty() && read_file(file, kept) && kept.compare(0, 4, "\x7f" "ELF") == 0) {
-    disk_count++;
+  fs::path file = cubin_file(c, name);
+  if (read_kept(file, kept)) {
     c.cubins.emplace(name, kept);
     return ready(std::move(kept));
   }
   std::string include_dir = c.include_dir;
   auto job = std::async(std::launch::async, [&c, name, source = std::move(source), arch, include_dir, file] {
-    auto start = std::chrono::steady_clock::now();
     std::string cubin;
     try {
-      cubin = nvrtc_compile(nvrtc(), name, source, arch, include_dir);
+      cubin = compile_and_keep(name, source, arch, include_dir, file);
     } catch (...) {
       std::lock_guard<std::mutex> lock(c.mu);
       c.broken = true;
       throw;
     }
-    compiled_count++;
-    compile_us += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
-    if (!file.empty()) write_file(file, cubin);
     std::lock_guard<std::mutex> lock(c.mu);
     c.cubins.emplace(name, cubin);
     return cubin;
