@@ -6,11 +6,12 @@ process, MLX's included), with a short and a long decode loop, and prints the di
 by the extra steps: for each kernel name, launches and device microseconds per decode step.
 Everything else (model build, prefill, traces, the first Runs' JIT) cancels out.
 
-    bench/decode_kernels.py [--short 8] [--long 40] [--mode io|shared|direct|prefill|direct_prefill] [--top 30]
+    bench/decode_kernels.py [--short 8] [--long 40] [--mode io|shared|direct|prefill|prefill_device|direct_prefill] [--top 30]
 
---mode prefill profiles the 128-token prompt Run instead (IOBinding; --short/--long count prefill
-Runs, every one after the first two replays the compiled program); direct_prefill the same prompt
-in MLX direct.
+--mode prefill profiles the 128-token prompt Run instead (IOBinding, the logits bound to the host;
+--short/--long count prefill Runs, every one after the first two replays the compiled program);
+prefill_device the same with the logits left on the device (as the bench's prefill);
+direct_prefill the same prompt in MLX direct.
 
 --mode direct profiles MLX direct's decode loop instead (bench/mlx_reference.py on the same
 model and the prompt's KV from bench/workloads.py): the launches a hand-written MLX port needs.
@@ -60,9 +61,10 @@ def profile_child(steps, mode):
 
     import torch
     from torch.profiler import ProfilerActivity, profile
-    probe_mode, loops, n_steps = ("io", steps, 0) if mode == "prefill" else (mode, 1, steps)
+    prefill = mode in ("prefill", "prefill_device")
+    probe_mode, loops, n_steps = ("io", steps, 0) if prefill else (mode, 1, steps)
     sys.argv = ["decode_probe.py", "--config", "qwen2.5-0.5b", "--dtype", "float16", "--steps", str(n_steps),
-                "--mode", probe_mode, "--loops", str(loops)]
+                "--mode", probe_mode, "--loops", str(loops)] + (["--logits-device"] if mode == "prefill_device" else [])
     loop = direct_loop(steps) if mode == "direct" else direct_prefills(steps) if mode == "direct_prefill" else None
     torch.zeros(1, device="cuda")  # CUDA context before the profiler starts
     with profile(activities=[ProfilerActivity.CUDA]) as p:
@@ -102,7 +104,7 @@ def main():
             per_step[name] = (tb - ta) / steps
             launches[name] = (cb - ca) / steps
     total_us, total_n = sum(per_step.values()), sum(launches.values())
-    unit = "prefill Run" if args.mode.endswith("prefill") else "decode step"
+    unit = "prefill Run" if "prefill" in args.mode else "decode step"
     print(f"per {unit} ({args.mode}, {steps} extra): {total_n:.0f} launches/copies, "
           f"{total_us:.0f} us of device time")
     for name, us in per_step.most_common(args.top):

@@ -84,14 +84,17 @@ def shared_loop(sess, cfg, dtype, prompt, steps, max_len):
     return times, time.perf_counter() - t0
 
 
-def loop(sess, cfg, dtype, prompt, steps, io_device):
+def loop(sess, cfg, dtype, prompt, steps, io_device, logits_device=False, sample_at=2):
+    """A prompt and `steps` greedy decode steps; the sampler (tools/sampler) runs from step
+    sample_at (None: not in this loop). logits_device: with IOBinding the logits stay on the device
+    as the bench's prefill leaves them (bench/run.py's IoBound), not bound to the host."""
     names = [o.name for o in sess.get_outputs()]
     past_names = [n.replace("present", "past_key_values") for n in names[1:]]
     feeds = step_feeds(cfg, prompt, empty_past(cfg, io_dtype=dtype))
     times, past = [], None
     t0 = time.perf_counter()
     for step in range(steps + 1):
-        if step == 2:  # after the prefill and the first step (its trace and compile)
+        if step == sample_at:  # after the prefill and the first step (their trace and compile)
             SAMPLER_START()
         s0 = time.perf_counter()
         if io_device is None:
@@ -106,17 +109,26 @@ def loop(sess, cfg, dtype, prompt, steps, io_device):
                     io.bind_cpu_input(k, feeds[k])
                 else:
                     io.bind_ortvalue_input(k, past[k])
-            io.bind_output("logits", "cpu")
+            io.bind_output("logits", io_device if logits_device else "cpu")
             for n in names[1:]:
                 io.bind_output(n, io_device)
             sess.run_with_iobinding(io)
             outs = io.get_outputs()
-            logits, past = outs[0].numpy(), dict(zip(past_names, outs[1:]))
+            past = dict(zip(past_names, outs[1:]))
+            if logits_device:  # the timed step ends with the Run; the next token is read outside it
+                times.append(time.perf_counter() - s0)
+                s0 = None
+                if step == steps:  # no next token to read
+                    break
+                logits = io.copy_outputs_to_cpu()[0]
+            else:
+                logits = outs[0].numpy()
         token = logits[:, -1].argmax(-1).reshape(-1, 1).astype(np.int64)
         mask = np.ones((1, feeds["attention_mask"].shape[1] + 1), np.int64)
         feeds = {"input_ids": token, "attention_mask": mask,
                  **({k: v for k, v in past.items()} if io_device is None else {})}
-        times.append(time.perf_counter() - s0)
+        if s0 is not None:
+            times.append(time.perf_counter() - s0)
     SAMPLER_STOP()
     return times, time.perf_counter() - t0
 
@@ -158,6 +170,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128,
                     help="the prompt's length: the context the decode steps attend over starts there")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an EP option (repeatable)")
+    ap.add_argument("--logits-device", action="store_true",
+                    help="IOBinding: the logits stay on the device (as the bench's prefill), read after the timed Run")
     ap.add_argument("--phases", action="store_true",
                     help="also print the EP's phases per decode Run (bind, graph, eval, copy out) from its trace")
     args = ap.parse_args()
@@ -180,7 +194,9 @@ def main():
             if mode == "shared":
                 times, total = shared_loop(sess, cfg, args.dtype, prompt, args.steps, args.max_len)
             else:
-                times, total = loop(sess, cfg, args.dtype, prompt, args.steps, None if mode == "plain" else args.io_device)
+                sample_at = 2 if args.steps > 0 else (0 if rep > 0 else None)
+                times, total = loop(sess, cfg, args.dtype, prompt, args.steps, None if mode == "plain" else args.io_device,
+                                    args.logits_device, sample_at)
             dec = times[1:]
             steps_part = (f"decode median {statistics.median(dec) * 1e3:.2f} ms ({len(dec) / sum(dec):.1f} tok/s), "
                           f"first decode {dec[0] * 1e3:.1f} ms, " if dec else "")

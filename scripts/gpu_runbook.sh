@@ -73,6 +73,9 @@
 #   padsperf then (a call of its own) the IOBinding decode loop's phases with the padding batch and
 #            the fused decode step each on and off (alternating), the prompt's phases, the kernel
 #            profiles and a cold first prompt with the side-by-side compiles on and off
+#   diag     the computed-ahead test's count, the prompt's wall time and phases with the logits on the
+#            host and on the device, that prompt's kernel profile and host samples, and host inputs
+#            prefetched after their copy (ORT_EP_MLX_PREFETCH_COPIES) A/B with a decode kernel profile
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -267,6 +270,28 @@ if step padsperf; then
       | grep -E 'loop 0|in this process' | tr '\n' ' ')" >> "$log"
     rm -rf "$cold"
   done
+fi
+if step diag; then
+  # 2026-12-05 (eighth session): the test the pads step failed (its count now in the message); the
+  # prompt's wall time against the EP's phases with the logits on the host and on the device (the
+  # bench's prefill leaves them there: 17.5 ms a prompt in the bench against a 9.7 ms Run here);
+  # that prompt's kernel profile; small host inputs prefetched after their copy (A/B, kernel profile)
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_ops_contrib_quant.py -k computed_ahead 2>&1 \
+    | grep -E "computed_ahead=|passed|failed" | head -6 >> "$log"
+  for where in "" --logits-device; do
+    echo "prompt ${where:-(logits on the host)}: $(timeout 100 python3 bench/decode_probe.py --mode io --steps 0 --loops 8 \
+      --phases $where 2>&1 | grep -E 'loop [4-7]|phases' | sed 's/, loop .*//' | tr '\n' ' ')" >> "$log"
+  done
+  timeout 150 python3 bench/decode_kernels.py --mode prefill_device --short 4 --long 12 --top 14 >> "$log" 2>&1
+  probe_ab ORT_EP_MLX_PREFETCH_COPIES "1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
+  echo "ORT_EP_MLX_PREFETCH_COPIES=1:" >> "$log"
+  ORT_EP_MLX_PREFETCH_COPIES=1 timeout 150 python3 bench/decode_kernels.py --mode io --short 8 --long 24 --top 14 \
+    >> "$log" 2>&1
+  if cc -O2 -shared -fPIC -o /tmp/libsampler.so tools/sampler/sampler.c -ldl -lrt -pthread; then
+    timeout 120 env SAMPLER_OUT="$OUT/sampler_prompt.txt" SAMPLER_TOP=60 SAMPLER_WAIT=1 LD_PRELOAD=/tmp/libsampler.so \
+      python3 bench/decode_probe.py --mode io --steps 0 --loops 12 --logits-device > /dev/null 2>&1
+    sed -n '/innermost function outside libc/,/^$/p' "$OUT/sampler_prompt.txt" | head -24 >> "$log"
+  fi
 fi
 if step prefetch; then
   # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and

@@ -324,6 +324,29 @@ void prefer_device(const device_state &s, void *p, size_t bytes) {
   }
 }
 
+/* ORT_EP_MLX_PREFETCH_COPIES=1 (an A/B, off by default): a host tensor copied into one of our
+ * buffers below the prefetch floor (a Run's input_ids, attention mask, positions) is prefetched to
+ * the GPU after the copy, on the copy's stream. In the H100 profiles (2026-12-05) the first kernel
+ * reading such an input took 80-300 us against 3-5 us for its like later in the step: the
+ * signature of page faults on unified memory. */
+void prefetch_copied_inputs(device_state &s, void *const *dst, const void *const *src, const size_t *bytes, size_t n) {
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_PREFETCH_COPIES");
+    return v && !std::strcmp(v, "1");
+  }();
+  if (!on || s.kind != backend::cuda || !s.cuda.mem_prefetch) return;
+  cu_mem_location gpu{CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  for (size_t i = 0; i < n; i++) {
+    if (!bytes[i] || bytes[i] >= prefetch_floor()) continue; /* larger ones were advised when allocated */
+    size_t offset;
+    std::unique_lock<std::mutex> g(s.lock);
+    bool to_ours = find_locked(s, dst[i], bytes[i], &offset) != nullptr;
+    bool from_ours = find_locked(s, src[i], bytes[i], &offset) != nullptr;
+    g.unlock();
+    if (to_ours && !from_ours) s.cuda.mem_prefetch(dptr(dst[i]), bytes[i], gpu, 0, nullptr);
+  }
+}
+
 } // namespace
 
 bool mlxb_detail::cuda_buffer_layout_matches() {
@@ -400,6 +423,7 @@ int mlxb_device_copy(void *const *dst, const void *const *src, const size_t *byt
     std::optional<context_scope> ctx;
     if (s.kind == backend::cuda) ctx.emplace(s);
     for (size_t i = 0; i < n; i++) copy_bytes(s, dst[i], src[i], bytes[i]);
+    prefetch_copied_inputs(s, dst, src, bytes, n);
     /* ORT may hand the destination to anyone next (the host, another stream): finish here. */
     finish_copies(s);
     return 0;
