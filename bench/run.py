@@ -12,7 +12,10 @@ latency and peak memory. Writes docs/PERFORMANCE.md, keeping its "## Session cre
 Each (workload, engine) pair lives in its own worker process, so peak memory, session creation
 and the first Run are its own; the three workers of a workload start one after the other and then
 take turns: the runs are split into rounds, each round runs a batch on every engine (the order
-rotating from round to round), and an engine's time is the median of its per-round medians. Load
+rotating from round to round), and an engine's time is the median of its per-round medians. Where
+any engine's warmed-up Run is shorter than PRIME_BELOW_S, every engine's batch starts with an
+untimed Run (a batch follows the other engines' turns; the same rule for all, so that no engine's
+time includes a cold start its peers were spared). Load
 from elsewhere on the machine and slow drift then weigh on all engines alike, which keeps the
 sub-millisecond overhead probes (tiny_add, mlp10) steady. The spread in brackets is the 10th-90th
 percentile of all of an engine's runs.
@@ -108,7 +111,7 @@ GPU_FIRST_RUN_MAX_S = 5.0    # first Run at most 5 s cold
 # Between two engines' batches: ORT's intra-op threads spin for a while after a Run, and must not
 # steal a core from the next engine (2-core machines).
 PAUSE_S = 0.01
-PRIME_BELOW_S = 0.01  # Runs shorter than this get an untimed Run before each batch
+PRIME_BELOW_S = 0.01  # a workload where some engine's Run is shorter than this primes every batch
 
 
 def engines_for(device: str, only: str | None = None) -> list[str]:
@@ -453,15 +456,16 @@ def worker(workload: str, engine: str, warmup: int, device: str, decoder_config:
         t0 = time.perf_counter()
         run()
         last = time.perf_counter() - t0
-    # A batch starts after the process slept through the other engines' turns: for short Runs,
-    # one untimed Run first, so that the batch does not time a cold start.
-    prime = last < PRIME_BELOW_S
-    send({"create_ms": create * 1e3, "first_run_ms": first * 1e3, "checksum": checksum(workload, out, sess.host)})
+    # A batch starts after the process slept through the other engines' turns: where the parent
+    # says so (short Runs on some engine of the workload), one untimed Run first, so that the batch
+    # does not time a cold start.
+    send({"create_ms": create * 1e3, "first_run_ms": first * 1e3, "warm_run_ms": last * 1e3,
+          "checksum": checksum(workload, out, sess.host)})
     del out
     for line in sys.stdin:
         cmd = json.loads(line)
         if "runs" in cmd:
-            send({"times": timed_runs(run, int(cmd["runs"]), prime)})
+            send({"times": timed_runs(run, int(cmd["runs"]), bool(cmd.get("prime")))})
         else:
             msg = {"peak_rss_mb": peak_rss_mb()}
             sess.close()
@@ -550,6 +554,9 @@ def measure(workload: str, runs: int, warmup: int, args) -> dict:
                 print(f"{workload:18s} {e:11s} {'n/a (' + info[e]['na'] + ')' if 'na' in info[e] else info[e]['error']}",
                       flush=True)
         active = [e for e in engines if e in workers]
+        prime = any(info[e].get("warm_run_ms", float("inf")) < PRIME_BELOW_S * 1e3 for e in active)
+        for e in active:
+            info[e]["primed"] = prime
         times = {e: [] for e in active}
         medians = {e: [] for e in active}
         for r, n in enumerate(round_sizes(runs)):
@@ -558,7 +565,7 @@ def measure(workload: str, runs: int, warmup: int, args) -> dict:
                     continue
                 time.sleep(PAUSE_S)
                 try:
-                    t = workers[e].call({"runs": n})["times"]
+                    t = workers[e].call({"runs": n, "prime": prime})["times"]
                 except WorkerError as err:
                     if args.device != "gpu":
                         raise
@@ -1006,9 +1013,12 @@ def runs_line(results: dict, args) -> str:
         counts.setdefault(run_counts(w, args), []).append(workload_label(w, args.decoder_config, args.io_dtype))
     items = sorted(counts.items(), key=lambda kv: -len(kv[1]))
     what = lambda r, wu: f"{r} in {len(round_sizes(r))} rounds after {wu} warm-up runs"  # noqa: E731
+    primed = [workload_label(w, args.decoder_config, args.io_dtype) for w in results
+              if any(isinstance(r, dict) and r.get("primed") for r in results[w].values())]
+    tail = f"; every engine's batches primed by an untimed Run: {', '.join(primed)}" if primed else ""
     if len(items) == 1:
-        return what(*items[0][0])
-    return "; ".join(f"{what(r, wu)} ({', '.join(ws)})" for (r, wu), ws in items)
+        return what(*items[0][0]) + tail
+    return "; ".join(f"{what(r, wu)} ({', '.join(ws)})" for (r, wu), ws in items) + tail
 
 
 # A section of the output file that another program writes and this one keeps as it is

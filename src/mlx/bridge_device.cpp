@@ -324,16 +324,14 @@ void prefer_device(const device_state &s, void *p, size_t bytes) {
   }
 }
 
-/* ORT_EP_MLX_PREFETCH_COPIES=1 (an A/B, off by default): a host tensor copied into one of our
- * buffers below the prefetch floor (a Run's input_ids, attention mask, positions) is prefetched to
- * the GPU after the copy, on the copy's stream. In the H100 profiles (2026-12-05) the first kernel
- * reading such an input took 80-300 us against 3-5 us for its like later in the step: the
- * signature of page faults on unified memory. */
+/* A host tensor copied into one of our buffers below the prefetch floor (a Run's input_ids,
+ * attention mask, positions: never advised) is prefetched to the GPU after the copy, on the copy's
+ * stream: the driver's copy into unified memory leaves those pages on the host. On the H100
+ * (2026-12-05, IOBinding decode loop, CUPTI) the first kernel reading such an input took 80-95 us
+ * without (the mask's integer reduction, the quantized embedding's gather) and 10 us with, and a
+ * step's Run 4.89 against 4.16 ms. ORT_EP_MLX_PREFETCH_COPIES=0 turns it off. */
 void prefetch_copied_inputs(device_state &s, void *const *dst, const void *const *src, const size_t *bytes, size_t n) {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_PREFETCH_COPIES");
-    return v && !std::strcmp(v, "1");
-  }();
+  static const bool on = env_switch_on("ORT_EP_MLX_PREFETCH_COPIES");
   if (!on || s.kind != backend::cuda || !s.cuda.mem_prefetch) return;
   cu_mem_location gpu{CU_MEM_LOCATION_TYPE_DEVICE, 0};
   for (size_t i = 0; i < n; i++) {
