@@ -177,19 +177,20 @@ def test_matmul_nbits_empty_a(block, acc):
 
 
 def _three_runs_against_cpu(tmp_path, model, feeds, dtype, shape):
-    """The model's one output on the MLX EP (eager, traced, replayed) against ORT's CPU EP, float16
-    to 1e-2 relative and 1e-3 of the largest value, float32 to 1e-5 and 2e-6; the run report's
-    counts."""
-    (want,) = run_cpu(model, feeds)
-    scale = float(np.abs(want.astype(np.float64)).max())
-    rtol, atol = (1e-2, 1e-3 * scale) if dtype == np.float16 else (1e-5, 2e-6 * scale)
+    """The model's outputs on the MLX EP (eager, traced, replayed) against ORT's CPU EP, float16 to
+    1e-2 relative and 1e-3 of each output's largest value, float32 to 1e-5 and 2e-6 (the first
+    output of `shape`); the run report's counts, summed over clusters."""
+    wants = run_cpu(model, feeds)
+    assert wants[0].shape == shape
     report = tmp_path / "report.txt"
     sess = mlx_ep.session(model, options={"report": str(report)}, strict=True)
     for run in range(3):
-        (got,) = sess.run(None, feeds)
-        assert got.dtype == want.dtype and got.shape == want.shape == shape
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
-                                   err_msg=f"run {run + 1}")
+        for i, (got, want) in enumerate(zip(sess.run(None, feeds), wants)):
+            scale = float(np.abs(want.astype(np.float64)).max())
+            rtol, atol = (1e-2, 1e-3 * scale) if dtype == np.float16 else (1e-5, 2e-6 * scale)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
+                                       err_msg=f"run {run + 1}, output {i}")
     del sess
     stats = {"clusters": 0}
     for line in report.read_text().split("run report:")[1:]:  # summed over the clusters
@@ -312,6 +313,67 @@ def test_matmul_nbits_gated_mlp(tmp_path, dtype, rows, form):
     # per lowering: the pair's sibling (and the gate's Add), plus the three activations with the kernel
     per = 1 + (form == "gate_bias") + (3 if _cuda_gemv() else 0)
     assert stats["computed_ahead"] > 0 and stats["computed_ahead"] % per == 0, (per, stats)
+
+
+def _norm_in_gemv():
+    """Whether the EP's GEMV launches take an RMS norm into themselves here (MLX's CUDA backend,
+    unless ORT_EP_MLX_NORM_IN_GEMV=0)."""
+    import os
+    return _cuda_gemv() and os.environ.get("ORT_EP_MLX_NORM_IN_GEMV", "1") not in ("0", "off")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("form", ["readers_only", "y_read_elsewhere"])
+def test_matmul_nbits_norm_in_launch(tmp_path, dtype, rows, form):
+    """A decoder layer's two norms and their projections (Qwen's export): SkipSimplifiedLayerNormalization
+    of x and a residual feeding Q, K and V (Q and K with a constant bias Add), its residual sum read
+    later; then SimplifiedLayerNormalization of that sum feeding a gated MLP's gate and up. On MLX's
+    CUDA backend, up to 8 rows, each norm is computed inside its readers' GEMV launch (every block
+    normalizes its row; the norm launches nothing) and the launch gives the residual sum: the norm
+    then computes its readers ahead (Q, K, V and two adds; gate, up and the three activations: 10 per
+    lowering), where the projections alone compute theirs (K, V and two adds; up and the
+    activations: 8; without a gated-MLP launch, up alone: 5). "y_read_elsewhere": the first norm's y is also a graph output, so that norm
+    lowers as usual (9 on CUDA). Every Run (eager, traced, replayed) against ORT's CPU EP."""
+    k, block, bits = 128, 32, 4
+    rng = np.random.default_rng(31)
+    kb = k // block
+    t = onnx_type(np.zeros(1, dtype))
+    consts, nodes = [], []
+
+    def nbits(name, a, n):
+        consts.append((f"B_{name}", rng.integers(0, 256, size=(n, kb, block * bits // 8), dtype=np.uint8)))
+        consts.append((f"s_{name}", (rng.random((n, kb)) * 0.02 + 0.005).astype(dtype)))
+        nodes.append(helper.make_node("MatMulNBits", [a, f"B_{name}", f"s_{name}"], [f"Y_{name}"], domain=MS, K=k,
+                                      N=n, bits=bits, block_size=block))
+
+    consts += [("g1", (rng.random(k) + 0.5).astype(dtype)), ("g2", (rng.random(k) + 0.5).astype(dtype)),
+               ("add_q", rng.standard_normal(64).astype(dtype)), ("add_k", rng.standard_normal(32).astype(dtype))]
+    nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", ["X", "R", "g1"], ["N1", "", "", "S1"], domain=MS,
+                                  epsilon=1e-6))
+    nbits("q", "N1", 64)
+    nbits("k", "N1", 32)
+    nbits("v", "N1", 32)
+    nodes += [helper.make_node("Add", ["Y_q", "add_q"], ["Q"]), helper.make_node("Add", ["add_k", "Y_k"], ["K"]),
+              helper.make_node("SimplifiedLayerNormalization", ["S1", "g2"], ["N2"], axis=-1, epsilon=1e-6,
+                               stash_type=1)]
+    nbits("g", "N2", 48)
+    nbits("u", "N2", 48)
+    nodes += [helper.make_node("Sigmoid", ["Y_g"], ["G"]), helper.make_node("Mul", ["Y_g", "G"], ["M"]),
+              helper.make_node("Mul", ["M", "Y_u"], ["P"]),
+              helper.make_node("Concat", ["Q", "K", "Y_v", "P", "S1"], ["Y"], axis=-1)]
+    outputs = [("Y", t, None)] + ([("N1", t, None)] if form == "y_read_elsewhere" else [])
+    model = make_model(nodes, [("X", t, [1, rows, k]), ("R", t, [1, rows, k])], outputs, consts, domains=[(MS, 1)])
+    feeds = {"X": rng.standard_normal((1, rows, k)).astype(dtype), "R": rng.standard_normal((1, rows, k)).astype(dtype)}
+    stats = _three_runs_against_cpu(tmp_path, model, feeds, dtype, (1, rows, 64 + 32 + 32 + 48 + k))
+    lowerings = stats["traces"] + stats["eager_runs"]
+    if _norm_in_gemv():
+        per = 10 if form == "readers_only" else 9
+    elif _cuda_gemv() or _cpu_sets_take(dtype):
+        per = 8
+    else:  # the siblings through MLX's quantized matmul: no gated-MLP launch, its activations are nodes
+        per = 5
+    assert stats["computed_ahead"] == per * lowerings, f"per lowering {per}: {_ahead_counts(stats)}"
 
 
 @pytest.mark.parametrize("cond", [True, False])

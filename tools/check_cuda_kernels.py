@@ -30,6 +30,9 @@ using Shape = cuda::std::array<int32_t, 10>;
 #define inf cuda::std::numeric_limits<float>::infinity()
 """
 
+# the template arguments of a GEMV launch without a norm in it (qgemv_source's NORM)
+PLAIN = dict(NORM=False, NORM_K=1, HAS_SKIP=False, HAS_NBIAS=False, WRITE_SUM=False, SKIP_RANK=1)
+
 # kernel source variable -> (header variable or None, inputs [(name, type)], outputs [(name, type)],
 # instantiations: list of {template argument: value}). "T" in a type is the T template argument.
 KERNELS = {
@@ -72,12 +75,18 @@ KERNELS = {
     "qgemv_source": ("qgemv_header",
         [("x", "T")] + [(f"{n}{i}", t) for i in range(3)
                         for n, t in (("w", "uint32_t"), ("scales", "float"), ("biases", "float"))]
-                     + [("bias0", "T"), ("bias1", "T"), ("bias2", "T")],
-        [("out0", "T"), ("out1", "T"), ("out2", "T"), ("act0", "T"), ("act1", "T")],
-        [dict(T="__half", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=3, BIASED=5, SWIGLU=False),
-         dict(T="float", BITS=2, GROUP=32, WARPS=4, LANES=16, SETS=1, BIASED=0, SWIGLU=False),
-         dict(T="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4, LANES=32, SETS=2, BIASED=2, SWIGLU=False),
-         dict(T="__half", BITS=4, GROUP=32, WARPS=4, LANES=16, SETS=2, BIASED=1, SWIGLU=True)]),
+                     + [("bias0", "T"), ("bias1", "T"), ("bias2", "T"), ("skip", "T"), ("nbias", "T"), ("gamma", "T"),
+                        ("eps", "E")],
+        [("out0", "T"), ("out1", "T"), ("out2", "T"), ("act0", "T"), ("act1", "T"), ("nsum", "T")],
+        [dict(T="__half", E="__half", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=3, BIASED=5, SWIGLU=False, **PLAIN),
+         dict(T="float", E="float", BITS=2, GROUP=32, WARPS=4, LANES=16, SETS=1, BIASED=0, SWIGLU=False, **PLAIN),
+         dict(T="__nv_bfloat16", E="__nv_bfloat16", BITS=8, GROUP=128, WARPS=4, LANES=32, SETS=2, BIASED=2,
+              SWIGLU=False, **PLAIN),
+         dict(T="__half", E="__half", BITS=4, GROUP=32, WARPS=4, LANES=16, SETS=2, BIASED=1, SWIGLU=True, **PLAIN),
+         dict(T="__half", E="float", BITS=4, GROUP=32, WARPS=4, LANES=8, SETS=3, BIASED=5, SWIGLU=False, NORM=True,
+              NORM_K=896, HAS_SKIP=True, HAS_NBIAS=False, WRITE_SUM=True, SKIP_RANK=3),
+         dict(T="__nv_bfloat16", E="float", BITS=4, GROUP=32, WARPS=4, LANES=16, SETS=2, BIASED=0, SWIGLU=True,
+              NORM=True, NORM_K=512, HAS_SKIP=False, HAS_NBIAS=True, WRITE_SUM=False, SKIP_RANK=1)]),
     "dequant_f32_source": (None,
         [("w", "uint32_t"), ("scales", "float"), ("biases", "float")], [("out", "float")],
         [dict(BITS=4, GROUP=32), dict(BITS=8, GROUP=128), dict(BITS=2, GROUP=64)]),

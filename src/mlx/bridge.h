@@ -349,9 +349,25 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len);
 /* Process-wide counts of our CUDA kernels' variants (bridge_kernel_cache.cpp): compiled by NVRTC in
  * this process, the milliseconds that took, and read from the kernel cache on disk instead. */
 void mlxb_kernel_cache_stats(uint64_t *compiled, uint64_t *from_disk, double *compile_ms);
+/* An RMS norm computed by the GEMV launch itself, so that the norm node needs no launch of its own
+ * (its readers are the launch's weight sets): with one, the x handed to mlxb_qgemv_sets or
+ * mlxb_qgemv_swiglu is the norm's input [..., K], and every block normalizes its row as
+ * mlxb_rms_norm_fused does (skip, bias NULL or as there; gamma [K]; the sum of squares in another
+ * order) before multiplying; with want_sum, sum receives x + skip + bias rounded to x's dtype in
+ * x's shape. MLX's CUDA backend, K up to MLXB_QGEMV_NORM_MAX_K (mlxb_qgemv_norm_available; off with
+ * ORT_EP_MLX_NORM_IN_GEMV=0). */
+enum { MLXB_QGEMV_NORM_MAX_K = 8192 };
+typedef struct mlxb_qgemv_norm {
+  const mlxb_array *skip, *bias, *gamma;
+  float eps;
+  bool want_sum;
+  mlxb_array *sum; /* out */
+} mlxb_qgemv_norm;
+bool mlxb_qgemv_norm_available(const mlxb_scope *s, mlxb_dtype t, int64_t k);
+/* norm: NULL, or the norm the launch computes first (above). */
 int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
                     const mlxb_array *const *scales, const mlxb_array *const *biases,
-                    const mlxb_array *const *add, int group_size, int bits, mlxb_array **out);
+                    const mlxb_array *const *add, int group_size, int bits, mlxb_qgemv_norm *norm, mlxb_array **out);
 /* A gated MLP's two projections and its activation in one launch: sets 0 (gate) and 1 (up) of one
  * N as above (add as above), and out[0] gate, out[1] up, out[2] Sigmoid(gate), out[3] gate times
  * out[2], out[4] out[3] times up, each rounded to x's dtype as the Sigmoid and Mul nodes would
@@ -360,7 +376,7 @@ int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_a
 enum { MLXB_QGEMV_SWIGLU_OUTPUTS = 5 };
 int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *const *w, const mlxb_array *const *scales,
                       const mlxb_array *const *biases, const mlxb_array *const *add, int group_size, int bits,
-                      bool product_only, mlxb_array **out);
+                      bool product_only, mlxb_qgemv_norm *norm, mlxb_array **out);
 /* x [..., K] float16 times the transpose of packed weights w [N, K * bits / 32] (uint32, MLX's affine
  * layout) with float32 scales and biases [N, K / group_size], plus bias [N] (float16, or NULL) added
  * in float32 before the one rounding: y [..., N] float16; with post [N] (float16, or NULL), y + post

@@ -442,6 +442,41 @@ const char *qgemv_source = R"(
   const int row = blockIdx.x * (WARPS * 32 / LANES) + threadIdx.x / LANES;
   const int m = blockIdx.y;
   const T* xr = x + (size_t)m * K;
+  // NORM: x is an RMS norm's input and every block normalizes row m itself into shared memory, as
+  // rms_norm_source computes it (v = x + skip + nbias in float32, v * rsqrt(mean(v^2) + eps) *
+  // gamma rounded once to T), so the norm node needs no launch of its own; the blocks of column 0
+  // write the residual v rounded to T (WRITE_SUM). NORM_K is K (1 without NORM).
+  __shared__ __align__(16) T xn[NORM_K];
+  __shared__ float norm_part[32];
+  if (NORM) {
+    int RS = 1; /* the skip's rows: every axis but its last */
+    for (int i = 0; i + 1 < SKIP_RANK; i++) RS *= skip_shape[i];
+    const T* sr0 = skip + (size_t)(m % RS) * K;
+    auto value = [&](int i) {
+      float v = static_cast<float>(xr[i]);
+      if (HAS_SKIP) v += static_cast<float>(sr0[i]);
+      if (HAS_NBIAS) v += static_cast<float>(nbias[i]);
+      return v;
+    };
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+      const float v = value(i);
+      ss += v * v;
+    }
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (threadIdx.x % 32 == 0) norm_part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++) total += norm_part[w];
+    const float inv = rsqrtf(total / static_cast<float>(K) + static_cast<float>(eps[0]));
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+      const float v = value(i);
+      xn[i] = static_cast<T>(v * inv * static_cast<float>(gamma[i]));
+      if (WRITE_SUM && blockIdx.x == 0) nsum[(size_t)m * K + i] = static_cast<T>(v);
+    }
+    __syncthreads();
+    xr = xn;
+  }
   // x row m times weight row nn (live rows; the others take part in the shuffles only), summed
   // over the LANES lanes of the row
   auto dot = [&](const uint32_t* w, const float* scales, const float* biases, int nn, bool live) {
@@ -544,8 +579,8 @@ const char *qgemv_source = R"(
 const cuda_kernel_spec qgemv_kernel = {
     "ort_ep_mlx_qgemv",
     {"x", "w0", "scales0", "biases0", "w1", "scales1", "biases1", "w2", "scales2", "biases2", "bias0", "bias1",
-     "bias2"},
-    {"out0", "out1", "out2", "act0", "act1"},
+     "bias2", "skip", "nbias", "gamma", "eps"},
+    {"out0", "out1", "out2", "act0", "act1", "nsum"},
     qgemv_source,
     qgemv_header,
     true};
@@ -1328,10 +1363,43 @@ namespace {
 
 /* One GEMV launch over n_sets weight sets (qgemv_source); with swiglu, two sets of one N (gate,
  * up) and five results: gate, up, gate * Sigmoid(gate) * up, Sigmoid(gate), gate * Sigmoid(gate). */
+/* The norm a GEMV launch computes first (mlxb_qgemv_norm): its inputs after x (skip, bias, gamma,
+ * eps), the template arguments and the residual's shape; placeholders (never read) without one. */
+struct qgemv_norm_args {
+  std::vector<mx::array> inputs;
+  cuda_template_args targs;
+  mx::Shape sum_shape{1};
+};
+
+qgemv_norm_args qgemv_norm_inputs(mlxb_scope *s, const mx::array &xa, const mlxb_qgemv_norm *norm) {
+  int k = xa.shape(-1);
+  int64_t rows = static_cast<int64_t>(xa.size()) / k;
+  if (!norm) return {{xa, xa, xa, xa}, {{"NORM", false}, {"NORM_K", 1}, {"HAS_SKIP", false}, {"HAS_NBIAS", false},
+                                        {"WRITE_SUM", false}, {"SKIP_RANK", 1}}};
+  if (!norm->gamma) throw null_arg{};
+  if (!mlxb_qgemv_norm_available(s, from_mx(xa.dtype()), k))
+    throw bridge_error("quantized GEMV: no norm of this dtype or width in the launch");
+  auto dev = scope_dev(s);
+  mx::Dtype t = xa.dtype();
+  const mx::array &ga = arr(norm->gamma);
+  mx::array sk = norm->skip ? arr(norm->skip) : xa, bi = norm->bias ? arr(norm->bias) : ga;
+  int64_t skip_rows = sk.size() / k;
+  if (ga.ndim() != 1 || ga.shape(0) != k || sk.ndim() < 1 || sk.shape(-1) != k || skip_rows < 1 ||
+      rows % skip_rows || bi.ndim() != 1 || bi.shape(0) != k)
+    throw bridge_error("quantized GEMV's norm: gamma [K], skip [..., K] of the rows or a divisor of them, bias [K]");
+  qgemv_norm_args a;
+  a.inputs = {mx::astype(sk, t, dev), mx::astype(bi, t, dev), mx::astype(ga, t, dev),
+              mx::array({norm->eps}, {1}, mx::float32)};
+  a.targs = {{"NORM", true}, {"NORM_K", k}, {"HAS_SKIP", norm->skip != nullptr}, {"HAS_NBIAS", norm->bias != nullptr},
+             {"WRITE_SUM", norm->want_sum}, {"SKIP_RANK", static_cast<int>(sk.ndim())}};
+  if (norm->want_sum) a.sum_shape = xa.shape();
+  return a;
+}
+
 std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
                                     const mlxb_array *const *scales, const mlxb_array *const *biases,
                                     const mlxb_array *const *add, int group_size, int bits, bool swiglu,
-                                    bool product_only = false) {
+                                    bool product_only = false, const mlxb_qgemv_norm *norm = nullptr) {
   if (!x || !w || !scales || !biases) throw null_arg{};
   if (n_sets < 1 || n_sets > MLXB_QGEMV_MAX_SETS) throw bridge_error("quantized GEMV: 1 to 3 weight sets");
   const mx::array &xa = arr(x);
@@ -1368,6 +1436,7 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
   if (swiglu && (n_sets != 2 || arr(w[0]).shape(0) != arr(w[1]).shape(0)))
     throw bridge_error("quantized GEMV: the gated form takes two sets of one N");
   if (is_cpu_scope(s)) {
+    if (norm) throw bridge_error("quantized GEMV: a norm in the launch is MLX's CUDA backend's");
     std::vector<mx::array> sets(inputs.begin() + 1, inputs.begin() + 1 + 3 * n_sets);
     std::vector<std::optional<mx::array>> adding(n_sets);
     for (int i = 0; i < n_sets; i++) {
@@ -1393,6 +1462,9 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
   }
   shapes.push_back(swiglu ? shapes[0] : mx::Shape{1});
   shapes.push_back(swiglu ? shapes[0] : mx::Shape{1});
+  qgemv_norm_args na = qgemv_norm_inputs(s, xa, norm);
+  inputs.insert(inputs.end(), na.inputs.begin(), na.inputs.end());
+  shapes.push_back(na.sum_shape);
   if (swiglu) rows = arr(w[0]).shape(0); /* a row computes both sets */
   enum { WARPS = 4 }; /* small blocks: a 896-row projection still spreads over every multiprocessor */
   int64_t chunks = static_cast<int64_t>(k) * bits / 128;
@@ -1404,43 +1476,60 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
   /* the sets past n_sets and, without swiglu, the two activations are never written; a gated MLP
    * whose intermediates nobody else reads needs the product (out2) alone */
   uint32_t unused = swiglu ? (product_only ? 0x1bu : 0u) : (0x7u & ~((1u << n_sets) - 1u)) | (1u << 3) | (1u << 4);
-  return run_cuda_kernel(qgemv_kernel, inputs, shapes, {t, t, t, t, t},
-                         {static_cast<int>(blocks * threads), static_cast<int>(m), 1}, {threads, 1, 1},
-                         {{"T", t}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)},
-                          {"LANES", lanes}, {"SETS", n_sets}, {"BIASED", biased}, {"SWIGLU", swiglu}},
-                         s, unused);
+  if (!norm || !norm->want_sum) unused |= 1u << 5; /* the residual sum */
+  cuda_template_args targs = {{"T", t}, {"BITS", bits}, {"GROUP", group_size}, {"WARPS", static_cast<int>(WARPS)},
+                              {"LANES", lanes}, {"SETS", n_sets}, {"BIASED", biased}, {"SWIGLU", swiglu}};
+  targs.insert(targs.end(), na.targs.begin(), na.targs.end());
+  return run_cuda_kernel(qgemv_kernel, inputs, shapes, {t, t, t, t, t, t},
+                         {static_cast<int>(blocks * threads), static_cast<int>(m), 1}, {threads, 1, 1}, targs, s,
+                         unused);
 }
 
 } // namespace
 
+bool mlxb_qgemv_norm_available(const mlxb_scope *s, mlxb_dtype t, int64_t k) {
+  static const bool on = env_switch_on("ORT_EP_MLX_NORM_IN_GEMV");
+  bool float_type = t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16;
+  return on && s && is_cuda_gpu(s) && float_type && k > 0 && k <= MLXB_QGEMV_NORM_MAX_K;
+}
+
+/* The residual sum a launch with a norm gives, where the norm asked for it. */
+static void keep_norm_sum(mlxb_scope *s, const std::vector<mx::array> &outs, mlxb_qgemv_norm *norm) {
+  if (norm && norm->want_sum) norm->sum = scope_keep(s, outs.at(5));
+}
+
 int mlxb_qgemv_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const mlxb_array *const *w,
                     const mlxb_array *const *scales, const mlxb_array *const *biases,
-                    const mlxb_array *const *add, int group_size, int bits, mlxb_array **out) {
+                    const mlxb_array *const *add, int group_size, int bits, mlxb_qgemv_norm *norm, mlxb_array **out) {
   for (int i = 0; out && i < n_sets && i < MLXB_QGEMV_MAX_SETS; i++) out[i] = nullptr;
+  if (norm) norm->sum = nullptr;
   return guard_status(s, "mlxb_qgemv", [&] {
     if (!out) throw null_arg{};
-    auto outs = qgemv_launch(s, x, n_sets, w, scales, biases, add, group_size, bits, false);
+    auto outs = qgemv_launch(s, x, n_sets, w, scales, biases, add, group_size, bits, false, false, norm);
     for (int i = 0; i < n_sets; i++) out[i] = scope_keep(s, outs.at(i));
+    keep_norm_sum(s, outs, norm);
   });
 }
 
 int mlxb_qgemv_swiglu(mlxb_scope *s, const mlxb_array *x, const mlxb_array *const *w, const mlxb_array *const *scales,
                       const mlxb_array *const *biases, const mlxb_array *const *add, int group_size, int bits,
-                      bool product_only, mlxb_array **out) {
+                      bool product_only, mlxb_qgemv_norm *norm, mlxb_array **out) {
   for (int i = 0; out && i < MLXB_QGEMV_SWIGLU_OUTPUTS; i++) out[i] = nullptr;
+  if (norm) norm->sum = nullptr;
   return guard_status(s, "mlxb_qgemv_swiglu", [&] {
     if (!out) throw null_arg{};
-    auto outs = qgemv_launch(s, x, 2, w, scales, biases, add, group_size, bits, true, product_only);
+    auto outs = qgemv_launch(s, x, 2, w, scales, biases, add, group_size, bits, true, product_only, norm);
     /* the kernel's order: gate, up, product, then the two activations */
     static const int from[MLXB_QGEMV_SWIGLU_OUTPUTS] = {0, 1, 3, 4, 2};
     for (int i = 0; i < MLXB_QGEMV_SWIGLU_OUTPUTS; i++) out[i] = scope_keep(s, outs.at(from[i]));
+    keep_norm_sum(s, outs, norm);
   });
 }
 
 mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                        const mlxb_array *biases, int group_size, int bits) {
   mlxb_array *out = nullptr;
-  mlxb_qgemv_sets(s, x, 1, &w, &scales, &biases, nullptr, group_size, bits, &out);
+  mlxb_qgemv_sets(s, x, 1, &w, &scales, &biases, nullptr, group_size, bits, nullptr, &out);
   return out;
 }
 
@@ -1483,14 +1572,17 @@ int mlxb_rms_norm_fused(mlxb_scope *s, const mlxb_array *x, const mlxb_array *sk
     uint32_t unused = want_sum ? 0u : 1u << 1; /* without WRITE_SUM the kernel never writes sum */
     mx::Shape sum_shape = want_sum ? xa.shape() : mx::Shape{1};
     if (rows >= RMS_ROWS_MIN && h <= 32 * RMS_ROWS_MAX_PER) {
-      /* a warp per row, eight rows a block */
+      /* a warp per row, two rows a block: a prompt's 128 rows spread over 64 multiprocessors (eight
+       * rows a block, 16 of them, took 15 us a launch on the H100) */
+      enum { ROWS_PER_BLOCK = 2, THREADS = 32 * ROWS_PER_BLOCK };
       int per = (h + 31) / 32;
-      int64_t blocks = (rows + 7) / 8;
-      if (blocks * 256 > std::numeric_limits<int>::max()) throw bridge_error("fused RMS norm: too many rows");
+      int64_t blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+      if (blocks * THREADS > std::numeric_limits<int>::max()) throw bridge_error("fused RMS norm: too many rows");
       targs.emplace_back("PER", per);
       auto outs = run_cuda_kernel(rms_rows_kernel,
           {xa, skip_t, bias_t, gamma_t, eps_a, mx::array({static_cast<int>(rows)}, {1}, mx::int32)},
-          {xa.shape(), sum_shape}, {t, t}, {static_cast<int>(blocks * 256), 1, 1}, {256, 1, 1}, targs, s, unused);
+          {xa.shape(), sum_shape}, {t, t}, {static_cast<int>(blocks * THREADS), 1, 1}, {THREADS, 1, 1}, targs, s,
+          unused);
       *y = scope_keep(s, outs.at(0));
       if (want_sum) *sum = scope_keep(s, outs.at(1));
       return;
@@ -1764,6 +1856,9 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
     for (int set = 0; set < MLXB_QGEMV_MAX_SETS; set++)
       qkv.insert(qkv.end(), {z({128, 112}, u), z({128, 28}, f), z({128, 28}, f)});
     qkv.insert(qkv.end(), {z({128}, h), z({1, 896}, h), z({128}, h)});
+    std::vector<mx::array> qkv_normed = qkv;
+    qkv.insert(qkv.end(), {z({1, 1, 896}, h), z({1, 1, 896}, h), z({1, 1, 896}, h), z({1, 1, 896}, h)});
+    qkv_normed.insert(qkv_normed.end(), {z({1, 1, 896}, h), z({896}, h), z({896}, h), z({1}, f)});
     std::vector<mx::array> cache = {z({1, 2, 1024, 64}, b), z({1, 2, 1024, 64}, b), z({1, 2, 1, 64}, b),
                                     z({1, 2, 1, 64}, b), z({1}, i64), z({1}, i64), z({4096, 32}, b), z({4096, 32}, b)};
     std::vector<mx::array> past = {z({1, 2, 255, 64}, h), z({1, 2, 255, 64}, h), z({1, 2, 1, 64}, h),
@@ -1791,12 +1886,18 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
     std::vector<mx::array> rms_rows = {z({1, 128, 896}, h), z({1, 128, 896}, h), z({896}, h), z({896}, h), z({1}, f),
                                        z({1}, mx::int32)};
     std::vector<sample> samples = {
-        {&qgemv_kernel, qkv, {h, h, h, h, h},
+        {&qgemv_kernel, qkv, {h, h, h, h, h, h},
          {{"T", h}, {"BITS", 4}, {"GROUP", 32}, {"WARPS", 4}, {"LANES", 8}, {"SETS", 3}, {"BIASED", 5},
-          {"SWIGLU", false}}},
-        {&qgemv_kernel, qkv, {h, h, h, h, h},
+          {"SWIGLU", false}, {"NORM", false}, {"NORM_K", 1}, {"HAS_SKIP", false}, {"HAS_NBIAS", false},
+          {"WRITE_SUM", false}, {"SKIP_RANK", 1}}},
+        {&qgemv_kernel, qkv, {h, h, h, h, h, h},
          {{"T", h}, {"BITS", 4}, {"GROUP", 32}, {"WARPS", 4}, {"LANES", 8}, {"SETS", 2}, {"BIASED", 0},
-          {"SWIGLU", true}}},
+          {"SWIGLU", true}, {"NORM", false}, {"NORM_K", 1}, {"HAS_SKIP", false}, {"HAS_NBIAS", false},
+          {"WRITE_SUM", false}, {"SKIP_RANK", 1}}},
+        {&qgemv_kernel, qkv_normed, {h, h, h, h, h, h},
+         {{"T", h}, {"BITS", 4}, {"GROUP", 32}, {"WARPS", 4}, {"LANES", 8}, {"SETS", 2}, {"BIASED", 0},
+          {"SWIGLU", true}, {"NORM", true}, {"NORM_K", 896}, {"HAS_SKIP", true}, {"HAS_NBIAS", false},
+          {"WRITE_SUM", true}, {"SKIP_RANK", 3}}},
         {&rms_norm_kernel, norm, {h, h},
          {{"T", h}, {"HAS_SKIP", true}, {"HAS_BIAS", false}, {"WRITE_SUM", true}, {"SKIP_RANK", 3}}},
         {&rms_rows_kernel, rms_rows, {h, h},

@@ -36,6 +36,41 @@ static mlxb_dtype output_dtype_or_f32(op_ctx *c, int i) {
   return t < 0 ? MLXB_F32 : (mlxb_dtype)t;
 }
 
+/* ---- the norm inside its readers' launch (op_lower_normed_fn) -------------------------------
+ * Where the first reader of y takes the norm into its own launch and computes every reader of y
+ * ahead from the norm's inputs (a decode step's Q/K/V or gate/up projections on MLX's CUDA backend,
+ * contrib_quant.c), the norm launches nothing: y is then the norm's own kernel, built but never
+ * evaluated (nothing reads it), and the residual sum comes from the readers' launch. */
+static int norm_in_readers(op_ctx *c, op_normed *nm) {
+  const ir_graph *g = op_graph(c);
+  const ir_node *self = op_node(c);
+  int v = self->n_outputs > SLN_OUT_Y ? self->outputs[SLN_OUT_Y] : -1;
+  if (!op_can_compute_for(c) || v < 0 || g->values[v].is_graph_output) return 1;
+  for (const ir_node *n = self + 1; n < g->nodes + g->n_nodes; n++)
+    for (int i = 0; i < n->n_inputs; i++) {
+      if (n->inputs[i] != v) continue;
+      const op_def *def = op_def_of(c, n);
+      return def && def->lower_normed ? def->lower_normed(c, def, n, v, nm) : 1;
+    }
+  return 1;
+}
+
+/* The RMS norm of x's rows (skip, bias: NULL or as mlxb_rms_norm_fused takes them) in one kernel,
+ * or inside its readers' launch (above): y and, with want_sum, the residual sum. */
+static int lower_rms_rows(op_ctx *c, mlxb_array *x, mlxb_array *skip, mlxb_array *bias, mlxb_array *gamma, float eps,
+                          bool want_sum, mlxb_array **y, mlxb_array **sum) {
+  mlxb_scope *s = op_scope(c);
+  op_normed nm = {.x = x, .skip = skip, .bias = bias, .gamma = gamma, .eps = eps, .want_sum = want_sum};
+  int taken = norm_in_readers(c, &nm);
+  if (taken < 0) return -1;
+  if (taken == 0) {
+    *sum = nm.sum;
+    want_sum = false; /* y below is never evaluated: its readers have their results */
+  }
+  if (mlxb_rms_norm_fused(s, x, skip, bias, gamma, eps, want_sum, y, want_sum ? sum : NULL)) return op_check(c);
+  return 0;
+}
+
 /* ---- SimplifiedLayerNormalization --------------------------------------------------------- */
 
 static bool claim_simplified_ln(claim_ctx *c, const op_def *def) {
@@ -64,11 +99,14 @@ static int lower_simplified_ln(op_ctx *c, const op_def *def) {
   if (!op_has_output(c, 1) && outer > 0 && inner > 0 && mlxb_rms_norm_fused_available(s, t)) {
     /* rows over the last axis are x's own shape: no reshape on either side of the kernel */
     bool last_axis = axis == rank - 1;
-    mlxb_array *y = NULL;
-    if (mlxb_rms_norm_fused(s, last_axis ? x : op_util_reshape2(s, x, outer, inner), NULL, NULL,
-                            mlxb_reshape(s, scale, &inner, 1), eps, false, &y, NULL))
+    mlxb_array *y = NULL, *unused = NULL, *gamma = mlxb_reshape(s, scale, &inner, 1);
+    if (last_axis) {
+      if (lower_rms_rows(c, x, NULL, NULL, gamma, eps, false, &y, &unused)) return -1;
+      return op_set_output(c, 0, y);
+    }
+    if (mlxb_rms_norm_fused(s, op_util_reshape2(s, x, outer, inner), NULL, NULL, gamma, eps, false, &y, NULL))
       return op_check(c);
-    return op_set_output(c, 0, last_axis ? y : mlxb_reshape(s, y, dims, rank));
+    return op_set_output(c, 0, mlxb_reshape(s, y, dims, rank));
   }
   mlxb_array *x2 = op_util_cast(s, op_util_reshape2(s, x, outer, inner), ct);
   if (!op_has_output(c, 1) && ct == MLXB_F32) { /* MLX's fused RMS norm: the same formula, one kernel */
@@ -116,9 +154,9 @@ static int lower_skip_rms_fused(op_ctx *c, mlxb_array *x, mlxb_array *skip, mlxb
   bool want_sum = op_has_output(c, SLN_OUT_SUM);
   mlxb_array *y = NULL, *sum = NULL;
   /* the kernel takes x and skip in their own shapes (rows: every axis but the last) */
-  if (mlxb_rms_norm_fused(s, x, skip, bias ? mlxb_reshape(s, bias, &h, 1) : NULL, mlxb_reshape(s, gamma, &h, 1), eps,
-                          want_sum, &y, &sum))
-    return op_check(c);
+  if (lower_rms_rows(c, x, skip, bias ? mlxb_reshape(s, bias, &h, 1) : NULL, mlxb_reshape(s, gamma, &h, 1), eps,
+                     want_sum, &y, &sum))
+    return -1;
   if (op_set_output(c, SLN_OUT_Y, y)) return -1;
   return want_sum ? op_set_output(c, SLN_OUT_SUM, sum) : 0;
 }

@@ -329,11 +329,11 @@ static bool mnb_is_sibling(const op_ctx *c, const ir_node *n, const ir_node *me,
   return !mnb_node_int8(op_graph(c), n, &b);
 }
 
-/* This node's group among its siblings (itself included, in node order) into group[]; the count,
+/* Node self's group among its siblings (itself included, in node order) into group[]; the count,
  * 1 when it has none; *me receives its place in the group. */
-static int mnb_sibling_group(const op_ctx *c, const mnb_attrs *a, const ir_node **group, int *me) {
+static int mnb_sibling_group(const op_ctx *c, const ir_node *self, const mnb_attrs *a, const ir_node **group,
+                             int *me) {
   const ir_graph *g = op_graph(c);
-  const ir_node *self = op_node(c);
   int count = 0, mine = -1, n = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const ir_node *node = &g->nodes[i];
@@ -435,7 +435,8 @@ static bool mnb_swiglu_product_only(const op_ctx *c, const int vals[2], const ir
  * there (nothing recorded), 0, or -1 on failure. */
 static int mnb_swiglu_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const ir_node *const *group,
                             const ir_node *const *adds, const mlxb_array *const *w, const mlxb_array *const *sc,
-                            const mlxb_array *const *bi, mlxb_array *const *bias, mlxb_array **outs) {
+                            const mlxb_array *const *bi, mlxb_array *const *bias, mlxb_qgemv_norm *norm,
+                            mlxb_array **outs) {
   int vals[2], gate = 0;
   const ir_node *act[3];
   for (int i = 0; i < 2; i++) vals[i] = adds[i] ? adds[i]->outputs[0] : group[i]->outputs[0];
@@ -445,7 +446,7 @@ static int mnb_swiglu_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const
   const mlxb_array *adding[2] = {bias[gate], bias[up]};
   mlxb_array *r[MLXB_QGEMV_SWIGLU_OUTPUTS];
   bool product_only = mnb_swiglu_product_only(c, vals, act, gate, adds[0] || adds[1]);
-  if (mlxb_qgemv_swiglu(op_scope(c), xp, ws, scs, bis, adding, mnb_group(a), (int)a->bits, product_only, r))
+  if (mlxb_qgemv_swiglu(op_scope(c), xp, ws, scs, bis, adding, mnb_group(a), (int)a->bits, product_only, norm, r))
     return op_check(c);
   outs[gate] = r[0], outs[up] = r[1];
   for (int i = 0; i < 3; i++)
@@ -465,6 +466,56 @@ static bool mnb_group_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *xp,
   return true;
 }
 
+/* A group of siblings as one launch computes them: the nodes in node order, each one's folded bias
+ * Add (or NULL) with its constant, the prepared weights, and the results once launched. */
+typedef struct mnb_group {
+  int n, me, folded;
+  const ir_node *nodes[MLXB_QGEMV_MAX_SETS], *adds[MLXB_QGEMV_MAX_SETS];
+  const mlxb_array *w[MLXB_QGEMV_MAX_SETS], *sc[MLXB_QGEMV_MAX_SETS], *bi[MLXB_QGEMV_MAX_SETS];
+  mlxb_array *bias[MLXB_QGEMV_MAX_SETS], *outs[MLXB_QGEMV_MAX_SETS];
+} mnb_siblings;
+
+/* Node self's group (every sibling prepared: mnb_is_sibling) with its bias Adds. */
+static void mnb_group_of(const op_ctx *c, const ir_node *self, const mnb_attrs *a, mnb_siblings *p) {
+  memset(p, 0, sizeof *p);
+  p->n = mnb_sibling_group(c, self, a, p->nodes, &p->me);
+  for (int i = 0; i < p->n; i++) {
+    const mnb_prepared *m = op_prepared_of(c, p->nodes[i]);
+    p->w[i] = m->w, p->sc[i] = m->scales, p->bi[i] = m->biases;
+    p->adds[i] = mnb_bias_add(c, p->nodes[i], mlxb_dim(m->w, 0), &p->bias[i]);
+    p->folded += p->adds[i] != NULL;
+  }
+}
+
+/* The group's GEMV launch (the gated MLP's when a pair feeds one; norm: NULL, or the norm the launch
+ * computes first, x then being the norm's input): p->outs. 0, or -1 with the failure recorded. */
+static int mnb_gemv_group(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, mnb_siblings *p, mlxb_qgemv_norm *norm) {
+  int gated = p->n == 2 ? mnb_swiglu_ahead(c, a, xp, p->nodes, p->adds, p->w, p->sc, p->bi, p->bias, norm, p->outs) : 1;
+  if (gated < 0) return -1;
+  if (gated > 0 && mlxb_qgemv_sets(op_scope(c), xp, p->n, p->w, p->sc, p->bi, (const mlxb_array *const *)p->bias,
+                                   mnb_group(a), (int)a->bits, norm, p->outs))
+    return op_check(c);
+  return 0;
+}
+
+/* Hands each node of the group its result in the output's shape (out_dims with the node's N last),
+ * and each folded Add its own; the result of node p->me goes to *mine instead when mine is given.
+ * 0, or -1 with the failure recorded. */
+static int mnb_hand_out(op_ctx *c, mnb_siblings *p, const int64_t *out_dims, int rank, mlxb_array **mine) {
+  mlxb_scope *s = op_scope(c);
+  int64_t dims[OP_UTIL_MAX_RANK];
+  memcpy(dims, out_dims, sizeof *dims * (size_t)rank);
+  for (int i = 0; i < p->n; i++) {
+    dims[rank - 1] = p->outs[i] ? mlxb_dim(p->outs[i], -1) : 0;
+    mlxb_array *yi = p->outs[i] ? mlxb_reshape(s, p->outs[i], dims, rank) : NULL; /* none when already so */
+    if (!yi) return op_check(c);
+    if (p->adds[i] && op_compute_for(c, p->adds[i], yi)) return -1;
+    if (mine && i == p->me) *mine = yi;
+    else if (op_compute_for(c, p->nodes[i], yi)) return -1;
+  }
+  return 0;
+}
+
 /* Computes this node's group (and the bias adds folded into it) for a few rows, or many on the
  * tensor cores or a CPU scope: returns this
  * node's output after handing the others theirs, or NULL with nothing recorded when the node
@@ -472,55 +523,63 @@ static bool mnb_group_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *xp,
 static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *xp, const int64_t *out_dims,
                                     int rank) {
   if (!op_can_compute_for(c) || !op_prepared(c)) return NULL;
-  const ir_node *group[MLXB_QGEMV_MAX_SETS], *adds[MLXB_QGEMV_MAX_SETS] = {0};
-  const mnb_prepared *m[MLXB_QGEMV_MAX_SETS];
-  const mlxb_array *w[MLXB_QGEMV_MAX_SETS], *sc[MLXB_QGEMV_MAX_SETS], *bi[MLXB_QGEMV_MAX_SETS];
-  mlxb_array *bias[MLXB_QGEMV_MAX_SETS] = {0}, *outs[MLXB_QGEMV_MAX_SETS] = {0};
-  int me = 0, n = mnb_sibling_group(c, a, group, &me), folded = 0;
-  for (int i = 0; i < n; i++) {
-    m[i] = op_prepared_of(c, group[i]);
-    w[i] = m[i]->w, sc[i] = m[i]->scales, bi[i] = m[i]->biases;
-    adds[i] = mnb_bias_add(c, group[i], mlxb_dim(m[i]->w, 0), &bias[i]);
-    folded += adds[i] != NULL;
-  }
-  if (n < 2 && !folded) return NULL;
+  mnb_siblings p;
+  mnb_group_of(c, op_node(c), a, &p);
+  if (p.n < 2 && !p.folded) return NULL;
   mlxb_scope *s = op_scope(c);
   mlxb_dtype t = mlxb_type(xp);
-  bool split = mnb_group_takes_split(c, a, xp, group, n);
+  bool split = mnb_group_takes_split(c, a, xp, p.nodes, p.n);
   /* many rows on a GPU scope go together only on the tensor cores (the GEMV is for a few) */
   if (!split && mlxb_scope_device(s) != MLXB_DEVICE_CPU && (int64_t)mlxb_size(xp) / mlxb_dim(xp, -1) > MNB_GEMV_MAX_ROWS)
     return NULL;
   if (split) {
     /* many rows on the tensor cores: the group in one launch, each sibling's bias Add folded in */
-    if (mlxb_qgemm_split_sets(s, xp, n, w, sc, bi, (const mlxb_array *const *)bias, mnb_group(a), (int)a->bits, outs))
+    if (mlxb_qgemm_split_sets(s, xp, p.n, p.w, p.sc, p.bi, (const mlxb_array *const *)p.bias, mnb_group(a),
+                              (int)a->bits, p.outs))
       return op_check(c), NULL;
   } else if (mlxb_qgemv_available(s, t, (int)a->bits, mnb_group(a))) {
     /* in A's shape and out in the outputs': no reshape around the launch */
-    int gated = n == 2 ? mnb_swiglu_ahead(c, a, xp, group, adds, w, sc, bi, bias, outs) : 1;
-    if (gated < 0) return NULL;
-    if (gated > 0 &&
-        mlxb_qgemv_sets(s, xp, n, w, sc, bi, (const mlxb_array *const *)bias, mnb_group(a), (int)a->bits, outs))
-      return op_check(c), NULL;
+    if (mnb_gemv_group(c, a, xp, &p, NULL)) return NULL;
   } else {
     int64_t rows = (int64_t)mlxb_size(xp) / mlxb_dim(xp, -1);
     mlxb_array *xf = op_util_cast(s, op_util_reshape2(s, xp, rows, mlxb_dim(xp, -1)), MLXB_F32);
-    for (int i = 0; i < n; i++) {
-      outs[i] = op_util_cast(s, mnb_matmul_prepared(s, a, xf, m[i]), t);
-      if (bias[i]) outs[i] = mlxb_binary(s, MLXB_ADD, outs[i], bias[i]); /* the Add's own lowering */
+    for (int i = 0; i < p.n; i++) {
+      const mnb_prepared *m = op_prepared_of(c, p.nodes[i]);
+      p.outs[i] = op_util_cast(s, mnb_matmul_prepared(s, a, xf, m), t);
+      if (p.bias[i]) p.outs[i] = mlxb_binary(s, MLXB_ADD, p.outs[i], p.bias[i]); /* the Add's own lowering */
     }
   }
-  int64_t dims[OP_UTIL_MAX_RANK];
-  memcpy(dims, out_dims, sizeof *dims * (size_t)rank);
   mlxb_array *mine = NULL;
-  for (int i = 0; i < n; i++) {
-    dims[rank - 1] = outs[i] ? mlxb_dim(outs[i], -1) : 0;
-    mlxb_array *yi = outs[i] ? mlxb_reshape(s, outs[i], dims, rank) : NULL; /* none when already so */
-    if (!yi) return op_check(c), NULL;
-    if (adds[i] && op_compute_for(c, adds[i], yi)) return NULL;
-    if (i == me) mine = yi;
-    else if (op_compute_for(c, group[i], yi)) return NULL;
-  }
-  return mine;
+  return mnb_hand_out(c, &p, out_dims, rank, &mine) ? NULL : mine;
+}
+
+/* A norm's readers, all of them siblings of node n (its group, n first), computed from the norm's
+ * input by one GEMV launch with the norm in it (op_lower_normed_fn): a decode step's few rows on
+ * MLX's CUDA backend, K unpadded. The norm then costs no launch; 1 where that does not apply. */
+static int lower_matmul_nbits_normed(op_ctx *c, const op_def *def, const ir_node *n, int v, op_normed *norm) {
+  mlxb_scope *s = op_scope(c);
+  mnb_attrs a = mnb_read_attrs(n);
+  if (!op_can_compute_for(c) || n->n_inputs <= MNB_A || n->inputs[MNB_A] != v || !mnb_is_sibling(c, n, n, &a))
+    return 1;
+  int64_t k = mlxb_ndim(norm->x) > 0 ? mlxb_dim(norm->x, -1) : 0, rows = k > 0 ? (int64_t)mlxb_size(norm->x) / k : 0;
+  mlxb_dtype t = mlxb_type(norm->x);
+  if (k != a.k || a.k_blocks * a.block != a.k || rows < 1 || rows > MNB_GEMV_MAX_ROWS ||
+      !mlxb_qgemv_available(s, t, (int)a.bits, mnb_group(&a)) || !mlxb_qgemv_norm_available(s, t, k))
+    return 1;
+  mnb_siblings p;
+  mnb_group_of(c, n, &a, &p);
+  /* every reader of v is a node of the group, which reads it once (as A) */
+  if (p.me != 0 || p.n != op_graph(c)->values[v].n_consumers) return 1;
+  mlxb_qgemv_norm q = {.skip = norm->skip, .bias = norm->bias, .gamma = norm->gamma, .eps = norm->eps,
+                       .want_sum = norm->want_sum};
+  if (mnb_gemv_group(c, &a, norm->x, &p, &q)) return -1;
+  int rank = mlxb_ndim(norm->x);
+  int64_t out_dims[OP_UTIL_MAX_RANK];
+  if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d above %d", rank, OP_UTIL_MAX_RANK);
+  mlxb_shape(norm->x, out_dims);
+  if (mnb_hand_out(c, &p, out_dims, rank, NULL)) return -1;
+  norm->sum = q.sum;
+  return 0;
 }
 
 /* On a CPU scope the EP's kernels read every product of 4-bit weights in float32 (the sets task:
@@ -723,6 +782,7 @@ static int lower_gather_block_quantized(op_ctx *c, const op_def *def) {
 static const op_def defs[] = {
     OP_ROW("com.microsoft", "MatMulNBits", 1, 1, .inputs = {3, 6}, .outputs = {1, 1}, .dtypes = DT_F32 | DT_F16,
            .claim = claim_matmul_nbits, .lower = lower_matmul_nbits, .prepare = prepare_matmul_nbits, .release = free,
+           .lower_normed = lower_matmul_nbits_normed,
            .doc = "float32/float16 A of any rank >= 1, bits 2/4/8, block_size a power of two in [16, 256] (K need "
                   "not be a multiple of it), scales [N*k_blocks] or [N, k_blocks], zero points packed uint8 (any "
                   "bits) or float (2/4-bit), g_idx (4-bit), bias. Computed in float32 as ORT's CPU kernel (float16 "
@@ -744,7 +804,10 @@ static const op_def defs[] = {
                   "each weight as two exact float16 halves made in shared memory, every product exact in float32 "
                   "accumulators, the bias added before the one rounding (the float32 GEMM's sum up to order; "
                   "ORT_EP_MLX_QGEMM=0 turns it off); projections of one A share one launch there too, each with "
-                  "the bias Add that is its only reader. Declined: other bits/block sizes, "
+                  "the bias Add that is its only reader. Where an RMS norm (SimplifiedLayerNormalization, "
+                  "SkipSimplifiedLayerNormalization) feeds such projections and nothing else, up to 8 rows on "
+                  "CUDA take the norm into their GEMV launch: each block normalizes its row itself and the norm "
+                  "node launches nothing (ORT_EP_MLX_NORM_IN_GEMV=0 turns it off). Declined: other bits/block sizes, "
                   "weight_prepacked, 8-bit with float zero points (ORT rejects them), g_idx with 2/8-bit weights or "
                   "uint8 zero points (ORT reads 4-bit values only and ignores those zero points), accuracy_level 4 "
                   "with 2-bit weights (CPU-dependent in ORT) or with non-constant scales/zero points, bfloat16 (no "

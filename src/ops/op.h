@@ -204,6 +204,25 @@ typedef struct pad_bound {
  * entries (absent values PAD_NONE). Returns false when the node cannot take the padding. */
 typedef bool (*op_pad_fn)(const ir_graph *g, const ir_node *n, const pad_fact *in, pad_fact *out, pad_bound *bound);
 
+/* ---- a norm inside its readers' launch -------------------------------------------------------
+ * A decoder's RMS norm often feeds sibling projections and nothing else (Q, K and V; gate and up).
+ * A row whose lowering can normalize its own input inside its launch says so with lower_normed;
+ * the norm node's lowering then hands its first reader n the norm (its input and arithmetic), and
+ * the row lowers n and every other reader of the norm's output v ahead (op_compute_for), the norm
+ * costing no launch of its own. op_normed: rows x [..., K], optional skip (the rows or a divisor
+ * of them) and bias [K] added in float32, gamma [K], eps; with want_sum the row sets sum (x + skip
+ * + bias rounded to x's dtype, the norm's residual output). The callback returns 1 when it does not
+ * take this form (nothing recorded: the norm lowers as usual), 0 when it did, -1 on failure. */
+typedef struct op_normed {
+  mlxb_array *x, *skip, *bias, *gamma;
+  float eps;
+  bool want_sum;
+  mlxb_array *sum;
+} op_normed;
+typedef int (*op_lower_normed_fn)(op_ctx *c, const op_def *def, const ir_node *n, int v, op_normed *norm);
+/* The row lowering node n of the graph being lowered, or NULL. */
+const op_def *op_def_of(const op_ctx *c, const ir_node *n);
+
 /* ---- the table ---------------------------------------------------------------------------- */
 typedef bool (*op_claim_fn)(claim_ctx *c, const op_def *def);
 typedef int (*op_lower_fn)(op_ctx *c, const op_def *def);
@@ -259,6 +278,7 @@ struct op_def {
   op_pad_fn pad;       /* optional: which padded inputs the lowering tolerates (above) */
   op_prepare_fn prepare; /* optional: per-node state built once at Compile (above) */
   op_release_fn release; /* frees a prepared state; NULL: nothing to free */
+  op_lower_normed_fn lower_normed; /* optional: takes a norm's rows into its own launch (above) */
 };
 
 /* One row: the key positionally, everything else by name (fields left out are 0/NULL), e.g.

@@ -49,6 +49,11 @@ const void *op_prepared_of(const op_ctx *c, const ir_node *n) {
   return c->f->prepared[n - c->g->nodes];
 }
 
+const op_def *op_def_of(const op_ctx *c, const ir_node *n) {
+  if (!c->f->defs || n < c->g->nodes || n >= c->g->nodes + c->g->n_nodes) return NULL;
+  return c->f->defs[n - c->g->nodes];
+}
+
 mlxb_array *op_const_value(const op_ctx *c, int v) {
   return v >= 0 && v < c->g->n_values ? c->f->const_arrays[v] : NULL;
 }

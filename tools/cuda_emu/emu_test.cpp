@@ -2,7 +2,8 @@
  * attention, the many-row RMS norm, the tensor-core quantized GEMM with weight sets and its split-K
  * reduction, the KV append of several rows, the batched copy with zero tails, and the decode step's
  * kernels (one-token attention whole and split with its merge, the append and attention in one
- * launch, the GEMV's weight sets and gated MLP, the RMS norm a block per row). Built and run by tools/cuda_emu/run.py; prints one line per
+ * launch, the GEMV's weight sets and gated MLP, with and without the RMS norm in their launch, the
+ * RMS norm a block per row). Built and run by tools/cuda_emu/run.py; prints one line per
  * failed check and exits 1 on failure. */
 #include "cuda_emu.h"
 
@@ -440,8 +441,9 @@ static void check_qgemv() {
   emu_launch({(40 + rows_per_block - 1) / rows_per_block, MR, 1}, {128, 1, 1}, [&] {
     qgemv_sets::kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(), ws[1].packed.data(),
                        ws[1].scales.data(), ws[1].biases.data(), ws[2].packed.data(), ws[2].scales.data(),
-                       ws[2].biases.data(), add[0].data(), add[1].data(), add[2].data(), out[0].data(), out[1].data(),
-                       out[2].data(), nullptr, nullptr, w_shape[0], sc_shape, w_shape[1], w_shape[2]);
+                       ws[2].biases.data(), add[0].data(), add[1].data(), add[2].data(), x.data(), x.data(), x.data(),
+                       x.data(), out[0].data(), out[1].data(), out[2].data(), nullptr, nullptr, nullptr, w_shape[0],
+                       sc_shape, w_shape[1], w_shape[2], sc_shape);
   });
   for (int s = 0; s < 3; s++)
     for (int m = 0; m < MR; m++)
@@ -457,8 +459,9 @@ static void check_qgemv() {
   emu_launch({1, MR, 1}, {128, 1, 1}, [&] {
     qgemv_swiglu::kernel(x.data(), gu[0].packed.data(), gu[0].scales.data(), gu[0].biases.data(), gu[1].packed.data(),
                          gu[1].scales.data(), gu[1].biases.data(), gu[0].packed.data(), gu[0].scales.data(),
-                         gu[0].biases.data(), add[0].data(), add[0].data(), add[0].data(), gate.data(), up.data(),
-                         prod.data(), sig.data(), silu.data(), g_shape, gs_shape, g_shape, g_shape);
+                         gu[0].biases.data(), add[0].data(), add[0].data(), add[0].data(), x.data(), x.data(), x.data(),
+                         x.data(), gate.data(), up.data(), prod.data(), sig.data(), silu.data(), nullptr, g_shape,
+                         gs_shape, g_shape, g_shape, gs_shape);
   });
   for (int m = 0; m < MR; m++)
     for (int n = 0; n < 16; n++) {
@@ -471,6 +474,90 @@ static void check_qgemv() {
       expect_near("swiglu sigmoid", i, sig[i], sg, 1e-5);
       expect_near("swiglu silu", i, silu[i], sl, 1e-5);
       expect_near("swiglu product", i, prod[i], sl * uf, 1e-5);
+    }
+}
+
+/* ---- the GEMV with the RMS norm in its launch ----------------------------------------------------- */
+/* Rows v = x (+ skip) (+ nbias) normalized as rms_norm_source does, times gamma, rounded to Tn: what
+ * every block of a normed GEMV launch multiplies. */
+template <typename Tn>
+static std::vector<float> normed_rows_ref(const std::vector<float> &x, const float *skip, const float *nbias,
+                                          const std::vector<float> &gamma, float eps, int rows,
+                                          std::vector<float> *sums) {
+  std::vector<float> out(rows * K);
+  for (int m = 0; m < rows; m++) {
+    double ss = 0;
+    float v[K];
+    for (int j = 0; j < K; j++) {
+      v[j] = x[m * K + j] + (skip ? skip[m * K + j] : 0.0f) + (nbias ? nbias[j] : 0.0f);
+      ss += (double)v[j] * v[j];
+    }
+    float inv = (float)(1.0 / std::sqrt(ss / K + eps));
+    for (int j = 0; j < K; j++) {
+      out[m * K + j] = (float)Tn(v[j] * inv * gamma[j]);
+      if (sums) sums->push_back((float)Tn(v[j]));
+    }
+  }
+  return out;
+}
+
+static void check_qgemv_normed() {
+  constexpr int MR = 2;
+  std::vector<float> x(MR * K), skip(MR * K), nbias(K), gamma(K);
+  for (int i = 0; i < MR * K; i++) x[i] = (float)((i * 37 % 61) - 30) / 16.0f, skip[i] = (float)((i * 11 % 23) - 11) / 8.0f;
+  for (int j = 0; j < K; j++) nbias[j] = (float)((j % 9) - 4) / 8.0f, gamma[j] = 0.5f + (float)(j % 7) / 8.0f;
+  const float eps = 1e-5f;
+  std::vector<float> sums;
+  std::vector<float> xn = normed_rows_ref<float>(x, skip.data(), nbias.data(), gamma, eps, MR, &sums);
+  weights ws[3] = {make_weights(20, 4), make_weights(12, 5), make_weights(8, 6)};
+  std::vector<float> add[3];
+  for (int s = 0; s < 3; s++)
+    for (int n = 0; n < ws[s].n; n++) add[s].push_back((float)((n % 5) - 2) / 4.0f);
+  int w_shape[3][2], sc_shape[2] = {20, K / G}, skip_shape[2] = {MR, K};
+  for (int s = 0; s < 3; s++) w_shape[s][0] = ws[s].n, w_shape[s][1] = K / 8;
+  std::vector<float> out[3] = {std::vector<float>(MR * 20), std::vector<float>(MR * 12), std::vector<float>(MR * 8)};
+  std::vector<float> nsum(MR * K, -1.0f);
+  emu_launch({(40 + 15) / 16, MR, 1}, {128, 1, 1}, [&] {
+    qgemv_sets_normed::kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(),
+                              ws[1].packed.data(), ws[1].scales.data(), ws[1].biases.data(), ws[2].packed.data(),
+                              ws[2].scales.data(), ws[2].biases.data(), add[0].data(), add[1].data(), add[2].data(),
+                              skip.data(), nbias.data(), gamma.data(), &eps, out[0].data(), out[1].data(),
+                              out[2].data(), nullptr, nullptr, nsum.data(), w_shape[0], sc_shape, w_shape[1],
+                              w_shape[2], skip_shape);
+  });
+  for (int s = 0; s < 3; s++)
+    for (int m = 0; m < MR; m++)
+      for (int n = 0; n < ws[s].n; n++) {
+        double acc = 0;
+        for (int j = 0; j < K; j++) acc += (double)xn[m * K + j] * ws[s].dense[n * K + j];
+        float y = (float)acc + (s != 1 ? add[s][n] : 0.0f);
+        expect_near("normed qgemv sets", (size_t)(s * 100 + m * ws[s].n + n), out[s][m * ws[s].n + n], y, 1e-5);
+      }
+  for (int i = 0; i < MR * K; i++) expect_near("normed qgemv residual sum", i, nsum[i], sums[i], 1e-6);
+  /* float16, no skip or bias, the gated MLP: the normalized row rounded to float16 before the products */
+  std::vector<__half> xh(MR * K), gh(K), prod(MR * 16);
+  std::vector<float> xq(MR * K);
+  for (int i = 0; i < MR * K; i++) xh[i] = __half(x[i]), xq[i] = (float)xh[i];
+  for (int j = 0; j < K; j++) gh[j] = __half(gamma[j]);
+  std::vector<float> gq(gh.begin(), gh.end());
+  std::vector<float> xnh = normed_rows_ref<__half>(xq, nullptr, nullptr, gq, eps, MR, nullptr);
+  weights gu[2] = {make_weights(16, 7), make_weights(16, 8)};
+  int g_shape[2] = {16, K / 8}, gs_shape[2] = {16, K / G}, one_shape[1] = {K};
+  emu_launch({1, MR, 1}, {128, 1, 1}, [&] {
+    qgemv_swiglu_normed::kernel(xh.data(), gu[0].packed.data(), gu[0].scales.data(), gu[0].biases.data(),
+                                gu[1].packed.data(), gu[1].scales.data(), gu[1].biases.data(), gu[0].packed.data(),
+                                gu[0].scales.data(), gu[0].biases.data(), xh.data(), xh.data(), xh.data(), xh.data(),
+                                xh.data(), gh.data(), &eps, nullptr, nullptr, prod.data(), nullptr, nullptr, nullptr,
+                                g_shape, gs_shape, g_shape, g_shape, one_shape);
+  });
+  for (int m = 0; m < MR; m++)
+    for (int n = 0; n < 16; n++) {
+      double g = 0, u = 0;
+      for (int j = 0; j < K; j++) g += (double)xnh[m * K + j] * gu[0].dense[n * K + j], u += (double)xnh[m * K + j] * gu[1].dense[n * K + j];
+      float gf = (float)__half((float)g), uf = (float)__half((float)u);
+      float sg = (float)__half(1.0f / (1.0f + std::exp(-gf))), sl = (float)__half(gf * sg);
+      expect_near("normed swiglu product (float16)", (size_t)(m * 16 + n), (float)prod[m * 16 + n],
+                  (float)__half(sl * uf), 2e-3);
     }
 }
 
@@ -542,6 +629,7 @@ int main() {
   check_decode_step();
   check_decode_step_in_place();
   check_qgemv();
+  check_qgemv_normed();
   check_rms_block();
   check_gather_bq<float>("gather block quantized, 4-bit, zero points", 4, true, gather_bq::kernel);
   check_gather_bq<__half>("gather block quantized, 2-bit, float16", 2, false, gather_bq_2bit::kernel);
