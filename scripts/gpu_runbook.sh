@@ -76,6 +76,9 @@
 #   diag     the computed-ahead test's count, the prompt's wall time and phases with the logits on the
 #            host and on the device, that prompt's kernel profile and host samples, and host inputs
 #            prefetched after their copy (ORT_EP_MLX_PREFETCH_COPIES) A/B with a decode kernel profile
+#   normcheck  the RMS norm inside its readers' GEMV launch (eighth session): the bridge's checks and
+#            the tests of the quantized, norm, LLM, device-memory, bucket and genai paths
+#   normperf then the IOBinding decode loop with it on and off, and a decode step's kernel profile
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -292,6 +295,20 @@ if step diag; then
       python3 bench/decode_probe.py --mode io --steps 0 --loops 12 --logits-device > /dev/null 2>&1
     sed -n '/innermost function outside libc/,/^$/p' "$OUT/sampler_prompt.txt" | head -24 >> "$log"
   fi
+fi
+if step normcheck; then
+  # 2026-12-05 (eighth session): the RMS norm inside its readers' GEMV launch (ORT_EP_MLX_NORM_IN_GEMV),
+  # the host inputs' prefetch after their copy, the prompt's RMS norm two rows a block: the bridge's
+  # checks (the normed GEMV's NVRTC compile among them) and the tests of the ops they change
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  timeout 120 build-gpu/test_bridge 2>&1 | tail -3 >> "$log"
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_ops_contrib_quant.py tests/test_ops_contrib_norm.py \
+    tests/test_llm_generation.py tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py 2>&1 \
+    | grep -E "computed_ahead=|^FAILED|passed|failed" | head -12 >> "$log"
+fi
+if step normperf; then
+  probe_ab ORT_EP_MLX_NORM_IN_GEMV "1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
+  timeout 150 python3 bench/decode_kernels.py --mode io --short 8 --long 24 --top 12 >> "$log" 2>&1
 fi
 if step prefetch; then
   # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and

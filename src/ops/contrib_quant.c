@@ -265,7 +265,7 @@ static bool mnb_split_is_exact(op_ctx *c, const mnb_attrs *a, mlxb_array *scales
   return largest * (double)((1 << a->bits) - 1) <= 65504.0; /* false for NaN */
 }
 
-enum { MNB_GEMV_MAX_ROWS = 8 };
+enum { MNB_GEMV_MAX_ROWS = 8, MNB_NORM_MAX_OUTPUTS = 16384 };
 
 static bool mnb_takes_split(op_ctx *c, const mnb_attrs *a, mlxb_array *x, bool int8_path) {
   const mnb_prepared *kept = op_prepared(c);
@@ -570,6 +570,11 @@ static int lower_matmul_nbits_normed(op_ctx *c, const op_def *def, const ir_node
   mnb_group_of(c, n, &a, &p);
   /* every reader of v is a node of the group, which reads it once (as A) */
   if (p.me != 0 || p.n != op_graph(c)->values[v].n_consumers) return 1;
+  /* every block normalizes the row again: not for a vocabulary's projection, whose ~10^4 blocks
+   * would read the row's inputs once each for one launch saved */
+  int64_t outputs = 0;
+  for (int i = 0; i < p.n; i++) outputs += mlxb_dim(p.w[i], 0);
+  if (outputs > MNB_NORM_MAX_OUTPUTS) return 1;
   mlxb_qgemv_norm q = {.skip = norm->skip, .bias = norm->bias, .gamma = norm->gamma, .eps = norm->eps,
                        .want_sum = norm->want_sum};
   if (mnb_gemv_group(c, &a, norm->x, &p, &q)) return -1;
