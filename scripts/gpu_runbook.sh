@@ -76,8 +76,9 @@
 #   diag     the computed-ahead test's count, the prompt's wall time and phases with the logits on the
 #            host and on the device, that prompt's kernel profile and host samples, and host inputs
 #            prefetched after their copy (ORT_EP_MLX_PREFETCH_COPIES) A/B with a decode kernel profile
-#   normcheck  the RMS norm inside its readers' GEMV launch (eighth session): the bridge's checks and
-#            the tests of the quantized, norm, LLM, device-memory, bucket and genai paths
+#   normcheck  the RMS norm inside its readers' GEMV launch (eighth session; opt-in): the bridge's checks
+#            and the tests of the quantized, norm, LLM, device-memory, bucket and genai paths, then the
+#            quantized, norm and LLM tests with it on
 #   normperf then the IOBinding decode loop with it on and off, and a decode step's kernel profile
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
@@ -305,6 +306,8 @@ if step normcheck; then
   timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_ops_contrib_quant.py tests/test_ops_contrib_norm.py \
     tests/test_llm_generation.py tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py 2>&1 \
     | grep -E "computed_ahead=|^FAILED|passed|failed" | head -12 >> "$log"
+  ORT_EP_MLX_NORM_IN_GEMV=1 timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_ops_contrib_quant.py \
+    tests/test_ops_contrib_norm.py tests/test_llm_generation.py 2>&1 | grep -E "^FAILED|passed|failed" | head -8 >> "$log"
 fi
 if step normperf; then
   probe_ab ORT_EP_MLX_NORM_IN_GEMV "1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases

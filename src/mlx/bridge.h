@@ -354,8 +354,8 @@ void mlxb_kernel_cache_stats(uint64_t *compiled, uint64_t *from_disk, double *co
  * mlxb_qgemv_swiglu is the norm's input [..., K], and every block normalizes its row as
  * mlxb_rms_norm_fused does (skip, bias NULL or as there; gamma [K]; the sum of squares in another
  * order) before multiplying; with want_sum, sum receives x + skip + bias rounded to x's dtype in
- * x's shape. MLX's CUDA backend, K up to MLXB_QGEMV_NORM_MAX_K (mlxb_qgemv_norm_available; off with
- * ORT_EP_MLX_NORM_IN_GEMV=0). */
+ * x's shape. MLX's CUDA backend, K up to MLXB_QGEMV_NORM_MAX_K, opt-in with ORT_EP_MLX_NORM_IN_GEMV=1
+ * (mlxb_qgemv_norm_available; measured slower than the norm's own launch on the H100). */
 enum { MLXB_QGEMV_NORM_MAX_K = 8192 };
 typedef struct mlxb_qgemv_norm {
   const mlxb_array *skip, *bias, *gamma;

@@ -1487,8 +1487,16 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
 
 } // namespace
 
+/* Opt-in (ORT_EP_MLX_NORM_IN_GEMV=1): on the H100 (2026-12-05, IOBinding decode loop at Qwen2.5-0.5B's
+ * shapes, three alternating pairs of processes) a step's eval took 0.10-0.33 ms longer with it
+ * (2.44-2.86 against 2.26-2.53 ms) although it launched 151 kernels instead of 199: every block of
+ * the normed launches (about 5 us longer each, 48 a step) normalizes its row again, and the step's
+ * chain of dependent launches is that much longer. */
 bool mlxb_qgemv_norm_available(const mlxb_scope *s, mlxb_dtype t, int64_t k) {
-  static const bool on = env_switch_on("ORT_EP_MLX_NORM_IN_GEMV");
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_NORM_IN_GEMV");
+    return v && !std::strcmp(v, "1");
+  }();
   bool float_type = t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16;
   return on && s && is_cuda_gpu(s) && float_type && k > 0 && k <= MLXB_QGEMV_NORM_MAX_K;
 }
