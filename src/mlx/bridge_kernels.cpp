@@ -116,56 +116,10 @@ const char *rows_attention_source = R"(
     qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(qp, d, cos, sin, pos))) : 0.0f;
     acc[i] = 0.0f;
   }
-  const float neg_inf = -__int_as_float(0x7f800000);
-  float m = neg_inf, l = 0.0f;
-  for (int t0 = start; t0 < len; t0 += 4) {
-    float s[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      float dot = 0.0f;
-      if (t0 + j < len) {
-#pragma unroll
-        for (int i = 0; i < EPL; i++) {
-          const int d = lane + 32 * i;
-          if (d < HEAD) dot += qv[i] * static_cast<float>(kp[(size_t)(t0 + j) * HEAD + d]);
-        }
-      }
-      s[j] = dot;
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-      for (int j = 0; j < 4; j++) s[j] += __shfl_xor_sync(0xffffffffu, s[j], off);
-    float top = neg_inf;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      s[j] *= scale;
-      if (cap > 0.0f) s[j] = cap * tanhf(s[j] / cap);
-      if (t0 + j >= len) s[j] = neg_inf;
-      top = fmaxf(top, s[j]);
-    }
-    const float mn = fmaxf(m, top);
-    if (mn == neg_inf) continue; /* every score so far -inf: nothing to add */
-    const float corr = expf(m - mn);
-    float p[4];
-    l *= corr;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      p[j] = expf(s[j] - mn);
-      l += p[j];
-    }
-#pragma unroll
-    for (int i = 0; i < EPL; i++) {
-      const int d = lane + 32 * i;
-      if (d >= HEAD) continue;
-      float a = acc[i] * corr;
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-        if (t0 + j < len) a += p[j] * static_cast<float>(vp[(size_t)(t0 + j) * HEAD + d]);
-      acc[i] = a;
-    }
-    m = mn;
-  }
+  float m = -__int_as_float(0x7f800000), l = 0.0f;
+  for (int t0 = start; t0 < len; t0 += 4)
+    attend_four<HEAD>(qv, t0, len, lane, scale, cap, [&](int t, int, int d) { return static_cast<float>(kp[(size_t)t * HEAD + d]); },
+                      [&](int t, int, int d) { return static_cast<float>(vp[(size_t)t * HEAD + d]); }, m, l, acc);
 #pragma unroll
   for (int i = 0; i < EPL; i++) {
     const int d = lane + 32 * i;
@@ -335,33 +289,71 @@ __device__ inline void kv_write_element(long long idx, int HKV, int L, const A* 
   const_cast<T*>(cache_k)[(bh * L + at) * HEAD + d] = static_cast<T>(rotated<T, ROT, INTER>(k + bh * HEAD, d, cos, sin, pos));
   const_cast<T*>(cache_v)[(bh * L + at) * HEAD + d] = v[bh * HEAD + d];
 }
-/* A warp's share of one query row's keys [lo, hi) (every WARPS-th from lo + warp) in a float32 online
- * softmax: key(t, i, d) and value(t, i, d) give channel d = lane + 32 i of key and value row t; m, l
- * and acc[] receive the running maximum, sum and unnormalized output (channels lane + 32 i). */
+/* Keys t0 .. t0 + 3 (those below hi; t0 is) of one query row into a warp's float32 online softmax
+ * (running maximum m, sum l, unnormalized output acc[] of channels lane + 32 i): four independent dot
+ * products whose loads are in flight together and whose shuffle reductions interleave, one rescale
+ * per four keys. key(t, i, d) and value(t, i, d) give channel d = lane + 32 i of row t. The same
+ * arithmetic as one key at a time (a NaN score poisons the state; scores all -inf give NaN), keys
+ * past hi adding nothing. */
+template <int HEAD, typename K, typename V>
+__device__ inline void attend_four(const float* qv, int t0, int hi, int lane, float scale, float cap, K key, V value,
+                                   float& m, float& l, float* acc) {
+  constexpr int EPL = (HEAD + 31) / 32;
+  float s[4];
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float dot = 0.0f;
+    if (t0 + j < hi) {
+#pragma unroll
+      for (int i = 0; i < EPL; i++) {
+        const int d = lane + 32 * i;
+        if (d < HEAD) dot += qv[i] * key(t0 + j, i, d);
+      }
+    }
+    s[j] = dot;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+    for (int j = 0; j < 4; j++) s[j] += __shfl_xor_sync(0xffffffffu, s[j], off);
+  float top = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    s[j] *= scale;
+    if (cap > 0.0f) s[j] = cap * tanhf(s[j] / cap);
+    if (t0 + j < hi) top = fmaxf(top, s[j]);
+  }
+  const float mn = fmaxf(m, top), corr = expf(m - mn);
+  float p[4];
+  l *= corr;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    p[j] = t0 + j < hi ? expf(s[j] - mn) : 0.0f;
+    l += p[j];
+  }
+#pragma unroll
+  for (int i = 0; i < EPL; i++) {
+    const int d = lane + 32 * i;
+    if (d >= HEAD) continue;
+    float a = acc[i] * corr;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      if (t0 + j < hi) a += p[j] * value(t0 + j, i, d);
+    acc[i] = a;
+  }
+  m = mn;
+}
+/* A warp's share of one query row's keys [lo, hi) in a float32 online softmax (attend_four: m, l and
+ * acc[] as there): four consecutive keys from lo + 4 warp, then every 4 WARPS-th on. */
 template <int HEAD, int WARPS, typename K, typename V>
 __device__ inline void attend_keys(const float* qv, int lo, int hi, int warp, int lane, float scale, float cap, K key,
                                    V value, float& m, float& l, float* acc) {
   constexpr int EPL = (HEAD + 31) / 32;
   m = -__int_as_float(0x7f800000), l = 0.0f;
+#pragma unroll
   for (int i = 0; i < EPL; i++) acc[i] = 0.0f;
-  for (int t = lo + warp; t < hi; t += WARPS) {
-    float s = 0.0f;
-    for (int i = 0; i < EPL; i++) {
-      int d = lane + 32 * i;
-      if (d < HEAD) s += qv[i] * key(t, i, d);
-    }
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    s *= scale;
-    if (cap > 0.0f) s = cap * tanhf(s / cap);
-    float mn = fmaxf(m, s);
-    float corr = expf(m - mn), p = expf(s - mn);
-    l = l * corr + p;
-    for (int i = 0; i < EPL; i++) {
-      int d = lane + 32 * i;
-      if (d < HEAD) acc[i] = acc[i] * corr + p * value(t, i, d);
-    }
-    m = mn;
-  }
+  for (int t0 = lo + 4 * warp; t0 < hi; t0 += 4 * WARPS)
+    attend_four<HEAD>(qv, t0, hi, lane, scale, cap, key, value, m, l, acc);
 }
 )";
 

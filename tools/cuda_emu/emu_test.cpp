@@ -32,18 +32,19 @@ static float rotated_ref(const float *x, int d, const float *cos, const float *s
 
 /* softmax(0.5 q.k) v over keys [lo, hi) of kv head kvh (zeros when there is none), in double */
 static void attend_ref(const double *qv, const float *k, const float *v, int kvh, long long lo, long long hi,
-                       float *out) {
-  double score[T], m = -INFINITY, l = 0;
+                       float *out, int rows = T) {
+  std::vector<double> score(rows);
+  double m = -INFINITY, l = 0;
   for (long long t = lo; t < hi; t++) {
     double sc = 0;
-    for (int d = 0; d < D; d++) sc += qv[d] * k[(kvh * T + t) * D + d];
+    for (int d = 0; d < D; d++) sc += qv[d] * k[(kvh * rows + t) * D + d];
     score[t] = sc * 0.5;
     m = std::max(m, score[t]);
   }
   for (long long t = lo; t < hi; t++) l += std::exp(score[t] - m);
   for (int d = 0; d < D; d++) {
     double o = 0;
-    for (long long t = lo; t < hi; t++) o += std::exp(score[t] - m) / l * v[(kvh * T + t) * D + d];
+    for (long long t = lo; t < hi; t++) o += std::exp(score[t] - m) / l * v[(kvh * rows + t) * D + d];
     out[d] = hi > lo ? (float)o : 0.0f;
   }
 }
@@ -303,16 +304,16 @@ static void check_copy_batch() {
 
 /* ---- one-token decode attention (a block per head, and split over two blocks with the merge) -------- */
 static void decode_ref(const float *q, const float *k, const float *v, const int32_t *lens, int window,
-                       const float *cos, const float *sin, const int32_t *pos, float *out) {
+                       const float *cos, const float *sin, const int32_t *pos, float *out, int rows = T) {
   for (int b = 0; b < B; b++)
     for (int h = 0; h < HQ; h++) {
       int u = b * HQ + h, kvh = b * HKV + h / (HQ / HKV);
-      long long hi = std::min<long long>(std::max<long long>((long long)lens[b] + 1, 0), T);
+      long long hi = std::min<long long>(std::max<long long>((long long)lens[b] + 1, 0), rows);
       long long lo = window > 0 && hi > window ? hi - window : 0;
       int p = cos ? std::min(std::max(pos[b], 0), COS - 1) : 0;
       double qv[D];
       for (int d = 0; d < D; d++) qv[d] = rotated_ref(q + u * D, d, cos, sin, p);
-      attend_ref(qv, k, v, kvh, lo, hi, out + u * D);
+      attend_ref(qv, k, v, kvh, lo, hi, out + u * D, rows);
     }
 }
 
@@ -340,6 +341,18 @@ static void check_decode() {
   });
   emu_launch({B * HQ, 1, 1}, {32, 1, 1}, [&] { decode_merge::kernel(pm.data(), ps.data(), pa.data(), got.data()); });
   for (size_t i = 0; i < got.size(); i++) expect_near("decode attention, two parts", i, got[i], want[i], 1e-5);
+  /* a long context: each warp walks several rounds of four keys (the last one partial) */
+  constexpr int LONG = 75;
+  std::vector<float> kl(B * HKV * LONG * D), vl(kl.size());
+  for (size_t i = 0; i < kl.size(); i++) kl[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, vl[i] = (float)((i * 3) % 7);
+  int32_t long_lens[B] = {70, 40};
+  int long_shape[4] = {B, HKV, LONG, D};
+  decode_ref(q.data(), kl.data(), vl.data(), long_lens, 0, cos.data(), sin.data(), pos, want.data(), LONG);
+  emu_launch({B * HQ, 1, 1}, {256, 1, 1}, [&] {
+    decode_long::kernel(q.data(), kl.data(), vl.data(), long_lens, params, pos, cos.data(), sin.data(), order, got.data(),
+                       nullptr, nullptr, nullptr, long_shape, cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++) expect_near("decode attention, long context", i, got[i], want[i], 1e-5);
 }
 
 /* ---- the decode step in one launch: the present and the attention over it --------------------------- */

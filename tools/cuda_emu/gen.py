@@ -41,6 +41,8 @@ INSTANCES = {
                                                    INTER=False, LEN_ADD=1, POS_ADD=0, PARTS=1)),
     "decode_parts": ("decode_attention_source", dict(T="float", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=0, ROT=0,
                                                      INTER=False, LEN_ADD=1, POS_ADD=0, PARTS=2)),
+    "decode_long": ("decode_attention_source", dict(T="float", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=0, ROT=4,
+                                                    INTER=False, LEN_ADD=1, POS_ADD=0, PARTS=1)),
     "decode_merge": ("decode_merge_source", dict(T="float", HEAD=8, PARTS=2)),
     "decode_step": ("decode_step_source", dict(T="float", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=3, ROT=4, INTER=False,
                                                LEN_ADD=1, POS_ADD=0, IN_PLACE=False)),
