@@ -80,6 +80,8 @@
 #            and the tests of the quantized, norm, LLM, device-memory, bucket and genai paths, then the
 #            quantized, norm and LLM tests with it on
 #   normperf then the IOBinding decode loop with it on and off, and a decode step's kernel profile
+#   attn4    decode attention four keys at a time (eighth session): the bridge's checks, the attention
+#            and device-memory tests and a decode step's kernel profile
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -312,6 +314,15 @@ fi
 if step normperf; then
   probe_ab ORT_EP_MLX_NORM_IN_GEMV "1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
   timeout 150 python3 bench/decode_kernels.py --mode io --short 8 --long 24 --top 12 >> "$log" 2>&1
+fi
+if step attn4; then
+  # 2026-12-05 (eighth session): decode attention four keys at a time: the bridge's checks, the
+  # attention and device-memory tests, a decode step's kernel profile
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  timeout 60 build-gpu/test_bridge 2>&1 | tail -1 >> "$log"
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_ops_attention.py tests/test_device_memory.py \
+    tests/test_ops_paged_attention.py 2>&1 | grep -E "^FAILED|passed|failed" | head -6 >> "$log"
+  timeout 100 python3 bench/decode_kernels.py --mode io --short 4 --long 12 --top 6 >> "$log" 2>&1
 fi
 if step prefetch; then
   # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and
