@@ -84,10 +84,11 @@ def shared_loop(sess, cfg, dtype, prompt, steps, max_len):
     return times, time.perf_counter() - t0
 
 
-def loop(sess, cfg, dtype, prompt, steps, io_device, logits_device=False, sample_at=2):
+def loop(sess, cfg, dtype, prompt, steps, io_device, logits_device=False, sample_at=2, gap_s=0.0):
     """A prompt and `steps` greedy decode steps; the sampler (tools/sampler) runs from step
     sample_at (None: not in this loop). logits_device: with IOBinding the logits stay on the device
-    as the bench's prefill leaves them (bench/run.py's IoBound), not bound to the host."""
+    as the bench's prefill leaves them (bench/run.py's IoBound), not bound to the host. gap_s: the
+    process sleeps that long before each Run (untimed), as a bench worker does between its turns."""
     names = [o.name for o in sess.get_outputs()]
     past_names = [n.replace("present", "past_key_values") for n in names[1:]]
     feeds = step_feeds(cfg, prompt, empty_past(cfg, io_dtype=dtype))
@@ -96,6 +97,8 @@ def loop(sess, cfg, dtype, prompt, steps, io_device, logits_device=False, sample
     for step in range(steps + 1):
         if step == sample_at:  # after the prefill and the first step (their trace and compile)
             SAMPLER_START()
+        if gap_s > 0:
+            time.sleep(gap_s)
         s0 = time.perf_counter()
         if io_device is None:
             outs = sess.run(None, feeds)
@@ -172,6 +175,8 @@ def main():
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an EP option (repeatable)")
     ap.add_argument("--logits-device", action="store_true",
                     help="IOBinding: the logits stay on the device (as the bench's prefill), read after the timed Run")
+    ap.add_argument("--gap-ms", type=float, default=0.0,
+                    help="sleep this long before every Run (untimed): a Run after idling, as in the bench's rounds")
     ap.add_argument("--phases", action="store_true",
                     help="also print the EP's phases per decode Run (bind, graph, eval, copy out) from its trace")
     args = ap.parse_args()
@@ -196,7 +201,7 @@ def main():
             else:
                 sample_at = 2 if args.steps > 0 else (0 if rep > 0 else None)
                 times, total = loop(sess, cfg, args.dtype, prompt, args.steps, None if mode == "plain" else args.io_device,
-                                    args.logits_device, sample_at)
+                                    args.logits_device, sample_at, args.gap_ms / 1e3)
             dec = times[1:]
             steps_part = (f"decode median {statistics.median(dec) * 1e3:.2f} ms ({len(dec) / sum(dec):.1f} tok/s), "
                           f"first decode {dec[0] * 1e3:.1f} ms, " if dec else "")

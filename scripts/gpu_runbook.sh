@@ -82,6 +82,8 @@
 #   normperf then the IOBinding decode loop with it on and off, and a decode step's kernel profile
 #   attn4    decode attention four keys at a time (eighth session): the bridge's checks, the attention
 #            and device-memory tests and a decode step's kernel profile
+#   idle     a prompt after idling against back to back (the bench's prompt was slower than the probe's),
+#            and MLX's CUDA graph cache size A/B
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -323,6 +325,17 @@ if step attn4; then
   timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_ops_attention.py tests/test_device_memory.py \
     tests/test_ops_paged_attention.py 2>&1 | grep -E "^FAILED|passed|failed" | head -6 >> "$log"
   timeout 100 python3 bench/decode_kernels.py --mode io --short 4 --long 12 --top 6 >> "$log" 2>&1
+fi
+if step idle; then
+  # 2026-12-05 (eighth session): the bench's prompt (one Run after the other engines' turns) took 14.0 ms
+  # where back-to-back prompts took 8.2-9.0: a prompt after 300 ms of idling, against none; then
+  # MLX's CUDA graph cache (MLX_CUDA_GRAPH_CACHE_SIZE, 100 graphs by default, all dropped when it
+  # overflows) at 100 and 2000 for the decode loop and for prompts
+  for gap in 0 300 0 300; do
+    echo "prompt, ${gap} ms idle before each: $(timeout 100 python3 bench/decode_probe.py --mode io --steps 0 --loops 8 \
+      --logits-device --gap-ms $gap --phases 2>&1 | grep -E 'loop [4-7]|phases' | sed 's/, loop .*//' | tr '\n' ' ')" >> "$log"
+  done
+  probe_ab MLX_CUDA_GRAPH_CACHE_SIZE "100 2000 100 2000" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
 fi
 if step prefetch; then
   # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and
