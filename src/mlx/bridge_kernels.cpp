@@ -83,32 +83,37 @@ const char *decode_attention_source = R"(
   }
 )";
 
-/* Many query rows (a prompt): a warp per row, WARPS rows of one head a block, each warp walking
- * its row's visible keys four at a time (four independent dot products whose shuffle reductions
- * interleave, one rescale of the running state per four keys). The decode kernel's block per row
- * spent most of a prompt's attention merging eight warps that had a few keys each: 46 us a layer
- * for 128 rows on the H100. The same bounds, rotation and float32 online softmax. */
+/* Many query rows (a prompt): a warp per row, WARPS consecutive rows of one head a block. The
+ * block walks the union of its rows' visible keys in tiles of KT rows that its threads load into
+ * shared memory together (each key and value row read from memory once per block, not once per
+ * warp), and each warp takes its own row's keys of the tile four at a time (attend_four: four
+ * independent dot products, one rescale of the running state per four). The block per row of the
+ * decode kernel spent most of a prompt's attention merging eight warps that had a few keys each
+ * (46 us a layer for 128 rows on the H100), and a warp per row reading its keys from memory still
+ * took 46 us: a chain of dependent loads. The same bounds, rotation and float32 online softmax. */
 const char *rows_attention_source = R"(
   constexpr int EPL = (HEAD + 31) / 32;
+  constexpr int KT = HEAD * sizeof(T) <= 256 ? 32 : 16; /* key rows a tile: K and V tiles <= 32 KB */
   const int ROWS = rows[0];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles = (ROWS + WARPS - 1) / WARPS;
   const int h = blockIdx.x % HQ, tile = (blockIdx.x / HQ) % tiles, b = blockIdx.x / (HQ * tiles);
   const int row = tile * WARPS + warp, kvh = h / (HQ / HKV);
-  if (row >= ROWS) return;
-  const size_t bh = ((size_t)b * ROWS + row) * HQ + h; /* q's and out's order [B, ROWS, HQ, HEAD] */
+  const bool live = row < ROWS; /* a warp past the last row still loads tiles and meets the barriers */
+  const size_t bh = ((size_t)b * ROWS + (live ? row : 0)) * HQ + h; /* q's and out's order [B, ROWS, HQ, HEAD] */
   const float scale = params[0], cap = params[1];
   const int S = k_shape[2];
   const long long raw_len = (long long)lens[b] + LEN_ADD;
   const int seq_len = raw_len < 0 ? 0 : (raw_len > S ? S : (int)raw_len);
   const int bound = (FIRST ? 0 : seq_len - ROWS) + row + 1;
-  const int len = CAUSAL && bound < seq_len ? (bound < 0 ? 0 : bound) : seq_len;
-  const int from = WIN_BOUND ? bound : len;
-  const int start = WINDOW > 0 && from > WINDOW ? (from - WINDOW < len ? from - WINDOW : len) : 0;
+  const int row_len = CAUSAL && bound < seq_len ? (bound < 0 ? 0 : bound) : seq_len;
+  const int from = WIN_BOUND ? bound : row_len;
+  const int row_start = WINDOW > 0 && from > WINDOW ? (from - WINDOW < row_len ? from - WINDOW : row_len) : 0;
+  const int len = live ? row_len : 0, start = live ? row_start : 0;
   const T* qp = q + bh * HEAD;
   const T* kp = k + (size_t)(b * HKV + kvh) * S * HEAD;
   const T* vp = v + (size_t)(b * HKV + kvh) * S * HEAD;
-  const int pos = ROT > 0 ? clamp_position(row_position(rope_pos, b, row, ROWS, POS_ROWS, POS_ADD), cos_shape[0]) : 0;
+  const int pos = ROT > 0 ? clamp_position(row_position(rope_pos, b, live ? row : 0, ROWS, POS_ROWS, POS_ADD), cos_shape[0]) : 0;
   float qv[EPL], acc[EPL];
 #pragma unroll
   for (int i = 0; i < EPL; i++) {
@@ -116,10 +121,35 @@ const char *rows_attention_source = R"(
     qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(qp, d, cos, sin, pos))) : 0.0f;
     acc[i] = 0.0f;
   }
+  /* the block's keys: from the lowest start to the highest end of its rows with keys */
+  __shared__ int span_lo[WARPS], span_hi[WARPS];
+  if (lane == 0) {
+    span_lo[warp] = start < len ? start : 0x7fffffff;
+    span_hi[warp] = start < len ? len : 0;
+  }
+  __syncthreads();
+  int lo = 0x7fffffff, hi = 0;
+  for (int w = 0; w < WARPS; w++) {
+    lo = span_lo[w] < lo ? span_lo[w] : lo;
+    hi = span_hi[w] > hi ? span_hi[w] : hi;
+  }
+  __shared__ __align__(16) T sk[KT][HEAD];
+  __shared__ __align__(16) T sv[KT][HEAD];
   float m = -__int_as_float(0x7f800000), l = 0.0f;
-  for (int t0 = start; t0 < len; t0 += 4)
-    attend_four<HEAD>(qv, t0, len, lane, scale, cap, [&](int t, int, int d) { return static_cast<float>(kp[(size_t)t * HEAD + d]); },
-                      [&](int t, int, int d) { return static_cast<float>(vp[(size_t)t * HEAD + d]); }, m, l, acc);
+  for (int t0 = lo; t0 < hi; t0 += KT) {
+    const int n = hi - t0 < KT ? hi - t0 : KT;
+    for (int e = threadIdx.x; e < n * HEAD; e += blockDim.x) {
+      sk[e / HEAD][e % HEAD] = kp[(size_t)t0 * HEAD + e];
+      sv[e / HEAD][e % HEAD] = vp[(size_t)t0 * HEAD + e];
+    }
+    __syncthreads();
+    const int a = start > t0 ? start : t0, z = len < t0 + n ? len : t0 + n; /* this row's keys of the tile */
+    for (int t = a; t < z; t += 4)
+      attend_four<HEAD>(qv, t, z, lane, scale, cap, [&](int u, int, int d) { return static_cast<float>(sk[u - t0][d]); },
+                        [&](int u, int, int d) { return static_cast<float>(sv[u - t0][d]); }, m, l, acc);
+    __syncthreads();
+  }
+  if (!live) return;
 #pragma unroll
   for (int i = 0; i < EPL; i++) {
     const int d = lane + 32 * i;

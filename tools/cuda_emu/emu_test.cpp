@@ -55,21 +55,22 @@ struct rows_case {
 };
 
 static void rows_ref(const rows_case &rc, const float *q, const float *k, const float *v, const int32_t *lens,
-                     const float *cos, const float *sin, const int64_t *pos, float *out) {
+                     const float *cos, const float *sin, const int64_t *pos, float *out, int n_rows = S,
+                     int cache_rows = T) {
   for (int b = 0; b < B; b++)
-    for (int s = 0; s < S; s++)
+    for (int s = 0; s < n_rows; s++)
       for (int h = 0; h < HQ; h++) {
-        int u = (b * S + s) * HQ + h, kvh = b * HKV + h / (HQ / HKV);
-        long long total = std::min<long long>(std::max<long long>((long long)lens[b] + 1, 0), T);
-        long long bound = (rc.first ? 0 : total - S) + s + 1;
+        int u = (b * n_rows + s) * HQ + h, kvh = b * HKV + h / (HQ / HKV);
+        long long total = std::min<long long>(std::max<long long>((long long)lens[b] + 1, 0), cache_rows);
+        long long bound = (rc.first ? 0 : total - n_rows) + s + 1;
         long long hi = rc.causal && bound < total ? std::max<long long>(bound, 0) : total;
         long long from = rc.win_bound ? bound : hi;
         long long lo = rc.window > 0 && from > rc.window ? std::min<long long>(from - rc.window, hi) : 0;
         int p = 0;
-        if (rc.rotary) p = (int)std::min<long long>(std::max<long long>(pos[b * S + s], 0), COS - 1);
+        if (rc.rotary) p = (int)std::min<long long>(std::max<long long>(pos[b * n_rows + s], 0), COS - 1);
         double qv[D];
         for (int d = 0; d < D; d++) qv[d] = rotated_ref(q + u * D, d, rc.rotary ? cos : nullptr, sin, p);
-        attend_ref(qv, k, v, kvh, lo, hi, out + u * D);
+        attend_ref(qv, k, v, kvh, lo, hi, out + u * D, cache_rows);
       }
 }
 
@@ -88,6 +89,30 @@ static void check_rows(const char *what, const rows_case &rc, F kernel) {
   const int warps = 8, tiles = (S + warps - 1) / warps;
   emu_launch({(unsigned)(B * HQ * tiles), 1, 1}, {(unsigned)(warps * 32), 1, 1}, [&] {
     kernel(q.data(), k.data(), v.data(), lens, params, pos, cos.data(), sin.data(), rows, got.data(), k_shape,
+           cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++) expect_near(what, i, got[i], want[i], 1e-5);
+}
+
+/* Many rows over a long cache: blocks of eight rows (the last one partial) walk several key tiles,
+ * their rows' spans differing (causal) or sliding (a window). */
+template <typename F>
+static void check_rows_long(const char *what, const rows_case &rc, F kernel) {
+  constexpr int NR = 20, LT = 90;
+  std::vector<float> q(B * NR * HQ * D), k(B * HKV * LT * D), v(k.size()), cos(COS * ROT / 2), sin(COS * ROT / 2),
+      got(q.size()), want(q.size());
+  for (size_t i = 0; i < q.size(); i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
+  for (size_t i = 0; i < k.size(); i++) k[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, v[i] = (float)((i * 3) % 7);
+  for (int i = 0; i < COS * ROT / 2; i++) cos[i] = std::cos(0.3f * (float)i), sin[i] = std::sin(0.3f * (float)i);
+  int32_t lens[B] = {84, 59}, rows[1] = {NR};
+  std::vector<int64_t> pos(B * NR);
+  for (int i = 0; i < B * NR; i++) pos[i] = (i * 3) % 7 - 1;
+  float params[2] = {0.5f, 0.0f};
+  int k_shape[4] = {B, HKV, LT, D}, cos_shape[2] = {COS, ROT / 2};
+  rows_ref(rc, q.data(), k.data(), v.data(), lens, cos.data(), sin.data(), pos.data(), want.data(), NR, LT);
+  const int warps = 8, tiles = (NR + warps - 1) / warps;
+  emu_launch({(unsigned)(B * HQ * tiles), 1, 1}, {(unsigned)(warps * 32), 1, 1}, [&] {
+    kernel(q.data(), k.data(), v.data(), lens, params, pos.data(), cos.data(), sin.data(), rows, got.data(), k_shape,
            cos_shape);
   });
   for (size_t i = 0; i < got.size(); i++) expect_near(what, i, got[i], want[i], 1e-5);
@@ -633,6 +658,10 @@ int main() {
              rows_f32_window::kernel);
   check_rows("rows attention, bidirectional", {false, false, false, false, 0}, rows_f32_bidir::kernel);
   check_rows_half();
+  check_rows_long("rows attention, long cache, causal continuation", {false, true, false, true, 0}, rows_f32::kernel);
+  check_rows_long("rows attention, long cache, window from the row", {true, true, true, false, 2},
+                  rows_f32_window::kernel);
+  check_rows_long("rows attention, long cache, bidirectional", {false, false, false, false, 0}, rows_f32_bidir::kernel);
   check_rms_rows();
   check_rms_rows_half();
   check_qgemm();
