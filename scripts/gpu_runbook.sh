@@ -82,6 +82,7 @@
 #   normperf then the IOBinding decode loop with it on and off, and a decode step's kernel profile
 #   attn4    decode attention four keys at a time (eighth session): the bridge's checks, the attention
 #            and device-memory tests and a decode step's kernel profile
+#   warps    the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS): kernel profiles and A/B
 #   idle     a prompt after idling against back to back (the bench's prompt was slower than the probe's),
 #            and MLX's CUDA graph cache size A/B
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
@@ -336,6 +337,16 @@ if step idle; then
       --logits-device --gap-ms $gap --phases 2>&1 | grep -E 'loop [4-7]|phases' | sed 's/, loop .*//' | tr '\n' ' ')" >> "$log"
   done
   probe_ab MLX_CUDA_GRAPH_CACHE_SIZE "100 2000 100 2000" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
+fi
+if step warps; then
+  # 2026-12-05 (eighth session): the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS 8, 16,
+  # 32): the fused step's device time a layer (23 us at 8 on the H100) and the decode loop's phases
+  for w in 8 16 32; do
+    echo "ORT_EP_MLX_DECODE_WARPS=$w:" >> "$log"
+    ORT_EP_MLX_DECODE_WARPS=$w timeout 100 python3 bench/decode_kernels.py --mode io --short 8 --long 32 --top 4 \
+      >> "$log" 2>&1
+  done
+  probe_ab ORT_EP_MLX_DECODE_WARPS "8 32 8 32" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
 fi
 if step prefetch; then
   # the floor of the device-memory prefetch (ORT_EP_MLX_PREFETCH_MIN, 65536 by default) at 4096 and

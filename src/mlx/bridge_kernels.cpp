@@ -1124,6 +1124,18 @@ bool mlxb_decode_kv_write_available(const mlxb_scope *s, mlxb_dtype t, int64_t h
   return s && is_cuda_gpu(s) && mlxb_decode_attention_available(s, t, head_size);
 }
 
+/* Warps a one-token attention block walks its head's keys with (ORT_EP_MLX_DECODE_WARPS: 4, 8, 16 or
+ * 32; 8 by default): a step at Qwen2.5-0.5B's shapes is 14 blocks, so more warps are the way to
+ * more loads in flight per head without a merge launch. An A/B switch until measured. */
+static int decode_warps() {
+  static const int warps = [] {
+    const char *v = std::getenv("ORT_EP_MLX_DECODE_WARPS");
+    int n = v ? std::atoi(v) : DECODE_WARPS;
+    return n == 4 || n == 16 || n == 32 ? n : static_cast<int>(DECODE_WARPS);
+  }();
+  return warps;
+}
+
 /* How many blocks share one head's context in decode attention (ORT_EP_MLX_DECODE_PARTS, at most
  * 64; 1, the single pass, by default): a step has one block per head and query, 14 for a batch of
  * one at Qwen2.5-0.5B's shapes on a GPU of 132 multiprocessors, so a long context is walked by few
@@ -1188,7 +1200,7 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
       return rows_attention(s, qa, kk, vv, per_sequence(la, b, "decode attention: lengths", dev), params, r, span,
                             hq, hkv, d, win, small_offset(length_add, "decode attention"));
     }
-    int threads = DECODE_WARPS * 32, parts = decode_parts(len);
+    int warps = decode_warps(), threads = warps * 32, parts = decode_parts(len);
     int64_t heads = static_cast<int64_t>(b) * hq;
     if (heads * parts * threads > std::numeric_limits<int>::max()) throw bridge_error("decode attention: too many heads");
     int partials = static_cast<int>(heads * parts);
@@ -1197,7 +1209,7 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
          after ? arr(after) : mx::array({0}, {1}, mx::int32)},
         {qa.shape(), {partials}, {partials}, {partials, d}}, {t, mx::float32, mx::float32, mx::float32},
         {partials * threads, 1, 1}, {threads, 1, 1},
-        {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)}, {"WINDOW", win},
+        {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", warps}, {"WINDOW", win},
          {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode attention")},
          {"POS_ADD", r.add}, {"PARTS", parts}},
         s, parts == 1 ? 0xeu : 0x1u); /* the output, or the partitions' running values */
@@ -1291,11 +1303,10 @@ static std::vector<mx::array> decode_step_launch(mlxb_scope *s, const mlxb_array
     throw bridge_error("decode step: not available for this dtype, device or context");
   auto dev = scope_dev(s);
   rope_inputs r = rope_for(rope, b, 1, d, t, dev);
-  enum { APPEND_THREADS = 256 };
-  static_assert(DECODE_WARPS * 32 == APPEND_THREADS, "the two parts share the block size");
-  int threads = DECODE_WARPS * 32;
+  /* the two parts share the block size: the present's blocks take a thread per element */
+  int warps = decode_warps(), threads = warps * 32;
   int64_t att = static_cast<int64_t>(b) * hq, n = static_cast<int64_t>(b) * hkv * (in_place ? 1 : plen) * d;
-  int64_t blocks = att + (n + APPEND_THREADS - 1) / APPEND_THREADS;
+  int64_t blocks = att + (n + threads - 1) / threads;
   if (blocks * threads > std::numeric_limits<int>::max()) throw bridge_error("decode step: cache too large for one launch");
   int win = static_cast<int>(window > 0 && window < plen ? window : 0);
   mx::Shape present = {b, hkv, static_cast<int>(plen), d};
@@ -1307,7 +1318,7 @@ static std::vector<mx::array> decode_step_launch(mlxb_scope *s, const mlxb_array
        mx::array({scale, softcap > 0 ? softcap : 0.0f}, {2}, mx::float32), input(r.pos), input(r.cos), input(r.sin),
        mx::array({static_cast<int>(plen)}, {1}, mx::int32)},
       {qa.shape(), present, present}, {t, t, t}, {static_cast<int>(blocks * threads), 1, 1}, {threads, 1, 1},
-      {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", static_cast<int>(DECODE_WARPS)}, {"WINDOW", win},
+      {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", warps}, {"WINDOW", win},
        {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode step")},
        {"POS_ADD", r.add}, {"IN_PLACE", in_place}},
       s, in_place ? 0x6u : 0u); /* in place: no present arrays */

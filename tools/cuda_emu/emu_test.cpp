@@ -378,6 +378,13 @@ static void check_decode() {
                        nullptr, nullptr, nullptr, long_shape, cos_shape);
   });
   for (size_t i = 0; i < got.size(); i++) expect_near("decode attention, long context", i, got[i], want[i], 1e-5);
+  std::fill(got.begin(), got.end(), NAN);
+  emu_launch({B * HQ, 1, 1}, {512, 1, 1}, [&] {
+    decode_long16::kernel(q.data(), kl.data(), vl.data(), long_lens, params, pos, cos.data(), sin.data(), order,
+                          got.data(), nullptr, nullptr, nullptr, long_shape, cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++)
+    expect_near("decode attention, long context, 16 warps", i, got[i], want[i], 1e-5);
 }
 
 /* ---- the decode step in one launch: the present and the attention over it --------------------------- */
@@ -418,6 +425,18 @@ static void check_decode_step() {
   for (size_t i = 0; i < ok.size(); i++) {
     expect_near("decode step present k", i, ok[i], present_k[i], 1e-6);
     expect_near("decode step present v", i, ov[i], present_v[i], 0.0);
+  }
+  /* sixteen warps a block (ORT_EP_MLX_DECODE_WARPS): the present's blocks take 512 elements each */
+  std::fill(got.begin(), got.end(), NAN), std::fill(ok.begin(), ok.end(), NAN), std::fill(ov.begin(), ov.end(), NAN);
+  const int appended16 = (B * HKV * PLEN * D + 511) / 512;
+  emu_launch({(unsigned)(att + appended16), 1, 1}, {512, 1, 1}, [&] {
+    decode_step16::kernel(q.data(), pk.data(), pv.data(), nk.data(), nv.data(), lens, params, pos, cos.data(),
+                          sin.data(), dims, got.data(), ok.data(), ov.data(), past_shape, past_shape, cos_shape);
+  });
+  for (size_t i = 0; i < got.size(); i++) expect_near("decode step attention, 16 warps", i, got[i], want[i], 1e-5);
+  for (size_t i = 0; i < ok.size(); i++) {
+    expect_near("decode step present k, 16 warps", i, ok[i], present_k[i], 1e-6);
+    expect_near("decode step present v, 16 warps", i, ov[i], present_v[i], 0.0);
   }
 }
 
