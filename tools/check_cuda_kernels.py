@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compiles the EP's own CUDA kernels (src/mlx/bridge_kernels.cpp) with nvcc for the H200's sm_90,
+"""Compiles the EP's own CUDA kernels (src/mlx/bridge_kernels*.cpp) with nvcc for the H200's sm_90,
 the way MLX's CUDA backend wraps them (mlx/backend/cuda/custom_kernel.cpp: each input a `const T*`
 plus `<name>_shape` when the source reads it, template arguments as constexpr/using lines before the
 body), so a typo or a type error shows here and not after a device call. Needs nvcc (CUDA 12+).
@@ -10,6 +10,7 @@ compile, not what they compute: the GPU suite does that.
     tools/check_cuda_kernels.py [--nvcc PATH] [-v]
 """
 import argparse
+import glob
 import os
 import re
 import shutil
@@ -18,7 +19,12 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCE = os.path.join(ROOT, "src", "mlx", "bridge_kernels.cpp")
+SOURCES = sorted(glob.glob(os.path.join(ROOT, "src", "mlx", "bridge_kernels*.cpp")))
+
+
+def kernel_text():
+    """The kernel files' text, one after the other (each kernel source is a raw string in one of them)."""
+    return "\n".join(open(path).read() for path in SOURCES)
 
 PRELUDE = """#include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -170,7 +176,7 @@ def main():
     if not os.path.exists(args.nvcc):
         print("nvcc not found", file=sys.stderr)
         return 2
-    strings = raw_strings(open(SOURCE).read())
+    strings = raw_strings(kernel_text())
     missing = [k for k in KERNELS if k not in strings]
     unknown = [k for k in strings if k.endswith("_source") and k not in KERNELS]
     if missing or unknown:

@@ -239,7 +239,7 @@ mlxb_array *mlxb_conv_general(mlxb_scope *s, const mlxb_array *x, const mlxb_arr
 /* Last-axis norms; weight/bias may be NULL. */
 mlxb_array *mlxb_layer_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, const mlxb_array *bias, float eps);
 mlxb_array *mlxb_rms_norm(mlxb_scope *s, const mlxb_array *x, const mlxb_array *weight, float eps);
-/* Decode attention in one kernel (src/mlx/bridge_kernels.cpp): S query rows per sequence, q
+/* Decode attention in one kernel (src/mlx/bridge_kernels_attention.cpp): S query rows per sequence, q
  * [B, S, Hq * D] (or [B, Hq, 1, D] for one row: the same bytes) against k, v [B, Hkv, T, D]. Sequence
  * b's total length total_b = lengths[b] + length_add is clamped to [0, T] (lengths: one integer per
  * sequence, any shape). Query row s sits at base_b + s, base_b = 0 for a first prompt
@@ -328,7 +328,7 @@ bool mlxb_holds_buffer(const mlxb_array *a, const void *data);
 /* q [B, Hq, Tq, D], k/v [B, Hkv, Tk, D]; mask_mode "" or "causal"; mask and sinks may be NULL. */
 mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, const mlxb_array *v, float scale,
                       const char *mask_mode, const mlxb_array *mask, const mlxb_array *sinks);
-/* MatMulNBits for a few rows in one kernel (src/mlx/bridge_kernels.cpp): x [..., K] (M rows)
+/* MatMulNBits for a few rows in one kernel (src/mlx/bridge_kernels_quant.cpp): x [..., K] (M rows)
  * float32/float16/bfloat16 times the packed weights w [N, K * bits / 32] uint32 (MLX's affine layout,
  * values from the low bits up), float32 scales and biases [N, K / group_size]: y [..., N] in x's dtype, each element
  * the float32 sum of x * (scale * q + bias) rounded once. Only where mlxb_qgemv_available says so

@@ -1,7 +1,8 @@
 /* A decode step's kernels on MLX's CPU stream, as primitives of our own: decode attention, the KV
- * append and the RMS norm of bridge_kernels.cpp's CUDA kernels, with their arithmetic (float32
- * inside, the result rounded once to the arrays' dtype) and their bounds (lengths clamped to the
- * cache, positions clamped to the rotary caches, rows outside the present never written).
+ * append and the RMS norm of the CUDA kernels (bridge_kernels_attention.cpp, bridge_kernels.cpp),
+ * with their arithmetic (float32 inside, the result rounded once to the arrays' dtype) and their
+ * bounds (lengths clamped to the cache, positions clamped to the rotary caches, rows outside the
+ * present never written).
  *
  * Why: composed from MLX operations, a GroupQueryAttention decode step is about seventy operations
  * (the rotary embedding from the caches, the present's slices and selects, the masked softmax) and a
@@ -74,7 +75,7 @@ struct rope_tables {
   }
 };
 
-/* Channel d of row x rotated in float32 by cos/sin row pos: bridge_kernels.cpp's rotated(). */
+/* Channel d of row x rotated in float32 by cos/sin row pos: bridge_kernels_attention.cpp's rotated(). */
 template <typename T>
 float rotated(const T *x, int d, const rope_params &r, const float *cos, const float *sin, int64_t pos) {
   if (r.dims == 0 || d >= r.dims) return static_cast<float>(x[d]);

@@ -277,7 +277,7 @@ inline std::vector<mx::array> to_arrays(const mlxb_array *const *xs, int n) {
 /* a evaluated, as a row-major buffer (copied only when a is a strided view); bridge.cpp. */
 mx::array evaluated_row_major(mlxb_scope *s, const mx::array &a);
 
-/* One of our CUDA kernels (bridge_kernels.cpp) in MLX's custom-kernel form: the body reads its
+/* One of our CUDA kernels (bridge_kernels*.cpp) in MLX's custom-kernel form: the body reads its
  * inputs and writes its outputs by these names, and <input>_shape[] where it needs a shape. */
 struct cuda_kernel_spec {
   const char *name; /* base name; a hash of what is compiled is appended */
@@ -427,7 +427,7 @@ bool cpu_layer_norm_takes(const mx::array &x, const std::optional<mx::array> &w,
 mx::array cpu_layer_norm(const mlxb_scope *s, const mx::array &x, const std::optional<mx::array> &w,
                          const std::optional<mx::array> &b, float eps);
 
-/* The decode step's shared helpers (bridge_kernels.cpp), for its CUDA kernels and its CPU
+/* The decode step's shared helpers (bridge_kernels_attention.cpp), for its CUDA kernels and its CPU
  * primitives (bridge_cpu_decode.cpp) alike: a small offset as a kernel parameter (throws past
  * +-2^20); the rotary embedding as the kernels read it (positions one integer per sequence, cos
  * and sin caches [max_position, dims / 2]; one-element placeholders and dims 0 without one); a
@@ -452,7 +452,7 @@ struct attn_span {
 attn_span span_of(const mlxb_attn_rows *rows);
 
 /* The decode step's kernels as primitives of MLX's CPU stream (bridge_cpu_decode.cpp): the same
- * arithmetic as the CUDA kernels of bridge_kernels.cpp (float32 inside, rounded once to T), for
+ * arithmetic as the CUDA kernels of bridge_kernels_attention.cpp (float32 inside, rounded once to T), for
  * float32, float16 and bfloat16 on a CPU scope (cpu_decode_takes; ORT_EP_MLX_CPU_DECODE=0: never).
  * Inputs are as the CUDA launches take them: caches already in q's dtype, lengths and positions any
  * integer dtype, one per sequence. */

@@ -1,4 +1,4 @@
-/* How our CUDA kernels (bridge_kernels.cpp) reach the GPU. MLX's custom-kernel API compiles a
+/* How our CUDA kernels (bridge_kernels*.cpp) reach the GPU. MLX's custom-kernel API compiles a
  * kernel with NVRTC at its first use in every process and, unlike its own kernels, keeps nothing on
  * disk: each new process paid about a second per kernel variant in its first decode step. So each
  * variant is compiled here instead, once per machine: the kernel's full source (the same body MLX

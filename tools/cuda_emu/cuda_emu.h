@@ -1,4 +1,4 @@
-/* Just enough of CUDA to run the EP's kernel bodies (src/mlx/bridge_kernels.cpp) on the CPU: every
+/* Just enough of CUDA to run the EP's kernel bodies (src/mlx/bridge_kernels*.cpp) on the CPU: every
  * thread of a block is a thread of its own, blocks run one after another, __syncthreads and the warp
  * shuffles are barriers, __shared__ arrays are statics (one block at a time uses them), __half and
  * __nv_bfloat16 round as the GPU's conversions do, and mma.sync m16n8k16 (f16 in, f32 accumulate)

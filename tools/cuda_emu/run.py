@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs the EP's CUDA kernels on the CPU (tools/cuda_emu/cuda_emu.h) against references of their own:
-generates their C++ form from src/mlx/bridge_kernels.cpp (gen.py), builds emu_test.cpp with g++
+generates their C++ form from src/mlx/bridge_kernels*.cpp (gen.py), builds emu_test.cpp with g++
 (C++20: std::barrier; _Float16 for __half) and runs it. What a kernel computes, its indexing and its
 bounds are checked here, where no GPU is at hand; the GPU suite checks them again on the device.
 
