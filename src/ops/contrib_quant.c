@@ -575,13 +575,13 @@ static int lower_matmul_nbits_normed(op_ctx *c, const op_def *def, const ir_node
   int64_t outputs = 0;
   for (int i = 0; i < p.n; i++) outputs += mlxb_dim(p.w[i], 0);
   if (outputs > MNB_NORM_MAX_OUTPUTS) return 1;
+  int rank = mlxb_ndim(norm->x);
+  if (rank > OP_UTIL_MAX_RANK) return 1;
+  int64_t out_dims[OP_UTIL_MAX_RANK];
+  mlxb_shape(norm->x, out_dims);
   mlxb_qgemv_norm q = {.skip = norm->skip, .bias = norm->bias, .gamma = norm->gamma, .eps = norm->eps,
                        .want_sum = norm->want_sum};
   if (mnb_gemv_group(c, &a, norm->x, &p, &q)) return -1;
-  int rank = mlxb_ndim(norm->x);
-  int64_t out_dims[OP_UTIL_MAX_RANK];
-  if (rank > OP_UTIL_MAX_RANK) return op_fail(c, "rank %d above %d", rank, OP_UTIL_MAX_RANK);
-  mlxb_shape(norm->x, out_dims);
   if (mnb_hand_out(c, &p, out_dims, rank, NULL)) return -1;
   norm->sum = q.sum;
   return 0;
