@@ -337,6 +337,11 @@ if step idle; then
       --logits-device --gap-ms $gap --phases 2>&1 | grep -E 'loop [4-7]|phases' | sed 's/, loop .*//' | tr '\n' ' ')" >> "$log"
   done
   probe_ab MLX_CUDA_GRAPH_CACHE_SIZE "100 2000 100 2000" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
+  # the copies our bridge issues over a prompt and 8 decode steps (a step's unexplained Memcpy DtoD
+  # Device -> Managed of 100-690 us: ours or MLX's)
+  echo "copies over a prompt and 8 steps (IOBinding):" >> "$log"
+  ORT_EP_MLX_LOG_COPIES=1 timeout 100 python3 bench/decode_probe.py --mode io --steps 8 --loops 1 2>&1 \
+    | grep '\[mlx ep\] copy' | sort | uniq -c | sort -rn | head -12 >> "$log"
 fi
 if step warps; then
   # 2026-12-05 (eighth session): the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS 8, 16,

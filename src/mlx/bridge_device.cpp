@@ -183,6 +183,16 @@ void *buffer_address(const device_state &s, mx::allocator::Buffer &b) {
   return rec ? rec->data : nullptr;
 }
 
+/* ORT_EP_MLX_LOG_COPIES=1: every copy this file issues on CUDA, one stderr line each (what, bytes):
+ * a diagnosis of which copies a Run makes, beside a kernel profile's memcpy rows. */
+void log_copy(const char *what, size_t bytes, size_t count = 1) {
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_LOG_COPIES");
+    return v && !std::strcmp(v, "1");
+  }();
+  if (on) std::fprintf(stderr, "[mlx ep] copy %s: %zu bytes in %zu\n", what, bytes, count);
+}
+
 /* Queues one copy (CUDA: on the legacy stream, in MLX's context; host: done at once). */
 void copy_bytes(const device_state &s, void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
@@ -190,6 +200,7 @@ void copy_bytes(const device_state &s, void *dst, const void *src, size_t bytes)
     std::memcpy(dst, src, bytes);
     return;
   }
+  log_copy("data transfer (driver)", bytes);
   cuda_check(s, s.cuda.memcpy_async(dptr(dst), dptr(src), bytes, nullptr), "cuMemcpyAsync");
 }
 
@@ -202,6 +213,7 @@ void copy_rows(const device_state &s, void *dst, size_t dst_pitch, const void *s
       std::memcpy(static_cast<char *>(dst) + r * dst_pitch, static_cast<const char *>(src) + r * src_pitch, width);
     return;
   }
+  log_copy("a Run's output or pad (driver, rows)", width * height);
   cu_memcpy_2d c{};
   c.src_memory_type = c.dst_memory_type = CU_MEMORYTYPE_UNIFIED;
   c.src_device = dptr(src);
@@ -259,6 +271,7 @@ void launch_copies(const device_state &s, void *fn, const queued_copy *c, size_t
     largest = std::max<unsigned long long>(largest, (c[i].zero_tail ? c[i].dst_pitch : c[i].width) * c[i].height);
   }
   b.n = static_cast<int>(n);
+  log_copy("a Run's outputs or pads (copy kernel; the largest)", static_cast<size_t>(largest), n);
   unsigned long long chunks = (largest + 16ull * COPY_THREADS - 1) / (16ull * COPY_THREADS);
   unsigned grid_x = static_cast<unsigned>(std::min<unsigned long long>(std::max(chunks, 1ull), 1024ull));
   void *params[] = {&b};
