@@ -5,9 +5,6 @@
  * bridge_kernels_attention.cpp, the quantized products in bridge_kernels_quant.cpp. */
 #include "mlx/bridge_kernel_specs.h"
 
-#include "mlx/fast.h"
-#include "mlx/primitives.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -16,9 +16,6 @@
  * present's selects, the masked softmax); a prompt's rows are a warp each (rows_attention). */
 #include "mlx/bridge_kernel_specs.h"
 
-#include "mlx/fast.h"
-#include "mlx/primitives.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -7,9 +7,6 @@
  * accumulates in float16) leave the graph. */
 #include "mlx/bridge_kernel_specs.h"
 
-#include "mlx/fast.h"
-#include "mlx/primitives.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
