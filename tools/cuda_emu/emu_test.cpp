@@ -8,6 +8,7 @@
 #include "cuda_emu.h"
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "kernels.inc"
@@ -156,6 +157,23 @@ static void check_rows_half() {
 }
 
 /* ---- many-row RMS norm --------------------------------------------------------------------------- */
+/* A float32 RMS norm's results against the reference (x + skip + bias of every row, one skip row,
+ * eps 1e-5): y normalized times gamma, and the residual sum. */
+static void expect_rms(const char *what, const std::vector<float> &x, const std::vector<float> &skip,
+                       const std::vector<float> &bias, const std::vector<float> &gamma, const std::vector<float> &y,
+                       const std::vector<float> &sum, int rows, int h) {
+  std::string y_what = std::string(what) + " y", sum_what = std::string(what) + " sum";
+  std::vector<double> v(h);
+  for (int r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int i = 0; i < h; i++) v[i] = (double)x[r * h + i] + skip[i] + bias[i], ss += v[i] * v[i];
+    for (int i = 0; i < h; i++) {
+      expect_near(y_what.c_str(), r * h + i, y[r * h + i], v[i] / std::sqrt(ss / h + 1e-5) * gamma[i], 1e-5);
+      expect_near(sum_what.c_str(), r * h + i, sum[r * h + i], (float)v[i], 1e-7);
+    }
+  }
+}
+
 static void check_rms_rows() {
   constexpr int R = 20, H = 40;
   std::vector<float> x(R * H), skip(H), bias(H), gamma(H), y(R * H), sum(R * H);
@@ -168,14 +186,7 @@ static void check_rms_rows() {
     rms_rows_f32::kernel(x.data(), skip.data(), bias.data(), gamma.data(), eps, dims, y.data(), sum.data(), skip_shape,
                          gamma_shape);
   });
-  for (int r = 0; r < R; r++) {
-    double ss = 0, v[H];
-    for (int i = 0; i < H; i++) v[i] = (double)x[r * H + i] + skip[i] + bias[i], ss += v[i] * v[i];
-    for (int i = 0; i < H; i++) {
-      expect_near("rms rows y", r * H + i, y[r * H + i], v[i] / std::sqrt(ss / H + 1e-5) * gamma[i], 1e-5);
-      expect_near("rms rows sum", r * H + i, sum[r * H + i], (float)v[i], 1e-7);
-    }
-  }
+  expect_rms("rms rows", x, skip, bias, gamma, y, sum, R, H);
 }
 
 /* float16 rows: the same float32 arithmetic on the rounded inputs, each result rounded once */
@@ -630,14 +641,7 @@ static void check_rms_block() {
     rms_block_f32::kernel(x.data(), skip.data(), bias.data(), gamma.data(), eps, y.data(), sum.data(), skip_shape,
                           gamma_shape);
   });
-  for (int r = 0; r < R; r++) {
-    double ss = 0, v[H];
-    for (int i = 0; i < H; i++) v[i] = (double)x[r * H + i] + skip[i] + bias[i], ss += v[i] * v[i];
-    for (int i = 0; i < H; i++) {
-      expect_near("rms block y", r * H + i, y[r * H + i], v[i] / std::sqrt(ss / H + 1e-5) * gamma[i], 1e-5);
-      expect_near("rms block sum", r * H + i, sum[r * H + i], (float)v[i], 1e-7);
-    }
-  }
+  expect_rms("rms block", x, skip, bias, gamma, y, sum, R, H);
 }
 
 /* ---- GatherBlockQuantized: rows of a packed table by index, out-of-range ones zero ----------------- */
