@@ -98,16 +98,16 @@ static void check_rows(const char *what, const rows_case &rc, F kernel) {
 /* Many rows over a long cache: blocks of eight rows (the last one partial) walk several key tiles,
  * their rows' spans differing (causal) or sliding (a window). */
 template <typename F>
-static void check_rows_long(const char *what, const rows_case &rc, F kernel) {
+static void check_rows_long(const char *what, const rows_case &rc, F kernel, int32_t len1 = 59) {
   constexpr int NR = 20, LT = 90;
   std::vector<float> q(B * NR * HQ * D), k(B * HKV * LT * D), v(k.size()), cos(COS * ROT / 2), sin(COS * ROT / 2),
       got(q.size()), want(q.size());
   for (size_t i = 0; i < q.size(); i++) q[i] = 0.25f * (float)((i * 7) % 9) - 1.0f;
   for (size_t i = 0; i < k.size(); i++) k[i] = 0.125f * (float)((i * 5) % 13) - 0.75f, v[i] = (float)((i * 3) % 7);
   for (int i = 0; i < COS * ROT / 2; i++) cos[i] = std::cos(0.3f * (float)i), sin[i] = std::sin(0.3f * (float)i);
-  int32_t lens[B] = {84, 59}, rows[1] = {NR};
+  int32_t lens[B] = {84, len1}, rows[1] = {NR};
   std::vector<int64_t> pos(B * NR);
-  for (int i = 0; i < B * NR; i++) pos[i] = (i * 3) % 7 - 1;
+  for (int i = 0; i < B * NR; i++) pos[i] = i % 5 == 0 ? INT64_MIN + i : i % 5 == 1 ? INT64_MAX - i : (i * 3) % 7 - 1;
   float params[2] = {0.5f, 0.0f};
   int k_shape[4] = {B, HKV, LT, D}, cos_shape[2] = {COS, ROT / 2};
   rows_ref(rc, q.data(), k.data(), v.data(), lens, cos.data(), sin.data(), pos.data(), want.data(), NR, LT);
@@ -685,6 +685,9 @@ int main() {
   check_rows_long("rows attention, long cache, window from the row", {true, true, true, false, 2},
                   rows_f32_window::kernel);
   check_rows_long("rows attention, long cache, bidirectional", {false, false, false, false, 0}, rows_f32_bidir::kernel);
+  /* hostile lengths through the tiles: past the cache, negative, at int32's ends */
+  for (int32_t len1 : {INT32_MAX, INT32_MIN, -7, 5, 200})
+    check_rows_long("rows attention, long cache, hostile length", {false, true, false, true, 0}, rows_f32::kernel, len1);
   check_rms_rows();
   check_rms_rows_half();
   check_qgemm();
