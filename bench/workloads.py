@@ -251,8 +251,10 @@ RUNS_DECODER = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (60, 3)
 RUNS_DECODER_QWEN = {"decoder_prefill128": (3, 0), "decoder_decode_after128": (10, 1),
                      "decoder_decode_loop64": (1, 0), "decoder_decode_after2048": (5, 1)}
 # On the GPU (--device gpu, any decoder config): a few minutes for all engines at Qwen2.5-0.5B
-# shapes, where each MLX EP worker's first Run may take tens of seconds.
-RUNS_DECODER_GPU = {"decoder_prefill128": (5, 1), "decoder_decode_after128": (20, 2),
+# shapes, where each MLX EP worker's first Run may take tens of seconds. A prompt is 5-30 ms
+# there: 20 runs cost nothing, and three warm-up runs leave a warmed-up Run for bench/run.py's
+# priming rule to read (with one, no engine's second Run was under 10 ms: prompts were never primed).
+RUNS_DECODER_GPU = {"decoder_prefill128": (20, 3), "decoder_decode_after128": (20, 2),
                     "decoder_decode_loop64": (3, 1), "decoder_decode_after2048": (20, 2)}
 RUNS_DEFAULT = (50, 5)
 

@@ -85,6 +85,10 @@
 #   warps    the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS): kernel profiles and A/B
 #   idle     a prompt after idling against back to back (the bench's prompt was slower than the probe's),
 #            and MLX's CUDA graph cache size A/B
+#   coldlist which kernels a fresh machine compiles for the first prompt and then for the first decode
+#            steps (a fresh MLX_PTX_CACHE_DIR; each new file with its seconds since the process began),
+#            then the attention and device-memory tests at the default one-token warps (16 since the
+#            ninth session)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -342,6 +346,22 @@ if step idle; then
   echo "copies over a prompt and 8 steps (IOBinding):" >> "$log"
   ORT_EP_MLX_LOG_COPIES=1 timeout 100 python3 bench/decode_probe.py --mode io --steps 8 --loops 1 2>&1 \
     | grep '\[mlx ep\] copy' | sort | uniq -c | sort -rn | head -12 >> "$log"
+fi
+if step coldlist; then
+  # 2026-12-05 (ninth session): the cold first Run (7.5 s for a prompt) against the issue's 5 s: what
+  # NVRTC compiles for a fresh machine's first prompt, then for its first decode steps; MLX's JIT
+  # kernels (fused elementwise, gathers) compile one after another, ours side by side
+  cold=$(mktemp -d)
+  for what in "prompt:--steps 0" "decode steps:--steps 4"; do
+    begin=$(date +%s.%N)
+    echo "cold ${what%%:*}: $(MLX_PTX_CACHE_DIR=$cold timeout 150 python3 bench/decode_probe.py --mode io \
+      ${what#*:} --loops 1 2>&1 | grep -E 'loop 0|run report' | tr '\n' ' ')" >> "$log"
+    find "$cold" -type f \( -name '*.ptx' -o -name '*.cubin' \) -newermt "@$begin" -printf '%T@ %s %f\n' | sort -n \
+      | awk -v b="$begin" '{printf "  +%.2f s %8d %s\n", $1 - b, $2, substr($3, 1, 110)}' >> "$log"
+  done
+  rm -rf "$cold"
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_ops_attention.py tests/test_device_memory.py \
+    tests/test_ops_paged_attention.py tests/test_llm_generation.py 2>&1 | grep -E "^FAILED|passed|failed" | head -6 >> "$log"
 fi
 if step warps; then
   # 2026-12-05 (eighth session): the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS 8, 16,
