@@ -87,8 +87,8 @@
 #            and MLX's CUDA graph cache size A/B
 #   coldlist which kernels a fresh machine compiles for the first prompt and then for the first decode
 #            steps (a fresh MLX_PTX_CACHE_DIR; each new file with its seconds since the process began),
-#            then the attention and device-memory tests at the default one-token warps (16 since the
-#            ninth session)
+#            then the attention, device-memory, LLM, hostile-input, indexing and cast tests, and the
+#            decode loop with index arithmetic fused by MLX and not (ORT_EP_MLX_FUSE_INDEX_MATH)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -360,8 +360,11 @@ if step coldlist; then
       | awk -v b="$begin" '{printf "  +%.2f s %8d %s\n", $1 - b, $2, substr($3, 1, 110)}' >> "$log"
   done
   rm -rf "$cold"
-  timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_ops_attention.py tests/test_device_memory.py \
-    tests/test_ops_paged_attention.py tests/test_llm_generation.py 2>&1 | grep -E "^FAILED|passed|failed" | head -6 >> "$log"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -n 12 tests/test_ops_attention.py tests/test_device_memory.py \
+    tests/test_ops_paged_attention.py tests/test_llm_generation.py tests/hostile tests/test_ops_indexing.py \
+    tests/test_ops_cast.py 2>&1 | grep -E "^FAILED|passed|failed" | head -8 >> "$log"
+  # what a step pays for keeping index arithmetic out of MLX's fusion (a launch per operation)
+  probe_ab ORT_EP_MLX_FUSE_INDEX_MATH "0 1 0 1" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
 fi
 if step warps; then
   # 2026-12-05 (eighth session): the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS 8, 16,

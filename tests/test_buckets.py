@@ -80,7 +80,9 @@ def test_decode_loop_traces_once(tmp_path, compile_mode, bucket, prompt):
     if compile_mode == "1":
         assert st["traces"] == 1 and st["compiled_runs"] == 63
     else:
-        assert st["traces"] == 0 and st["host_reads"] == 2
+        # total_sequence_length (Shape(attention_mask) -> Gather -> Cast) is computed on the host
+        # when the graph is built: no Run evaluates anything to read it
+        assert st["traces"] == 0 and st["host_reads"] == 0
 
 
 def test_decode_crossing_buckets_int4_batch2(tmp_path):

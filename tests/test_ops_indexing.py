@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from parity import (NP_TO_ONNX, args_model as build, assert_parity, check_args as check, make_model,
-                    normal_data as data, rng_values, run_mlx, feeds_model)
+from parity import (NP_TO_ONNX, args_model as build, assert_parity, check_args as check, make_model, mlx_ep,
+                    normal_data as data, ort, rng_values, run_cpu, run_mlx, feeds_model)
 
 
 def indices(shape, dim, dtype=np.int64, seed=1, negative=True):
@@ -63,6 +63,49 @@ def test_out_of_range_indices_do_not_crash(op, attrs):
     model, feeds = build(op, [("x", x, "feed"), ("i", idx, "feed")], attrs=attrs)
     with pytest.raises(Exception, match=r"index 100 out of range \[-4, 4\)"):
         run_mlx(model, feeds)
+
+
+def _shape_arith_model(index, axis=0, to=TensorProto.INT32):
+    """Shape(x) -> Gather(index) -> Cast(to), beside a Gather of a constant 2-D int64 table along
+    `axis`: integers known when the MLX graph is built, which the EP computes on the host."""
+    table = helper.make_tensor("table", TensorProto.INT64, [2, 3], [1, 2, 3, 4, 5, 6])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i"], ["g"], axis=0),
+             helper.make_node("Cast", ["g"], ["y0"], to=to),
+             helper.make_node("Constant", [], ["t"], value=table),
+             helper.make_node("Gather", ["t", "j"], ["y1"], axis=axis)]
+    j = np.array([[-1, 0]], np.int64)
+    return make_model(nodes, [("x", TensorProto.FLOAT, ["b", "t"])],
+                      [("y0", to, None), ("y1", TensorProto.INT64, None)],
+                      [("i", np.asarray(index, np.int64)), ("j", j)]), {"x": data((3, 5))}
+
+
+def _unoptimized_mlx_runs(model, feeds, runs=3):
+    """Runs on the MLX EP (strict) with ORT's graph optimizations off, so that ORT does not fold the
+    constant table's Gather before the EP sees it."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = mlx_ep.session(model, strict=True, sess_options=so)
+    return [sess.run(None, feeds) for _ in range(runs)]
+
+
+@pytest.mark.parametrize("index,axis,to", [(1, 0, TensorProto.INT32), (-2, 1, TensorProto.INT64),
+                                           ([1, 0, -1], 1, TensorProto.INT32)])
+def test_gather_of_known_integers(index, axis, to):
+    """Gather and Cast of shape-derived and constant integers computed on the host: the same values
+    as ORT's CPU EP, eager, traced and replayed."""
+    model, feeds = _shape_arith_model(index, axis, to)
+    want = run_cpu(model, feeds)
+    for got in _unoptimized_mlx_runs(model, feeds):
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+
+
+def test_gather_of_known_integers_out_of_range():
+    model, feeds = _shape_arith_model(5)
+    with pytest.raises(Exception, match=r"index 5 out of range \[-2, 2\)"):
+        _unoptimized_mlx_runs(model, feeds, runs=1)
 
 
 # ---- GatherElements -----------------------------------------------------------------------------

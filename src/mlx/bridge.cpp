@@ -771,12 +771,33 @@ static bool binary_sunk(const mlxb_scope *s, mlxb_binary_op op, const mx::array 
 
 /* ---- elementwise ------------------------------------------------------------------------- */
 
+/* Index arithmetic kept out of MLX's fusion on its CUDA backend. There MLX compiles each fused chain
+ * of elementwise operations with NVRTC at its first use on a machine, seconds a kernel, one after
+ * another (a decoder's first traced step spent 25 s on five such kernels, every one of them integer
+ * or bool arithmetic on a few elements: lengths, positions, masks). A small integer or bool result
+ * is handed on through two reshapes, views that launch nothing and that MLX does not fuse across,
+ * so each such operation runs as one of MLX's precompiled kernels: a launch more per operation,
+ * against seconds once per machine. ORT_EP_MLX_FUSE_INDEX_MATH=1 lets MLX fuse them. */
+static mx::array unfused_index_math(const mlxb_scope *s, const mx::array &y) {
+  static const bool fuse = [] {
+    const char *v = std::getenv("ORT_EP_MLX_FUSE_INDEX_MATH");
+    return v && !std::strcmp(v, "1");
+  }();
+  enum { SMALL = 4096 };
+  if (fuse || !is_cuda_gpu(s) || y.size() > SMALL || (y.dtype() != mx::bool_ && !mx::issubdtype(y.dtype(), mx::integer)))
+    return y;
+  int n = static_cast<int>(y.size());
+  mx::Shape flat = y.ndim() == 2 && y.shape(0) == 1 ? mx::Shape{n} : mx::Shape{1, n};
+  auto d = scope_dev(s);
+  return mx::reshape(mx::reshape(y, flat, d), y.shape(), d);
+}
+
 mlxb_array *mlxb_unary(mlxb_scope *s, mlxb_unary_op op, const mlxb_array *x) {
   return guard(s, "mlxb_unary", [&] {
     mx::array src = arr(x);
     std::vector<int> perm;
     if (transposed_view(s, arr(x), &src, &perm)) return transposed(s, unary_apply(op, src, scope_dev(s)), perm);
-    return unary_apply(op, arr(x), scope_dev(s));
+    return unfused_index_math(s, unary_apply(op, arr(x), scope_dev(s)));
   });
 }
 
@@ -784,16 +805,17 @@ mlxb_array *mlxb_binary(mlxb_scope *s, mlxb_binary_op op, const mlxb_array *a, c
   return guard(s, "mlxb_binary", [&] {
     mx::array sunk = arr(a);
     if (binary_sunk(s, op, arr(a), arr(b), scope_dev(s), &sunk)) return sunk;
-    return binary_apply(op, arr(a), arr(b), scope_dev(s));
+    return unfused_index_math(s, binary_apply(op, arr(a), arr(b), scope_dev(s)));
   });
 }
 
 mlxb_array *mlxb_where(mlxb_scope *s, const mlxb_array *cond, const mlxb_array *a, const mlxb_array *b) {
-  return guard(s, "mlxb_where", [&] { return mx::where(arr(cond), arr(a), arr(b), scope_dev(s)); });
+  return guard(s, "mlxb_where",
+               [&] { return unfused_index_math(s, mx::where(arr(cond), arr(a), arr(b), scope_dev(s))); });
 }
 
 mlxb_array *mlxb_astype(mlxb_scope *s, const mlxb_array *x, mlxb_dtype t) {
-  return guard(s, "mlxb_astype", [&] { return mx::astype(arr(x), to_mx(t), scope_dev(s)); });
+  return guard(s, "mlxb_astype", [&] { return unfused_index_math(s, mx::astype(arr(x), to_mx(t), scope_dev(s))); });
 }
 
 mlxb_array *mlxb_view(mlxb_scope *s, const mlxb_array *x, mlxb_dtype t) {

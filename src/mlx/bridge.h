@@ -537,6 +537,11 @@ int mlxb_lu_factor(mlxb_scope *s, const mlxb_array *a, mlxb_array **lu, mlxb_arr
  * the broadcast `value` at the first such element, or 0). `ok` is bool of any shape; `value` may be
  * NULL, else it broadcasts with ok. */
 mlxb_array *mlxb_violation(mlxb_scope *s, const mlxb_array *ok, const mlxb_array *value);
+/* mlxb_violation's summary for ok = (x >= lo when check_lo) and (x < hi when check_hi), x integers
+ * whose dtype holds the bounds checked: one CUDA kernel of ours on MLX's CUDA backend (no MLX
+ * fusion to compile there), MLX operations elsewhere. */
+mlxb_array *mlxb_range_violation(mlxb_scope *s, const mlxb_array *x, int64_t lo, int64_t hi, bool check_lo,
+                                 bool check_hi);
 /* MLX's memory limit in bytes (process-wide; MLX's default is a share of the machine's memory). */
 size_t mlxb_memory_limit(void);
 int mlxb_set_memory_limit(size_t bytes); /* 0 ok, -1 error */

@@ -15,7 +15,7 @@ extern const cuda_kernel_spec decode_attention_kernel, rows_attention_kernel, de
 extern const cuda_kernel_spec qgemv_kernel, dequant_f32_kernel, qgemm_split_kernel, qgemm_reduce_kernel,
     gather_bq_kernel;
 /* norms and reductions (bridge_kernels.cpp) */
-extern const cuda_kernel_spec rms_norm_kernel, rms_rows_kernel, int_reduce_kernel;
+extern const cuda_kernel_spec rms_norm_kernel, rms_rows_kernel, int_reduce_kernel, range_check_kernel;
 
 } // namespace mlxb_detail
 

@@ -137,6 +137,46 @@ const char *int_reduce_source = R"(
 
 const cuda_kernel_spec int_reduce_kernel = {"ort_ep_mlx_int_reduce", {"x"}, {"out"}, int_reduce_source, "", true};
 
+/* A range check on untrusted integers in one launch (bridge_safety.cpp's mlxb_range_violation): x's
+ * n elements (row-major, any integer dtype T) against bounds = {lo, hi}: out = {1, the first value
+ * outside [lo, hi)} or {0, 0}. One block; each thread finds the first offender of its stride, then
+ * the block keeps the smallest index. Signed types compare as int64; unsigned ones as uint64, where
+ * a bound below zero rules out nothing (lo) or everything (hi). Composed from MLX operations the
+ * check is about eight of them, which MLX fuses into kernels that NVRTC compiles at their first use
+ * on a machine (seconds each, one after another); this kernel compiles in a fraction of that. */
+const char *range_check_source = R"(
+  const long long n = x_shape[0];
+  const long long lo = bounds[0], hi = bounds[1];
+  long long first = n;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+    bool bad;
+    if (SIGNED) {
+      const long long v = static_cast<long long>(x[i]);
+      bad = (CHECK_LO && v < lo) || (CHECK_HI && v >= hi);
+    } else {
+      const unsigned long long v = static_cast<unsigned long long>(x[i]);
+      bad = (CHECK_LO && lo > 0 && v < static_cast<unsigned long long>(lo)) ||
+            (CHECK_HI && (hi <= 0 || v >= static_cast<unsigned long long>(hi)));
+    }
+    if (bad) { first = i; break; }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const long long other = __shfl_xor_sync(0xffffffffu, first, off);
+    first = other < first ? other : first;
+  }
+  __shared__ long long firsts[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) firsts[warp] = first;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < (int)(blockDim.x / 32); w++) first = firsts[w] < first ? firsts[w] : first;
+  out[0] = first < n ? 1 : 0;
+  out[1] = first < n ? static_cast<long long>(x[first]) : 0;
+)";
+
+const cuda_kernel_spec range_check_kernel = {"ort_ep_mlx_range_check", {"x", "bounds"}, {"out"}, range_check_source,
+                                             "", true};
+
 /* The batched copy-out of bridge_device.cpp (its descriptors' layout is batch_copies_abi there). */
 const char *const copy_batch_source = R"(
 struct ep_copy {
@@ -357,6 +397,10 @@ int mlxb_cuda_kernels_selfcheck(char *report, size_t len) {
                              z({7}, mx::int32)},
          {h}, {{"S", h}, {"BITS", 4}, {"BLOCK", 32}, {"HAS_ZP", true}}},
         {&int_reduce_kernel, {z({3, 7}, mx::int32)}, {mx::int32}, {{"T", mx::int32}, {"MEAN", true}}},
+        {&range_check_kernel, {z({128}, i64), z({2}, i64)}, {i64},
+         {{"T", i64}, {"SIGNED", true}, {"CHECK_LO", true}, {"CHECK_HI", true}}},
+        {&range_check_kernel, {z({7}, mx::uint32), z({2}, i64)}, {i64},
+         {{"T", mx::uint32}, {"SIGNED", false}, {"CHECK_LO", false}, {"CHECK_HI", true}}},
         {&kv_write_kernel, cache, {mx::int32},
          {{"T", b}, {"HEAD", 64}, {"ROT", 64}, {"INTER", true}, {"AT_ADD", 0}, {"POS_ADD", 0}}},
     };

@@ -46,15 +46,49 @@ static bool claim_rank(claim_ctx *c, const op_def *def) {
 
 /* ---- Gather ------------------------------------------------------------------------------- */
 
+enum { GATHER_HOST_MAX = 64 };
+
+/* Shape arithmetic stays on the host: a Gather of known integers (a Shape's dims) by known indices
+ * is known too, so its consumers read it without an evaluation and no gather reaches the device
+ * (on MLX's CUDA backend each gather kernel is compiled by NVRTC at its first use on a machine). */
+static bool gather_on_host(const op_ctx *c, const int64_t *dims, int rank, const int64_t *idims, int irank,
+                           int axis) {
+  int32_t t = op_input_dtype(c, 0);
+  if ((t != ONNX_INT64 && t != ONNX_INT32) || !op_input_known(c, 0) || !op_input_known(c, 1)) return false;
+  int64_t n_data = op_util_numel(dims, rank), n_idx = op_util_numel(idims, irank);
+  int64_t rest = op_util_numel(dims, axis) * op_util_numel(dims + axis + 1, rank - axis - 1);
+  return n_data <= GATHER_HOST_MAX && n_idx <= GATHER_HOST_MAX && rest * n_idx <= GATHER_HOST_MAX;
+}
+
+static int gather_host(op_ctx *c, const int64_t *dims, int rank, const int64_t *idims, int irank, int axis) {
+  int64_t data[GATHER_HOST_MAX], idx[GATHER_HOST_MAX], out[GATHER_HOST_MAX], odims[2 * OP_UTIL_MAX_RANK];
+  if (op_input_ints(c, 0, data, GATHER_HOST_MAX) < 0 || op_input_ints(c, 1, idx, GATHER_HOST_MAX) < 0) return -1;
+  int64_t outer = op_util_numel(dims, axis), d = dims[axis], inner = op_util_numel(dims + axis + 1, rank - axis - 1);
+  int64_t n_idx = op_util_numel(idims, irank), n = 0;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < n_idx; j++) {
+      int64_t at = idx[j] < 0 ? idx[j] + d : idx[j];
+      if (at < 0 || at >= d)
+        return op_fail(c, "index %lld out of range [%lld, %lld)", (long long)idx[j], (long long)-d, (long long)d);
+      for (int64_t k = 0; k < inner; k++) out[n++] = data[(o * d + at) * inner + k];
+    }
+  int orank = 0;
+  for (int i = 0; i < axis; i++) odims[orank++] = dims[i];
+  for (int i = 0; i < irank; i++) odims[orank++] = idims[i];
+  for (int i = axis + 1; i < rank; i++) odims[orank++] = dims[i];
+  return op_set_output_ints(c, 0, out, (int)n, odims, orank, op_input_dtype(c, 0));
+}
+
 static int lower_gather(op_ctx *c, const op_def *def) {
   mlxb_array *x, *idx;
   int64_t dims[OP_UTIL_MAX_RANK], idims[OP_UTIL_MAX_RANK];
-  int rank = op_util_input_dims(c, 0, &x, dims);
-  if (rank < 0 || op_util_input_dims(c, 1, &idx, idims) < 0) return -1;
+  int rank = op_util_input_dims(c, 0, &x, dims), irank = rank < 0 ? -1 : op_util_input_dims(c, 1, &idx, idims);
+  if (rank < 0 || irank < 0) return -1;
   if (rank == 0) return op_fail(c, "data must have rank >= 1");
   int axis = op_util_axis(ir_attr_int(op_node(c), "axis", 0), rank);
   if (axis < 0) return op_fail(c, "axis out of range for rank %d", rank);
   if (index_check_empty_axis(c, dims[axis], idx) < 0) return -1;
+  if (gather_on_host(c, dims, rank, idims, irank, axis)) return gather_host(c, dims, rank, idims, irank, axis);
   return op_set_output(c, 0, mlxb_take(op_scope(c), x, index_checked(c, idx, dims[axis]), axis));
 }
 

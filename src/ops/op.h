@@ -108,6 +108,10 @@ int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rul
 int op_require_once(op_ctx *c, const char *key, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...)
     __attribute__((format(printf, 5, 6)));
 bool op_require_seen(const op_ctx *c, const char *key);
+/* op_require (key NULL) or op_require_once (a key) for a check whose summary is built already
+ * (mlxb_violation's int64 pair, e.g. mlxb_range_violation's). */
+int op_require_summary(op_ctx *c, const char *key, mlxb_array *summary, const char *rule_fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* ---- control-flow bodies (If, Loop, Scan rows flagged OP_FLAG_BODIES) ----------------------
  * op_lower_body lowers the node's body `attr` into the same MLX graph: `inputs` bind the body's
  * formal inputs in order (n_inputs of them), values of enclosing graphs the body refers to are

@@ -303,18 +303,12 @@ static int require_range(op_ctx *c, const char *key, mlxb_array *x, int64_t lo, 
   mlxb_scope *s = op_scope(c);
   if (!x) return op_fail(c, "%s: no array", what);
   if (mlxb_size(x) == 0) return 0;
-  mlxb_dtype t = mlxb_type(x);
   int64_t tlo, thi;
-  int_dtype_range(t, &tlo, &thi);
-  mlxb_array *ok = NULL;
-  if (lo > tlo) ok = mlxb_binary(s, MLXB_GREATER_EQUAL, x, mlxb_scalar_i64(s, lo, t));
-  if (hi <= thi) {
-    mlxb_array *below = mlxb_binary(s, MLXB_LESS, x, mlxb_scalar_i64(s, hi, t));
-    ok = ok ? mlxb_binary(s, MLXB_LOGICAL_AND, ok, below) : below;
-  }
-  if (!ok) return op_check(c); /* the dtype holds no value outside the range */
-  if (key) return op_require_once(c, key, ok, x, "%s {} out of range [%lld, %lld)", what, (long long)lo, (long long)hi);
-  return op_require(c, ok, x, "%s {} out of range [%lld, %lld)", what, (long long)lo, (long long)hi);
+  int_dtype_range(mlxb_type(x), &tlo, &thi);
+  bool check_lo = lo > tlo, check_hi = hi <= thi;
+  if (!check_lo && !check_hi) return op_check(c); /* the dtype holds no value outside the range */
+  mlxb_array *summary = mlxb_range_violation(s, x, lo, hi, check_lo, check_hi);
+  return op_require_summary(c, key, summary, "%s {} out of range [%lld, %lld)", what, (long long)lo, (long long)hi);
 }
 
 int op_util_require_range(op_ctx *c, mlxb_array *x, int64_t lo, int64_t hi, const char *what) {

@@ -160,9 +160,8 @@ static bool check_list_has(const check_list *l, const char *key) {
   return false;
 }
 
-static int require_keyed(op_ctx *c, const char *key, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt,
-                         va_list ap) {
-  mlxb_array *flag = mlxb_violation(c->s, ok, bad_value);
+/* Keeps a check's summary (mlxb_violation's int64 pair) with its rule. */
+static int keep_check(op_ctx *c, const char *key, mlxb_array *flag, const char *rule_fmt, va_list ap) {
   if (!flag) return op_check(c);
   char rule[512];
   int head = snprintf(rule, sizeof rule, "node '%s' (%s): ", c->node->name, c->node->op_type);
@@ -174,6 +173,20 @@ static int require_keyed(op_ctx *c, const char *key, mlxb_array *ok, mlxb_array 
     return op_fail(c, "out of memory");
   }
   return 0;
+}
+
+static int require_keyed(op_ctx *c, const char *key, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt,
+                         va_list ap) {
+  return keep_check(c, key, mlxb_violation(c->s, ok, bad_value), rule_fmt, ap);
+}
+
+int op_require_summary(op_ctx *c, const char *key, mlxb_array *summary, const char *rule_fmt, ...) {
+  if (key && op_require_seen(c, key)) return 0;
+  va_list ap;
+  va_start(ap, rule_fmt);
+  int rc = keep_check(c, key && !c->outer ? key : NULL, summary, rule_fmt, ap);
+  va_end(ap);
+  return rc;
 }
 
 int op_require(op_ctx *c, mlxb_array *ok, mlxb_array *bad_value, const char *rule_fmt, ...) {

@@ -644,6 +644,48 @@ static void check_rms_block() {
   expect_rms("rms block", x, skip, bias, gamma, y, sum, R, H);
 }
 
+/* ---- the range check of untrusted integers: {1, the first value outside [lo, hi)} or {0, 0} ----------- */
+template <typename T, typename F>
+static void expect_range(const char *what, std::vector<T> x, int64_t lo, int64_t hi, int threads, int64_t flag,
+                         int64_t value, F kernel) {
+  int64_t bounds[2] = {lo, hi}, out[2] = {-7, -7};
+  int x_shape[1] = {static_cast<int>(x.size())};
+  emu_launch({threads, 1, 1}, {threads, 1, 1}, [&] { kernel(x.data(), bounds, out, x_shape); });
+  expect_near(what, 0, (double)out[0], (double)flag, 0);
+  if (out[1] != value) {
+    std::printf("FAIL %s: value %lld, want %lld\n", what, (long long)out[1], (long long)value);
+    failures++;
+  }
+  checks++;
+}
+
+static void check_range() {
+  std::vector<int64_t> ids(1000);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = (int64_t)((i * 37) % 151);
+  expect_range("range, all inside", ids, 0, 151, 256, 0, 0, range_i64::kernel);
+  /* the first offender by index: 300 and 556 are both thread 44's (of 256), 700 and 900 other threads' */
+  std::vector<int64_t> bad = ids;
+  bad[556] = 152, bad[300] = 151, bad[700] = -1, bad[900] = 4000;
+  expect_range("range, first offender", bad, 0, 151, 256, 1, 151, range_i64::kernel);
+  bad[100] = INT64_MIN;
+  expect_range("range, int64 minimum", bad, 0, 151, 256, 1, INT64_MIN, range_i64::kernel);
+  bad[5] = INT64_MAX;
+  expect_range("range, int64 maximum, one warp", bad, 0, 151, 32, 1, INT64_MAX, range_i64::kernel);
+  expect_range("range, empty range", std::vector<int64_t>{3}, 5, 5, 32, 1, 3, range_i64::kernel);
+  /* the upper bound only (a type that cannot go below lo): negative values pass */
+  expect_range("range, upper bound only", std::vector<int32_t>{-5, INT32_MIN, 9, 10, 4}, 0, 10, 64, 1, 10,
+               range_i32_hi::kernel);
+  expect_range("range, upper bound only, inside", std::vector<int32_t>{-5, INT32_MIN, 9}, 0, 10, 64, 0, 0,
+               range_i32_hi::kernel);
+  /* unsigned: values past INT64_MAX are outside, never wrapped to negatives that pass */
+  expect_range("range, uint64 past int64", std::vector<uint64_t>{1, 0x8000000000000000ull, 2}, 1, 100, 64, 1,
+               INT64_MIN, range_u64::kernel);
+  expect_range("range, uint64 past int64, upper bound only", std::vector<uint64_t>{1, 0xfffffffffffffff0ull, 2}, 0,
+               100, 64, 1, -16, range_u64_hi::kernel);
+  expect_range("range, uint64 below lo", std::vector<uint64_t>{5, 0, 7}, 1, 100, 64, 1, 0, range_u64::kernel);
+  expect_range("range, uint64 inside", std::vector<uint64_t>{5, 1, 99}, 1, 100, 64, 0, 0, range_u64::kernel);
+}
+
 /* ---- GatherBlockQuantized: rows of a packed table by index, out-of-range ones zero ----------------- */
 template <typename S, typename F>
 static void check_gather_bq(const char *what, int bits, bool with_zp, F kernel) {
@@ -699,6 +741,7 @@ int main() {
   check_qgemv();
   check_qgemv_normed();
   check_rms_block();
+  check_range();
   check_gather_bq<float>("gather block quantized, 4-bit, zero points", 4, true, gather_bq::kernel);
   check_gather_bq<__half>("gather block quantized, 2-bit, float16", 2, false, gather_bq_2bit::kernel);
   std::printf("%d checks, %d failures\n", checks, failures);

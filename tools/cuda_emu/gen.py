@@ -64,6 +64,10 @@ INSTANCES = {
                                                  HAS_NBIAS=False, WRITE_SUM=False, SKIP_RANK=1)),
     "gather_bq": ("gather_bq_source", dict(S="float", BITS=4, BLOCK=16, HAS_ZP=True)),
     "gather_bq_2bit": ("gather_bq_source", dict(S="__half", BITS=2, BLOCK=16, HAS_ZP=False)),
+    "range_i64": ("range_check_source", dict(T="int64_t", SIGNED=True, CHECK_LO=True, CHECK_HI=True)),
+    "range_i32_hi": ("range_check_source", dict(T="int32_t", SIGNED=True, CHECK_LO=False, CHECK_HI=True)),
+    "range_u64": ("range_check_source", dict(T="uint64_t", SIGNED=False, CHECK_LO=True, CHECK_HI=True)),
+    "range_u64_hi": ("range_check_source", dict(T="uint64_t", SIGNED=False, CHECK_LO=False, CHECK_HI=True)),
     "rms_block_f32": ("rms_norm_source", dict(T="float", HAS_SKIP=True, HAS_BIAS=True, WRITE_SUM=True, SKIP_RANK=2)),
 }
 
