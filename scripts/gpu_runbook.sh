@@ -348,7 +348,7 @@ if step idle; then
     | grep '\[mlx ep\] copy' | sort | uniq -c | sort -rn | head -12 >> "$log"
 fi
 if step coldlist; then
-  # 2026-12-05 (ninth session): the cold first Run (7.5 s for a prompt) against the 5 s: what
+  # 2026-12-05 (night session): the cold first Run (7.5 s for a prompt) against the 5 s: what
   # NVRTC compiles for a fresh machine's first prompt, then for its first decode steps; MLX's JIT
   # kernels (fused elementwise, gathers) compile one after another, ours side by side
   cold=$(mktemp -d)

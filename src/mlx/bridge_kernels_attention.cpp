@@ -519,7 +519,7 @@ bool mlxb_decode_kv_write_available(const mlxb_scope *s, mlxb_dtype t, int64_t h
 
 /* Warps a one-token attention block walks its head's keys with (ORT_EP_MLX_DECODE_WARPS: 4, 8, 16 or
  * 32; 16 by default): a step at Qwen2.5-0.5B's shapes is 14 blocks, so more warps are the way to
- * more loads in flight per head without a merge launch. Measured on the H100 (2026-12-05, ninth
+ * more loads in flight per head without a merge launch. Measured on the H100 (2026-12-05, night
  * session): the fused decode step 23 us a layer at 8 warps, 15.3 at 16, 14.6 at 32. */
 static int decode_warps() {
   static const int warps = [] {
