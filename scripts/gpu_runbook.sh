@@ -85,6 +85,8 @@
 #   warps    the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS): kernel profiles and A/B
 #   idle     a prompt after idling against back to back (the bench's prompt was slower than the probe's),
 #            and MLX's CUDA graph cache size A/B
+#   tilem    the prompt's quantized GEMM at a row tile of 128 (ORT_EP_MLX_QGEMM_TILE_M): tests, prompt A/B,
+#            kernel profile
 #   coldlist which kernels a fresh machine compiles for the first prompt and then for the first decode
 #            steps (a fresh MLX_PTX_CACHE_DIR; each new file with its seconds since the process began),
 #            then the attention, device-memory, LLM, hostile-input, indexing and cast tests, and the
@@ -365,6 +367,17 @@ if step coldlist; then
     tests/test_ops_cast.py 2>&1 | grep -E "^FAILED|passed|failed" | head -8 >> "$log"
   # what a step pays for keeping index arithmetic out of MLX's fusion (a launch per operation)
   probe_ab ORT_EP_MLX_FUSE_INDEX_MATH "0 1 0 1" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
+fi
+if step tilem; then
+  # 2026-12-05 (night session): the prompt's quantized GEMM at a row tile of 128 (one tile for a
+  # 128-token prompt: each weight tile dequantized once; ORT_EP_MLX_QGEMM_TILE_M): the MatMulNBits and
+  # LLM tests with it, then the prompt's phases each way (alternating) and its kernel profile at 128
+  ORT_EP_MLX_QGEMM_TILE_M=128 timeout 100 python3 -m pytest -q -p no:cacheprovider -n 12 tests/test_ops_contrib_quant.py \
+    tests/test_llm_generation.py 2>&1 | grep -E "^FAILED|passed|failed" | head -6 >> "$log"
+  probe_ab ORT_EP_MLX_QGEMM_TILE_M "64 128 64 128" prompt 'loop [4-7]|phases' --mode io --steps 0 --loops 8 \
+    --logits-device --phases
+  ORT_EP_MLX_QGEMM_TILE_M=128 timeout 80 python3 bench/decode_kernels.py --mode prefill_device --short 4 --long 8 \
+    --top 6 >> "$log" 2>&1
 fi
 if step warps; then
   # 2026-12-05 (eighth session): the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS 8, 16,

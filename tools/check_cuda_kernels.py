@@ -103,8 +103,10 @@ KERNELS = {
                              for n, t in (("w", "uint32_t"), ("scales", "float"), ("biases", "float"))]
         + [("bias", "__half"), ("post0", "__half"), ("post1", "__half"), ("post2", "__half")],
         [("out0", "__half"), ("out1", "__half"), ("out2", "__half"), ("partial", "float")],
-        [dict(BITS=4, GROUP=32, HAS_BIAS=True, POST=1, SETS=1), dict(BITS=8, GROUP=128, HAS_BIAS=False, POST=0, SETS=2),
-         dict(BITS=2, GROUP=64, HAS_BIAS=False, POST=5, SETS=3)]),
+        [dict(BITS=4, GROUP=32, HAS_BIAS=True, POST=1, SETS=1, BM=64),
+         dict(BITS=8, GROUP=128, HAS_BIAS=False, POST=0, SETS=2, BM=128),
+         dict(BITS=2, GROUP=64, HAS_BIAS=False, POST=5, SETS=3, BM=64),
+         dict(BITS=4, GROUP=32, HAS_BIAS=False, POST=5, SETS=3, BM=128)]),
     "qgemm_reduce_source": (None,
         [("partial", "float"), ("bias", "__half"), ("post0", "__half"), ("post1", "__half"), ("post2", "__half"),
          ("dims", "int32_t")], [("out0", "__half"), ("out1", "__half"), ("out2", "__half")],

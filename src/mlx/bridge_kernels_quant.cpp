@@ -232,10 +232,12 @@ const cuda_kernel_spec dequant_f32_kernel = {
  * float32 accumulators of mma.sync m16n8k16. Where hi + lo == v (the callers' contract:
  * mlxb_qgemm_split) that is the float32 GEMM on the dequantized weights, summed in another order.
  * The two halves keep separate accumulators: an infinite activation times a zero lo would make NaN
- * where the float32 GEMM gives the infinity, so a non-finite hi sum stands alone. Blocks of 64 x 64
- * outputs (four warps of 32 x 32), 32 of K per step, the next step's loads in registers while the
- * tensor cores work; the K steps may be split over gridDim.z blocks, each writing float32 partial
- * sums that qgemm_reduce adds in a fixed order. */
+ * where the float32 GEMM gives the infinity, so a non-finite hi sum stands alone. Blocks of BM x 64
+ * outputs (BM 64 or 128: four or eight warps of 32 x 32), 32 of K per step, the next step's loads in
+ * registers while the tensor cores work; the K steps may be split over gridDim.z blocks, each
+ * writing float32 partial sums that qgemm_reduce adds in a fixed order. With BM 128 a 128-token
+ * prompt is one row of tiles: each weight tile is dequantized once, not twice, and each barrier
+ * covers twice the tensor-core work. */
 const char *qgemm_header = R"(
 __device__ __forceinline__ void ort_ep_mlx_mma16816(float* d, const uint32_t* a, const uint32_t* b) {
   asm volatile(
@@ -247,11 +249,14 @@ __device__ __forceinline__ void ort_ep_mlx_mma16816(float* d, const uint32_t* a,
 )";
 
 const char *qgemm_split_source = R"(
-  constexpr int BM = 64, BN = 64, BK = 32, LDS = BK + 8; /* halves per shared row: the pad spreads banks */
+  constexpr int BN = 64, BK = 32, LDS = BK + 8; /* halves per shared row: the pad spreads banks */
+  constexpr int THREADS = 2 * BM;               /* warps of 32 x 32 outputs, two across the tile */
   constexpr int VPW = 32 / BITS;
   constexpr unsigned MASK = (1u << BITS) - 1u;
-  constexpr int WPR = BK / VPW;          /* packed words of one weight row per step */
-  constexpr int WLOADS = BN * WPR / 128; /* of them per thread */
+  constexpr int WPR = BK / VPW;              /* packed words of one weight row per step */
+  constexpr int WLOADS = BN * WPR / THREADS; /* of them per thread */
+  static_assert(WLOADS >= 1 && BN * WPR % THREADS == 0, "a whole number of weight words per thread");
+  static_assert(BM * BK / 8 == 2 * THREADS, "two 16-byte activation loads per thread");
   const int M = x_shape[0], K = x_shape[1], WORDS = w0_shape[1], G = scales0_shape[1];
   /* up to SETS weight sets of one K side by side: column tiles numbered across them, each tile in
    * one set, the partial sums [splits, M, NT] with the sets' columns one after another */
@@ -285,7 +290,7 @@ const char *qgemm_split_source = R"(
     const int k0 = s * BK;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-      const int idx = tid + i * 128, m = m0 + idx / 4;
+      const int idx = tid + i * THREADS, m = m0 + idx / 4;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (m < M) {
         const __half* p = x + (size_t)m * K + k0 + (idx % 4) * 8;
@@ -302,7 +307,7 @@ const char *qgemm_split_source = R"(
     }
 #pragma unroll
     for (int i = 0; i < WLOADS; i++) {
-      const int idx = tid + i * 128, n = n0 + idx / WPR;
+      const int idx = tid + i * THREADS, n = n0 + idx / WPR;
       const bool live = n < N;
       rw[i] = live ? w[(size_t)n * WORDS + k0 / VPW + idx % WPR] : 0u;
       rs[i] = live ? scales[(size_t)n * G + k0 / GROUP] : 0.0f;
@@ -313,12 +318,12 @@ const char *qgemm_split_source = R"(
   auto stage = [&]() {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-      const int idx = tid + i * 128;
+      const int idx = tid + i * THREADS;
       *reinterpret_cast<uint4*>(&sa[idx / 4][(idx % 4) * 8]) = ra[i];
     }
 #pragma unroll
     for (int i = 0; i < WLOADS; i++) {
-      const int idx = tid + i * 128, r = idx / WPR, kk = (idx % WPR) * VPW;
+      const int idx = tid + i * THREADS, r = idx / WPR, kk = (idx % WPR) * VPW;
       alignas(16) __half hi[VPW];
       alignas(16) __half lo[VPW];
 #pragma unroll
@@ -350,7 +355,7 @@ const char *qgemm_split_source = R"(
     for (int j = 0; j < 4; j++)
 #pragma unroll
       for (int r = 0; r < 4; r++) acc_hi[i][j][r] = acc_lo[i][j][r] = 0.0f;
-  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32 x 32 of the block's 64 x 64 */
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32 x 32 of the block's BM x 64 */
   if (s_begin < s_end) fetch(s_begin);
   for (int s = s_begin; s < s_end; s++) {
     __syncthreads();
@@ -690,6 +695,17 @@ namespace {
 
 /* How many blocks share one output tile's K steps: enough tiles to fill an H200's 132
  * multiprocessors twice over, each block keeping at least four steps, at most 16 partial sums. */
+/* The GEMM's row tile for m rows (ORT_EP_MLX_QGEMM_TILE_M: 64, the default, or 128): 128 where the
+ * rows fill more than one tile of 64 and a step's weight words fill a block of 256 threads (4- and
+ * 8-bit weights). A/B switch until measured on a GPU. */
+int qgemm_tile_m(int64_t m, int bits) {
+  static const int wanted = [] {
+    const char *v = std::getenv("ORT_EP_MLX_QGEMM_TILE_M");
+    return v && !std::strcmp(v, "128") ? 128 : 64;
+  }();
+  return wanted == 128 && m > 64 && bits >= 4 ? 128 : 64;
+}
+
 int qgemm_splits(int64_t tiles, int64_t steps) {
   enum { TARGET_BLOCKS = 264, MIN_STEPS = 4, MAX_SPLITS = 16 };
   int64_t want = (TARGET_BLOCKS + tiles - 1) / tiles;
@@ -712,7 +728,7 @@ std::vector<mx::array> qgemm_sets(mlxb_scope *s, const mlxb_array *x, int n_sets
   if (!mlxb_qgemm_split_available(s, bits, group_size))
     throw bridge_error("quantized GEMM: not available for this packing or device");
   const mx::array &xa = arr(x);
-  enum { TILE = 64, THREADS = 128, STEP = 32, REDUCE_THREADS = 256 };
+  enum { TILE = 64, STEP = 32, REDUCE_THREADS = 256 };
   auto dev = scope_dev(s);
   int64_t k = -1, tiles_n = 0;
   int n[MLXB_QGEMV_MAX_SETS] = {0, 0, 0}, post_mask = 0;
@@ -743,8 +759,9 @@ std::vector<mx::array> qgemm_sets(mlxb_scope *s, const mlxb_array *x, int n_sets
     for (int i = 0; i < n_sets; i++) empty.push_back(mx::zeros(shapes[i], mx::float16, dev));
     return empty;
   }
-  int64_t tiles_m = (m + TILE - 1) / TILE;
-  if (tiles_m > 65535 || tiles_n * THREADS > std::numeric_limits<int>::max())
+  const int tile_m = qgemm_tile_m(m, bits), threads = 2 * tile_m;
+  int64_t tiles_m = (m + tile_m - 1) / tile_m;
+  if (tiles_m > 65535 || tiles_n * threads > std::numeric_limits<int>::max())
     throw bridge_error("quantized GEMM: too many rows or columns for one launch");
   if (bias && (arr(bias).ndim() != 1 || arr(bias).shape(0) != n[0]))
     throw bridge_error("quantized GEMM: the bias has one value per output");
@@ -767,9 +784,9 @@ std::vector<mx::array> qgemm_sets(mlxb_scope *s, const mlxb_array *x, int n_sets
   uint32_t sets_unused = 0x7u & ~((1u << n_sets) - 1u);
   auto outs = run_cuda_kernel(qgemm_split_kernel, inputs, out_shapes,
                               {mx::float16, mx::float16, mx::float16, mx::float32},
-                              {static_cast<int>(tiles_n * THREADS), static_cast<int>(tiles_m), splits}, {THREADS, 1, 1},
+                              {static_cast<int>(tiles_n * threads), static_cast<int>(tiles_m), splits}, {threads, 1, 1},
                               {{"BITS", bits}, {"GROUP", group_size}, {"HAS_BIAS", bias != nullptr},
-                               {"POST", post_mask}, {"SETS", n_sets}},
+                               {"POST", post_mask}, {"SETS", n_sets}, {"BM", tile_m}},
                               s, splits > 1 ? 0x7u : sets_unused | 0x8u); /* the partial sums or the outputs */
   if (splits > 1) {
     int64_t total = m * nt, grid = (total + REDUCE_THREADS - 1) / REDUCE_THREADS * REDUCE_THREADS;

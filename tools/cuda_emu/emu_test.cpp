@@ -239,7 +239,10 @@ static weights make_weights(int n, int seed) {
   return w;
 }
 
-static void check_qgemm() {
+/* the quantized GEMM at row tile BM (its kernels' BM): three sets with split K, then one set with
+ * its bias */
+template <int BM, typename Sets, typename One>
+static void check_qgemm(const char *what, Sets sets_kernel, One one_kernel) {
   std::vector<__half> x(M * K);
   for (int i = 0; i < M * K; i++) x[i] = __half((float)((i * 37 % 61) - 30) / 32.0f);
   weights ws[3] = {make_weights(50, 1), make_weights(30, 2), make_weights(20, 3)};
@@ -256,13 +259,14 @@ static void check_qgemm() {
   int x_shape[2] = {M, K}, w_shape[3][2], sc_shape[2] = {0, K / G};
   for (int s = 0; s < 3; s++) w_shape[s][0] = ws[s].n, w_shape[s][1] = K / 8;
   sc_shape[0] = 50;
-  const int tiles_n = 1 + 1 + 1, tiles_m = (M + 63) / 64, splits = 2;
+  const int tiles_n = 1 + 1 + 1, tiles_m = (M + BM - 1) / BM, splits = 2;
+  const std::string name(what);
   /* three sets, split K over two blocks: partial sums, then the reduction (set 1 without a post) */
   int nt = 100;
   std::vector<float> partial((size_t)splits * M * nt, NAN);
   std::vector<__half> out[3] = {std::vector<__half>(M * 50), std::vector<__half>(M * 30), std::vector<__half>(M * 20)};
-  emu_launch({(unsigned)tiles_n, (unsigned)tiles_m, (unsigned)splits}, {128, 1, 1}, [&] {
-    qgemm_sets3::kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(), ws[1].packed.data(),
+  emu_launch({(unsigned)tiles_n, (unsigned)tiles_m, (unsigned)splits}, {2 * BM, 1, 1}, [&] {
+    sets_kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(), ws[1].packed.data(),
                         ws[1].scales.data(), ws[1].biases.data(), ws[2].packed.data(), ws[2].scales.data(),
                         ws[2].biases.data(), x.data(), post[0].data(), post[1].data(), post[2].data(), nullptr, nullptr,
                         nullptr, partial.data(), x_shape, w_shape[0], sc_shape, w_shape[1], w_shape[2]);
@@ -276,18 +280,18 @@ static void check_qgemm() {
   for (int s = 0; s < 3; s++)
     for (int m = 0; m < M; m++)
       for (int n = 0; n < ws[s].n; n++)
-        expect_near(s == 0 ? "qgemm set 0" : s == 1 ? "qgemm set 1" : "qgemm set 2", m * ws[s].n + n,
+        expect_near((name + (s == 0 ? " set 0" : s == 1 ? " set 1" : " set 2")).c_str(), m * ws[s].n + n,
                     (float)out[s][m * ws[s].n + n], want(s, m, n, false, s != 1), 2e-3);
   /* one set with a bias input and a post bias, no split: written by the GEMM itself */
   std::vector<__half> one(M * 50);
-  emu_launch({1, (unsigned)tiles_m, 1}, {128, 1, 1}, [&] {
-    qgemm_one::kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(), ws[0].packed.data(),
+  emu_launch({1, (unsigned)tiles_m, 1}, {2 * BM, 1, 1}, [&] {
+    one_kernel(x.data(), ws[0].packed.data(), ws[0].scales.data(), ws[0].biases.data(), ws[0].packed.data(),
                       ws[0].scales.data(), ws[0].biases.data(), ws[0].packed.data(), ws[0].scales.data(),
                       ws[0].biases.data(), bias.data(), post[0].data(), post[0].data(), post[0].data(), one.data(),
                       nullptr, nullptr, nullptr, x_shape, w_shape[0], sc_shape, w_shape[0], w_shape[0]);
   });
   for (int m = 0; m < M; m++)
-    for (int n = 0; n < 50; n++) expect_near("qgemm one set", m * 50 + n, (float)one[m * 50 + n], want(0, m, n, true, true), 2e-3);
+    for (int n = 0; n < 50; n++) expect_near((name + " one set").c_str(), m * 50 + n, (float)one[m * 50 + n], want(0, m, n, true, true), 2e-3);
 }
 
 /* ---- KV append of several rows ------------------------------------------------------------------ */
@@ -732,7 +736,8 @@ int main() {
     check_rows_long("rows attention, long cache, hostile length", {false, true, false, true, 0}, rows_f32::kernel, len1);
   check_rms_rows();
   check_rms_rows_half();
-  check_qgemm();
+  check_qgemm<64>("qgemm", qgemm_sets3::kernel, qgemm_one::kernel);
+  check_qgemm<128>("qgemm, row tile 128", qgemm_sets3_bm128::kernel, qgemm_one_bm128::kernel);
   check_append();
   check_copy_batch();
   check_decode();
