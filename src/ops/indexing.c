@@ -62,9 +62,13 @@ static bool gather_on_host(const op_ctx *c, const int64_t *dims, int rank, const
 
 static int gather_host(op_ctx *c, const int64_t *dims, int rank, const int64_t *idims, int irank, int axis) {
   int64_t data[GATHER_HOST_MAX], idx[GATHER_HOST_MAX], out[GATHER_HOST_MAX], odims[2 * OP_UTIL_MAX_RANK];
-  if (op_input_ints(c, 0, data, GATHER_HOST_MAX) < 0 || op_input_ints(c, 1, idx, GATHER_HOST_MAX) < 0) return -1;
   int64_t outer = op_util_numel(dims, axis), d = dims[axis], inner = op_util_numel(dims + axis + 1, rank - axis - 1);
   int64_t n_idx = op_util_numel(idims, irank), n = 0;
+  int got_data = op_input_ints(c, 0, data, GATHER_HOST_MAX);
+  int got_idx = got_data < 0 ? -1 : op_input_ints(c, 1, idx, GATHER_HOST_MAX);
+  if (got_data < 0 || got_idx < 0) return -1;
+  if (got_data != op_util_numel(dims, rank) || got_idx != n_idx)
+    return op_fail(c, "known values do not match their shapes (%d of data, %d indices)", got_data, got_idx);
   for (int64_t o = 0; o < outer; o++)
     for (int64_t j = 0; j < n_idx; j++) {
       int64_t at = idx[j] < 0 ? idx[j] + d : idx[j];
