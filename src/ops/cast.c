@@ -95,11 +95,12 @@ static int cast_host(op_ctx *c, int32_t to) {
   mlxb_array *x;
   int rank = op_util_input_dims(c, 0, &x, dims);
   if (rank < 0) return -1;
-  if (op_util_numel(dims, rank) > MAX) return op_set_output(c, 0, mlxb_astype(op_scope(c), x, (mlxb_dtype)op_mlx_dtype(to)));
+  int64_t count = op_util_numel(dims, rank);
+  if (count > MAX) return op_set_output(c, 0, mlxb_astype(op_scope(c), x, (mlxb_dtype)op_mlx_dtype(to)));
   int n = op_input_ints(c, 0, vals, MAX);
   if (n < 0) return -1;
-  if (n != op_util_numel(dims, rank)) return op_fail(c, "%d known values for %lld elements", n, (long long)op_util_numel(dims, rank));
-  for (int i = 0; to == ONNX_INT32 && i < n; i++) vals[i] = (int32_t)(uint32_t)(uint64_t)vals[i];
+  if (n != count) return op_fail(c, "%d known values for %lld elements", n, (long long)count);
+  for (int i = 0; to == ONNX_INT32 && i < n; i++) vals[i] = (int32_t)(uint32_t)(uint64_t)vals[i]; /* the low 32 bits */
   return op_set_output_ints(c, 0, vals, n, dims, rank, to);
 }
 
