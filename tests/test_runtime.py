@@ -53,6 +53,43 @@ def test_signature_cache_and_traces(tmp_path, compile_mode):
         assert st["traces"] == 0 and st["eager_runs"] == 6
 
 
+def shape_arithmetic_model():
+    # y = Relu(Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1, 2]))), t = that Concat: the
+    # exporters' classic reshape target, every value known from x's shape.
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["u"]), helper.make_node("Concat", ["u", "rest"], ["t"], axis=0),
+             helper.make_node("Reshape", ["x", "t"], ["r"]), helper.make_node("Relu", ["r"], ["y"]),
+             # a 2-D Concat along axis 1 of known values: [[N, 7, 8], [6, 9, 10]]
+             helper.make_node("Unsqueeze", ["s", "axis1"], ["col"]),
+             helper.make_node("Concat", ["col", "table"], ["t2"], axis=1)]
+    inits = [("zero", np.array(0, np.int64)), ("axes", np.array([0], np.int64)), ("rest", np.array([-1, 2], np.int64)),
+             ("axis1", np.array([1], np.int64)), ("table", np.array([[7, 8], [9, 10]], np.int64))]
+    return make_model(nodes, [("x", F, ["N", 6])], [("y", F, None), ("t", I64, None), ("t2", I64, None)], inits)
+
+
+@pytest.mark.parametrize("compile_mode", ["0", "1"])
+def test_shape_arithmetic_stays_on_the_host(tmp_path, compile_mode):
+    """Gather, Unsqueeze and Concat of shape-derived integers are computed when the graph is built:
+    no Run evaluates anything to read the Reshape's target (ORT's own fusions off, so that the
+    pattern reaches the EP), and the values equal numpy's."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    report = tmp_path / "report.txt"
+    sess = mlx_ep.session(shape_arithmetic_model(), options={"compile": compile_mode, "report": str(report)},
+                          strict=True, sess_options=so)
+    rng = np.random.default_rng(0)
+    for n in (2, 5, 2, 2):
+        x = rng.standard_normal((n, 6)).astype(np.float32)
+        y, t, t2 = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(t, np.array([n, -1, 2], np.int64))
+        np.testing.assert_array_equal(t2, np.array([[n, 7, 8], [6, 9, 10]], np.int64))
+        np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(n, 3, 2))
+    del sess
+    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+    assert stats["runs"] == 4 and stats["host_reads"] == 0
+
+
 def test_data_dependent_reshape_is_never_baked(tmp_path):
     # The Reshape target comes from data: a compile trace must not capture it.
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"])]

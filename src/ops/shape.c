@@ -13,8 +13,30 @@
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 /* Output `out` is x reshaped to dims[rank] (MLX checks the element count). */
+enum { SHAPE_HOST_MAX = 64 };
+
+/* Whether input i holds `count` integers known when the graph is built (shape arithmetic: a Shape's
+ * dims, a Gather or Concat of them), few enough to compute with on the host. */
+static bool shape_input_on_host(const op_ctx *c, int i, int64_t count) {
+  int32_t t = op_input_dtype(c, i);
+  return (t == ONNX_INT64 || t == ONNX_INT32) && count <= SHAPE_HOST_MAX && op_input_known(c, i);
+}
+
+/* Input i's known integers into vals; exactly `count` of them, or the node fails. */
+static int shape_read_known(op_ctx *c, int i, int64_t *vals, int64_t count) {
+  int n = op_input_ints(c, i, vals, SHAPE_HOST_MAX);
+  if (n < 0) return -1;
+  if (n != count) return op_fail(c, "input %d: %d known values for %lld elements", i, n, (long long)count);
+  return n;
+}
+
+/* Output `out` as input 0 in a new shape: host-known values stay known (Unsqueeze, Squeeze, Flatten
+ * and Reshape of shape arithmetic put nothing on the device), anything else is a reshape. */
 static int shape_set_reshaped(op_ctx *c, int out, mlxb_array *x, const int64_t *dims, int rank) {
-  return op_set_output(c, out, mlxb_reshape(op_scope(c), x, dims, rank));
+  int64_t vals[SHAPE_HOST_MAX], count = op_util_numel(dims, rank);
+  if (!shape_input_on_host(c, 0, count)) return op_set_output(c, out, mlxb_reshape(op_scope(c), x, dims, rank));
+  int n = shape_read_known(c, 0, vals, count);
+  return n < 0 ? -1 : op_set_output_ints(c, out, vals, n, dims, rank, op_input_dtype(c, 0));
 }
 
 /* Any input rank known at claim time must fit the fixed-size buffers. */
@@ -100,9 +122,51 @@ static int lower_transpose(op_ctx *c, const op_def *def) {
 
 /* ---- Concat ------------------------------------------------------------------------------- */
 
+/* Concat of host-known integers (shape arithmetic) on the host: false where any input is not. */
+static bool concat_on_host(op_ctx *c, int n, int axis, int rank) {
+  int32_t t = op_input_dtype(c, 0);
+  int64_t total = 0, dims[OP_UTIL_MAX_RANK];
+  mlxb_array *x;
+  for (int i = 0; i < n; i++) {
+    if (op_input_dtype(c, i) != t || op_util_input_dims(c, i, &x, dims) != rank) return false;
+    int64_t count = op_util_numel(dims, rank);
+    if (!shape_input_on_host(c, i, count)) return false;
+    total += count;
+  }
+  return total <= SHAPE_HOST_MAX && axis >= 0;
+}
+
+static int concat_host(op_ctx *c, int n, int axis, int rank) {
+  int64_t vals[SHAPE_HOST_MAX], out[SHAPE_HOST_MAX], dims[OP_UTIL_MAX_RANK], odims[OP_UTIL_MAX_RANK];
+  mlxb_array *x;
+  op_util_input_dims(c, 0, &x, odims);
+  odims[axis] = 0;
+  for (int i = 0; i < n; i++) {
+    op_util_input_dims(c, i, &x, dims);
+    for (int d = 0; d < rank; d++)
+      if (d != axis && dims[d] != odims[d])
+        return op_fail(c, "input %d has dimension %d = %lld, input 0 has %lld", i, d, (long long)dims[d],
+                       (long long)odims[d]);
+    odims[axis] += dims[axis];
+  }
+  int64_t outer = op_util_numel(odims, axis), inner = op_util_numel(odims + axis + 1, rank - axis - 1), at = 0;
+  for (int i = 0; i < n; i++) {
+    op_util_input_dims(c, i, &x, dims);
+    int64_t count = op_util_numel(dims, rank), block = dims[axis] * inner;
+    if (shape_read_known(c, i, vals, count) < 0) return -1;
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t k = 0; k < block; k++) out[o * odims[axis] * inner + at + k] = vals[o * block + k];
+    at += block;
+  }
+  return op_set_output_ints(c, 0, out, (int)op_util_numel(odims, rank), odims, rank, op_input_dtype(c, 0));
+}
+
 static int lower_concat(op_ctx *c, const op_def *def) {
   int n = op_num_inputs(c);
   if (n < 1) return op_fail(c, "no inputs");
+  int rank0 = op_has_input(c, 0) ? mlxb_ndim(op_input(c, 0)) : -1;
+  int axis0 = rank0 > 0 ? op_util_axis(ir_attr_int(op_node(c), "axis", 0), rank0) : -1;
+  if (rank0 > 0 && concat_on_host(c, n, axis0, rank0)) return concat_host(c, n, axis0, rank0);
   const mlxb_array **xs = calloc((size_t)n, sizeof *xs);
   if (!xs) return op_fail(c, "out of memory");
   int rank = -1;
