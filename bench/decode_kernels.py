@@ -13,6 +13,9 @@ Everything else (model build, prefill, traces, the first Runs' JIT) cancels out.
 prefill_device the same with the logits left on the device (as the bench's prefill);
 direct_prefill the same prompt in MLX direct.
 
+--by-grid keys each kernel by its launch grid too (from the profiler's trace), so that one kernel
+variant launched at several shapes (the quantized GEMM's o_proj, down_proj and lm_head) shows apart.
+
 --mode direct profiles MLX direct's decode loop instead (bench/mlx_reference.py on the same
 model and the prompt's KV from bench/workloads.py): the launches a hand-written MLX port needs.
 With ORT_EP_MLX_LIBRARY and PYTHONPATH as for bench/run.py. One child process per profile.
@@ -54,7 +57,22 @@ def direct_prefills(runs):
     return run
 
 
-def profile_child(steps, mode):
+def kernels_by_grid(trace_path):
+    """{"name grid=[x, y, z]": [count, device_us]} of the kernels in a chrome trace torch.profiler
+    exported (each kernel event's args carry its grid)."""
+    with open(trace_path) as f:
+        events = json.load(f).get("traceEvents", [])
+    table = collections.defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.get("cat") != "kernel" or "dur" not in e:
+            continue
+        key = f"{e.get('name', '?')} grid={e.get('args', {}).get('grid')}"
+        table[key][0] += 1
+        table[key][1] += float(e["dur"])
+    return dict(table)
+
+
+def profile_child(steps, mode, by_grid=False):
     """In the child: one probe run under the profiler; prints {kernel: [count, device_us]} as JSON.
     For the prefill modes `steps` counts prefill Runs (decode_probe --steps 0 --loops steps)."""
     import runpy
@@ -72,13 +90,21 @@ def profile_child(steps, mode):
             loop()
         else:
             runpy.run_path(os.path.join(ROOT, "bench", "decode_probe.py"), run_name="__main__")
-    table = {k.key: [k.count, k.self_device_time_total] for k in p.key_averages() if k.self_device_time_total > 0}
+    if by_grid:
+        import tempfile
+        fd, path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        p.export_chrome_trace(path)
+        table = kernels_by_grid(path)
+        os.unlink(path)
+    else:
+        table = {k.key: [k.count, k.self_device_time_total] for k in p.key_averages() if k.self_device_time_total > 0}
     print("KERNELS " + json.dumps(table))
 
 
-def run_profile(steps, mode):
-    out = subprocess.run([sys.executable, __file__, "--child", str(steps), "--mode", mode],
-                         capture_output=True, text=True, check=True).stdout
+def run_profile(steps, mode, by_grid=False):
+    out = subprocess.run([sys.executable, __file__, "--child", str(steps), "--mode", mode]
+                         + (["--by-grid"] if by_grid else []), capture_output=True, text=True, check=True).stdout
     line = next(l for l in out.splitlines() if l.startswith("KERNELS "))
     return json.loads(line[len("KERNELS "):])
 
@@ -89,11 +115,12 @@ def main():
     ap.add_argument("--long", type=int, default=40)
     ap.add_argument("--mode", default="io")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--by-grid", action="store_true", help="key kernels by their launch grid too")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        return profile_child(args.child, args.mode)
-    a, b = run_profile(args.short, args.mode), run_profile(args.long, args.mode)
+        return profile_child(args.child, args.mode, args.by_grid)
+    a, b = run_profile(args.short, args.mode, args.by_grid), run_profile(args.long, args.mode, args.by_grid)
     steps = args.long - args.short
     per_step = collections.Counter()
     launches = {}
@@ -108,7 +135,7 @@ def main():
     print(f"per {unit} ({args.mode}, {steps} extra): {total_n:.0f} launches/copies, "
           f"{total_us:.0f} us of device time")
     for name, us in per_step.most_common(args.top):
-        print(f"  {launches[name]:7.1f} x {us:9.1f} us  {name[:120]}")
+        print(f"  {launches[name]:7.1f} x {us:9.1f} us  {name[:150] if args.by_grid else name[:120]}")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@
 #   warps    the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS): kernel profiles and A/B
 #   idle     a prompt after idling against back to back (the bench's prompt was slower than the probe's),
 #            and MLX's CUDA graph cache size A/B
+#   gemmprof a prompt's and a decode step's device time by kernel and launch grid
 #   tilem    the prompt's quantized GEMM at a row tile of 128 (ORT_EP_MLX_QGEMM_TILE_M): tests, prompt A/B,
 #            kernel profile
 #   coldlist which kernels a fresh machine compiles for the first prompt and then for the first decode
@@ -378,6 +379,13 @@ if step tilem; then
     --logits-device --phases
   ORT_EP_MLX_QGEMM_TILE_M=128 timeout 80 python3 bench/decode_kernels.py --mode prefill_device --short 4 --long 8 \
     --top 6 >> "$log" 2>&1
+fi
+if step gemmprof; then
+  # 2026-12-05 (night session): the prompt's device time by kernel and launch grid (the GEMM's single-
+  # set variant serves o_proj, down_proj and lm_head alike), then a decode step's the same way
+  timeout 120 python3 bench/decode_kernels.py --mode prefill_device --short 4 --long 12 --top 24 --by-grid \
+    >> "$log" 2>&1
+  timeout 120 python3 bench/decode_kernels.py --mode io --short 8 --long 24 --top 16 --by-grid >> "$log" 2>&1
 fi
 if step warps; then
   # 2026-12-05 (eighth session): the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS 8, 16,

@@ -30,10 +30,11 @@ mx::array violation_of(const mx::array &good, const std::optional<mx::array> &va
 }
 
 /* The range check as one kernel of ours (MLX's CUDA backend; ORT_EP_MLX_RANGE_KERNEL=0: never):
- * integers up to 2^24 of them, where one block's pass is short. */
+ * integers up to 2^20 of them, 4096 a thread of its one block at most; more go to MLX's operations,
+ * which spread over the whole GPU. */
 bool range_kernel_fits(const mlxb_scope *s, const mx::array &x) {
   static const bool on = env_switch_on("ORT_EP_MLX_RANGE_KERNEL");
-  return on && is_cuda_gpu(s) && mx::issubdtype(x.dtype(), mx::integer) && x.size() <= (size_t{1} << 24);
+  return on && is_cuda_gpu(s) && mx::issubdtype(x.dtype(), mx::integer) && x.size() <= (size_t{1} << 20);
 }
 
 } // namespace

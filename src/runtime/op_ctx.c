@@ -340,11 +340,23 @@ int op_set_output(op_ctx *c, int i, mlxb_array *a) {
   return 0;
 }
 
+/* The array of n host integers in dtype t: int32 written as int32 (a constant of the graph, where an
+ * int64 constant and a cast would put one operation more into every Run of a compiled program). */
+static mlxb_array *host_ints_array(mlxb_scope *s, const int64_t *vals, int n, const int64_t *dims, int rank, int t) {
+  enum { STACK = 64 };
+  if (t != MLXB_I32 || n > STACK) {
+    mlxb_array *a = mlxb_from_data(s, n > 0 ? vals : NULL, dims, rank, MLXB_I64);
+    return a && t != MLXB_I64 ? mlxb_astype(s, a, (mlxb_dtype)t) : a;
+  }
+  int32_t narrow[STACK];
+  for (int k = 0; k < n; k++) narrow[k] = (int32_t)(uint32_t)(uint64_t)vals[k]; /* the low 32 bits */
+  return mlxb_from_data(s, n > 0 ? narrow : NULL, dims, rank, MLXB_I32);
+}
+
 int op_set_output_ints(op_ctx *c, int i, const int64_t *vals, int n, const int64_t *dims, int rank, int32_t dtype) {
   int t = op_mlx_dtype(dtype);
   if (t < 0) return op_fail(c, "output %d: dtype %s", i, ir_dtype_name(dtype));
-  mlxb_array *a = mlxb_from_data(c->s, n > 0 ? vals : NULL, dims, rank, MLXB_I64);
-  if (a && t != MLXB_I64) a = mlxb_astype(c->s, a, (mlxb_dtype)t);
+  mlxb_array *a = host_ints_array(c->s, vals, n, dims, rank, t);
   if (op_set_output(c, i, a)) return -1;
   int v = c->node->outputs[i];
   if (v < 0 || n < 0) return 0;
