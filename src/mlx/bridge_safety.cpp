@@ -1,7 +1,6 @@
 /* Untrusted data: the in-graph summary of a validity check (a tiny int64 pair the runtime
  * evaluates together with a Run's outputs), the range check most of them are, and MLX's memory
- * limit. Index bounding itself lives
- * beside the indexing ops in bridge.cpp. */
+ * limit. Index bounding itself lives beside the indexing ops in bridge.cpp. */
 #include "mlx/bridge_internal.h"
 #include "mlx/bridge_kernel_specs.h"
 

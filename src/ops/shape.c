@@ -12,7 +12,6 @@
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-/* Output `out` is x reshaped to dims[rank] (MLX checks the element count). */
 enum { SHAPE_HOST_MAX = 64 };
 
 /* Whether input i holds `count` integers known when the graph is built (shape arithmetic: a Shape's
@@ -30,8 +29,9 @@ static int shape_read_known(op_ctx *c, int i, int64_t *vals, int64_t count) {
   return n;
 }
 
-/* Output `out` as input 0 in a new shape: host-known values stay known (Unsqueeze, Squeeze, Flatten
- * and Reshape of shape arithmetic put nothing on the device), anything else is a reshape. */
+/* Output `out` as input 0 reshaped to dims[rank] (MLX checks the element count): host-known values
+ * stay known (Unsqueeze, Squeeze, Flatten and Reshape of shape arithmetic put nothing on the
+ * device), anything else is a reshape. */
 static int shape_set_reshaped(op_ctx *c, int out, mlxb_array *x, const int64_t *dims, int rank) {
   int64_t vals[SHAPE_HOST_MAX], count = op_util_numel(dims, rank);
   if (!shape_input_on_host(c, 0, count)) return op_set_output(c, out, mlxb_reshape(op_scope(c), x, dims, rank));
@@ -122,18 +122,21 @@ static int lower_transpose(op_ctx *c, const op_def *def) {
 
 /* ---- Concat ------------------------------------------------------------------------------- */
 
-/* Concat of host-known integers (shape arithmetic) on the host: false where any input is not. */
+/* Concat of host-known integers (shape arithmetic) on the host: false where any input is not (the
+ * device path then reports whatever is wrong with the inputs). */
 static bool concat_on_host(op_ctx *c, int n, int axis, int rank) {
   int32_t t = op_input_dtype(c, 0);
   int64_t total = 0, dims[OP_UTIL_MAX_RANK];
-  mlxb_array *x;
+  if (axis < 0 || rank > OP_UTIL_MAX_RANK) return false;
   for (int i = 0; i < n; i++) {
-    if (op_input_dtype(c, i) != t || op_util_input_dims(c, i, &x, dims) != rank) return false;
+    mlxb_array *x = op_input(c, i);
+    if (!x || op_input_dtype(c, i) != t || mlxb_ndim(x) != rank) return false;
+    mlxb_shape(x, dims);
     int64_t count = op_util_numel(dims, rank);
     if (!shape_input_on_host(c, i, count)) return false;
     total += count;
   }
-  return total <= SHAPE_HOST_MAX && axis >= 0;
+  return total <= SHAPE_HOST_MAX;
 }
 
 static int concat_host(op_ctx *c, int n, int axis, int rank) {
