@@ -83,23 +83,14 @@ static bool is_int(int32_t t) {
 /* Shape arithmetic stays on the host: known int32/int64 values (a Shape's dims, a Gather of them)
  * cast to int32/int64 are known too, so no cast reaches the device and consumers read them without
  * an evaluation. int64 to int32 keeps the low 32 bits, as ORT and MLX do. */
-static bool cast_on_host(const op_ctx *c, int32_t to) {
-  int32_t from = op_input_dtype(c, 0);
-  return (from == ONNX_INT64 || from == ONNX_INT32) && (to == ONNX_INT64 || to == ONNX_INT32) &&
-         op_input_known(c, 0);
+static bool cast_on_host(const op_ctx *c, int32_t to, int64_t count) {
+  return (to == ONNX_INT64 || to == ONNX_INT32) && op_util_input_host_ints(c, 0, count);
 }
 
-static int cast_host(op_ctx *c, int32_t to) {
-  enum { MAX = 64 };
-  int64_t vals[MAX], dims[OP_UTIL_MAX_RANK];
-  mlxb_array *x;
-  int rank = op_util_input_dims(c, 0, &x, dims);
-  if (rank < 0) return -1;
-  int64_t count = op_util_numel(dims, rank);
-  if (count > MAX) return op_set_output(c, 0, mlxb_astype(op_scope(c), x, (mlxb_dtype)op_mlx_dtype(to)));
-  int n = op_input_ints(c, 0, vals, MAX);
+static int cast_host(op_ctx *c, int32_t to, const int64_t *dims, int rank) {
+  int64_t vals[OP_UTIL_HOST_INTS_MAX];
+  int n = op_util_read_host_ints(c, 0, vals, op_util_numel(dims, rank));
   if (n < 0) return -1;
-  if (n != count) return op_fail(c, "%d known values for %lld elements", n, (long long)count);
   for (int i = 0; to == ONNX_INT32 && i < n; i++) vals[i] = (int32_t)(uint32_t)(uint64_t)vals[i]; /* the low 32 bits */
   return op_set_output_ints(c, 0, vals, n, dims, rank, to);
 }
@@ -109,7 +100,12 @@ static int cast_input(op_ctx *c, int32_t to) {
   mlxb_array *x = op_input(c, 0);
   int t = op_mlx_dtype(to);
   if (t < 0) return op_fail(c, "target dtype %s is not an MLX dtype", ir_dtype_name(to));
-  if (cast_on_host(c, to)) return cast_host(c, to);
+  int64_t dims[OP_UTIL_MAX_RANK];
+  int rank = mlxb_ndim(x);
+  if (rank >= 0 && rank <= OP_UTIL_MAX_RANK) {
+    mlxb_shape(x, dims);
+    if (cast_on_host(c, to, op_util_numel(dims, rank))) return cast_host(c, to, dims, rank);
+  }
   if (mlxb_type(x) == (mlxb_dtype)t) return op_set_output(c, 0, mlxb_ref(op_scope(c), x));
   if (op_util_is_float(mlxb_type(x)) && is_int(to))
     return op_set_output(c, 0, cast_float_to_int(op_scope(c), x, (mlxb_dtype)t));

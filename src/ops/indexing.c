@@ -46,29 +46,25 @@ static bool claim_rank(claim_ctx *c, const op_def *def) {
 
 /* ---- Gather ------------------------------------------------------------------------------- */
 
-enum { GATHER_HOST_MAX = 64 };
-
 /* Shape arithmetic stays on the host: a Gather of known integers (a Shape's dims) by known indices
  * is known too, so its consumers read it without an evaluation and no gather reaches the device
  * (on MLX's CUDA backend each gather kernel is compiled by NVRTC at its first use on a machine). */
 static bool gather_on_host(const op_ctx *c, const int64_t *dims, int rank, const int64_t *idims, int irank,
                            int axis) {
-  int32_t t = op_input_dtype(c, 0);
-  if ((t != ONNX_INT64 && t != ONNX_INT32) || !op_input_known(c, 0) || !op_input_known(c, 1)) return false;
-  int64_t n_data = op_util_numel(dims, rank), n_idx = op_util_numel(idims, irank);
   int64_t rest = op_util_numel(dims, axis) * op_util_numel(dims + axis + 1, rank - axis - 1);
-  return n_data <= GATHER_HOST_MAX && n_idx <= GATHER_HOST_MAX && rest * n_idx <= GATHER_HOST_MAX;
+  int64_t n_idx = op_util_numel(idims, irank);
+  return rest * n_idx <= OP_UTIL_HOST_INTS_MAX && op_util_input_host_ints(c, 0, op_util_numel(dims, rank)) &&
+         op_util_input_host_ints(c, 1, n_idx);
 }
 
 static int gather_host(op_ctx *c, const int64_t *dims, int rank, const int64_t *idims, int irank, int axis) {
-  int64_t data[GATHER_HOST_MAX], idx[GATHER_HOST_MAX], out[GATHER_HOST_MAX], odims[2 * OP_UTIL_MAX_RANK];
+  int64_t data[OP_UTIL_HOST_INTS_MAX], idx[OP_UTIL_HOST_INTS_MAX], out[OP_UTIL_HOST_INTS_MAX];
+  int64_t odims[2 * OP_UTIL_MAX_RANK];
   int64_t outer = op_util_numel(dims, axis), d = dims[axis], inner = op_util_numel(dims + axis + 1, rank - axis - 1);
   int64_t n_idx = op_util_numel(idims, irank), n = 0;
-  int got_data = op_input_ints(c, 0, data, GATHER_HOST_MAX);
-  int got_idx = got_data < 0 ? -1 : op_input_ints(c, 1, idx, GATHER_HOST_MAX);
-  if (got_data < 0 || got_idx < 0) return -1;
-  if (got_data != op_util_numel(dims, rank) || got_idx != n_idx)
-    return op_fail(c, "known values do not match their shapes (%d of data, %d indices)", got_data, got_idx);
+  if (op_util_read_host_ints(c, 0, data, op_util_numel(dims, rank)) < 0 ||
+      op_util_read_host_ints(c, 1, idx, n_idx) < 0)
+    return -1;
   for (int64_t o = 0; o < outer; o++)
     for (int64_t j = 0; j < n_idx; j++) {
       int64_t at = idx[j] < 0 ? idx[j] + d : idx[j];

@@ -284,6 +284,20 @@ bool op_util_claim_auto_pad(claim_ctx *c) {
   return claim_decline(c, "auto_pad '%s' is unknown", ir_attr_string(c->node, "auto_pad", ""));
 }
 
+/* ---- shape arithmetic on the host ------------------------------------------------------------ */
+
+bool op_util_input_host_ints(const op_ctx *c, int i, int64_t count) {
+  int32_t t = op_input_dtype(c, i);
+  return (t == ONNX_INT64 || t == ONNX_INT32) && count <= OP_UTIL_HOST_INTS_MAX && op_input_known(c, i);
+}
+
+int op_util_read_host_ints(op_ctx *c, int i, int64_t *vals, int64_t count) {
+  int n = op_input_ints(c, i, vals, OP_UTIL_HOST_INTS_MAX);
+  if (n < 0) return -1;
+  if (n != count) return op_fail(c, "input %d: %d known values for %lld elements", i, n, (long long)count);
+  return n;
+}
+
 /* ---- untrusted data ----------------------------------------------------------------------- */
 
 static void int_dtype_range(mlxb_dtype t, int64_t *lo, int64_t *hi) {

@@ -76,6 +76,16 @@ mlxb_array *op_util_index_array(mlxb_scope *s, const int64_t *v, int64_t n);
 /* A host float table of the given shape as an MLX array of dtype t. */
 mlxb_array *op_util_float_array(mlxb_scope *s, const float *v, const int64_t *dims, int rank, mlxb_dtype t);
 
+/* ---- shape arithmetic on the host ------------------------------------------------------------ */
+/* Host-known integers a lowering computes with (Shape's dims and what Gather, Cast, Concat and the
+ * reshaping ops make of them) are at most this many values. */
+enum { OP_UTIL_HOST_INTS_MAX = 64 };
+/* Whether input i is `count` int32/int64 values known when the graph is built, few enough for the
+ * host. */
+bool op_util_input_host_ints(const op_ctx *c, int i, int64_t count);
+/* Those values into vals[OP_UTIL_HOST_INTS_MAX]: exactly `count` of them, or the node fails. */
+int op_util_read_host_ints(op_ctx *c, int i, int64_t *vals, int64_t count);
+
 /* ---- untrusted data ----------------------------------------------------------------------- */
 /* Requires lo <= x < hi for every element of the integer array x (op_require), with the rule
  * "<what> {} out of range [lo, hi)". A bound the dtype of x cannot cross is not compared. */

@@ -12,30 +12,13 @@
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-enum { SHAPE_HOST_MAX = 64 };
-
-/* Whether input i holds `count` integers known when the graph is built (shape arithmetic: a Shape's
- * dims, a Gather or Concat of them), few enough to compute with on the host. */
-static bool shape_input_on_host(const op_ctx *c, int i, int64_t count) {
-  int32_t t = op_input_dtype(c, i);
-  return (t == ONNX_INT64 || t == ONNX_INT32) && count <= SHAPE_HOST_MAX && op_input_known(c, i);
-}
-
-/* Input i's known integers into vals; exactly `count` of them, or the node fails. */
-static int shape_read_known(op_ctx *c, int i, int64_t *vals, int64_t count) {
-  int n = op_input_ints(c, i, vals, SHAPE_HOST_MAX);
-  if (n < 0) return -1;
-  if (n != count) return op_fail(c, "input %d: %d known values for %lld elements", i, n, (long long)count);
-  return n;
-}
-
 /* Output `out` as input 0 reshaped to dims[rank] (MLX checks the element count): host-known values
  * stay known (Unsqueeze, Squeeze, Flatten and Reshape of shape arithmetic put nothing on the
  * device), anything else is a reshape. */
 static int shape_set_reshaped(op_ctx *c, int out, mlxb_array *x, const int64_t *dims, int rank) {
-  int64_t vals[SHAPE_HOST_MAX], count = op_util_numel(dims, rank);
-  if (!shape_input_on_host(c, 0, count)) return op_set_output(c, out, mlxb_reshape(op_scope(c), x, dims, rank));
-  int n = shape_read_known(c, 0, vals, count);
+  int64_t vals[OP_UTIL_HOST_INTS_MAX], count = op_util_numel(dims, rank);
+  if (!op_util_input_host_ints(c, 0, count)) return op_set_output(c, out, mlxb_reshape(op_scope(c), x, dims, rank));
+  int n = op_util_read_host_ints(c, 0, vals, count);
   return n < 0 ? -1 : op_set_output_ints(c, out, vals, n, dims, rank, op_input_dtype(c, 0));
 }
 
@@ -133,14 +116,14 @@ static bool concat_on_host(op_ctx *c, int n, int axis, int rank) {
     if (!x || op_input_dtype(c, i) != t || mlxb_ndim(x) != rank) return false;
     mlxb_shape(x, dims);
     int64_t count = op_util_numel(dims, rank);
-    if (!shape_input_on_host(c, i, count)) return false;
+    if (!op_util_input_host_ints(c, i, count)) return false;
     total += count;
   }
-  return total <= SHAPE_HOST_MAX;
+  return total <= OP_UTIL_HOST_INTS_MAX;
 }
 
 static int concat_host(op_ctx *c, int n, int axis, int rank) {
-  int64_t vals[SHAPE_HOST_MAX], out[SHAPE_HOST_MAX], dims[OP_UTIL_MAX_RANK], odims[OP_UTIL_MAX_RANK];
+  int64_t vals[OP_UTIL_HOST_INTS_MAX], out[OP_UTIL_HOST_INTS_MAX], dims[OP_UTIL_MAX_RANK], odims[OP_UTIL_MAX_RANK];
   mlxb_array *x;
   op_util_input_dims(c, 0, &x, odims);
   odims[axis] = 0;
@@ -156,7 +139,7 @@ static int concat_host(op_ctx *c, int n, int axis, int rank) {
   for (int i = 0; i < n; i++) {
     op_util_input_dims(c, i, &x, dims);
     int64_t count = op_util_numel(dims, rank), block = dims[axis] * inner;
-    if (shape_read_known(c, i, vals, count) < 0) return -1;
+    if (op_util_read_host_ints(c, i, vals, count) < 0) return -1;
     for (int64_t o = 0; o < outer; o++)
       for (int64_t k = 0; k < block; k++) out[o * odims[axis] * inner + at + k] = vals[o * block + k];
     at += block;
@@ -474,8 +457,8 @@ static int lower_size(op_ctx *c, const op_def *def) {
 /* Sets output 0 from host data; small int32/int64 tensors stay host-known for shape math. */
 static int shape_set_host_tensor(op_ctx *c, const void *data, const int64_t *dims, int rank, int32_t dtype) {
   int64_t n = op_util_numel(dims, rank);
-  if ((dtype == ONNX_INT64 || dtype == ONNX_INT32) && n <= 64) {
-    int64_t vals[64];
+  if ((dtype == ONNX_INT64 || dtype == ONNX_INT32) && n <= OP_UTIL_HOST_INTS_MAX) {
+    int64_t vals[OP_UTIL_HOST_INTS_MAX];
     for (int64_t i = 0; i < n; i++)
       vals[i] = dtype == ONNX_INT64 ? ((const int64_t *)data)[i] : ((const int32_t *)data)[i];
     return op_set_output_ints(c, 0, vals, (int)n, dims, rank, dtype);
@@ -956,8 +939,8 @@ static int lower_constant_of_shape(op_ctx *c, const op_def *def) {
   int32_t dtype = ONNX_FLOAT;
   if (a && a->tensor) data = a->tensor->data, dtype = a->tensor->dtype;
   int64_t n = op_util_numel(dims, rank);
-  if ((dtype == ONNX_INT64 || dtype == ONNX_INT32) && n <= 64) {
-    int64_t one = dtype == ONNX_INT64 ? *(const int64_t *)data : *(const int32_t *)data, vals[64];
+  if ((dtype == ONNX_INT64 || dtype == ONNX_INT32) && n <= OP_UTIL_HOST_INTS_MAX) {
+    int64_t one = dtype == ONNX_INT64 ? *(const int64_t *)data : *(const int32_t *)data, vals[OP_UTIL_HOST_INTS_MAX];
     for (int64_t i = 0; i < n; i++) vals[i] = one;
     return op_set_output_ints(c, 0, vals, (int)n, dims, rank, dtype);
   }
