@@ -92,6 +92,10 @@
 #            steps (a fresh MLX_PTX_CACHE_DIR; each new file with its seconds since the process began),
 #            then the attention, device-memory, LLM, hostile-input, indexing and cast tests, and the
 #            decode loop with index arithmetic fused by MLX and not (ORT_EP_MLX_FUSE_INDEX_MATH)
+#   copyprog a Run's device outputs copied by the program's own eval (ORT_EP_MLX_COPY_IN_PROGRAM=1,
+#            written without a GPU, opt-in on CUDA): the device-memory, bucket and genai tests with
+#            it on, then the IOBinding decode loop's phases and the prompt's with it on and off
+#            (alternating), with the run report's program_copies
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -386,6 +390,15 @@ if step gemmprof; then
   timeout 120 python3 bench/decode_kernels.py --mode prefill_device --short 4 --long 12 --top 24 --by-grid \
     >> "$log" 2>&1
   timeout 120 python3 bench/decode_kernels.py --mode io --short 8 --long 24 --top 16 --by-grid >> "$log" 2>&1
+fi
+if step copyprog; then
+  # 2026-12-05 (ninth session, no GPU lent): outputs into ORT's device buffers by a copy-kernel node of
+  # the program's own eval (one wait a Run instead of two); tests first, then the A/B
+  ORT_EP_MLX_COPY_IN_PROGRAM=1 pytest_q 240 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
+    tests/test_llm_generation.py
+  probe_ab ORT_EP_MLX_COPY_IN_PROGRAM "1 0 1 0" decode 'loop 1|phases|program_copies' --mode io --steps 64 --loops 2 \
+    --phases
+  probe_ab ORT_EP_MLX_COPY_IN_PROGRAM "1 0 1 0" prompt 'phases' --mode io --steps 0 --loops 10 --phases
 fi
 if step warps; then
   # 2026-12-05 (eighth session): the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS 8, 16,

@@ -35,6 +35,15 @@ def report_stats(text):
     return stats
 
 
+def copies_in_program():
+    """Whether the EP copies outputs into device buffers within the program's eval
+    (ORT_EP_MLX_COPY_IN_PROGRAM: on for the host stand-in unless "0", opt-in with "1" on CUDA)."""
+    v = os.environ.get("ORT_EP_MLX_COPY_IN_PROGRAM")
+    if os.environ.get("ORT_EP_MLX_DEVICE_MEMORY") == "host":
+        return v not in ("0", "off")
+    return v == "1"
+
+
 def to_host(value, dtype=np.float32):
     """A device OrtValue's contents, copied through the EP's data transfer into a NumPy array that
     the returned value owns (a view of a temporary OrtValue's buffer would dangle once it is freed)."""
@@ -73,6 +82,7 @@ def test_plain_run_uses_device_memory(tmp_path):
     st = report_stats(report.read_text())
     assert st["device_inputs"] == 6 and st["host_inputs"] == 0, st
     assert st["device_outputs"] == 3 and st["host_outputs"] == 0, st
+    assert st["program_copies"] == (3 if copies_in_program() else 0), st
 
 
 def test_iobinding_decode_keeps_kv_on_device(tmp_path):
@@ -123,6 +133,8 @@ def test_iobinding_decode_keeps_kv_on_device(tmp_path):
     assert st["device_inputs"] >= (steps - 1) * n_kv, st
     # every output is written in device memory: ORT copies the logits to the host binding itself
     assert st["device_outputs"] == steps * (n_kv + 1) and st["host_outputs"] == 0, st
+    # ... by the program's own eval where that path is on, else copied after it
+    assert st["program_copies"] == (steps * (n_kv + 1) if copies_in_program() else 0), st
     # the device pasts were padded to their decode bucket (mlxb_pad_axis, one batch a Run), and the
     # logits above match ORT with them
     assert st["padded_runs"] >= steps - 2, st

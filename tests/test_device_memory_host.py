@@ -14,8 +14,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.mark.skipif(os.environ.get("ORT_EP_MLX_DEVICE_MEMORY"), reason="device memory already chosen for this run")
-def test_device_memory_path_with_host_memory():
+@pytest.mark.parametrize("copy_in_program", ["default", "0"])
+def test_device_memory_path_with_host_memory(copy_in_program):
+    """Both ways outputs reach device buffers: copied by the program's own eval (the default here)
+    and queued after it (ORT_EP_MLX_COPY_IN_PROGRAM=0, CUDA's default until measured there)."""
     env = dict(os.environ, ORT_EP_MLX_DEVICE_MEMORY="host")
+    env.pop("ORT_EP_MLX_COPY_IN_PROGRAM", None)
+    if copy_in_program != "default":
+        env["ORT_EP_MLX_COPY_IN_PROGRAM"] = copy_in_program
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         os.path.join(HERE, "test_device_memory.py")], cwd=HERE, env=env, capture_output=True,
                        text=True, timeout=600)

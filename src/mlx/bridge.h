@@ -129,6 +129,23 @@ int mlxb_read_prefix(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep,
  * mlxb_device_finish waits for them and must run before the scope is freed. */
 int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep, void *dst, size_t bytes);
 int mlxb_device_finish(mlxb_scope *s);
+/* One copy for mlxb_copy_into_device: arrays[src] (axis < 0: whole; else its first `keep` entries of
+ * axis) into dst, bytes long, one of our device buffers. */
+typedef struct mlxb_output_copy {
+  int src;
+  int axis;
+  int64_t keep;
+  void *dst;
+  size_t bytes;
+} mlxb_output_copy;
+/* Whether s can write a Run's outputs into device buffers from within the program's own eval
+ * (ORT_EP_MLX_COPY_IN_PROGRAM; see bridge_device.cpp). */
+bool mlxb_copy_into_device_available(const mlxb_scope *s);
+/* An array to evaluate with `arrays` (all of a Run's results: it runs after every one of them)
+ * whose operation does `copies` from them: no queued copy and no wait after the eval. The
+ * sources must be made row-major (mlxb_contiguous). NULL on error. */
+mlxb_array *mlxb_copy_into_device(mlxb_scope *s, mlxb_array *const *arrays, int n, const mlxb_output_copy *copies,
+                                  int n_copies);
 /* Fills the device inputs mlxb_pad_axis queued on s (one kernel launch on CUDA); must run after the
  * Run's inputs are bound and before anything reads them. 0 ok, -1 error. */
 int mlxb_device_prepare(mlxb_scope *s);

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 
+#include "mlx/bridge_cpu_task.h"
 #include "mlx/bridge_internal.h"
 
 using namespace mlxb_detail;
@@ -263,6 +264,12 @@ void *copy_batch_function(const device_state &s) {
   return fn;
 }
 
+/* Blocks along a copy of `largest` bytes: 16 bytes a thread, at most 1024 blocks. */
+unsigned copy_grid_x(unsigned long long largest) {
+  unsigned long long chunks = (largest + 16ull * COPY_THREADS - 1) / (16ull * COPY_THREADS);
+  return static_cast<unsigned>(std::min<unsigned long long>(std::max(chunks, 1ull), 1024ull));
+}
+
 void launch_copies(const device_state &s, void *fn, const queued_copy *c, size_t n) {
   batch_copies_abi b{};
   unsigned long long largest = 0;
@@ -272,10 +279,8 @@ void launch_copies(const device_state &s, void *fn, const queued_copy *c, size_t
   }
   b.n = static_cast<int>(n);
   log_copy("a Run's outputs or pads (copy kernel; the largest)", static_cast<size_t>(largest), n);
-  unsigned long long chunks = (largest + 16ull * COPY_THREADS - 1) / (16ull * COPY_THREADS);
-  unsigned grid_x = static_cast<unsigned>(std::min<unsigned long long>(std::max(chunks, 1ull), 1024ull));
   void *params[] = {&b};
-  cuda_check(s, s.cuda.launch_kernel(fn, grid_x, static_cast<unsigned>(n), 1, COPY_THREADS, 1, 1, 0, nullptr, params,
+  cuda_check(s, s.cuda.launch_kernel(fn, copy_grid_x(largest), static_cast<unsigned>(n), 1, COPY_THREADS, 1, 1, 0, nullptr, params,
                                      nullptr),
              "cuLaunchKernel (copy batch)");
 }
@@ -549,6 +554,130 @@ int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep
     if (st.kind == backend::host) return copy_rows(st, dst, width, from, have, width, height);
     /* queued for mlxb_device_finish, which launches the Run's copies together */
     s->copies.push_back({src, from, dst, width, height, have, width, false});
+  });
+}
+
+namespace {
+
+/* One copy of mlxb_copy_into_device: rows of the operation's input `src` into a buffer lent to ORT. */
+struct program_copy {
+  int src;
+  void *to;
+  size_t width, height, src_pitch, dst_pitch;
+};
+
+/* A Run's outputs copied into ORT's device buffers by an operation of the Run's own program, after
+ * every array it is given (all the program's results: so after every read of any input buffer
+ * that ORT may have handed out again as an output). The eval that computes the program waits for
+ * the copies too: no queue of copies after it and no second wait (mlxb_device_finish). On CUDA
+ * the copy kernel's launches are nodes of MLX's command encoder; on the host stand-in, a task on
+ * MLX's CPU stream. Its one output is a byte nobody reads, which the eval waits for. */
+class copy_into_device : public mx::Primitive {
+ public:
+  copy_into_device(mx::Stream stream, std::vector<program_copy> copies)
+      : mx::Primitive(stream), copies_(std::move(copies)) {}
+
+  void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
+    check_sources(inputs);
+    cpu_task_arrays held;
+    auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
+    encoder.dispatch([copies = copies_, held = std::move(held)]() {
+      for (const program_copy &c : copies) {
+        const char *from = held.ins[c.src].data<char>();
+        for (size_t r = 0; r < c.height; r++)
+          std::memcpy(static_cast<char *>(c.to) + r * c.dst_pitch, from + r * c.src_pitch, c.width);
+      }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
+    check_sources(inputs);
+    for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
+    void *fn = copy_batch_function(state());
+    if (!fn) throw std::runtime_error("EpCopyIntoDevice: the copy kernel is not at hand");
+    for (size_t i = 0; i < copies_.size(); i += COPY_BATCH) {
+      size_t n = std::min<size_t>(COPY_BATCH, copies_.size() - i);
+      batch_copies_abi b{};
+      unsigned long long largest = 0;
+      for (size_t j = 0; j < n; j++) {
+        const program_copy &c = copies_[i + j];
+        b.c[j] = {cuda_buffer_address(inputs[c.src]), c.to, c.width, c.height, c.src_pitch, c.dst_pitch, 0ull};
+        largest = std::max<unsigned long long>(largest, c.width * c.height);
+      }
+      b.n = static_cast<int>(n);
+      log_copy("a Run's outputs (copy kernel in the program; the largest)", static_cast<size_t>(largest), n);
+      void *params[] = {&b};
+      encode_kernel_node(stream(), fn, copy_grid_x(largest), static_cast<unsigned>(n), COPY_THREADS, params, inputs,
+                         outputs);
+    }
+  }
+
+  const char *name() const override { return "EpCopyIntoDevice"; }
+
+ private:
+  /* the graph was built with every source made row-major (mlxb_contiguous), of the sizes checked */
+  void check_sources(const std::vector<mx::array> &inputs) const {
+    for (const program_copy &c : copies_) {
+      const mx::array &in = inputs.at(static_cast<size_t>(c.src));
+      if (!in.flags().row_contiguous || c.src_pitch * c.height > in.nbytes())
+        throw std::runtime_error("EpCopyIntoDevice: a source is not the row-major array it was built for");
+    }
+  }
+
+  std::vector<program_copy> copies_;
+};
+
+/* ORT_EP_MLX_COPY_IN_PROGRAM: on the host stand-in unless "0"; on CUDA only with "1" (written
+ * without a GPU at hand: opt-in until a lease has run it). */
+bool copy_in_program_wanted(backend kind) {
+  static const char *v = std::getenv("ORT_EP_MLX_COPY_IN_PROGRAM");
+  if (kind == backend::host) return !v || (std::strcmp(v, "0") && std::strcmp(v, "off"));
+  return v && !std::strcmp(v, "1");
+}
+
+} // namespace
+
+bool mlxb_copy_into_device_available(const mlxb_scope *s) {
+  device_state &st = state();
+  if (!s || !st.ready || !copy_in_program_wanted(st.kind)) return false;
+  if (st.kind == backend::host) return is_cpu_scope(s);
+  return st.kind == backend::cuda && is_cuda_gpu(s) && direct_launch_ready() && copy_batch_function(st);
+}
+
+mlxb_array *mlxb_copy_into_device(mlxb_scope *s, mlxb_array *const *arrays, int n, const mlxb_output_copy *copies,
+                                  int n_copies) {
+  return guard(s, "mlxb_copy_into_device", [&] {
+    if (!mlxb_copy_into_device_available(s)) throw bridge_error("not available on this scope");
+    if (n_copies < 0 || (n_copies && !copies)) throw bridge_error("invalid copy list");
+    std::vector<mx::array> inputs = to_arrays(arrays, n);
+    device_state &st = state();
+    std::vector<program_copy> planned;
+    for (int i = 0; i < n_copies; i++) {
+      const mlxb_output_copy &c = copies[i];
+      if (c.src < 0 || c.src >= n) throw bridge_error("copy source out of range");
+      const mx::array &src = inputs[static_cast<size_t>(c.src)];
+      if (src.dtype() == mx::float64 && !is_cpu_scope(s)) throw bridge_error("float64 is copied after the eval");
+      size_t outer = 1, width = src.nbytes(), pitch = width; /* the whole array, or a prefix of axis */
+      if (c.axis >= 0) {
+        if (c.axis >= static_cast<int>(src.ndim()) || c.keep < 0 || c.keep > src.shape(c.axis))
+          throw bridge_error("prefix outside the array");
+        size_t row = src.itemsize();
+        for (int k = 0; k < c.axis; k++) outer *= static_cast<size_t>(src.shape(k));
+        for (int k = c.axis + 1; k < static_cast<int>(src.ndim()); k++) row *= static_cast<size_t>(src.shape(k));
+        width = row * static_cast<size_t>(c.keep), pitch = row * static_cast<size_t>(src.shape(c.axis));
+      }
+      if (c.bytes != outer * width) throw bridge_error("destination size does not match the array");
+      if (!c.bytes) continue;
+      size_t offset;
+      {
+        std::lock_guard<std::mutex> g(st.lock);
+        if (!c.dst || !find_locked(st, c.dst, c.bytes, &offset)) throw bridge_error("destination is not device memory of this EP");
+      }
+      planned.push_back({c.src, c.dst, width, outer, pitch, width});
+    }
+    mx::Stream stream = mx::to_stream(scope_dev(s));
+    auto prim = std::make_shared<copy_into_device>(stream, std::move(planned));
+    return mx::array(mx::Shape{1}, mx::uint8, std::move(prim), std::move(inputs));
   });
 }
 

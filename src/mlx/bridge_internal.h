@@ -492,6 +492,12 @@ void cpu_softmax_rows(const float *in, float *out, int64_t rows, int64_t m);
  * the output pointers (null for the outputs `unused` marks), then `scalars`, on grid/block as
  * MLX's custom kernels count them. */
 bool direct_launch_ready();
+/* One launch of CUDA function fn (in MLX's context) as a node of `stream`'s command encoder, after
+ * the work that writes `inputs` and before whatever reads `outputs` (MLX's dependency tracking;
+ * the outputs' buffers already set); args as cuLaunchKernel takes them. Throws where the direct
+ * launch path is not ready. */
+void encode_kernel_node(const mx::Stream &stream, void *fn, unsigned grid_x, unsigned grid_y, unsigned block_x,
+                        void **args, const std::vector<mx::array> &inputs, const std::vector<mx::array> &outputs);
 /* The kernel `name` of `cubin`, loaded once in GPU `ordinal`'s primary context (MLX's); throws when
  * the driver refuses it. */
 void *load_cuda_function(const std::string &name, const std::string &cubin, int ordinal);

@@ -197,6 +197,17 @@ unsigned blocks(int threads, int per_block) {
 
 bool direct_launch_ready() { return api().ready; }
 
+void encode_kernel_node(const mx::Stream &stream, void *fn, unsigned grid_x, unsigned grid_y, unsigned block_x,
+                        void **args, const std::vector<mx::array> &inputs, const std::vector<mx::array> &outputs) {
+  const launch_api &a = api();
+  if (!a.ready || !fn) throw bridge_error("a kernel node of ours needs the direct launch path");
+  void *encoder = a.encoder_for(stream);
+  for (const auto &in : inputs) a.set_input(encoder, in);
+  for (const auto &out : outputs) a.set_output(encoder, out);
+  if (!grid_x || !grid_y || !block_x) return;
+  a.add_kernel(encoder, fn, dim3_abi{grid_x, grid_y, 1}, dim3_abi{block_x, 1, 1}, dim3_abi{1, 1, 1}, 0, args);
+}
+
 std::vector<mx::array> launch_precompiled(const std::string &name, const std::shared_future<std::string> &cubin,
                                           const std::vector<mx::array> &inputs,
                                           const std::vector<mx::Shape> &out_shapes,

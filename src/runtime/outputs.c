@@ -66,8 +66,6 @@ static int copy_to_host(mlxb_scope *s, mlxb_array *a, int32_t declared, int axis
   return n ? mlxb_read(s, a, dst, bytes) : 0;
 }
 
-/* Copies evaluated output i into the buffer ORT allocates for it, without the trailing rows of
- * a padded output (never a packed sub-byte one: buckets.c refuses those). */
 /* Keeps output i's dtype and dims (before any padding is cut) for find_aliases' next Runs. */
 static void note_out_shape(out_binding *ob, int i, int32_t dtype, bool emulated, mlxb_array *a) {
   if (!ob->n || !ob->record) return;
@@ -85,41 +83,73 @@ static bool same_dims(const int64_t *a, const int64_t *b, int rank) {
   return true;
 }
 
-static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_pad *rp, out_binding *ob,
-                       rt_output_alloc_fn alloc, void *user, bool *on_device, diag *d) {
+/* Output i's dims as ORT gets them: a bucket's padded rows cut. Known before the program runs. */
+static int output_dims(plan *p, mlxb_array *a, int i, const run_pad *rp, int64_t *dims, int *rank, diag *d) {
   int axis = padded_axis(rp, i);
-  int64_t dims[MAX_RANK];
-  int rank = mlxb_ndim(a);
-  if (rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, rank);
+  *rank = mlxb_ndim(a);
+  if (*rank > MAX_RANK) return diag_fail(d, "%s: output rank %d is too large", p->name, *rank);
   mlxb_shape(a, dims);
   if (axis >= 0) dims[axis] = dims[axis] > rp->pad ? dims[axis] - rp->pad : 0;
-  void *dst = NULL;
+  return 0;
+}
+
+/* The dtype ORT gets for output i: the declared one for an emulated (packed) dtype. */
+static int32_t output_dtype(const plan *p, mlxb_array *a, int i) {
   int32_t declared = p->g->values[p->g->outputs[i]].dtype;
-  bool emulated = ir_dtype_emulated_bits(declared) != 0;
-  int32_t dtype = emulated ? declared : op_onnx_dtype(mlxb_type(a));
+  return ir_dtype_emulated_bits(declared) ? declared : op_onnx_dtype(mlxb_type(a));
+}
+
+/* ORT's buffer for output i: the one find_aliases asked for (which must still fit), else one
+ * allocated now. Notes the output's shape for find_aliases' next Runs. */
+static int output_buffer(plan *p, mlxb_array *a, int i, const run_pad *rp, out_binding *ob, rt_output_alloc_fn alloc,
+                         void *user, void **dst, diag *d) {
+  int64_t dims[MAX_RANK];
+  int rank;
+  if (output_dims(p, a, i, rp, dims, &rank, d)) return -1;
+  int32_t dtype = output_dtype(p, a, i);
+  *dst = NULL;
   if (ob->n && ob->dst[i]) {
     const int64_t *known = ob->shapes + (size_t)i * OUT_SHAPE_STRIDE; /* what find_aliases asked ORT for */
     if (known[0] != dtype || known[1] != rank || !same_dims(known + 2, dims, rank))
       return diag_fail(d, "%s: output %d changed dtype or shape within its signature", p->name, i);
-    dst = ob->dst[i];
-  } else if (alloc(user, i, dtype, dims, rank, &dst, d)) {
+    *dst = ob->dst[i];
+  } else if (alloc(user, i, dtype, dims, rank, dst, d)) {
     return -1;
   }
-  note_out_shape(ob, i, dtype, emulated, a);
+  note_out_shape(ob, i, dtype, ir_dtype_emulated_bits(dtype) != 0, a);
+  return 0;
+}
+
+/* The bytes output i keeps (padding cut), and the count of its elements before. */
+static size_t output_bytes(mlxb_array *a, const int64_t *dims, int rank) {
+  size_t kept = mlxb_dtype_size(mlxb_type(a));
+  for (int k = 0; k < rank; k++) kept *= (size_t)dims[k];
+  return kept;
+}
+
+/* Copies evaluated output i into dst, ORT's buffer for it (output_buffer), without the trailing
+ * rows of a padded output (never a packed sub-byte one: buckets.c refuses those). */
+static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_pad *rp, out_binding *ob, void *dst,
+                       bool *on_device, diag *d) {
+  int axis = padded_axis(rp, i);
+  int64_t dims[MAX_RANK];
+  int rank;
+  if (output_dims(p, a, i, rp, dims, &rank, d)) return -1;
   if (ob->n && ob->alias[i] >= 0 && mlxb_holds_buffer(a, dst)) {
     PLAN_STAT_ADD(p, inplace_outputs, 1); /* the program wrote it in place: nothing to copy */
     return 0;
   }
-  size_t n = mlxb_size(a), item = mlxb_dtype_size(mlxb_type(a)), kept = 1;
-  for (int k = 0; k < rank; k++) kept *= (size_t)dims[k];
+  int32_t declared = p->g->values[p->g->outputs[i]].dtype;
+  bool emulated = ir_dtype_emulated_bits(declared) != 0;
+  size_t kept = output_bytes(a, dims, rank);
   int rc;
-  if (!emulated && n && mlxb_device_owns(dst, kept * item)) {
+  if (!emulated && mlxb_size(a) && mlxb_device_owns(dst, kept)) {
     *on_device = true; /* ORT's buffer is our device memory: copied on the GPU */
     PLAN_STAT_ADD(p, device_outputs, 1);
-    rc = mlxb_write_device(s, a, axis, axis >= 0 ? dims[axis] : 0, dst, kept * item);
+    rc = mlxb_write_device(s, a, axis, axis >= 0 ? dims[axis] : 0, dst, kept);
   } else {
     PLAN_STAT_ADD(p, host_outputs, 1);
-    rc = copy_to_host(s, a, declared, axis, axis >= 0 ? dims[axis] : 0, dst, kept * item);
+    rc = copy_to_host(s, a, declared, axis, axis >= 0 ? dims[axis] : 0, dst, kept);
   }
   return rc ? diag_fail(d, "%s: %s", p->name, mlxb_error(s)) : 0;
 }
@@ -130,10 +160,73 @@ static int copy_output(plan *p, mlxb_scope *s, mlxb_array *a, int i, const run_p
  * leaving the core to the pool's helpers). */
 enum { EVAL_SPIN_US = 100 };
 
+/* A Run's output buffers, asked of ORT before the eval where the program itself copies into the
+ * device ones (mlxb_copy_into_device): `in_program` marks those, dst holds every buffer asked. */
+typedef struct out_plan {
+  void **dst;
+  bool *in_program;
+  mlxb_array *copier; /* the copies' operation, evaluated with the results; NULL: copies after */
+  void *dst_stack[OUT_BINDING_STACK];
+  bool in_program_stack[OUT_BINDING_STACK];
+} out_plan;
+
+static void out_plan_free(out_plan *op) {
+  if (op->dst != op->dst_stack) free(op->dst);
+  if (op->in_program != op->in_program_stack) free(op->in_program);
+}
+
+/* Output i as one of the program's copies, when ORT's buffer for it is our device memory and the
+ * copy is a plain one (not written in place, not packed, not float64, not empty). */
+static bool copy_in_program(plan *p, mlxb_array *a, int i, const out_binding *ob, void *dst, const int64_t *dims,
+                            int rank) {
+  if ((ob->n && ob->alias[i] >= 0) || ir_dtype_emulated_bits(p->g->values[p->g->outputs[i]].dtype)) return false;
+  if (mlxb_type(a) == MLXB_F64 || !mlxb_size(a)) return false;
+  return mlxb_device_owns(dst, output_bytes(a, dims, rank));
+}
+
+/* Before the eval, where the scope allows it: ORT's buffers for every output, and one operation
+ * that copies the program's results into the device ones, after all of them. */
+static int plan_outputs(plan *p, mlxb_scope *s, mlxb_array **results, size_t n_eval, const run_pad *rp,
+                        out_binding *ob, rt_output_alloc_fn alloc, void *user, out_plan *op, diag *d) {
+  int n = p->g->n_outputs;
+  op->dst = NULL, op->in_program = NULL, op->copier = NULL;
+  if (!ob->n || !mlxb_copy_into_device_available(s)) return 0;
+  for (int i = 0; i < n; i++)
+    if (mlxb_type(results[i]) == MLXB_F64) return 0; /* float64 lives on the CPU stream: copied after */
+  bool fits = n <= OUT_BINDING_STACK;
+  op->dst = stack_or_heap(op->dst_stack, sizeof *op->dst * (size_t)n, fits);
+  op->in_program = stack_or_heap(op->in_program_stack, sizeof *op->in_program * (size_t)n, fits);
+  mlxb_output_copy *copies = malloc(sizeof *copies * (size_t)n);
+  if (!op->dst || !op->in_program || !copies) {
+    free(copies);
+    return diag_fail(d, "out of memory");
+  }
+  int n_copies = 0, rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    int64_t dims[MAX_RANK];
+    int rank;
+    op->in_program[i] = false;
+    rc = output_buffer(p, results[i], i, rp, ob, alloc, user, &op->dst[i], d) ||
+         output_dims(p, results[i], i, rp, dims, &rank, d);
+    if (rc || !copy_in_program(p, results[i], i, ob, op->dst[i], dims, rank)) continue;
+    int axis = padded_axis(rp, i);
+    copies[n_copies++] = (mlxb_output_copy){.src = i, .axis = axis, .keep = axis >= 0 ? dims[axis] : 0,
+                                            .dst = op->dst[i], .bytes = output_bytes(results[i], dims, rank)};
+    op->in_program[i] = true;
+  }
+  if (!rc && n_copies) {
+    op->copier = mlxb_copy_into_device(s, results, (int)n_eval, copies, n_copies);
+    if (!op->copier) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  }
+  free(copies);
+  return rc ? -1 : 0;
+}
+
 /* Evaluates the outputs and the checks' summary (results[n], when there are checks) at once, fails
- * the Run when a check is violated, else copies the outputs into the buffers the caller hands out. */
+ * the Run when a check is violated, else copies the outputs into the buffers the caller hands out:
+ * within the same eval where plan_outputs could (device buffers), after it otherwise. */
 int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const check_list *checks, const run_pad *rp,
-                         out_binding *ob, rt_output_alloc_fn alloc, void *user, diag *d) {
+                  out_binding *ob, rt_output_alloc_fn alloc, void *user, diag *d) {
   int n = p->g->n_outputs;
   for (int i = 0; i < n; i++) {
     if (!results[i]) return diag_fail(d, "%s: output '%s' was not computed", p->name, p->g->values[p->g->outputs[i]].name);
@@ -143,18 +236,50 @@ int write_outputs(plan *p, mlxb_scope *s, mlxb_array **results, const check_list
   }
   size_t n_eval = (size_t)n + (checks->n > 0);
   if (checks->n > 0 && !results[n]) return diag_fail(d, "%s: the checks were not computed", p->name);
+  out_plan op;
+  if (plan_outputs(p, s, results, n_eval, rp, ob, alloc, user, &op, d)) {
+    out_plan_free(&op);
+    return -1;
+  }
+  mlxb_array *eval_stack[OUT_BINDING_STACK + 2];
+  mlxb_array **to_eval = results;
+  if (op.copier) {
+    to_eval = n_eval < OUT_BINDING_STACK + 2 ? eval_stack : malloc(sizeof *to_eval * (n_eval + 1));
+    if (!to_eval) {
+      out_plan_free(&op);
+      return diag_fail(d, "out of memory");
+    }
+    memcpy(to_eval, results, sizeof *to_eval * n_eval);
+    to_eval[n_eval] = op.copier;
+  }
   uint64_t t0 = trace_now_us();
   bool spin = __atomic_load_n(&p->evals_short, __ATOMIC_RELAXED);
-  if (mlxb_eval_spinning(s, results, n_eval, spin ? EVAL_SPIN_US : 0))
+  int rc = mlxb_eval_spinning(s, to_eval, n_eval + (op.copier != NULL), spin ? EVAL_SPIN_US : 0);
+  if (to_eval != results && to_eval != eval_stack) free(to_eval);
+  if (rc) {
+    out_plan_free(&op);
     return diag_fail(d, "%s: %s", p->name, mlxb_error(s));
+  }
   uint64_t t1 = trace_now_us();
   __atomic_store_n(&p->evals_short, t1 - t0 <= EVAL_SPIN_US, __ATOMIC_RELAXED);
   PLAN_STAT_ADD(p, eval_us, t1 - t0);
-  trace_sink_event(p->cfg.trace, "eval", p->name, NULL, t0, t1 - t0);
-  if (checks->n > 0 && checks_verdict(p, s, results[n], checks, d)) return -1;
+  trace_sink_event(p->cfg.trace, "eval", p->name, op.copier ? "with copies" : NULL, t0, t1 - t0);
+  if (checks->n > 0 && checks_verdict(p, s, results[n], checks, d)) {
+    out_plan_free(&op);
+    return -1;
+  }
   bool on_device = false;
-  int rc = 0;
-  for (int i = 0; i < n && !rc; i++) rc = copy_output(p, s, results[i], i, rp, ob, alloc, user, &on_device, d);
+  for (int i = 0; i < n && !rc; i++) {
+    if (op.dst && op.in_program[i]) {
+      PLAN_STAT_ADD(p, device_outputs, 1);
+      PLAN_STAT_ADD(p, program_copies, 1);
+      continue;
+    }
+    void *dst = op.dst ? op.dst[i] : NULL;
+    if (!dst) rc = output_buffer(p, results[i], i, rp, ob, alloc, user, &dst, d);
+    if (!rc) rc = copy_output(p, s, results[i], i, rp, ob, dst, &on_device, d);
+  }
+  out_plan_free(&op);
   /* queued device copies read MLX buffers that the scope frees next: wait for them, even on error */
   if (on_device && mlxb_device_finish(s) && !rc) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   uint64_t t2 = trace_now_us();

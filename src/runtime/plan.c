@@ -289,6 +289,7 @@ void plan_get_stats(const plan *p, plan_stats *out) {
   out->host_inputs = __atomic_load_n(&p->stats.host_inputs, __ATOMIC_RELAXED);
   out->device_outputs = __atomic_load_n(&p->stats.device_outputs, __ATOMIC_RELAXED);
   out->inplace_outputs = __atomic_load_n(&p->stats.inplace_outputs, __ATOMIC_RELAXED);
+  out->program_copies = __atomic_load_n(&p->stats.program_copies, __ATOMIC_RELAXED);
   out->computed_ahead = __atomic_load_n(&p->stats.computed_ahead, __ATOMIC_RELAXED);
   out->checks = __atomic_load_n(&p->stats.checks, __ATOMIC_RELAXED);
   out->host_outputs = __atomic_load_n(&p->stats.host_outputs, __ATOMIC_RELAXED);

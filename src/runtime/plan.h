@@ -55,6 +55,7 @@ typedef struct plan_stats {
   uint64_t device_outputs; /* outputs written into the EP's device memory on the device */
   uint64_t host_outputs;  /* outputs copied into host memory */
   uint64_t inplace_outputs; /* outputs the program wrote in place into an input's buffer (no copy) */
+  uint64_t program_copies;  /* device outputs copied by the program's own eval (mlxb_copy_into_device) */
   uint64_t computed_ahead; /* node outputs computed by an earlier node (op_compute_for), over every lowering */
   uint64_t checks;        /* validity checks of the largest Run (op_require; repeated ones counted once) */
   uint64_t first_run_us;  /* wall time of the plan's first Run (eager; kernel JIT included) */
