@@ -96,6 +96,9 @@
 #            written without a GPU, opt-in on CUDA): the device-memory, bucket and genai tests with
 #            it on, then the IOBinding decode loop's phases and the prompt's with it on and off
 #            (alternating), with the run report's program_copies
+#   affine   the prompt GEMM's affine form (ORT_EP_MLX_QGEMM_AFFINE=1, written without a GPU, opt-in):
+#            the bridge's checks and the MatMulNBits and LLM tests with it on, then the prompt's
+#            phases with it on and off (alternating) and the prompt's kernel profile each way
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -399,6 +402,16 @@ if step copyprog; then
   probe_ab ORT_EP_MLX_COPY_IN_PROGRAM "1 0 1 0" decode 'loop 1|phases|program_copies' --mode io --steps 64 --loops 2 \
     --phases
   probe_ab ORT_EP_MLX_COPY_IN_PROGRAM "1 0 1 0" prompt 'phases' --mode io --steps 0 --loops 10 --phases
+fi
+if step affine; then
+  # 2026-12-05 (ninth session, no GPU lent): the GEMM's steps as scale * (x . q) + bias * sum(x), half
+  # the tensor-core work of the two float16 halves; tests first, then the A/B
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  ORT_EP_MLX_QGEMM_AFFINE=1 timeout 120 build-gpu/test_bridge 2>&1 | tail -4 >> "$log"
+  ORT_EP_MLX_QGEMM_AFFINE=1 pytest_q 240 -n 8 tests/test_ops_contrib_quant.py tests/test_llm_generation.py \
+    tests/test_ops_moe.py
+  probe_ab ORT_EP_MLX_QGEMM_AFFINE "1 0 1 0" prompt 'loop 0|phases' --mode io --steps 0 --loops 10 --phases
+  prefill_kernels_ab ORT_EP_MLX_QGEMM_AFFINE "1 0" 12
 fi
 if step warps; then
   # 2026-12-05 (eighth session): the one-token attention's warps a block (ORT_EP_MLX_DECODE_WARPS 8, 16,

@@ -237,7 +237,17 @@ const cuda_kernel_spec dequant_f32_kernel = {
  * registers while the tensor cores work; the K steps may be split over gridDim.z blocks, each
  * writing float32 partial sums that qgemm_reduce adds in a fixed order. With BM 128 a 128-token
  * prompt is one row of tiles: each weight tile is dequantized once, not twice, and each barrier
- * covers twice the tensor-core work. */
+ * covers twice the tensor-core work.
+ *
+ * AFFINE (ORT_EP_MLX_QGEMM_AFFINE=1) computes a step as MLX's own quantized products do: the sum
+ * over its 32 of K of x * (q * scale + bias) is scale * (x . q) + bias * sum(x), with q staged as
+ * float16 integers (exact) and x . q on the tensor cores, every product of a float16 activation
+ * with q exact in the float32 accumulators; then each column's scale and bias for the step's
+ * group (GROUP a multiple of 32: a step lies in one group). One product per weight instead of two
+ * and no float16 halves to form. A step whose activations are not all finite, or whose scales or
+ * biases are beyond 2^60 (where the affine sums could overflow or give NaN where the dequantized
+ * weights do not), takes the two-halves form instead, the whole block alike (__syncthreads_or),
+ * so infinities and NaN come out as the dequantized GEMM gives them. */
 const char *qgemm_header = R"(
 __device__ __forceinline__ void ort_ep_mlx_mma16816(float* d, const uint32_t* a, const uint32_t* b) {
   asm volatile(
@@ -281,6 +291,7 @@ const char *qgemm_split_source = R"(
   __shared__ __align__(16) __half sa[BM][LDS];
   __shared__ __align__(16) __half shi[BN][LDS];
   __shared__ __align__(16) __half slo[BN][LDS];
+  __shared__ float sscale[AFFINE ? BN : 1], sbias[AFFINE ? BN : 1]; /* the step's group, per column */
   const bool x16 = (reinterpret_cast<unsigned long long>(x) & 15ull) == 0;
   uint4 ra[2];
   uint32_t rw[WLOADS];
@@ -314,13 +325,16 @@ const char *qgemm_split_source = R"(
       rb[i] = live ? biases[(size_t)n * G + k0 / GROUP] : 0.0f;
     }
   };
-  /* the registers into shared memory, each weight as its two halves */
-  auto stage = [&]() {
+  /* the registers into shared memory: the activations, then each weight as its two halves */
+  auto stage_x = [&]() {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       const int idx = tid + i * THREADS;
       *reinterpret_cast<uint4*>(&sa[idx / 4][(idx % 4) * 8]) = ra[i];
     }
+  };
+  auto stage = [&]() {
+    stage_x();
 #pragma unroll
     for (int i = 0; i < WLOADS; i++) {
       const int idx = tid + i * THREADS, r = idx / WPR, kk = (idx % WPR) * VPW;
@@ -347,7 +361,46 @@ const char *qgemm_split_source = R"(
       }
     }
   };
+  /* the affine form's staging: each weight's q as a float16 integer (exact), the step's scale and
+   * bias per column */
+  auto stage_affine = [&]() {
+    stage_x();
+#pragma unroll
+    for (int i = 0; i < WLOADS; i++) {
+      const int idx = tid + i * THREADS, r = idx / WPR, kk = (idx % WPR) * VPW;
+      alignas(16) __half q[VPW];
+#pragma unroll
+      for (int j = 0; j < VPW; j++) q[j] = __float2half_rn(static_cast<float>((rw[i] >> (j * BITS)) & MASK));
+      if constexpr (VPW % 8 == 0) {
+#pragma unroll
+        for (int j = 0; j < VPW; j += 8) *reinterpret_cast<uint4*>(&shi[r][kk + j]) = *reinterpret_cast<const uint4*>(q + j);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VPW; j++) shi[r][kk + j] = q[j];
+      }
+      if (AFFINE && idx % WPR == 0) sscale[r] = rs[i], sbias[r] = rb[i];
+    }
+  };
+  /* whether this thread's registers hold what the affine form must not take: a non-finite
+   * activation (inf * 0 would be NaN where the dequantized weight is not 0), or a scale or bias so
+   * large that its products could overflow where the dequantized weights' do not */
+  auto unusual = [&]() {
+    bool bad = false;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const __half* h = reinterpret_cast<const __half*>(&ra[i]);
+#pragma unroll
+      for (int j = 0; j < 8; j++) bad |= !isfinite(__half2float(h[j]));
+    }
+#pragma unroll
+    for (int i = 0; i < WLOADS; i++) bad |= !(fabsf(rs[i]) <= 0x1p60f) || !(fabsf(rb[i]) <= 0x1p60f);
+    return bad;
+  };
   auto lds = [](const __half* p) { return *reinterpret_cast<const uint32_t*>(p); };
+  auto pair_sum = [](uint32_t w) {
+    const __half* h = reinterpret_cast<const __half*>(&w);
+    return __half2float(h[0]) + __half2float(h[1]);
+  };
   float acc_hi[2][4][4], acc_lo[2][4][4];
 #pragma unroll
   for (int i = 0; i < 2; i++)
@@ -358,10 +411,69 @@ const char *qgemm_split_source = R"(
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32 x 32 of the block's BM x 64 */
   if (s_begin < s_end) fetch(s_begin);
   for (int s = s_begin; s < s_end; s++) {
-    __syncthreads();
-    stage();
+    /* the barrier before shared memory is written again; with AFFINE it also says, for the whole
+     * block, whether this step takes the two-halves form */
+    const bool halves = AFFINE ? __syncthreads_or(unusual()) != 0 : (__syncthreads(), true);
+    if (halves) {
+      stage();
+    } else {
+      stage_affine();
+    }
     __syncthreads();
     if (s + 1 < s_end) fetch(s + 1); /* in flight while the tensor cores work */
+    if (AFFINE && !halves) {
+      /* sum over the step of x * (q * scale + bias) = scale * (x . q) + bias * sum(x): the
+       * products of x with q exact in the float32 accumulators, then one scale per column */
+      float t[2][4][4], xs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+          for (int r = 0; r < 4; r++) t[i][j][r] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) {
+        uint32_t a[2][4], bq[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          const int r = wm + i * 16 + gid;
+          a[i][0] = lds(&sa[r][kk + 2 * tig]);
+          a[i][1] = lds(&sa[r + 8][kk + 2 * tig]);
+          a[i][2] = lds(&sa[r][kk + 2 * tig + 8]);
+          a[i][3] = lds(&sa[r + 8][kk + 2 * tig + 8]);
+          xs[i][0] += pair_sum(a[i][0]) + pair_sum(a[i][2]);
+          xs[i][1] += pair_sum(a[i][1]) + pair_sum(a[i][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const int c = wn + j * 8 + gid;
+          bq[j][0] = lds(&shi[c][kk + 2 * tig]);
+          bq[j][1] = lds(&shi[c][kk + 2 * tig + 8]);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+          for (int j = 0; j < 4; j++) ort_ep_mlx_mma16816(t[i][j], a[i], bq[j]);
+      }
+      /* a row's sum over the step: the quad's four lanes hold a quarter of its K each */
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 1);
+          xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 2);
+        }
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+          for (int r = 0; r < 4; r++) {
+            const int c = wn + j * 8 + 2 * tig + r % 2;
+            acc_hi[i][j][r] += sscale[c] * t[i][j][r] + sbias[c] * xs[i][r / 2];
+          }
+      continue;
+    }
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       /* fragments of m16n8k16: A row gid (+8), B column gid, K pairs at 2 * tig (+8) */
@@ -707,6 +819,18 @@ int qgemm_tile_m(int64_t m, int bits) {
   return wanted == 128 && m > 64 && bits >= 4 ? 128 : 64;
 }
 
+/* ORT_EP_MLX_QGEMM_AFFINE=1: the GEMM's affine form (qgemm_split_source, AFFINE): q times x on
+ * the tensor cores, then each step's scale and bias per column, half the tensor-core work of the
+ * two halves. Written in a session without a GPU (checked by tools/cuda_emu, compiled by
+ * tools/check_cuda_kernels.py): opt-in until a lease has timed it. */
+bool qgemm_affine() {
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_QGEMM_AFFINE");
+    return v && !std::strcmp(v, "1");
+  }();
+  return on;
+}
+
 int qgemm_splits(int64_t tiles, int64_t steps) {
   enum { TARGET_BLOCKS = 264, MIN_STEPS = 4, MAX_SPLITS = 16 };
   int64_t want = (TARGET_BLOCKS + tiles - 1) / tiles;
@@ -787,7 +911,7 @@ std::vector<mx::array> qgemm_sets(mlxb_scope *s, const mlxb_array *x, int n_sets
                               {mx::float16, mx::float16, mx::float16, mx::float32},
                               {static_cast<int>(tiles_n * threads), static_cast<int>(tiles_m), splits}, {threads, 1, 1},
                               {{"BITS", bits}, {"GROUP", group_size}, {"HAS_BIAS", bias != nullptr},
-                               {"POST", post_mask}, {"SETS", n_sets}, {"BM", tile_m}},
+                               {"POST", post_mask}, {"SETS", n_sets}, {"BM", tile_m}, {"AFFINE", qgemm_affine()}},
                               s, splits > 1 ? 0x7u : sets_unused | 0x8u); /* the partial sums or the outputs */
   if (splits > 1) {
     int64_t total = m * nt, grid = (total + REDUCE_THREADS - 1) / REDUCE_THREADS * REDUCE_THREADS;

@@ -294,6 +294,47 @@ static void check_qgemm(const char *what, Sets sets_kernel, One one_kernel) {
     for (int n = 0; n < 50; n++) expect_near((name + " one set").c_str(), m * 50 + n, (float)one[m * 50 + n], want(0, m, n, true, true), 2e-3);
 }
 
+/* The affine form against the two-halves form where a step holds what the affine form must not
+ * take: infinite and NaN activations, a huge scale, a huge bias. Those steps take the halves (so
+ * non-finite results agree exactly: the same infinities, NaN where it gives NaN); the other
+ * outputs agree within float16 rounding. */
+template <typename Halves, typename Affine>
+static void check_qgemm_unusual(const char *what, Halves halves_kernel, Affine affine_kernel) {
+  std::vector<__half> x(M * K);
+  for (int i = 0; i < M * K; i++) x[i] = __half((float)((i * 37 % 61) - 30) / 32.0f);
+  x[3 * K + 5] = __half(INFINITY);    /* row 3, first step */
+  x[10 * K + 70] = __half(-INFINITY); /* row 10, third step */
+  x[20 * K + 100] = __half(NAN);      /* row 20, fourth step */
+  weights w = make_weights(50, 1);
+  w.scales[7 * (K / G) + 1] = 0x1p70f; /* column 7, second step */
+  w.biases[9 * (K / G) + 2] = -0x1p80f; /* column 9, third step */
+  std::vector<__half> bias(50), post(50), a(M * 50), b(M * 50);
+  for (int n = 0; n < 50; n++) bias[n] = __half((float)((n % 11) - 5) / 8.0f), post[n] = __half(0.25f * (float)(n % 3));
+  int x_shape[2] = {M, K}, w_shape[2] = {50, K / 8}, sc_shape[2] = {50, K / G};
+  auto run = [&](auto kernel, std::vector<__half> &out) {
+    emu_launch({1, (unsigned)((M + 63) / 64), 1}, {128, 1, 1}, [&] {
+      kernel(x.data(), w.packed.data(), w.scales.data(), w.biases.data(), w.packed.data(), w.scales.data(),
+             w.biases.data(), w.packed.data(), w.scales.data(), w.biases.data(), bias.data(), post.data(), post.data(),
+             post.data(), out.data(), nullptr, nullptr, nullptr, x_shape, w_shape, sc_shape, w_shape, w_shape);
+    });
+  };
+  run(halves_kernel, a);
+  run(affine_kernel, b);
+  const std::string name(what);
+  int unusual = 0;
+  for (int i = 0; i < M * 50; i++) {
+    float u = (float)a[i], v = (float)b[i];
+    if (!std::isfinite(u)) {
+      unusual++;
+      bool same = std::isnan(u) ? std::isnan(v) : u == v;
+      expect_near((name + " (non-finite)").c_str(), i, same ? 0.0f : 1.0f, 0.0, 0.0);
+    } else {
+      expect_near(name.c_str(), i, v, u, 2e-3);
+    }
+  }
+  expect_near((name + ": some outputs non-finite").c_str(), 0, unusual > 0 ? 1.0f : 0.0f, 1.0, 0.0);
+}
+
 /* ---- KV append of several rows ------------------------------------------------------------------ */
 static void check_append() {
   constexpr int P = 4, PLEN = 8, ROWS = 3, HK = 2;
@@ -738,6 +779,9 @@ int main() {
   check_rms_rows_half();
   check_qgemm<64>("qgemm", qgemm_sets3::kernel, qgemm_one::kernel);
   check_qgemm<128>("qgemm, row tile 128", qgemm_sets3_bm128::kernel, qgemm_one_bm128::kernel);
+  check_qgemm<64>("qgemm, affine", qgemm_sets3_affine::kernel, qgemm_one_affine::kernel);
+  check_qgemm<128>("qgemm, affine, row tile 128", qgemm_sets3_affine_bm128::kernel, qgemm_one_affine_bm128::kernel);
+  check_qgemm_unusual("qgemm, affine against halves, unusual steps", qgemm_one::kernel, qgemm_one_affine::kernel);
   check_append();
   check_copy_batch();
   check_decode();
