@@ -89,6 +89,11 @@ mlxb_array *mlxb_borrow_device(mlxb_scope *s, const void *data, const int64_t *d
 /* a padded with `pad` zero rows after its last along axis. An evaluated row-major array of the EP's
  * device memory may be queued (mlxb_device_prepare fills it). */
 mlxb_array *mlxb_pad_axis(mlxb_scope *s, const mlxb_array *a, int axis, int64_t pad);
+/* Pads each arrays[i] whose axes[i] >= 0 with `pad` zero rows along that axis, replacing it in
+ * the list: the evaluated device inputs among them as one operation of the Run's own graph where
+ * mlxb_copy_into_device_available(s) (no fill and wait before the program), the others as
+ * mlxb_pad_axis does. 0 ok, -1 error. */
+int mlxb_pad_inputs(mlxb_scope *s, mlxb_array **arrays, const int *axes, int n, int64_t pad);
 mlxb_array *mlxb_scalar_f64(mlxb_scope *s, double v, mlxb_dtype t);
 mlxb_array *mlxb_scalar_i64(mlxb_scope *s, int64_t v, mlxb_dtype t);
 mlxb_array *mlxb_full(mlxb_scope *s, const int64_t *dims, int rank, const mlxb_array *value, mlxb_dtype t);

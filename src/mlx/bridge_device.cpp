@@ -559,33 +559,41 @@ int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep
 
 namespace {
 
-/* One copy of mlxb_copy_into_device: rows of the operation's input `src` into a buffer lent to ORT. */
+/* One copy of a program_copies operation: rows of its input `src` into a buffer lent to ORT (`to`),
+ * or into its own output `out`, each destination row's tail zeroed with zero_tail. */
 struct program_copy {
   int src;
+  int out; /* the operation's output written, or -1: `to` */
   void *to;
   size_t width, height, src_pitch, dst_pitch;
+  bool zero_tail;
 };
 
-/* A Run's outputs copied into ORT's device buffers by an operation of the Run's own program, after
- * every array it is given (all the program's results: so after every read of any input buffer
- * that ORT may have handed out again as an output). The eval that computes the program waits for
- * the copies too: no queue of copies after it and no second wait (mlxb_device_finish). On CUDA
- * the copy kernel's launches are nodes of MLX's command encoder; on the host stand-in, a task on
- * MLX's CPU stream. Its one output is a byte nobody reads, which the eval waits for. */
-class copy_into_device : public mx::Primitive {
+/* Row copies as one operation of a Run's MLX graph, so that the Run's eval does them and waits for
+ * them with the rest: a Run's outputs into ORT's device buffers (mlxb_copy_into_device: its inputs
+ * are all of the Run's results, so it runs after every read of any input buffer that ORT may have
+ * handed out again as an output, and its one output is a byte nobody reads), or a decode bucket's
+ * padded device inputs (mlxb_pad_inputs: its outputs are the padded arrays). No queue of copies
+ * around the eval and no extra wait (mlxb_device_prepare, mlxb_device_finish). On CUDA the copy
+ * kernel's launches are nodes of MLX's command encoder; on the host stand-in, a task on MLX's CPU
+ * stream. */
+class program_copies : public mx::Primitive {
  public:
-  copy_into_device(mx::Stream stream, std::vector<program_copy> copies)
-      : mx::Primitive(stream), copies_(std::move(copies)) {}
+  program_copies(mx::Stream stream, const char *name, std::vector<program_copy> copies)
+      : mx::Primitive(stream), name_(name), copies_(std::move(copies)) {}
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
     check_sources(inputs);
     cpu_task_arrays held;
     auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
-    encoder.dispatch([copies = copies_, held = std::move(held)]() {
+    encoder.dispatch([copies = copies_, held = std::move(held)]() mutable {
       for (const program_copy &c : copies) {
         const char *from = held.ins[c.src].data<char>();
-        for (size_t r = 0; r < c.height; r++)
-          std::memcpy(static_cast<char *>(c.to) + r * c.dst_pitch, from + r * c.src_pitch, c.width);
+        char *to = c.out >= 0 ? held.outs[c.out].data<char>() : static_cast<char *>(c.to);
+        for (size_t r = 0; r < c.height; r++) {
+          std::memcpy(to + r * c.dst_pitch, from + r * c.src_pitch, c.width);
+          if (c.zero_tail) std::memset(to + r * c.dst_pitch + c.width, 0, c.dst_pitch - c.width);
+        }
       }
     });
   }
@@ -594,36 +602,39 @@ class copy_into_device : public mx::Primitive {
     check_sources(inputs);
     for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
     void *fn = copy_batch_function(state());
-    if (!fn) throw std::runtime_error("EpCopyIntoDevice: the copy kernel is not at hand");
+    if (!fn) throw std::runtime_error(std::string(name_) + ": the copy kernel is not at hand");
     for (size_t i = 0; i < copies_.size(); i += COPY_BATCH) {
       size_t n = std::min<size_t>(COPY_BATCH, copies_.size() - i);
       batch_copies_abi b{};
       unsigned long long largest = 0;
       for (size_t j = 0; j < n; j++) {
         const program_copy &c = copies_[i + j];
-        b.c[j] = {cuda_buffer_address(inputs[c.src]), c.to, c.width, c.height, c.src_pitch, c.dst_pitch, 0ull};
-        largest = std::max<unsigned long long>(largest, c.width * c.height);
+        void *to = c.out >= 0 ? cuda_buffer_address(outputs.at(static_cast<size_t>(c.out))) : c.to;
+        b.c[j] = {cuda_buffer_address(inputs[c.src]), to, c.width, c.height, c.src_pitch, c.dst_pitch,
+                  c.zero_tail ? 1ull : 0ull};
+        largest = std::max<unsigned long long>(largest, (c.zero_tail ? c.dst_pitch : c.width) * c.height);
       }
       b.n = static_cast<int>(n);
-      log_copy("a Run's outputs (copy kernel in the program; the largest)", static_cast<size_t>(largest), n);
+      log_copy("a Run's outputs or pads (copy kernel in the program; the largest)", static_cast<size_t>(largest), n);
       void *params[] = {&b};
       encode_kernel_node(stream(), fn, copy_grid_x(largest), static_cast<unsigned>(n), COPY_THREADS, params, inputs,
                          outputs);
     }
   }
 
-  const char *name() const override { return "EpCopyIntoDevice"; }
+  const char *name() const override { return name_; }
 
  private:
-  /* the graph was built with every source made row-major (mlxb_contiguous), of the sizes checked */
+  /* the graph was built with every source row-major, of the sizes checked */
   void check_sources(const std::vector<mx::array> &inputs) const {
     for (const program_copy &c : copies_) {
       const mx::array &in = inputs.at(static_cast<size_t>(c.src));
       if (!in.flags().row_contiguous || c.src_pitch * c.height > in.nbytes())
-        throw std::runtime_error("EpCopyIntoDevice: a source is not the row-major array it was built for");
+        throw std::runtime_error(std::string(name_) + ": a source is not the row-major array it was built for");
     }
   }
 
+  const char *name_;
   std::vector<program_copy> copies_;
 };
 
@@ -673,11 +684,55 @@ mlxb_array *mlxb_copy_into_device(mlxb_scope *s, mlxb_array *const *arrays, int 
         std::lock_guard<std::mutex> g(st.lock);
         if (!c.dst || !find_locked(st, c.dst, c.bytes, &offset)) throw bridge_error("destination is not device memory of this EP");
       }
-      planned.push_back({c.src, c.dst, width, outer, pitch, width});
+      planned.push_back({c.src, -1, c.dst, width, outer, pitch, width, false});
     }
     mx::Stream stream = mx::to_stream(scope_dev(s));
-    auto prim = std::make_shared<copy_into_device>(stream, std::move(planned));
+    auto prim = std::make_shared<program_copies>(stream, "EpCopyIntoDevice", std::move(planned));
     return mx::array(mx::Shape{1}, mx::uint8, std::move(prim), std::move(inputs));
+  });
+}
+
+int mlxb_pad_inputs(mlxb_scope *s, mlxb_array **arrays, const int *axes, int n, int64_t pad) {
+  return guard_status(s, "mlxb_pad_inputs", [&] {
+    if (n < 0 || (n && (!arrays || !axes)) || pad < 0) throw bridge_error("invalid padding list");
+    bool in_program = pad > 0 && mlxb_copy_into_device_available(s);
+    std::vector<mx::array> ins;
+    std::vector<mx::Shape> shapes;
+    std::vector<mx::Dtype> dtypes;
+    std::vector<program_copy> copies;
+    std::vector<int> which;
+    for (int i = 0; i < n; i++) {
+      if (axes[i] < 0) continue;
+      if (!arrays[i]) throw null_arg{};
+      const mx::array &x = arr(arrays[i]);
+      int axis = axes[i];
+      bool takes = in_program && axis < static_cast<int>(x.ndim()) && x.size() > 0 && x.dtype() != mx::bool_ &&
+                   (x.dtype() != mx::float64 || is_cpu_scope(s)) && x.status() == mx::array::Status::available &&
+                   x.flags().row_contiguous;
+      if (!takes) {
+        mlxb_array *padded = mlxb_pad_axis(s, arrays[i], axis, pad);
+        if (!padded) throw bridge_error(s->error);
+        arrays[i] = padded;
+        continue;
+      }
+      mx::Shape shape = x.shape();
+      shape[axis] = to_i32(static_cast<int64_t>(shape[axis]) + pad, "padding");
+      size_t outer = 1, inner = x.itemsize();
+      for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(shape[k]);
+      for (int k = axis + 1; k < static_cast<int>(shape.size()); k++) inner *= static_cast<size_t>(shape[k]);
+      size_t width = inner * static_cast<size_t>(x.shape(axis)), pitch = inner * static_cast<size_t>(shape[axis]);
+      int k = static_cast<int>(ins.size());
+      copies.push_back({k, k, nullptr, width, outer, width, pitch, true});
+      ins.push_back(x);
+      shapes.push_back(std::move(shape));
+      dtypes.push_back(x.dtype());
+      which.push_back(i);
+    }
+    if (ins.empty()) return;
+    mx::Stream stream = mx::to_stream(scope_dev(s));
+    auto prim = std::make_shared<program_copies>(stream, "EpPadInputs", std::move(copies));
+    std::vector<mx::array> padded = mx::array::make_arrays(std::move(shapes), dtypes, std::move(prim), std::move(ins));
+    for (size_t k = 0; k < which.size(); k++) arrays[which[k]] = scope_keep(s, padded[k]);
   });
 }
 

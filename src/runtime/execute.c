@@ -69,16 +69,19 @@ static int check_input(const plan *p, const ir_value *val, const rt_tensor *t, d
 }
 
 /* One input as an MLX array: our device memory (an IOBinding, or ORT's copy of a host input)
- * wrapped without a copy; else padded to its bucket, or borrowing ORT's buffer where MLX can read
- * it in place (the Run outlives every array of its scope), or copied. */
-static mlxb_array *bind_input(plan *p, mlxb_scope *s, const rt_tensor *t, int i, const run_pad *rp) {
+ * wrapped without a copy (its padding, *device_pad_axis, left to bind_inputs, which pads them all
+ * at once); else padded to its bucket, or borrowing ORT's buffer where MLX can read it in place
+ * (the Run outlives every array of its scope), or copied. */
+static mlxb_array *bind_input(plan *p, mlxb_scope *s, const rt_tensor *t, int i, const run_pad *rp,
+                              int *device_pad_axis) {
   int axis = rp->pad > 0 ? rp->v->input_axis[i] : -1;
+  *device_pad_axis = -1;
   if (ir_dtype_emulated_bits(t->dtype)) return emulated_upload(s, t->dtype, t->data, t->dims, t->rank);
   mlxb_dtype type = (mlxb_dtype)op_mlx_dtype(t->dtype);
   if (type != MLXB_BOOL && mlxb_device_owns(t->data, rt_tensor_bytes(t, type))) {
     PLAN_STAT_ADD(p, device_inputs, 1);
-    mlxb_array *a = mlxb_borrow_device(s, t->data, t->dims, t->rank, type);
-    return axis >= 0 ? mlxb_pad_axis(s, a, axis, rp->pad) : a;
+    *device_pad_axis = axis;
+    return mlxb_borrow_device(s, t->data, t->dims, t->rank, type);
   }
   PLAN_STAT_ADD(p, host_inputs, 1);
   if (axis >= 0) return mlxb_from_data_padded(s, t->data, t->dims, t->rank, type, axis, rp->pad);
@@ -91,15 +94,26 @@ static int bind_inputs(plan *p, mlxb_scope *s, const rt_tensor *inputs, int n_in
   const ir_graph *g = p->g;
   if (n_inputs != g->n_inputs)
     return diag_fail(d, "%s: expected %d inputs, got %d", p->name, g->n_inputs, n_inputs);
-  for (int i = 0; i < n_inputs; i++) {
+  int axes_stack[64];
+  int *pad_axes = n_inputs <= 64 ? axes_stack : malloc(sizeof *pad_axes * (size_t)n_inputs);
+  if (!pad_axes) return diag_fail(d, "out of memory");
+  int rc = 0;
+  bool any_pad = false;
+  for (int i = 0; i < n_inputs && !rc; i++) {
     const ir_value *val = &g->values[g->inputs[i]];
-    if (check_input(p, val, &inputs[i], d)) return -1;
-    arrays[i] = bind_input(p, s, &inputs[i], i, rp);
-    if (!arrays[i]) return diag_fail(d, "%s: input '%s': %s", p->name, val->name, mlxb_error(s));
+    rc = check_input(p, val, &inputs[i], d);
+    if (rc) break;
+    arrays[i] = bind_input(p, s, &inputs[i], i, rp, &pad_axes[i]);
+    if (!arrays[i]) rc = diag_fail(d, "%s: input '%s': %s", p->name, val->name, mlxb_error(s));
+    any_pad |= pad_axes[i] >= 0;
   }
-  /* padded device inputs are filled here, before any lowering or evaluation reads them */
-  if (mlxb_device_prepare(s)) return diag_fail(d, "%s: padding the inputs: %s", p->name, mlxb_error(s));
-  return 0;
+  /* padded device inputs: one operation of the Run's graph, or filled here (mlxb_device_prepare)
+   * before any lowering or evaluation reads them */
+  if (!rc && any_pad && mlxb_pad_inputs(s, arrays, pad_axes, n_inputs, rp->pad))
+    rc = diag_fail(d, "%s: padding the inputs: %s", p->name, mlxb_error(s));
+  if (!rc && mlxb_device_prepare(s)) rc = diag_fail(d, "%s: padding the inputs: %s", p->name, mlxb_error(s));
+  if (pad_axes != axes_stack) free(pad_axes);
+  return rc ? -1 : 0;
 }
 
 /* MLX GPUs have no float64: nodes touching float64 run on an MLX CPU stream inside the same
