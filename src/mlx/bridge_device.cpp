@@ -495,6 +495,23 @@ bool pad_batch_wanted(const device_state &st) {
   return on && (st.kind == backend::host || copy_batch_function(st));
 }
 
+/* x padded with pad zero rows along axis: its shape, and as row copies, `outer` rows of x's `width`
+ * bytes each into rows of `pitch` bytes. */
+struct padded_layout {
+  mx::Shape shape;
+  size_t outer, width, pitch;
+};
+
+padded_layout pad_layout(const mx::array &x, int axis, int64_t pad) {
+  padded_layout l{x.shape(), 1, 0, 0};
+  l.shape[axis] = to_i32(static_cast<int64_t>(l.shape[axis]) + pad, "padding");
+  size_t inner = x.itemsize();
+  for (int k = 0; k < axis; k++) l.outer *= static_cast<size_t>(l.shape[k]);
+  for (int k = axis + 1; k < static_cast<int>(l.shape.size()); k++) inner *= static_cast<size_t>(l.shape[k]);
+  l.width = inner * static_cast<size_t>(x.shape(axis)), l.pitch = inner * static_cast<size_t>(l.shape[axis]);
+  return l;
+}
+
 /* x padded with pad zero rows along axis into a buffer of its own, queued on s; nullopt where the
  * batch does not apply (the caller concatenates). */
 std::optional<mx::array> queue_pad(mlxb_scope *s, const mx::array &x, int axis, int64_t pad) {
@@ -502,15 +519,10 @@ std::optional<mx::array> queue_pad(mlxb_scope *s, const mx::array &x, int axis, 
   if (!st.ready || st.kind == backend::none || !pad_batch_wanted(st) || x.size() == 0 || pad <= 0) return std::nullopt;
   if (x.status() != mx::array::Status::available || !x.flags().row_contiguous || x.dtype() == mx::bool_)
     return std::nullopt;
-  mx::Shape shape = x.shape();
-  shape[axis] = to_i32(static_cast<int64_t>(shape[axis]) + pad, "padding");
-  size_t outer = 1, inner = x.itemsize();
-  for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(shape[k]);
-  for (int k = axis + 1; k < static_cast<int>(shape.size()); k++) inner *= static_cast<size_t>(shape[k]);
-  size_t width = inner * static_cast<size_t>(x.shape(axis)), pitch = inner * static_cast<size_t>(shape[axis]);
-  mx::array out(mx::allocator::malloc(pitch * outer), shape, x.dtype());
+  padded_layout l = pad_layout(x, axis, pad);
+  mx::array out(mx::allocator::malloc(l.pitch * l.outer), l.shape, x.dtype());
   mx::allocator::Buffer b = out.buffer();
-  s->pads.push_back({x, device_address(st, x), buffer_address(st, b), width, outer, width, pitch, true});
+  s->pads.push_back({x, device_address(st, x), buffer_address(st, b), l.width, l.outer, l.width, l.pitch, true});
   return out;
 }
 
@@ -715,16 +727,11 @@ int mlxb_pad_inputs(mlxb_scope *s, mlxb_array **arrays, const int *axes, int n, 
         arrays[i] = padded;
         continue;
       }
-      mx::Shape shape = x.shape();
-      shape[axis] = to_i32(static_cast<int64_t>(shape[axis]) + pad, "padding");
-      size_t outer = 1, inner = x.itemsize();
-      for (int k = 0; k < axis; k++) outer *= static_cast<size_t>(shape[k]);
-      for (int k = axis + 1; k < static_cast<int>(shape.size()); k++) inner *= static_cast<size_t>(shape[k]);
-      size_t width = inner * static_cast<size_t>(x.shape(axis)), pitch = inner * static_cast<size_t>(shape[axis]);
+      padded_layout l = pad_layout(x, axis, pad);
       int k = static_cast<int>(ins.size());
-      copies.push_back({k, k, nullptr, width, outer, width, pitch, true});
+      copies.push_back({k, k, nullptr, l.width, l.outer, l.width, l.pitch, true});
       ins.push_back(x);
-      shapes.push_back(std::move(shape));
+      shapes.push_back(std::move(l.shape));
       dtypes.push_back(x.dtype());
       which.push_back(i);
     }

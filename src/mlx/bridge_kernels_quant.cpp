@@ -286,6 +286,7 @@ const char *qgemm_split_source = R"(
   const bool posted = (POST >> set) & 1;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   const int n0 = tile * BN, m0 = blockIdx.y * BM;
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32 x 32 of the block's BM x 64 */
   const int steps = K / BK, per = (steps + gridDim.z - 1) / gridDim.z;
   const int s_begin = blockIdx.z * per, s_end = s_begin + per < steps ? s_begin + per : steps;
   __shared__ __align__(16) __half sa[BM][LDS];
@@ -333,6 +334,16 @@ const char *qgemm_split_source = R"(
       *reinterpret_cast<uint4*>(&sa[idx / 4][(idx % 4) * 8]) = ra[i];
     }
   };
+  /* a weight word's VPW halves into a shared row: 16 bytes at a time where they fill them */
+  auto store_halves = [&](__half* to, const __half* v) {
+    if constexpr (VPW % 8 == 0) {
+#pragma unroll
+      for (int j = 0; j < VPW; j += 8) *reinterpret_cast<uint4*>(to + j) = *reinterpret_cast<const uint4*>(v + j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < VPW; j++) to[j] = v[j];
+    }
+  };
   auto stage = [&]() {
     stage_x();
 #pragma unroll
@@ -346,19 +357,8 @@ const char *qgemm_split_source = R"(
         hi[j] = __float2half_rn(v);
         lo[j] = __float2half_rn(v - __half2float(hi[j]));
       }
-      if constexpr (VPW % 8 == 0) {
-#pragma unroll
-        for (int j = 0; j < VPW; j += 8) {
-          *reinterpret_cast<uint4*>(&shi[r][kk + j]) = *reinterpret_cast<const uint4*>(hi + j);
-          *reinterpret_cast<uint4*>(&slo[r][kk + j]) = *reinterpret_cast<const uint4*>(lo + j);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < VPW; j++) {
-          shi[r][kk + j] = hi[j];
-          slo[r][kk + j] = lo[j];
-        }
-      }
+      store_halves(&shi[r][kk], hi);
+      store_halves(&slo[r][kk], lo);
     }
   };
   /* the affine form's staging: each weight's q as a float16 integer (exact), the step's scale and
@@ -371,13 +371,7 @@ const char *qgemm_split_source = R"(
       alignas(16) __half q[VPW];
 #pragma unroll
       for (int j = 0; j < VPW; j++) q[j] = __float2half_rn(static_cast<float>((rw[i] >> (j * BITS)) & MASK));
-      if constexpr (VPW % 8 == 0) {
-#pragma unroll
-        for (int j = 0; j < VPW; j += 8) *reinterpret_cast<uint4*>(&shi[r][kk + j]) = *reinterpret_cast<const uint4*>(q + j);
-      } else {
-#pragma unroll
-        for (int j = 0; j < VPW; j++) shi[r][kk + j] = q[j];
-      }
+      store_halves(&shi[r][kk], q);
       if (AFFINE && idx % WPR == 0) sscale[r] = rs[i], sbias[r] = rb[i];
     }
   };
@@ -401,14 +395,37 @@ const char *qgemm_split_source = R"(
     const __half* h = reinterpret_cast<const __half*>(&w);
     return __half2float(h[0]) + __half2float(h[1]);
   };
+  /* fragments of m16n8k16 at kk: A row gid (+8), B column gid, K pairs at 2 * tig (+8) */
+  auto load_a = [&](uint32_t (&a)[2][4], int kk) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int r = wm + i * 16 + gid;
+      a[i][0] = lds(&sa[r][kk + 2 * tig]);
+      a[i][1] = lds(&sa[r + 8][kk + 2 * tig]);
+      a[i][2] = lds(&sa[r][kk + 2 * tig + 8]);
+      a[i][3] = lds(&sa[r + 8][kk + 2 * tig + 8]);
+    }
+  };
+  auto load_b = [&](uint32_t (&b)[4][2], const __half (*sb)[LDS], int kk) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int c = wn + j * 8 + gid;
+      b[j][0] = lds(&sb[c][kk + 2 * tig]);
+      b[j][1] = lds(&sb[c][kk + 2 * tig + 8]);
+    }
+  };
+  /* f(i, j, r) for accumulator r of each of this warp's 2 x 4 tiles of m16n8: row gid (+8 from
+   * r = 2) of row tile i, column 2 * tig + r % 2 of column tile j */
+  auto each_acc = [](auto f) {
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) f(i, j, r);
+  };
   float acc_hi[2][4][4], acc_lo[2][4][4];
-#pragma unroll
-  for (int i = 0; i < 2; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) acc_hi[i][j][r] = acc_lo[i][j][r] = 0.0f;
-  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32 x 32 of the block's BM x 64 */
+  each_acc([&](int i, int j, int r) { acc_hi[i][j][r] = acc_lo[i][j][r] = 0.0f; });
   if (s_begin < s_end) fetch(s_begin);
   for (int s = s_begin; s < s_end; s++) {
     /* the barrier before shared memory is written again; with AFFINE it also says, for the whole
@@ -425,30 +442,16 @@ const char *qgemm_split_source = R"(
       /* sum over the step of x * (q * scale + bias) = scale * (x . q) + bias * sum(x): the
        * products of x with q exact in the float32 accumulators, then one scale per column */
       float t[2][4][4], xs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-#pragma unroll
-      for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-          for (int r = 0; r < 4; r++) t[i][j][r] = 0.0f;
+      each_acc([&](int i, int j, int r) { t[i][j][r] = 0.0f; });
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
         uint32_t a[2][4], bq[4][2];
+        load_a(a, kk);
+        load_b(bq, shi, kk);
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-          const int r = wm + i * 16 + gid;
-          a[i][0] = lds(&sa[r][kk + 2 * tig]);
-          a[i][1] = lds(&sa[r + 8][kk + 2 * tig]);
-          a[i][2] = lds(&sa[r][kk + 2 * tig + 8]);
-          a[i][3] = lds(&sa[r + 8][kk + 2 * tig + 8]);
           xs[i][0] += pair_sum(a[i][0]) + pair_sum(a[i][2]);
           xs[i][1] += pair_sum(a[i][1]) + pair_sum(a[i][3]);
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          const int c = wn + j * 8 + gid;
-          bq[j][0] = lds(&shi[c][kk + 2 * tig]);
-          bq[j][1] = lds(&shi[c][kk + 2 * tig + 8]);
         }
 #pragma unroll
         for (int i = 0; i < 2; i++)
@@ -463,37 +466,18 @@ const char *qgemm_split_source = R"(
           xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 1);
           xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 2);
         }
-#pragma unroll
-      for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-          for (int r = 0; r < 4; r++) {
-            const int c = wn + j * 8 + 2 * tig + r % 2;
-            acc_hi[i][j][r] += sscale[c] * t[i][j][r] + sbias[c] * xs[i][r / 2];
-          }
+      each_acc([&](int i, int j, int r) {
+        const int c = wn + j * 8 + 2 * tig + r % 2;
+        acc_hi[i][j][r] += sscale[c] * t[i][j][r] + sbias[c] * xs[i][r / 2];
+      });
       continue;
     }
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
-      /* fragments of m16n8k16: A row gid (+8), B column gid, K pairs at 2 * tig (+8) */
       uint32_t a[2][4], bh[4][2], bl[4][2];
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        const int r = wm + i * 16 + gid;
-        a[i][0] = lds(&sa[r][kk + 2 * tig]);
-        a[i][1] = lds(&sa[r + 8][kk + 2 * tig]);
-        a[i][2] = lds(&sa[r][kk + 2 * tig + 8]);
-        a[i][3] = lds(&sa[r + 8][kk + 2 * tig + 8]);
-      }
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int c = wn + j * 8 + gid;
-        bh[j][0] = lds(&shi[c][kk + 2 * tig]);
-        bh[j][1] = lds(&shi[c][kk + 2 * tig + 8]);
-        bl[j][0] = lds(&slo[c][kk + 2 * tig]);
-        bl[j][1] = lds(&slo[c][kk + 2 * tig + 8]);
-      }
+      load_a(a, kk);
+      load_b(bh, shi, kk);
+      load_b(bl, slo, kk);
 #pragma unroll
       for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -503,24 +487,18 @@ const char *qgemm_split_source = R"(
         }
     }
   }
-  /* accumulator r of tile (i, j): row gid (+8 from r = 2), column 2 * tig + r % 2 */
-#pragma unroll
-  for (int i = 0; i < 2; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const int m = m0 + wm + i * 16 + gid + (r / 2) * 8, n = n0 + wn + j * 8 + 2 * tig + r % 2;
-        if (m >= M || n >= N) continue;
-        const float h = acc_hi[i][j][r], sum = isfinite(h) ? h + acc_lo[i][j][r] : h;
-        if (gridDim.z > 1) {
-          partial[((size_t)blockIdx.z * M + m) * NT + col0 + n] = sum;
-        } else {
-          const float b = HAS_BIAS ? static_cast<float>(bias[n]) : 0.0f;
-          const __half y = __float2half_rn(sum + b);
-          out[(size_t)m * N + n] = posted ? __float2half_rn(__half2float(y) + __half2float(post[n])) : y;
-        }
-      }
+  each_acc([&](int i, int j, int r) {
+    const int m = m0 + wm + i * 16 + gid + (r / 2) * 8, n = n0 + wn + j * 8 + 2 * tig + r % 2;
+    if (m >= M || n >= N) return;
+    const float h = acc_hi[i][j][r], sum = isfinite(h) ? h + acc_lo[i][j][r] : h;
+    if (gridDim.z > 1) {
+      partial[((size_t)blockIdx.z * M + m) * NT + col0 + n] = sum;
+    } else {
+      const float b = HAS_BIAS ? static_cast<float>(bias[n]) : 0.0f;
+      const __half y = __float2half_rn(sum + b);
+      out[(size_t)m * N + n] = posted ? __float2half_rn(__half2float(y) + __half2float(post[n])) : y;
+    }
+  });
 )";
 
 /* The split-K partial sums [S, M, NT] of qgemm_split added in order, the bias added (one set),
