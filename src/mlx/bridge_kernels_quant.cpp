@@ -249,6 +249,17 @@ const cuda_kernel_spec dequant_f32_kernel = {
  * weights do not), takes the two-halves form instead, the whole block alike (__syncthreads_or),
  * so infinities and NaN come out as the dequantized GEMM gives them. */
 const char *qgemm_header = R"(
+/* f(i, j, r) for accumulator r of each of a warp's 2 x 4 tiles of m16n8 (NVRTC takes no generic
+ * lambda in device code: a function template instead) */
+template <class F>
+__device__ __forceinline__ void ort_ep_mlx_each_acc(F f) {
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) f(i, j, r);
+}
 __device__ __forceinline__ void ort_ep_mlx_mma16816(float* d, const uint32_t* a, const uint32_t* b) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -414,18 +425,10 @@ const char *qgemm_split_source = R"(
       b[j][1] = lds(&sb[c][kk + 2 * tig + 8]);
     }
   };
-  /* f(i, j, r) for accumulator r of each of this warp's 2 x 4 tiles of m16n8: row gid (+8 from
-   * r = 2) of row tile i, column 2 * tig + r % 2 of column tile j */
-  auto each_acc = [](auto f) {
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) f(i, j, r);
-  };
+  /* accumulator r of tile (i, j): row gid (+8 from r = 2) of row tile i, column 2 * tig + r % 2
+   * of column tile j */
   float acc_hi[2][4][4], acc_lo[2][4][4];
-  each_acc([&](int i, int j, int r) { acc_hi[i][j][r] = acc_lo[i][j][r] = 0.0f; });
+  ort_ep_mlx_each_acc([&](int i, int j, int r) { acc_hi[i][j][r] = acc_lo[i][j][r] = 0.0f; });
   if (s_begin < s_end) fetch(s_begin);
   for (int s = s_begin; s < s_end; s++) {
     /* the barrier before shared memory is written again; with AFFINE it also says, for the whole
@@ -442,7 +445,7 @@ const char *qgemm_split_source = R"(
       /* sum over the step of x * (q * scale + bias) = scale * (x . q) + bias * sum(x): the
        * products of x with q exact in the float32 accumulators, then one scale per column */
       float t[2][4][4], xs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-      each_acc([&](int i, int j, int r) { t[i][j][r] = 0.0f; });
+      ort_ep_mlx_each_acc([&](int i, int j, int r) { t[i][j][r] = 0.0f; });
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
         uint32_t a[2][4], bq[4][2];
@@ -466,7 +469,7 @@ const char *qgemm_split_source = R"(
           xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 1);
           xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 2);
         }
-      each_acc([&](int i, int j, int r) {
+      ort_ep_mlx_each_acc([&](int i, int j, int r) {
         const int c = wn + j * 8 + 2 * tig + r % 2;
         acc_hi[i][j][r] += sscale[c] * t[i][j][r] + sbias[c] * xs[i][r / 2];
       });
@@ -487,7 +490,7 @@ const char *qgemm_split_source = R"(
         }
     }
   }
-  each_acc([&](int i, int j, int r) {
+  ort_ep_mlx_each_acc([&](int i, int j, int r) {
     const int m = m0 + wm + i * 16 + gid + (r / 2) * 8, n = n0 + wn + j * 8 + 2 * tig + r % 2;
     if (m >= M || n >= N) return;
     const float h = acc_hi[i][j][r], sum = isfinite(h) ? h + acc_lo[i][j][r] : h;

@@ -100,7 +100,8 @@ def function(ns, source_name, args, strings):
         if f"{name}_shape" in body:
             params.append(f"const int* {name}_shape")
     # the emulator defines the tensor-core instruction itself (cuda_emu.h): the header's inline PTX goes
-    header = strings[header_name] if header_name and header_name != "qgemm_header" else ""
+    header = strings[header_name] if header_name else ""
+    header = re.sub(r"__device__ __forceinline__ void ort_ep_mlx_mma16816\(.*?\n}\n", "", header, flags=re.S)
     lines = [f"namespace {ns} {{", header,
              "void kernel(" + ", ".join(params) + ") {"]
     lines += [ck.constant_line(k, v) for k, v in args.items()]
