@@ -396,7 +396,10 @@ if step gemmprof; then
 fi
 if step copyprog; then
   # 2026-12-05 (ninth session, no GPU lent): outputs into ORT's device buffers by a copy-kernel node of
-  # the program's own eval (one wait a Run instead of two); tests first, then the A/B
+  # the program's own eval (one wait a Run instead of three); tests first, then the A/B
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  ORT_EP_MLX_COPY_IN_PROGRAM=1 timeout 120 build-gpu/test_bridge 2>&1 | grep -E "program copies|FAIL|checks" \
+    | tail -6 >> "$log"
   ORT_EP_MLX_COPY_IN_PROGRAM=1 pytest_q 240 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_genai.py \
     tests/test_llm_generation.py
   probe_ab ORT_EP_MLX_COPY_IN_PROGRAM "1 0 1 0" decode 'loop 1|phases|program_copies' --mode io --steps 64 --loops 2 \

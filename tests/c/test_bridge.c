@@ -968,6 +968,81 @@ static void test_prompt_rows(mlxb_scope *s) {
   }
 }
 
+/* A Run's copies as operations of its own graph (mlxb_copy_into_device, mlxb_pad_inputs), with the
+ * EP's device memory: MLX's GPU memory where MLX has a GPU (opt-in there:
+ * ORT_EP_MLX_COPY_IN_PROGRAM=1), else host memory standing in for it (on by default). */
+static void test_program_copies(void) {
+  bool gpu = mlxb_gpu_available();
+  if (!mlxb_device_memory_enable(!gpu)) {
+    printf("program copies: no device memory here\n");
+    return;
+  }
+  mlxb_scope *s = mlxb_scope_new(gpu ? MLXB_DEVICE_GPU : MLXB_DEVICE_CPU);
+  if (!s) return;
+  if (!mlxb_copy_into_device_available(s)) {
+    printf("program copies: not on for this device (ORT_EP_MLX_COPY_IN_PROGRAM)\n");
+    mlxb_scope_free(s);
+    return;
+  }
+  float v[24], twice[24];
+  for (int i = 0; i < 24; i++) v[i] = (float)i - 5.0f, twice[i] = 2.0f * v[i];
+  mlxb_array *x = f32(s, v, (int64_t[]){2, 3, 4}, 3);
+  mlxb_array *results[2] = {mlxb_contiguous(s, x), mlxb_contiguous(s, mlxb_binary(s, MLXB_ADD, x, x))};
+  float *whole = mlxb_device_alloc(sizeof v), *prefix = mlxb_device_alloc(2 * 2 * 4 * sizeof(float));
+  CHECK(whole && prefix, "device buffers");
+  if (!whole || !prefix) goto done;
+  /* the whole first result; the second's first 2 of 3 entries along axis 1 */
+  mlxb_output_copy copies[2] = {{0, -1, 0, whole, sizeof v}, {1, 1, 2, prefix, 2 * 2 * 4 * sizeof(float)}};
+  mlxb_array *op = mlxb_copy_into_device(s, results, 2, copies, 2);
+  CHECK(op != NULL, "copy operation: %s", mlxb_error(s));
+  mlxb_array *all[3] = {results[0], results[1], op};
+  CHECK(op && mlxb_eval(s, all, 3) == 0, "eval with the copies: %s", mlxb_error(s));
+  float host[24];
+  if (op) { /* unified memory (or the stand-in's host memory): read directly after the eval */
+    memcpy(host, whole, sizeof v);
+    for (int i = 0; i < 24; i++) CHECK(host[i] == v[i], "whole copy[%d] = %g, want %g", i, host[i], v[i]);
+    for (int b = 0; b < 2; b++)
+      for (int k = 0; k < 8; k++)
+        CHECK(prefix[b * 8 + k] == twice[b * 12 + k], "prefix copy[%d] = %g, want %g", b * 8 + k, prefix[b * 8 + k],
+              twice[b * 12 + k]);
+  }
+  /* each bad list refused when the operation is built, naming why */
+  float on_stack[24];
+  const struct {
+    mlxb_output_copy c;
+    const char *why;
+  } bad[] = {{{2, -1, 0, whole, sizeof v}, "source out of range"},
+             {{0, -1, 0, whole, sizeof v - 4}, "size does not match"},
+             {{0, 1, 4, whole, sizeof v}, "prefix outside"},
+             {{0, -1, 0, on_stack, sizeof on_stack}, "not device memory"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    mlxb_clear_error(s);
+    CHECK(mlxb_copy_into_device(s, results, 2, &bad[i].c, 1) == NULL && strstr(mlxb_error(s), bad[i].why),
+          "bad copy %zu refused (%s): %s", i, bad[i].why, mlxb_error(s));
+  }
+  mlxb_clear_error(s);
+  /* two evaluated inputs padded along their axis 1 and 0 in one operation, zero rows after */
+  mlxb_array *padded[3] = {x, x, x};
+  CHECK(mlxb_eval(s, padded, 1) == 0, "eval x");
+  CHECK(mlxb_pad_inputs(s, padded, (int[]){1, -1, 0}, 3, 2) == 0, "pad inputs: %s", mlxb_error(s));
+  expect_shape(padded[0], (int64_t[]){2, 5, 4}, 3, "padded along axis 1");
+  CHECK(padded[1] == x, "an input with no axis stays");
+  expect_shape(padded[2], (int64_t[]){4, 3, 4}, 3, "padded along axis 0");
+  float want1[40], want0[48];
+  for (int b = 0; b < 2; b++)
+    for (int r = 0; r < 5; r++)
+      for (int k = 0; k < 4; k++) want1[(b * 5 + r) * 4 + k] = r < 3 ? v[(b * 3 + r) * 4 + k] : 0.0f;
+  for (int i = 0; i < 48; i++) want0[i] = i < 24 ? v[i] : 0.0f;
+  expect_f32(s, padded[0], want1, 40, 0.0f, "padded rows along axis 1");
+  expect_f32(s, padded[2], want0, 48, 0.0f, "padded rows along axis 0");
+  if (gpu) expect_f32(s, results[1], twice, 24, 0.0f, "results after the copies");
+done:
+  mlxb_device_free(whole);
+  mlxb_device_free(prefix);
+  CHECK(mlxb_ok(s), "program copies scope ok: %s", mlxb_error(s));
+  mlxb_scope_free(s);
+}
+
 int main(void) {
   /* the prompt form on CPU scopes too (single-threaded per head there; MLX's CUDA backend by default) */
   setenv("ORT_EP_MLX_ROWS_ATTENTION", "all", 0);
@@ -1012,6 +1087,7 @@ int main(void) {
     }
   }
   test_errors();
+  test_program_copies();
   char report[4096];
   int kernels = mlxb_cuda_kernels_selfcheck(report, sizeof report);
   CHECK(kernels >= 0, "our CUDA kernels compile as the kernel cache launches them: %s", report);
