@@ -244,10 +244,12 @@ const cuda_kernel_spec dequant_f32_kernel = {
  * float16 integers (exact) and x . q on the tensor cores, every product of a float16 activation
  * with q exact in the float32 accumulators; then each column's scale and bias for the step's
  * group (GROUP a multiple of 32: a step lies in one group). One product per weight instead of two
- * and no float16 halves to form. A step whose activations are not all finite, or whose scales or
- * biases are beyond 2^60 (where the affine sums could overflow or give NaN where the dequantized
- * weights do not), takes the two-halves form instead, the whole block alike (__syncthreads_or),
- * so infinities and NaN come out as the dequantized GEMM gives them. */
+ * and no float16 halves to form, so the shared memory holds two steps: the next one is staged
+ * while this one's products run, one barrier a step instead of two. Non-finite activations are
+ * zeros in x . q and sum(x); their rows (flagged when staged) add them times the dequantized
+ * weights apart, in float32, so infinities and NaN come out as the dequantized GEMM gives them.
+ * The callers' contract (weights exact as two halves, so |w| < 65504) keeps scale * (x . q) and
+ * bias * sum(x) far from float32's range. */
 const char *qgemm_header = R"(
 /* f(i, j, r) for accumulator r of each of a warp's 2 x 4 tiles of m16n8 (NVRTC takes no generic
  * lambda in device code: a function template instead) */
@@ -300,10 +302,13 @@ const char *qgemm_split_source = R"(
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32 x 32 of the block's BM x 64 */
   const int steps = K / BK, per = (steps + gridDim.z - 1) / gridDim.z;
   const int s_begin = blockIdx.z * per, s_end = s_begin + per < steps ? s_begin + per : steps;
-  __shared__ __align__(16) __half sa[BM][LDS];
-  __shared__ __align__(16) __half shi[BN][LDS];
-  __shared__ __align__(16) __half slo[BN][LDS];
-  __shared__ float sscale[AFFINE ? BN : 1], sbias[AFFINE ? BN : 1]; /* the step's group, per column */
+  /* the affine form keeps two of each (one staged while the other is read), the halves one */
+  constexpr int NBUF = AFFINE ? 2 : 1;
+  __shared__ __align__(16) __half sa[NBUF][BM][LDS];
+  __shared__ __align__(16) __half shi[NBUF][BN][LDS]; /* hi halves, or the affine form's q */
+  __shared__ __align__(16) __half slo[AFFINE ? 1 : BN][LDS];
+  __shared__ float sscale[NBUF][AFFINE ? BN : 1], sbias[NBUF][AFFINE ? BN : 1]; /* the step's group */
+  __shared__ unsigned char sbad[NBUF][AFFINE ? BM : 1][4]; /* a row's quarter had a non-finite x */
   const bool x16 = (reinterpret_cast<unsigned long long>(x) & 15ull) == 0;
   uint4 ra[2];
   uint32_t rw[WLOADS];
@@ -342,7 +347,7 @@ const char *qgemm_split_source = R"(
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       const int idx = tid + i * THREADS;
-      *reinterpret_cast<uint4*>(&sa[idx / 4][(idx % 4) * 8]) = ra[i];
+      *reinterpret_cast<uint4*>(&sa[0][idx / 4][(idx % 4) * 8]) = ra[i];
     }
   };
   /* a weight word's VPW halves into a shared row: 16 bytes at a time where they fill them */
@@ -368,38 +373,38 @@ const char *qgemm_split_source = R"(
         hi[j] = __float2half_rn(v);
         lo[j] = __float2half_rn(v - __half2float(hi[j]));
       }
-      store_halves(&shi[r][kk], hi);
+      store_halves(&shi[0][r][kk], hi);
       store_halves(&slo[r][kk], lo);
     }
   };
-  /* the affine form's staging: each weight's q as a float16 integer (exact), the step's scale and
-   * bias per column */
-  auto stage_affine = [&]() {
-    stage_x();
+  /* the affine form's staging into buffer `buf`: the activations with non-finite ones as zeros
+   * (their rows' quarters flagged in sbad), each weight's q as a float16 integer (exact), the
+   * step's scale and bias per column */
+  auto stage_affine = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int idx = tid + i * THREADS;
+      alignas(16) __half h[8];
+      *reinterpret_cast<uint4*>(h) = ra[i];
+      bool bad = false;
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const bool finite = isfinite(__half2float(h[j]));
+        bad |= !finite;
+        h[j] = finite ? h[j] : __float2half_rn(0.0f);
+      }
+      *reinterpret_cast<uint4*>(&sa[buf][idx / 4][(idx % 4) * 8]) = *reinterpret_cast<const uint4*>(h);
+      sbad[buf][AFFINE ? idx / 4 : 0][idx % 4] = bad;
+    }
 #pragma unroll
     for (int i = 0; i < WLOADS; i++) {
       const int idx = tid + i * THREADS, r = idx / WPR, kk = (idx % WPR) * VPW;
       alignas(16) __half q[VPW];
 #pragma unroll
       for (int j = 0; j < VPW; j++) q[j] = __float2half_rn(static_cast<float>((rw[i] >> (j * BITS)) & MASK));
-      store_halves(&shi[r][kk], q);
-      if (AFFINE && idx % WPR == 0) sscale[r] = rs[i], sbias[r] = rb[i];
+      store_halves(&shi[buf][r][kk], q);
+      if (AFFINE && idx % WPR == 0) sscale[buf][r] = rs[i], sbias[buf][r] = rb[i];
     }
-  };
-  /* whether this thread's registers hold what the affine form must not take: a non-finite
-   * activation (inf * 0 would be NaN where the dequantized weight is not 0), or a scale or bias so
-   * large that its products could overflow where the dequantized weights' do not */
-  auto unusual = [&]() {
-    bool bad = false;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const __half* h = reinterpret_cast<const __half*>(&ra[i]);
-#pragma unroll
-      for (int j = 0; j < 8; j++) bad |= !isfinite(__half2float(h[j]));
-    }
-#pragma unroll
-    for (int i = 0; i < WLOADS; i++) bad |= !(fabsf(rs[i]) <= 0x1p60f) || !(fabsf(rb[i]) <= 0x1p60f);
-    return bad;
   };
   auto lds = [](const __half* p) { return *reinterpret_cast<const uint32_t*>(p); };
   auto pair_sum = [](uint32_t w) {
@@ -407,14 +412,14 @@ const char *qgemm_split_source = R"(
     return __half2float(h[0]) + __half2float(h[1]);
   };
   /* fragments of m16n8k16 at kk: A row gid (+8), B column gid, K pairs at 2 * tig (+8) */
-  auto load_a = [&](uint32_t (&a)[2][4], int kk) {
+  auto load_a = [&](uint32_t (&a)[2][4], const __half (*sx)[LDS], int kk) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       const int r = wm + i * 16 + gid;
-      a[i][0] = lds(&sa[r][kk + 2 * tig]);
-      a[i][1] = lds(&sa[r + 8][kk + 2 * tig]);
-      a[i][2] = lds(&sa[r][kk + 2 * tig + 8]);
-      a[i][3] = lds(&sa[r + 8][kk + 2 * tig + 8]);
+      a[i][0] = lds(&sx[r][kk + 2 * tig]);
+      a[i][1] = lds(&sx[r + 8][kk + 2 * tig]);
+      a[i][2] = lds(&sx[r][kk + 2 * tig + 8]);
+      a[i][3] = lds(&sx[r + 8][kk + 2 * tig + 8]);
     }
   };
   auto load_b = [&](uint32_t (&b)[4][2], const __half (*sb)[LDS], int kk) {
@@ -429,65 +434,93 @@ const char *qgemm_split_source = R"(
    * of column tile j */
   float acc_hi[2][4][4], acc_lo[2][4][4];
   ort_ep_mlx_each_acc([&](int i, int j, int r) { acc_hi[i][j][r] = acc_lo[i][j][r] = 0.0f; });
-  if (s_begin < s_end) fetch(s_begin);
-  for (int s = s_begin; s < s_end; s++) {
-    /* the barrier before shared memory is written again; with AFFINE it also says, for the whole
-     * block, whether this step takes the two-halves form */
-    const bool halves = AFFINE ? __syncthreads_or(unusual()) != 0 : (__syncthreads(), true);
-    if (halves) {
-      stage();
-    } else {
-      stage_affine();
+  /* step s of the affine form from buffer buf: the sum over the step of x * (q * scale + bias) is
+   * scale * (x . q) + bias * sum(x), the products of x with q exact in the float32 accumulators,
+   * then one scale per column. A row whose step had a non-finite activation (zero in x . q) adds
+   * those activations times the dequantized weights apart, in float32, as the dequantized GEMM
+   * has them (inf * 0 is NaN there too, inf * w an infinity). */
+  auto affine_step = [&](int buf, int s) {
+    float t[2][4][4], xs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    ort_ep_mlx_each_acc([&](int i, int j, int r) { t[i][j][r] = 0.0f; });
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t a[2][4], bq[4][2];
+      load_a(a, sa[buf], kk);
+      load_b(bq, shi[buf], kk);
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        xs[i][0] += pair_sum(a[i][0]) + pair_sum(a[i][2]);
+        xs[i][1] += pair_sum(a[i][1]) + pair_sum(a[i][3]);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) ort_ep_mlx_mma16816(t[i][j], a[i], bq[j]);
     }
+    /* a row's sum over the step: the quad's four lanes hold a quarter of its K each */
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 1);
+        xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 2);
+      }
+    ort_ep_mlx_each_acc([&](int i, int j, int r) {
+      const int c = wn + j * 8 + 2 * tig + r % 2;
+      acc_hi[i][j][r] += sscale[buf][c] * t[i][j][r] + sbias[buf][c] * xs[i][r / 2];
+    });
+    for (int i = 0; i < 2; i++)
+      for (int h = 0; h < 2; h++) {
+        const int rl = wm + i * 16 + gid + 8 * h, m = m0 + rl;
+        const unsigned char* flag = sbad[buf][AFFINE ? rl : 0];
+        if (m >= M || !(flag[0] | flag[1] | flag[2] | flag[3])) continue;
+        for (int kk = 0; kk < BK; kk++) {
+          const float xv = __half2float(x[(size_t)m * K + s * BK + kk]);
+          if (isfinite(xv)) continue;
+          for (int j = 0; j < 4; j++)
+            for (int e = 0; e < 2; e++) {
+              const int c = wn + j * 8 + 2 * tig + e;
+              const float wv = __half2float(shi[buf][c][kk]) * sscale[buf][c] + sbias[buf][c];
+              acc_hi[i][j][2 * h + e] += xv * wv;
+            }
+        }
+      }
+  };
+  if (s_begin < s_end) fetch(s_begin);
+  if constexpr (AFFINE) {
+    /* two buffers, one barrier a step: step s + 1 is fetched while step s's products run and
+     * staged into the other buffer after them; the barrier then says it is whole, and that every
+     * warp is done with this buffer, which step s + 2 stages into */
+    if (s_begin < s_end) stage_affine(0);
     __syncthreads();
-    if (s + 1 < s_end) fetch(s + 1); /* in flight while the tensor cores work */
-    if (AFFINE && !halves) {
-      /* sum over the step of x * (q * scale + bias) = scale * (x . q) + bias * sum(x): the
-       * products of x with q exact in the float32 accumulators, then one scale per column */
-      float t[2][4][4], xs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-      ort_ep_mlx_each_acc([&](int i, int j, int r) { t[i][j][r] = 0.0f; });
+    for (int s = s_begin; s < s_end; s++) {
+      const int buf = (s - s_begin) & 1;
+      const bool more = s + 1 < s_end;
+      if (more) fetch(s + 1);
+      affine_step(buf, s);
+      if (more) stage_affine(buf ^ 1);
+      __syncthreads();
+    }
+  } else {
+    for (int s = s_begin; s < s_end; s++) {
+      __syncthreads(); /* every warp done with the step before: shared memory written again */
+      stage();
+      __syncthreads();
+      if (s + 1 < s_end) fetch(s + 1); /* in flight while the tensor cores work */
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
-        uint32_t a[2][4], bq[4][2];
-        load_a(a, kk);
-        load_b(bq, shi, kk);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          xs[i][0] += pair_sum(a[i][0]) + pair_sum(a[i][2]);
-          xs[i][1] += pair_sum(a[i][1]) + pair_sum(a[i][3]);
-        }
+        uint32_t a[2][4], bh[4][2], bl[4][2];
+        load_a(a, sa[0], kk);
+        load_b(bh, shi[0], kk);
+        load_b(bl, slo, kk);
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-          for (int j = 0; j < 4; j++) ort_ep_mlx_mma16816(t[i][j], a[i], bq[j]);
+          for (int j = 0; j < 4; j++) {
+            ort_ep_mlx_mma16816(acc_hi[i][j], a[i], bh[j]);
+            ort_ep_mlx_mma16816(acc_lo[i][j], a[i], bl[j]);
+          }
       }
-      /* a row's sum over the step: the quad's four lanes hold a quarter of its K each */
-#pragma unroll
-      for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 1);
-          xs[i][h] += __shfl_xor_sync(0xffffffffu, xs[i][h], 2);
-        }
-      ort_ep_mlx_each_acc([&](int i, int j, int r) {
-        const int c = wn + j * 8 + 2 * tig + r % 2;
-        acc_hi[i][j][r] += sscale[c] * t[i][j][r] + sbias[c] * xs[i][r / 2];
-      });
-      continue;
-    }
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t a[2][4], bh[4][2], bl[4][2];
-      load_a(a, kk);
-      load_b(bh, shi, kk);
-      load_b(bl, slo, kk);
-#pragma unroll
-      for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          ort_ep_mlx_mma16816(acc_hi[i][j], a[i], bh[j]);
-          ort_ep_mlx_mma16816(acc_lo[i][j], a[i], bl[j]);
-        }
     }
   }
   ort_ep_mlx_each_acc([&](int i, int j, int r) {

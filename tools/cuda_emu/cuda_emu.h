@@ -39,16 +39,6 @@ inline thread_local int emu_tid = 0;
 
 inline void __syncthreads() { emu_cur->block->arrive_and_wait(); }
 
-/* a barrier that also says whether any thread of the block passed a nonzero value */
-inline int __syncthreads_or(int v) {
-  emu_cur->slots[emu_tid] = v != 0;
-  emu_cur->block->arrive_and_wait();
-  int any = 0;
-  for (uint64_t s : emu_cur->slots) any |= s != 0;
-  emu_cur->block->arrive_and_wait();
-  return any;
-}
-
 inline std::barrier<> &emu_warp() { return *emu_cur->warps[emu_tid / 32]; }
 
 template <typename T>

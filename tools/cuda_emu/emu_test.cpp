@@ -222,10 +222,10 @@ struct weights {
   std::vector<float> scales, biases, dense;
 };
 
-static weights make_weights(int n, int seed) {
+static weights make_weights(int n, int seed, int group = G) {
   weights w{n, std::vector<uint32_t>(n * K / 8, 0u), {}, {}, std::vector<float>(n * K)};
   for (int r = 0; r < n; r++)
-    for (int g = 0; g < K / G; g++) {
+    for (int g = 0; g < K / group; g++) {
       float sc = std::ldexp(1.0f + (float)((r + 5 * g + seed) % 1024) / 1024.0f, -((r + g) % 9) - 4);
       w.scales.push_back(sc);
       w.biases.push_back(-(float)((r * 3 + g + seed) % 16) * sc);
@@ -234,7 +234,7 @@ static weights make_weights(int n, int seed) {
     for (int j = 0; j < K; j++) {
       uint32_t q = (uint32_t)(r * 7 + j * 13 + seed) % 16u;
       w.packed[r * (K / 8) + j / 8] |= q << (4 * (j % 8));
-      w.dense[r * K + j] = (float)q * w.scales[r * (K / G) + j / G] + w.biases[r * (K / G) + j / G];
+      w.dense[r * K + j] = (float)q * w.scales[r * (K / group) + j / group] + w.biases[r * (K / group) + j / group];
     }
   return w;
 }
@@ -294,10 +294,31 @@ static void check_qgemm(const char *what, Sets sets_kernel, One one_kernel) {
     for (int n = 0; n < 50; n++) expect_near((name + " one set").c_str(), m * 50 + n, (float)one[m * 50 + n], want(0, m, n, true, true), 2e-3);
 }
 
-/* The affine form against the two-halves form where a step holds what the affine form must not
- * take: infinite and NaN activations, a huge scale, a huge bias. Those steps take the halves (so
- * non-finite results agree exactly: the same infinities, NaN where it gives NaN); the other
- * outputs agree within float16 rounding. */
+/* Quantization groups of 64 (two steps of 32 a group): one set with a bias, no split, at each form */
+template <typename Kernel>
+static void check_qgemm_group64(const char *what, Kernel kernel) {
+  constexpr int G64 = 64;
+  std::vector<__half> x(M * K), bias(40), post(40), out(M * 40);
+  for (int i = 0; i < M * K; i++) x[i] = __half((float)((i * 29 % 53) - 26) / 32.0f);
+  for (int n = 0; n < 40; n++) bias[n] = __half((float)((n % 9) - 4) / 8.0f), post[n] = __half(0.0f);
+  weights w = make_weights(40, 5, G64);
+  int x_shape[2] = {M, K}, w_shape[2] = {40, K / 8}, sc_shape[2] = {40, K / G64};
+  emu_launch({1, (unsigned)((M + 63) / 64), 1}, {128, 1, 1}, [&] {
+    kernel(x.data(), w.packed.data(), w.scales.data(), w.biases.data(), w.packed.data(), w.scales.data(),
+           w.biases.data(), w.packed.data(), w.scales.data(), w.biases.data(), bias.data(), post.data(), post.data(),
+           post.data(), out.data(), nullptr, nullptr, nullptr, x_shape, w_shape, sc_shape, w_shape, w_shape);
+  });
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < 40; n++) {
+      double acc = 0;
+      for (int j = 0; j < K; j++) acc += (double)(float)x[m * K + j] * w.dense[n * K + j];
+      expect_near(what, m * 40 + n, (float)out[m * 40 + n], (float)__half((float)(acc + (float)bias[n])), 2e-3);
+    }
+}
+
+/* The affine form against the two-halves form with infinite and NaN activations (which the affine
+ * form's products leave out and its rows add apart): non-finite results agree exactly (the same
+ * infinities, NaN where the halves give NaN), the other outputs within float16 rounding. */
 template <typename Halves, typename Affine>
 static void check_qgemm_unusual(const char *what, Halves halves_kernel, Affine affine_kernel) {
   std::vector<__half> x(M * K);
@@ -306,8 +327,9 @@ static void check_qgemm_unusual(const char *what, Halves halves_kernel, Affine a
   x[10 * K + 70] = __half(-INFINITY); /* row 10, third step */
   x[20 * K + 100] = __half(NAN);      /* row 20, fourth step */
   weights w = make_weights(50, 1);
-  w.scales[7 * (K / G) + 1] = 0x1p70f; /* column 7, second step */
-  w.biases[9 * (K / G) + 2] = -0x1p80f; /* column 9, third step */
+  x[33 * K + 36] = __half(INFINITY);   /* row 33, second step, and again in its fourth */
+  x[33 * K + 120] = __half(INFINITY);
+  x[66 * K + 31] = __half(-INFINITY);  /* row 66 (the second row tile), last of the first step */
   std::vector<__half> bias(50), post(50), a(M * 50), b(M * 50);
   for (int n = 0; n < 50; n++) bias[n] = __half((float)((n % 11) - 5) / 8.0f), post[n] = __half(0.25f * (float)(n % 3));
   int x_shape[2] = {M, K}, w_shape[2] = {50, K / 8}, sc_shape[2] = {50, K / G};
@@ -781,7 +803,9 @@ int main() {
   check_qgemm<128>("qgemm, row tile 128", qgemm_sets3_bm128::kernel, qgemm_one_bm128::kernel);
   check_qgemm<64>("qgemm, affine", qgemm_sets3_affine::kernel, qgemm_one_affine::kernel);
   check_qgemm<128>("qgemm, affine, row tile 128", qgemm_sets3_affine_bm128::kernel, qgemm_one_affine_bm128::kernel);
-  check_qgemm_unusual("qgemm, affine against halves, unusual steps", qgemm_one::kernel, qgemm_one_affine::kernel);
+  check_qgemm_unusual("qgemm, affine against halves, non-finite activations", qgemm_one::kernel, qgemm_one_affine::kernel);
+  check_qgemm_group64("qgemm, groups of 64", qgemm_one_g64::kernel);
+  check_qgemm_group64("qgemm, affine, groups of 64", qgemm_one_affine_g64::kernel);
   check_append();
   check_copy_batch();
   check_decode();
