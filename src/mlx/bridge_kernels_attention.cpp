@@ -132,11 +132,24 @@ const char *rows_attention_source = R"(
   __shared__ __align__(16) T sk[KT][HEAD];
   __shared__ __align__(16) T sv[KT][HEAD];
   float m = -__int_as_float(0x7f800000), l = 0.0f;
+  /* a tile's rows are contiguous in k and v: 16 bytes a thread where the rows fill them */
+  constexpr int VEC = 16 / sizeof(T);
+  const bool vec = HEAD % VEC == 0 && ((reinterpret_cast<unsigned long long>(kp) |
+                                        reinterpret_cast<unsigned long long>(vp)) & 15ull) == 0;
   for (int t0 = lo; t0 < hi; t0 += KT) {
     const int n = hi - t0 < KT ? hi - t0 : KT;
-    for (int e = threadIdx.x; e < n * HEAD; e += blockDim.x) {
-      sk[e / HEAD][e % HEAD] = kp[(size_t)t0 * HEAD + e];
-      sv[e / HEAD][e % HEAD] = vp[(size_t)t0 * HEAD + e];
+    if (vec) {
+      const uint4* kt = reinterpret_cast<const uint4*>(kp + (size_t)t0 * HEAD);
+      const uint4* vt = reinterpret_cast<const uint4*>(vp + (size_t)t0 * HEAD);
+      for (int e = threadIdx.x; e < n * HEAD / VEC; e += blockDim.x) {
+        reinterpret_cast<uint4*>(&sk[0][0])[e] = kt[e];
+        reinterpret_cast<uint4*>(&sv[0][0])[e] = vt[e];
+      }
+    } else {
+      for (int e = threadIdx.x; e < n * HEAD; e += blockDim.x) {
+        sk[e / HEAD][e % HEAD] = kp[(size_t)t0 * HEAD + e];
+        sv[e / HEAD][e % HEAD] = vp[(size_t)t0 * HEAD + e];
+      }
     }
     __syncthreads();
     const int a = start > t0 ? start : t0, z = len < t0 + n ? len : t0 + n; /* this row's keys of the tile */
