@@ -251,3 +251,57 @@ def test_maxpool_kernel_runs(switch):
     for program in programs:
         assert ("EpCpuMaxPool=1" in program) == (switch == "1"), program
         assert ("Maximum" in program) == (switch == "0"), program
+
+
+HUGE = 2**31 - 1
+# Windows that are mostly padding: the EP reduces each over its taps inside the input (as ORT, which
+# clips windows to the input) rather than padding the input out to the kernel's length. The first is
+# the attribute fuzzer's seed 731429 (8 GB of padding and 2^31 taps a window before, 17 s here).
+CLIPPED_CASES = [
+    ("LpPool", (1, 1, 2), {"kernel_shape": [HUGE], "strides": [HUGE], "p": 2, "auto_pad": "SAME_LOWER"}),
+    ("MaxPool", (1, 2, 4, 3), {"kernel_shape": [3, HUGE], "auto_pad": "SAME_UPPER"}),
+    ("MaxPool", (1, 2, 7), {"kernel_shape": [HUGE], "strides": [HUGE], "auto_pad": "SAME_LOWER"}),
+    ("MaxPool", (1, 2, 9), {"kernel_shape": [9000], "pads": [4000, 4999], "strides": [700]}),
+    ("AveragePool", (1, 2, 4, 10), {"kernel_shape": [2, 5000], "pads": [0, 2500, 1, 2499], "count_include_pad": 1}),
+    ("AveragePool", (1, 2, 4, 10), {"kernel_shape": [2, 5000], "pads": [0, 2500, 1, 2499], "count_include_pad": 0,
+                                    "strides": [1, 3]}),
+    ("LpPool", (1, 2, 9), {"kernel_shape": [6000], "pads": [2900, 3099], "strides": [2], "p": 1}),
+]
+
+
+@pytest.mark.parametrize("op,shape,attrs", CLIPPED_CASES)
+def test_pool_windows_mostly_padding(op, shape, attrs):
+    """(2-D MaxPool on a CPU scope runs the EP's own CPU kernel, which clips its windows too; on a
+    GPU it takes the clipped axes like the others.)"""
+    check(op, {"x": rand(shape, seed=3)}, attrs)
+
+
+_CLIPPED_CHILD = """
+import resource, sys
+import numpy as np
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from onnx import TensorProto, helper
+import onnxruntime_ep_mlx as mlx_ep
+node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2**31 - 1], strides=[2**31 - 1], p=2,
+                        auto_pad="SAME_LOWER")
+graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+y = mlx_ep.session(model.SerializeToString(), strict=True).run(None, {"x": np.array([[[3.0, 4.0]]], np.float32)})[0]
+print(float(y.reshape(-1)[0]))
+"""
+
+
+def test_pool_hostile_kernel_within_memory():
+    """The fuzzer's LpPool with a kernel of 2^31 - 1 in a process capped at 3 GiB of address space:
+    answered (sqrt(3^2 + 4^2)), where padding the input out to the kernel took 8 GB."""
+    import os
+    import subprocess
+    import sys
+    from parity import child_pythonpath
+    # the EP's default library: the sanitizer runtime (make sanitize) cannot live in a capped space
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ORT_EP_MLX_LIBRARY")}
+    env["PYTHONPATH"] = child_pythonpath()
+    done = subprocess.run([sys.executable, "-c", _CLIPPED_CHILD], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert abs(float(done.stdout.split()[-1]) - 5.0) < 1e-6, done.stdout

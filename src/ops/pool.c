@@ -1,6 +1,7 @@
 /* Pooling: MaxPool (with Indices), AveragePool, LpPool, their Global forms and MaxUnpool. MLX has no pooling primitive: windows of the padded input are reduced one spatial
  * axis at a time (max and sums are separable), as a chain of strided slices (one per kernel
- * offset) or, for long kernels, one reduction of a strided view; everything that
+ * offset) or, for long kernels, one reduction of a strided view (an axis of a few windows that are
+ * mostly padding: each window over its taps inside the input, unpadded); everything that
  * depends only on shapes (output extents, element counts, index maps) is computed on the host
  * with ORT's formulas. */
 #include <float.h>
@@ -26,6 +27,7 @@ typedef struct pool_geom {
   int64_t pl[POOL_MAX_SP];      /* pad before */
   int64_t ph[POOL_MAX_SP];      /* pad after */
   int64_t out[POOL_MAX_SP];     /* output extent */
+  bool clipped[POOL_MAX_SP];    /* windows reduced over their taps inside the input (pool_clip_axes) */
 } pool_geom;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -64,8 +66,38 @@ static int64_t pool_out_extent(int64_t in, int64_t k, int64_t s, int64_t d, int6
   return out;
 }
 
-/* Reads kernel_shape, strides, dilations, pads, auto_pad and ceil_mode into g for input dims. */
-static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g) {
+/* At most this many windows along an axis are reduced one by one over their taps inside the input
+ * (pool_clip_axes), and only where padding would add more than POOL_CLIP_MIN_PAD elements and more
+ * than four times the input's extent. */
+#define POOL_CLIP_MAX_OUT 64
+#define POOL_CLIP_MIN_PAD 4096
+
+/* The padding spatial axis i of g needs before (head) and after (tail) its input, with `skip`
+ * leading input elements cropped (a negative head pad): every window inside. */
+static void pool_axis_pads(const pool_geom *g, int i, int64_t *head, int64_t *tail, int64_t *skip) {
+  int64_t need = g->out[i] > 0 ? (g->out[i] - 1) * g->s[i] + (g->k[i] - 1) * g->d[i] + 1 : 0;
+  *head = g->pl[i] > 0 ? g->pl[i] : 0;
+  *skip = g->pl[i] < 0 ? -g->pl[i] : 0;
+  if (*skip > g->in[i]) *skip = g->in[i];
+  int64_t t = need - (g->in[i] - *skip) - *head;
+  *tail = t > 0 ? t : 0;
+}
+
+/* Whether axis i's few windows are mostly padding (a kernel far longer than the input: a hostile
+ * kernel_shape of 2^31 - 1 on an input of 2 would pad to 8 GB of float32 and reduce 2^31 taps a
+ * window). Such windows are reduced over the taps that land in the input instead, which is what
+ * ORT computes (it clips each window to the input), and the padded extent is never made. */
+static bool pool_axis_clippable(const pool_geom *g, int i) {
+  int64_t head, tail, skip;
+  pool_axis_pads(g, i, &head, &tail, &skip);
+  int64_t pad = head + tail;
+  return g->pl[i] >= 0 && g->out[i] <= POOL_CLIP_MAX_OUT && pad > POOL_CLIP_MIN_PAD && pad / 4 > g->in[i];
+}
+
+/* Reads kernel_shape, strides, dilations, pads, auto_pad and ceil_mode into g for input dims;
+ * with `clip`, marks the axes whose windows are reduced over their taps in the input
+ * (pool_axis_clippable; not for MaxPool's Indices, whose argmax walks the padded windows). */
+static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g, bool clip) {
   const ir_node *n = op_node(c);
   memset(g, 0, sizeof *g);
   g->nsp = rank - 2;
@@ -93,8 +125,9 @@ static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g
     g->out[i] = pool_out_extent(g->in[i], g->k[i], g->s[i], g->d[i], g->pl[i], g->ph[i], ceil_mode);
     if (g->out[i] < 0) return op_fail(c, "spatial axis %d: negative output extent", i);
     /* MLX's dimensions are 32-bit: refused here, before host work per output position (window
-     * counts) would take seconds on an extent MLX then refuses */
-    if (g->out[i] > INT32_MAX || g->in[i] + g->pl[i] + g->ph[i] > INT32_MAX)
+     * counts) would take seconds on an extent MLX then refuses; a clipped axis is never padded */
+    g->clipped[i] = clip && pool_axis_clippable(g, i);
+    if (g->out[i] > INT32_MAX || (!g->clipped[i] && g->in[i] + g->pl[i] + g->ph[i] > INT32_MAX))
       return op_fail(c, "spatial axis %d: the padded input (%lld) or the output (%lld) passes 2^31 - 1, the most "
                      "MLX's 32-bit dimensions hold", i, (long long)(g->in[i] + g->pl[i] + g->ph[i]), (long long)g->out[i]);
   }
@@ -134,7 +167,7 @@ static mlxb_array *pool_pad_value(mlxb_scope *s, pool_kind kind, mlxb_dtype t) {
 /* Pads the spatial axes of x so that every window of g lies inside: pl before, and after as much
  * as the last window needs (ceil_mode windows may pass the tail pad; those positions hold the
  * pad value and are never counted). A negative head pad crops instead (windows then start
- * inside the input, as in ORT's AveragePool). */
+ * inside the input, as in ORT's AveragePool). Clipped axes stay as they are. */
 static mlxb_array *pool_pad(mlxb_scope *s, mlxb_array *x, const pool_geom *g, const mlxb_array *value) {
   int rank = g->nsp + 2;
   int64_t lo[POOL_MAX_RANK] = {0}, hi[POOL_MAX_RANK] = {0}, start[POOL_MAX_RANK] = {0}, stop[POOL_MAX_RANK],
@@ -143,12 +176,11 @@ static mlxb_array *pool_pad(mlxb_scope *s, mlxb_array *x, const pool_geom *g, co
   mlxb_shape(x, stop);
   for (int i = 0; i < rank; i++) step[i] = 1;
   for (int i = 0; i < g->nsp; i++) {
-    int64_t need = g->out[i] > 0 ? (g->out[i] - 1) * g->s[i] + (g->k[i] - 1) * g->d[i] + 1 : 0;
-    int64_t head = g->pl[i] > 0 ? g->pl[i] : 0, skip = g->pl[i] < 0 ? -g->pl[i] : 0;
-    if (skip > g->in[i]) skip = g->in[i];
-    int64_t tail = need - (g->in[i] - skip) - head;
+    if (g->clipped[i]) continue;
+    int64_t head, tail, skip;
+    pool_axis_pads(g, i, &head, &tail, &skip);
     start[i + 2] = skip, crop |= skip > 0;
-    lo[i + 2] = head, hi[i + 2] = tail > 0 ? tail : 0;
+    lo[i + 2] = head, hi[i + 2] = tail;
     any |= lo[i + 2] || hi[i + 2];
   }
   if (crop) x = mlxb_slice(s, x, start, stop, step);
@@ -181,13 +213,44 @@ static mlxb_array *pool_reduce_axis_view(mlxb_scope *s, mlxb_array *x, const poo
   return mlxb_reduce(s, op, v, &last, 1, false);
 }
 
+/* The windows of clipped axis `ax` of x (not padded along it), one by one: window o reduces its
+ * taps o * s - pl + j * d that land in [0, in) (a strided slice), or is the pad value where none
+ * does; the results concatenated along the axis. */
+static mlxb_array *pool_reduce_axis_clipped(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, pool_kind kind,
+                                            const mlxb_array *value) {
+  int rank = mlxb_ndim(x), a = ax + 2;
+  int64_t start[POOL_MAX_RANK] = {0}, stop[POOL_MAX_RANK], step[POOL_MAX_RANK], one[POOL_MAX_RANK];
+  mlxb_shape(x, one);
+  one[a] = 1;
+  mlxb_array *parts[POOL_CLIP_MAX_OUT];
+  int n = 0;
+  for (int64_t o = 0; o < g->out[ax] && n < POOL_CLIP_MAX_OUT; o++) {
+    int64_t base = o * g->s[ax] - g->pl[ax], d = g->d[ax];
+    int64_t first = base >= 0 ? 0 : (-base + d - 1) / d;
+    int64_t last = g->in[ax] - 1 >= base ? (g->in[ax] - 1 - base) / d : -1;
+    if (last > g->k[ax] - 1) last = g->k[ax] - 1;
+    if (first > last) {
+      parts[n++] = mlxb_broadcast_to(s, value, one, rank);
+      continue;
+    }
+    mlxb_shape(x, stop);
+    for (int i = 0; i < rank; i++) start[i] = 0, step[i] = 1;
+    start[a] = base + first * d, stop[a] = base + last * d + 1, step[a] = d;
+    parts[n++] = mlxb_reduce(s, kind == POOL_MAX ? MLXB_RMAX : MLXB_RSUM, mlxb_slice(s, x, start, stop, step), &a, 1,
+                             true);
+  }
+  return n == 1 ? parts[0] : mlxb_concat(s, (const mlxb_array *const *)parts, n, a);
+}
+
 /* Reduces the windows of spatial axis `ax` of the padded x (every window inside). Short kernels:
  * kernel offset j contributes the slice starting at j * dilation with the pooling stride, and
  * the k slices are combined elementwise (maximum, or a sum in kernel order). MLX runs each of
  * those as a vectorised strided loop, 3x to 25x faster than the general strided reduction of
  * pool_reduce_axis_view on CPU for 3x3 windows. Maximum propagates NaN as the reduction does. */
-static mlxb_array *pool_reduce_axis(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, pool_kind kind) {
+static mlxb_array *pool_reduce_axis(mlxb_scope *s, mlxb_array *x, const pool_geom *g, int ax, pool_kind kind,
+                                    const mlxb_array *value) {
   if (!x) return NULL; /* an earlier axis or the padding failed: the scope holds its error */
+  if (g->clipped[ax]) return pool_reduce_axis_clipped(s, x, g, ax, kind, value);
   if (g->k[ax] > POOL_SLICE_MAX_K) return pool_reduce_axis_view(s, x, g, ax, kind == POOL_MAX ? MLXB_RMAX : MLXB_RSUM);
   int rank = mlxb_ndim(x), a = ax + 2;
   int64_t start[POOL_MAX_RANK] = {0}, stop[POOL_MAX_RANK], step[POOL_MAX_RANK];
@@ -263,9 +326,10 @@ static mlxb_array *pool_counts(op_ctx *c, const pool_geom *g, bool count_pad, ml
 }
 
 /* Every window of the padded x reduced, one spatial axis after the other (max and sums are
- * separable): [N, C, out...]. */
-static mlxb_array *pool_reduce_windows(mlxb_scope *s, mlxb_array *xp, const pool_geom *g, pool_kind kind) {
-  for (int i = 0; i < g->nsp; i++) xp = pool_reduce_axis(s, xp, g, i, kind);
+ * separable; padding with `value`, their identity, commutes with them): [N, C, out...]. */
+static mlxb_array *pool_reduce_windows(mlxb_scope *s, mlxb_array *xp, const pool_geom *g, pool_kind kind,
+                                       const mlxb_array *value) {
+  for (int i = 0; i < g->nsp; i++) xp = pool_reduce_axis(s, xp, g, i, kind, value);
   return xp;
 }
 
@@ -290,7 +354,8 @@ static mlxb_array *pool_sum(op_ctx *c, mlxb_array *x, const pool_geom *g, pool_k
     x = mlxb_unary(s, MLXB_ABS, x);
     if (p != 1) x = mlxb_binary(s, MLXB_POW, x, mlxb_scalar_f64(s, (double)p, t));
   }
-  return pool_reduce_windows(s, pool_pad(s, x, g, pool_pad_value(s, kind, t)), g, kind);
+  mlxb_array *value = pool_pad_value(s, kind, t);
+  return pool_reduce_windows(s, pool_pad(s, x, g, value), g, kind, value);
 }
 
 /* ---- MaxPool ------------------------------------------------------------------------------ */
@@ -366,7 +431,7 @@ static int lower_maxpool(op_ctx *c, const op_def *def) {
   int rank;
   mlxb_array *x = pool_input(c, dims, &rank);
   pool_geom g;
-  if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
+  if (!x || pool_geom_read(c, dims, rank, &g, !op_has_output(c, 1)) < 0) return -1;
   /* auto_pad SAME with a stride past the kernel needs negative pads: ORT's MaxPool refuses them
    * (its AveragePool and LpPool crop, as the EP does there) */
   for (int i = 0; i < g.nsp; i++)
@@ -379,8 +444,9 @@ static int lower_maxpool(op_ctx *c, const op_def *def) {
     mlxb_pool2d p2 = {g.k[0], g.k[1], g.s[0], g.s[1], g.d[0], g.d[1], g.pl[0], g.pl[1], g.out[0], g.out[1]};
     y = mlxb_max_pool2d(s, x, &p2);
   } else {
-    xp = pool_pad(s, x, &g, pool_pad_value(s, POOL_MAX, t));
-    y = pool_reduce_windows(s, xp, &g, POOL_MAX);
+    mlxb_array *value = pool_pad_value(s, POOL_MAX, t);
+    xp = pool_pad(s, x, &g, value);
+    y = pool_reduce_windows(s, xp, &g, POOL_MAX, value);
   }
   /* A window of padding only gives the lowest finite value in ORT. */
   if (pool_any_empty(&g) && pool_is_float(t)) {
@@ -405,7 +471,7 @@ static int lower_avgpool(op_ctx *c, const op_def *def) {
   int rank;
   mlxb_array *x = pool_input(c, dims, &rank);
   pool_geom g;
-  if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
+  if (!x || pool_geom_read(c, dims, rank, &g, true) < 0) return -1;
   mlxb_dtype t = mlxb_type(x), ct = pool_is_half(t) ? MLXB_F32 : t;
   bool include_pad = ir_attr_int(op_node(c), "count_include_pad", 0) != 0;
   mlxb_array *sum = pool_sum(c, x, &g, POOL_AVG, 0);
@@ -435,7 +501,7 @@ static int lower_lppool(op_ctx *c, const op_def *def) {
   int rank;
   mlxb_array *x = pool_input(c, dims, &rank);
   pool_geom g;
-  if (!x || pool_geom_read(c, dims, rank, &g) < 0) return -1;
+  if (!x || pool_geom_read(c, dims, rank, &g, true) < 0) return -1;
   int64_t p = ir_attr_int(op_node(c), "p", 2);
   if (p < 1) return op_fail(c, "p must be >= 1");
   mlxb_array *sum = pool_sum(c, x, &g, POOL_LP, p);
@@ -490,7 +556,7 @@ static int lower_maxunpool(op_ctx *c, const op_def *def) {
   mlxb_array *ind = op_input(c, 1);
   pool_geom g;
   if (!x) return -1;
-  if (pool_geom_read(c, dims, rank, &g) < 0) return -1;
+  if (pool_geom_read(c, dims, rank, &g, false) < 0) return -1;
   if (mlxb_size(ind) != mlxb_size(x)) return op_fail(c, "I must have the shape of X");
   out[0] = dims[0], out[1] = dims[1];
   if (op_has_input(c, 2)) {
@@ -542,15 +608,17 @@ static const op_def defs[] = {
            .doc = "1-D to 8-D; pads, strides, dilations, ceil_mode, auto_pad, storage_order and the Indices output "
                   "(flattened NCHW index, first maximum wins); int8/uint8 too; windows of padding only give the "
                   "lowest finite value like ORT; NaN propagates (MLX max); negative SAME pads (a stride past the "
-                  "kernel) fail the Run as in ORT"),
+                  "kernel) fail the Run as in ORT; a few windows mostly of padding (a kernel far past the input) "
+                  "reduced over their taps in the input, as ORT clips them"),
     OP_ROW("", "AveragePool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_avgpool,
            .lower = lower_avgpool,
            .doc = "1-D to 8-D; pads, strides, dilations (19), ceil_mode, auto_pad, count_include_pad (counts the "
-                  "positions inside the padded input, as ORT); halves accumulate in float32"),
+                  "positions inside the padded input, as ORT); halves accumulate in float32; windows mostly of "
+                  "padding as MaxPool's"),
     OP_ROW("", "LpPool", 2, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_lppool,
            .lower = lower_lppool,
-           .doc = "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad; opset 1 (float "
-                  "p) declined"),
+           .doc = "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad; windows mostly "
+                  "of padding as MaxPool's; opset 1 (float p) declined"),
     OP_ROW("", "GlobalMaxPool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_global,
            .lower = lower_global, .arg = POOL_MAX, .doc = "any spatial rank"),
     OP_ROW("", "GlobalAveragePool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF,
