@@ -305,3 +305,19 @@ def test_pool_hostile_kernel_within_memory():
     done = subprocess.run([sys.executable, "-c", _CLIPPED_CHILD], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert abs(float(done.stdout.split()[-1]) - 5.0) < 1e-6, done.stdout
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_pads_not_smaller_than_kernel_refused(op):
+    """ORT's pooling refuses pads that reach the kernel's length (its PoolAttributes); so does the EP,
+    naming the axis (it answered before: the attribute fuzzer's seed 730857, once its huge pads no
+    longer passed MLX's 32-bit padded extent)."""
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2], pads=[3, 0])
+    model = make_model([node], [("x", TensorProto.FLOAT, [1, 1, 5])], [("y", TensorProto.FLOAT, None)])
+    x = {"x": rand((1, 1, 5))}
+    with pytest.raises(Exception, match="Pad should be smaller than kernel"):
+        run_cpu(model, x)
+    import onnxruntime_ep_mlx as mlx_ep
+    sess = mlx_ep.session(model, strict=True)
+    with pytest.raises(Exception, match=r"pads \(3, 0\) on spatial axis 0 must be smaller than the kernel \(2\)"):
+        sess.run(None, x)

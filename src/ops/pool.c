@@ -104,6 +104,10 @@ static int pool_geom_read(op_ctx *c, const int64_t *dims, int rank, pool_geom *g
   if (!op_util_attr_ints(n, "kernel_shape", g->k, g->nsp, 0) || !ir_node_attr(n, "kernel_shape"))
     return op_fail(c, "kernel_shape must have %d values", g->nsp);
   if (op_util_spatial_attrs(c, g->nsp, g->s, g->d, g->pl, g->ph)) return -1;
+  for (int i = 0; i < g->nsp; i++) /* ORT's PoolAttributes refuses such a node, whatever auto_pad says */
+    if (g->k[i] > 0 && (g->pl[i] >= g->k[i] || g->ph[i] >= g->k[i]))
+      return op_fail(c, "pads (%lld, %lld) on spatial axis %d must be smaller than the kernel (%lld), as ORT requires",
+                     (long long)g->pl[i], (long long)g->ph[i], i, (long long)g->k[i]);
   op_util_pad ap = op_util_auto_pad(n);
   bool ceil_mode = ir_attr_int(n, "ceil_mode", 0) != 0;
   for (int i = 0; i < g->nsp; i++) {

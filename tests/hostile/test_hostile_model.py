@@ -104,11 +104,11 @@ def test_matmul_nbits_k_near_int64():
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
 def test_pool_output_past_int32(op):
-    """Two taps, pads of 2^31 - 1 before a 3-long axis: the output has 2^31 + 1 positions, past MLX's
-    32-bit dimensions. Refused from the geometry, before any host work per position (the window
+    """A kernel of 2^31 - 1 taps with pads of 2^31 - 2 on each side of a 3-long axis (pads below the
+    kernel, as ORT requires): the output has 2^31 + 1 positions, past MLX's 32-bit dimensions. Refused from the geometry, before any host work per position (the window
     counts of AveragePool took 8 GiB and 20 s to build for MLX to refuse the padding; fuzz attrs
     pool seeds 50861, 51861)."""
-    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2], strides=[1], pads=[2**31 - 1, 0])
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2**31 - 1], strides=[1], pads=[2**31 - 2, 2**31 - 2])
     model = make_model([node], [("x", F, [1, 3, 3])], [("y", F, None)])
     sess = mlx_ep.session(model, strict=True)
     with pytest.raises(Exception, match=r"passes 2\^31 - 1"):
@@ -118,11 +118,21 @@ def test_pool_output_past_int32(op):
 @pytest.mark.parametrize("op", ["AveragePool", "MaxPool", "LpPool"])
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
 def test_pool_kernel_padded_past_int32(op, auto_pad):
-    """A kernel of 2^31 - 1 taps (within int32, so claimed) padded SAME: the padded input is past MLX's
-    int32 dims, so padding fails. The long-window reduction then read the failed array's rank (-1)
-    and wrote below its shape table (UBSan: index -1); now the Run fails, naming the 32-bit limit."""
+    """A kernel of 2^31 - 1 taps (within int32, so claimed) padded SAME: its padded input would be
+    past MLX's int32 dims (padding once failed, and the long-window reduction then read the failed
+    array's rank, -1, and wrote below its shape table: UBSan). Those six windows are reduced over
+    their taps in the input now, as ORT clips them: each covers the whole axis. With ones as input:
+    MaxPool and AveragePool give ones, LpPool (p = 2) the root of the taps the window holds."""
     node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2**31 - 1, 2], strides=[1, 1], auto_pad=auto_pad)
     model = make_model([node], [("x", F, [2, 2, 6, 3])], [("y", F, None)])
     sess = mlx_ep.session(model, strict=True)
-    with pytest.raises(Exception, match="supported range|int32|dimension"):
-        sess.run(None, {"x": np.ones((2, 2, 6, 3), np.float32)})
+    y = sess.run(None, {"x": np.ones((2, 2, 6, 3), np.float32)})[0]
+    assert y.shape == (2, 2, 6, 3), y.shape
+    if op != "LpPool":
+        np.testing.assert_array_equal(y, np.ones_like(y))
+        return
+    # the second axis' windows of 2 over 3 positions, SAME: one holds a single real tap
+    taps = [2, 2, 1] if auto_pad == "SAME_UPPER" else [1, 2, 2]
+    np.testing.assert_allclose(y, np.broadcast_to(np.sqrt(6.0 * np.array(taps, np.float32)), y.shape), rtol=1e-6)
+
+
