@@ -612,17 +612,18 @@ static const op_def defs[] = {
            .doc = "1-D to 8-D; pads, strides, dilations, ceil_mode, auto_pad, storage_order and the Indices output "
                   "(flattened NCHW index, first maximum wins); int8/uint8 too; windows of padding only give the "
                   "lowest finite value like ORT; NaN propagates (MLX max); negative SAME pads (a stride past the "
-                  "kernel) fail the Run as in ORT; a few windows mostly of padding (a kernel far past the input) "
+                  "kernel) and pads as long as the kernel fail the Run as in ORT; a few windows mostly of padding (a "
+                  "kernel far past the input) "
                   "reduced over their taps in the input, as ORT clips them"),
     OP_ROW("", "AveragePool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_avgpool,
            .lower = lower_avgpool,
            .doc = "1-D to 8-D; pads, strides, dilations (19), ceil_mode, auto_pad, count_include_pad (counts the "
-                  "positions inside the padded input, as ORT); halves accumulate in float32; windows mostly of "
-                  "padding as MaxPool's"),
+                  "positions inside the padded input, as ORT); halves accumulate in float32; pads and windows mostly "
+                  "of padding as MaxPool's"),
     OP_ROW("", "LpPool", 2, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_lppool,
            .lower = lower_lppool,
-           .doc = "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad; windows mostly "
-                  "of padding as MaxPool's; opset 1 (float p) declined"),
+           .doc = "1-D to 8-D; integer p >= 1, pads, strides, dilations and ceil_mode (18), auto_pad; pads and windows "
+                  "mostly of padding as MaxPool's; opset 1 (float p) declined"),
     OP_ROW("", "GlobalMaxPool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF, .claim = claim_global,
            .lower = lower_global, .arg = POOL_MAX, .doc = "any spatial rank"),
     OP_ROW("", "GlobalAveragePool", 1, 22, .inputs = {1, 1}, .outputs = {1, 1}, .dtypes = DT_POOLF,
