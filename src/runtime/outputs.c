@@ -120,7 +120,7 @@ static int output_buffer(plan *p, mlxb_array *a, int i, const run_pad *rp, out_b
   return 0;
 }
 
-/* The bytes output i keeps (padding cut), and the count of its elements before. */
+/* The bytes output i keeps (a bucket's padded rows cut). */
 static size_t output_bytes(mlxb_array *a, const int64_t *dims, int rank) {
   size_t kept = mlxb_dtype_size(mlxb_type(a));
   for (int k = 0; k < rank; k++) kept *= (size_t)dims[k];
@@ -165,14 +165,18 @@ enum { EVAL_SPIN_US = 100 };
 typedef struct out_plan {
   void **dst;
   bool *in_program;
+  mlxb_output_copy *copies;
   mlxb_array *copier; /* the copies' operation, evaluated with the results; NULL: copies after */
+  /* for clusters of usual size: a Run that hits its signature allocates nothing */
   void *dst_stack[OUT_BINDING_STACK];
   bool in_program_stack[OUT_BINDING_STACK];
+  mlxb_output_copy copies_stack[OUT_BINDING_STACK];
 } out_plan;
 
 static void out_plan_free(out_plan *op) {
   if (op->dst != op->dst_stack) free(op->dst);
   if (op->in_program != op->in_program_stack) free(op->in_program);
+  if (op->copies != op->copies_stack) free(op->copies);
 }
 
 /* Output i as one of the program's copies, when ORT's buffer for it is our device memory and the
@@ -189,18 +193,16 @@ static bool copy_in_program(plan *p, mlxb_array *a, int i, const out_binding *ob
 static int plan_outputs(plan *p, mlxb_scope *s, mlxb_array **results, size_t n_eval, const run_pad *rp,
                         out_binding *ob, rt_output_alloc_fn alloc, void *user, out_plan *op, diag *d) {
   int n = p->g->n_outputs;
-  op->dst = NULL, op->in_program = NULL, op->copier = NULL;
+  op->dst = NULL, op->in_program = NULL, op->copies = NULL, op->copier = NULL;
   if (!ob->n || !mlxb_copy_into_device_available(s)) return 0;
   for (int i = 0; i < n; i++)
     if (mlxb_type(results[i]) == MLXB_F64) return 0; /* float64 lives on the CPU stream: copied after */
   bool fits = n <= OUT_BINDING_STACK;
   op->dst = stack_or_heap(op->dst_stack, sizeof *op->dst * (size_t)n, fits);
   op->in_program = stack_or_heap(op->in_program_stack, sizeof *op->in_program * (size_t)n, fits);
-  mlxb_output_copy *copies = malloc(sizeof *copies * (size_t)n);
-  if (!op->dst || !op->in_program || !copies) {
-    free(copies);
-    return diag_fail(d, "out of memory");
-  }
+  op->copies = stack_or_heap(op->copies_stack, sizeof *op->copies * (size_t)n, fits);
+  if (!op->dst || !op->in_program || !op->copies) return diag_fail(d, "out of memory");
+  mlxb_output_copy *copies = op->copies;
   int n_copies = 0, rc = 0;
   for (int i = 0; i < n && !rc; i++) {
     int64_t dims[MAX_RANK];
@@ -218,7 +220,6 @@ static int plan_outputs(plan *p, mlxb_scope *s, mlxb_array **results, size_t n_e
     op->copier = mlxb_copy_into_device(s, results, (int)n_eval, copies, n_copies);
     if (!op->copier) rc = diag_fail(d, "%s: %s", p->name, mlxb_error(s));
   }
-  free(copies);
   return rc ? -1 : 0;
 }
 
