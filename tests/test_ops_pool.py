@@ -266,6 +266,10 @@ CLIPPED_CASES = [
     ("AveragePool", (1, 2, 4, 10), {"kernel_shape": [2, 5000], "pads": [0, 2500, 1, 2499], "count_include_pad": 0,
                                     "strides": [1, 3]}),
     ("LpPool", (1, 2, 9), {"kernel_shape": [6000], "pads": [2900, 3099], "strides": [2], "p": 1}),
+    # no window at all (ORT gives an empty axis), and windows whose count takes ceil_mode
+    ("MaxPool", (1, 1, 3), {"kernel_shape": [HUGE], "strides": [1 << 30], "pads": [1 << 30, 0]}),
+    ("AveragePool", (1, 1, 3), {"kernel_shape": [HUGE], "strides": [(1 << 30) + 7], "pads": [HUGE - 1, (1 << 30) + 5],
+                                "ceil_mode": 1}),
 ]
 
 

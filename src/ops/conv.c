@@ -130,13 +130,15 @@ static int conv_geom_read(op_ctx *c, const mlxb_array *x, const mlxb_array *w, b
   return 0;
 }
 
-/* Conv pads and output extent (ORT's ComputePadAndOutputShape, float division included). */
+/* Conv pads and output extent (ORT's ComputePadAndOutputShape; explicit pads divide in double, as
+ * onnxruntime 1.31's ComputeOutputShape does: in float, 2^31 - 3 over 2^31 - 1 rounded to one
+ * window more than ORT gives). */
 static int conv_geom_forward(op_ctx *c, conv_geom *g) {
   op_util_pad ap = op_util_auto_pad(op_node(c));
   for (int i = 0; i < g->nsp; i++) {
     int64_t dk = g->dil[i] * (g->k[i] - 1) + 1, in = g->in[i], s = g->stride[i];
     if (ap == OP_UTIL_PAD_NOTSET) {
-      g->out[i] = (int64_t)((float)(in + g->pad_lo[i] + g->pad_hi[i] - dk) / (float)s + 1);
+      g->out[i] = (int64_t)((double)(in + g->pad_lo[i] + g->pad_hi[i] - dk) / (double)s + 1);
     } else if (ap == OP_UTIL_PAD_VALID) {
       g->pad_lo[i] = g->pad_hi[i] = 0;
       g->out[i] = (in - dk) / s + 1;
@@ -229,6 +231,23 @@ static mlxb_array *conv_call(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv
   return y;
 }
 
+/* A forward convolution's outputs along an axis whose windows start past the input, in the tail
+ * pad, read nothing but zeros. Where that pad is past what MLX's 32-bit padding takes (a hostile
+ * pads attribute of 2^31 - 1; ORT answers), the convolution covers the outputs before them, with
+ * the tail pad their last window needs, and zeros stand for the rest (the bias is added after).
+ * Sets *hi to that pad and returns the number of zero outputs (0: nothing to do). */
+static int64_t conv_zero_tail(const conv_geom *g, int i, int64_t in, int64_t lo, int64_t *hi, int64_t stride,
+                              int64_t dil) {
+  if (*hi <= (1ll << 30) || lo < 0) return 0;
+  int64_t span = (g->k[i] - 1) * dil + 1;
+  int64_t useful = lo + in > 0 ? (lo + in - 1) / stride + 1 : 0; /* windows starting inside lo + in */
+  if (useful > g->out[i]) useful = g->out[i];
+  if (useful <= 0) return 0; /* every window in padding: left to the 32-bit refusal */
+  int64_t need = (useful - 1) * stride + span - (lo + in);
+  *hi = need > 0 ? need : 0;
+  return g->out[i] - useful;
+}
+
 /* Channels-last convolution of x [N, s..., C] with pads lo/hi (negative values crop) giving the
  * extents g->out. MLX mishandles negative padding with input dilation, so pads reach it
  * non-negative: a forward convolution crops its input instead, a stride-1 one over a dilated
@@ -237,7 +256,13 @@ static mlxb_array *conv_run(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_
                             const int64_t *hi, const int64_t *stride, const int64_t *in_dil, bool flip) {
   mlxb_scope *s = op_scope(c);
   int st[CONV_MAX_SP], pl[CONV_MAX_SP], ph[CONV_MAX_SP], kd[CONV_MAX_SP], id[CONV_MAX_SP];
-  int64_t crop[CONV_MAX_SP] = {0};
+  int64_t crop[CONV_MAX_SP] = {0}, zeros[CONV_MAX_SP] = {0}, h_run[CONV_MAX_SP];
+  for (int i = 0; i < g->nsp; i++) {
+    h_run[i] = hi[i];
+    if (in_dil[i] == 1)
+      zeros[i] = conv_zero_tail(g, i, mlxb_dim(x, i + 1), lo[i], &h_run[i], stride[i], g->k[i] == 1 ? 1 : g->dil[i]);
+  }
+  hi = h_run;
   for (int i = 0; i < g->nsp; i++) {
     /* A stride past the padded extent leaves one window, at 0, as the extent itself does; a kernel
      * of one tap reads the same with any dilation: those reach MLX as such (ORT takes INT32_MAX). */
@@ -264,12 +289,19 @@ static mlxb_array *conv_run(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_
   }
   mlxb_array *y = conv_call(c, x, w, g, st, pl, ph, kd, id, flip);
   for (int i = 0; i < g->nsp && y; i++) {
-    if (mlxb_dim(y, i + 1) < crop[i] + g->out[i]) {
+    int64_t want = g->out[i] - zeros[i];
+    if (mlxb_dim(y, i + 1) < crop[i] + want) {
       op_fail(c, "spatial axis %d: convolution gave %lld values, %lld expected", i, (long long)mlxb_dim(y, i + 1),
-              (long long)(crop[i] + g->out[i]));
+              (long long)(crop[i] + want));
       return NULL;
     }
-    if (crop[i] || mlxb_dim(y, i + 1) != g->out[i]) y = conv_slice_axis(s, y, i + 1, crop[i], crop[i] + g->out[i]);
+    if (crop[i] || mlxb_dim(y, i + 1) != want) y = conv_slice_axis(s, y, i + 1, crop[i], crop[i] + want);
+    if (!zeros[i] || !y) continue;
+    int64_t dims[CONV_MAX_RANK];
+    mlxb_shape(y, dims);
+    dims[i + 1] = zeros[i];
+    mlxb_array *parts[2] = {y, mlxb_zeros(s, dims, mlxb_ndim(y), mlxb_type(y))};
+    y = mlxb_concat(s, (const mlxb_array *const *)parts, 2, i + 1);
   }
   return y;
 }

@@ -228,6 +228,12 @@ static mlxb_array *pool_reduce_axis_clipped(mlxb_scope *s, mlxb_array *x, const 
   one[a] = 1;
   mlxb_array *parts[POOL_CLIP_MAX_OUT];
   int n = 0;
+  if (g->out[ax] == 0) { /* no window: an empty axis */
+    mlxb_shape(x, stop);
+    for (int i = 0; i < rank; i++) step[i] = 1;
+    stop[a] = 0;
+    return mlxb_slice(s, x, start, stop, step);
+  }
   for (int64_t o = 0; o < g->out[ax] && n < POOL_CLIP_MAX_OUT; o++) {
     int64_t base = o * g->s[ax] - g->pl[ax], d = g->d[ax];
     int64_t first = base >= 0 ? 0 : (-base + d - 1) / d;
