@@ -231,21 +231,28 @@ static mlxb_array *conv_call(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv
   return y;
 }
 
-/* A forward convolution's outputs along an axis whose windows start past the input, in the tail
- * pad, read nothing but zeros. Where that pad is past what MLX's 32-bit padding takes (a hostile
- * pads attribute of 2^31 - 1; ORT answers), the convolution covers the outputs before them, with
- * the tail pad their last window needs, and zeros stand for the rest (the bias is added after).
- * Sets *hi to that pad and returns the number of zero outputs (0: nothing to do). */
-static int64_t conv_zero_tail(const conv_geom *g, int i, int64_t in, int64_t lo, int64_t *hi, int64_t stride,
-                              int64_t dil) {
-  if (*hi <= (1ll << 30) || lo < 0) return 0;
-  int64_t span = (g->k[i] - 1) * dil + 1;
-  int64_t useful = lo + in > 0 ? (lo + in - 1) / stride + 1 : 0; /* windows starting inside lo + in */
-  if (useful > g->out[i]) useful = g->out[i];
-  if (useful <= 0) return 0; /* every window in padding: left to the 32-bit refusal */
-  int64_t need = (useful - 1) * stride + span - (lo + in);
-  *hi = need > 0 ? need : 0;
-  return g->out[i] - useful;
+/* A forward convolution's outputs along an axis whose windows lie wholly in a pad read nothing but
+ * zeros. Where a pad is past what MLX's 32-bit padding takes (a hostile pads attribute of
+ * 2^31 - 1; ORT answers), the convolution covers the outputs between them, with the pads those
+ * windows need (a negative head pad crops the input: conv_run), and zeros stand for the rest (the
+ * bias is added after). Adjusts *lo and *hi and sets the zero outputs before (*lead) and after
+ * (*tail); leaves everything as it is when the pads fit. Returns whether no window reads the
+ * input at all (the whole result is zeros). */
+static bool conv_zero_ends(const conv_geom *g, int i, int64_t in, int64_t *lo, int64_t *hi, int64_t stride,
+                           int64_t dil, int64_t *lead, int64_t *tail) {
+  *lead = *tail = 0;
+  if ((*hi <= (1ll << 30) && *lo <= (1ll << 30)) || *lo < 0 || *hi < 0) return false;
+  int64_t span = (g->k[i] - 1) * dil + 1, out = g->out[i];
+  int64_t before = *lo >= span ? (*lo - span) / stride + 1 : 0;  /* windows ending before the input */
+  int64_t upto = *lo + in > 0 ? (*lo + in - 1) / stride + 1 : 0; /* windows starting before its end */
+  if (before > out) before = out;
+  if (upto > out) upto = out;
+  if (upto <= before) return true;
+  int64_t first = *lo - before * stride; /* the first kept window's start, from the input's */
+  int64_t need = (upto - before - 1) * stride + span - (first + in);
+  *lo = first, *hi = need > 0 ? need : 0;
+  *lead = before, *tail = out - upto;
+  return false;
 }
 
 /* Channels-last convolution of x [N, s..., C] with pads lo/hi (negative values crop) giving the
@@ -256,13 +263,22 @@ static mlxb_array *conv_run(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_
                             const int64_t *hi, const int64_t *stride, const int64_t *in_dil, bool flip) {
   mlxb_scope *s = op_scope(c);
   int st[CONV_MAX_SP], pl[CONV_MAX_SP], ph[CONV_MAX_SP], kd[CONV_MAX_SP], id[CONV_MAX_SP];
-  int64_t crop[CONV_MAX_SP] = {0}, zeros[CONV_MAX_SP] = {0}, h_run[CONV_MAX_SP];
+  int64_t crop[CONV_MAX_SP] = {0}, lead[CONV_MAX_SP] = {0}, tail[CONV_MAX_SP] = {0}, l_run[CONV_MAX_SP],
+          h_run[CONV_MAX_SP];
+  bool all_zero = false;
   for (int i = 0; i < g->nsp; i++) {
-    h_run[i] = hi[i];
+    l_run[i] = lo[i], h_run[i] = hi[i];
     if (in_dil[i] == 1)
-      zeros[i] = conv_zero_tail(g, i, mlxb_dim(x, i + 1), lo[i], &h_run[i], stride[i], g->k[i] == 1 ? 1 : g->dil[i]);
+      all_zero |= conv_zero_ends(g, i, mlxb_dim(x, i + 1), &l_run[i], &h_run[i], stride[i],
+                                 g->k[i] == 1 ? 1 : g->dil[i], &lead[i], &tail[i]);
   }
-  hi = h_run;
+  if (all_zero) { /* [N, out..., M]: every window of some axis reads only padding */
+    int64_t dims[CONV_MAX_RANK];
+    dims[0] = mlxb_dim(x, 0), dims[g->nsp + 1] = mlxb_dim(w, 0);
+    for (int i = 0; i < g->nsp; i++) dims[i + 1] = g->out[i];
+    return mlxb_zeros(s, dims, g->nsp + 2, mlxb_type(x));
+  }
+  lo = l_run, hi = h_run;
   for (int i = 0; i < g->nsp; i++) {
     /* A stride past the padded extent leaves one window, at 0, as the extent itself does; a kernel
      * of one tap reads the same with any dilation: those reach MLX as such (ORT takes INT32_MAX). */
@@ -289,19 +305,24 @@ static mlxb_array *conv_run(op_ctx *c, mlxb_array *x, mlxb_array *w, const conv_
   }
   mlxb_array *y = conv_call(c, x, w, g, st, pl, ph, kd, id, flip);
   for (int i = 0; i < g->nsp && y; i++) {
-    int64_t want = g->out[i] - zeros[i];
+    int64_t want = g->out[i] - lead[i] - tail[i];
     if (mlxb_dim(y, i + 1) < crop[i] + want) {
       op_fail(c, "spatial axis %d: convolution gave %lld values, %lld expected", i, (long long)mlxb_dim(y, i + 1),
               (long long)(crop[i] + want));
       return NULL;
     }
     if (crop[i] || mlxb_dim(y, i + 1) != want) y = conv_slice_axis(s, y, i + 1, crop[i], crop[i] + want);
-    if (!zeros[i] || !y) continue;
-    int64_t dims[CONV_MAX_RANK];
-    mlxb_shape(y, dims);
-    dims[i + 1] = zeros[i];
-    mlxb_array *parts[2] = {y, mlxb_zeros(s, dims, mlxb_ndim(y), mlxb_type(y))};
-    y = mlxb_concat(s, (const mlxb_array *const *)parts, 2, i + 1);
+    if ((!lead[i] && !tail[i]) || !y) continue;
+    int64_t zdims[CONV_MAX_RANK];
+    mlxb_shape(y, zdims);
+    mlxb_array *parts[3];
+    int n = 0;
+    zdims[i + 1] = lead[i];
+    if (lead[i]) parts[n++] = mlxb_zeros(s, zdims, mlxb_ndim(y), mlxb_type(y));
+    parts[n++] = y;
+    zdims[i + 1] = tail[i];
+    if (tail[i]) parts[n++] = mlxb_zeros(s, zdims, mlxb_ndim(y), mlxb_type(y));
+    y = mlxb_concat(s, (const mlxb_array *const *)parts, n, i + 1);
   }
   return y;
 }
