@@ -30,7 +30,8 @@ static void write_run_report(ep_instance *ep, plan *p) {
   fprintf(f,
           "MLXExecutionProvider run report: cluster '%s' (%d nodes): runs=%llu sig_hits=%llu sig_misses=%llu "
           "evictions=%llu traces=%llu trace_failures=%llu unexpected_trace_failures=%llu compiled_runs=%llu eager_runs=%llu host_reads=%llu padded_runs=%llu "
-          "device_inputs=%llu host_inputs=%llu device_outputs=%llu host_outputs=%llu inplace_outputs=%llu program_copies=%llu computed_ahead=%llu first_run_ms=%.1f "
+          "device_inputs=%llu host_inputs=%llu device_outputs=%llu host_outputs=%llu inplace_outputs=%llu "
+          "program_copies=%llu computed_ahead=%llu first_run_ms=%.1f "
           "trace_runs_ms=%.1f bind_ms=%.1f graph_ms=%.1f eval_ms=%.1f copy_ms=%.1f eager_ops=%llu "
           "program_ops=%llu checks=%llu body_traces=%llu body_replays=%llu body_trace_failures=%llu\n",
           plan_name(p), plan_num_nodes(p), (unsigned long long)st.runs, (unsigned long long)st.sig_hits,

@@ -280,8 +280,9 @@ void launch_copies(const device_state &s, void *fn, const queued_copy *c, size_t
   b.n = static_cast<int>(n);
   log_copy("a Run's outputs or pads (copy kernel; the largest)", static_cast<size_t>(largest), n);
   void *params[] = {&b};
-  cuda_check(s, s.cuda.launch_kernel(fn, copy_grid_x(largest), static_cast<unsigned>(n), 1, COPY_THREADS, 1, 1, 0, nullptr, params,
-                                     nullptr),
+  cuda_check(s,
+             s.cuda.launch_kernel(fn, copy_grid_x(largest), static_cast<unsigned>(n), 1, COPY_THREADS, 1, 1, 0, nullptr,
+                                  params, nullptr),
              "cuLaunchKernel (copy batch)");
 }
 
@@ -602,8 +603,8 @@ class program_copies : public mx::Primitive {
       for (const program_copy &c : copies) {
         const char *from = held.ins[c.src].data<char>();
         char *to = c.out >= 0 ? held.outs[c.out].data<char>() : static_cast<char *>(c.to);
-        for (size_t r = 0; r < c.height; r++) {
-          std::memcpy(to + r * c.dst_pitch, from + r * c.src_pitch, c.width);
+        for (size_t r = 0; r < c.height; r++) { /* memmove: an output's buffer may be its own input's */
+          std::memmove(to + r * c.dst_pitch, from + r * c.src_pitch, c.width);
           if (c.zero_tail) std::memset(to + r * c.dst_pitch + c.width, 0, c.dst_pitch - c.width);
         }
       }
@@ -694,7 +695,8 @@ mlxb_array *mlxb_copy_into_device(mlxb_scope *s, mlxb_array *const *arrays, int 
       size_t offset;
       {
         std::lock_guard<std::mutex> g(st.lock);
-        if (!c.dst || !find_locked(st, c.dst, c.bytes, &offset)) throw bridge_error("destination is not device memory of this EP");
+        if (!c.dst || !find_locked(st, c.dst, c.bytes, &offset))
+          throw bridge_error("destination is not device memory of this EP");
       }
       planned.push_back({c.src, -1, c.dst, width, outer, pitch, width, false});
     }
