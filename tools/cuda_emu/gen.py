@@ -14,6 +14,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import check_cuda_kernels as ck  # noqa: E402
 
+
+def qgemm(sets, bm=64, affine=False, group=32, post=None):
+    """The 4-bit GEMM as emu_test.cpp's checks launch it: three sets with split K and following biases
+    on sets 0 and 2, or one set with a bias input (and a following bias unless post=0)."""
+    three = sets == 3
+    post = 5 if three else (1 if post is None else post)
+    return ("qgemm_split_source", dict(BITS=4, GROUP=group, HAS_BIAS=not three, POST=post, SETS=sets, BM=bm,
+                                       AFFINE=affine))
+
+
 # namespace -> (kernel source variable, template arguments)
 INSTANCES = {
     "rows_f32": ("rows_attention_source", dict(T="float", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=0, ROT=4, INTER=False,
@@ -32,25 +42,16 @@ INSTANCES = {
     "rows_f16": ("rows_attention_source", dict(T="__half", HEAD=8, HQ=4, HKV=2, WARPS=8, WINDOW=0, ROT=4, INTER=False,
                                                LEN_ADD=1, POS_ADD=0, FIRST=False, CAUSAL=True, WIN_BOUND=False,
                                                POS_ROWS=True)),
-    "qgemm_sets3": ("qgemm_split_source", dict(BITS=4, GROUP=32, HAS_BIAS=False, POST=5, SETS=3, BM=64,
-                                               AFFINE=False)),
-    "qgemm_one": ("qgemm_split_source", dict(BITS=4, GROUP=32, HAS_BIAS=True, POST=1, SETS=1, BM=64, AFFINE=False)),
-    "qgemm_sets3_bm128": ("qgemm_split_source", dict(BITS=4, GROUP=32, HAS_BIAS=False, POST=5, SETS=3, BM=128,
-                                                     AFFINE=False)),
-    "qgemm_one_bm128": ("qgemm_split_source", dict(BITS=4, GROUP=32, HAS_BIAS=True, POST=1, SETS=1, BM=128,
-                                                   AFFINE=False)),
-    "qgemm_sets3_affine": ("qgemm_split_source", dict(BITS=4, GROUP=32, HAS_BIAS=False, POST=5, SETS=3, BM=64,
-                                                      AFFINE=True)),
-    "qgemm_one_affine": ("qgemm_split_source", dict(BITS=4, GROUP=32, HAS_BIAS=True, POST=1, SETS=1, BM=64,
-                                                    AFFINE=True)),
-    "qgemm_sets3_affine_bm128": ("qgemm_split_source", dict(BITS=4, GROUP=32, HAS_BIAS=False, POST=5, SETS=3,
-                                                            BM=128, AFFINE=True)),
-    "qgemm_one_affine_bm128": ("qgemm_split_source", dict(BITS=4, GROUP=32, HAS_BIAS=True, POST=1, SETS=1, BM=128,
-                                                          AFFINE=True)),
-    "qgemm_one_g64": ("qgemm_split_source", dict(BITS=4, GROUP=64, HAS_BIAS=True, POST=0, SETS=1, BM=64,
-                                                 AFFINE=False)),
-    "qgemm_one_affine_g64": ("qgemm_split_source", dict(BITS=4, GROUP=64, HAS_BIAS=True, POST=0, SETS=1, BM=64,
-                                                        AFFINE=True)),
+    "qgemm_sets3": qgemm(3),
+    "qgemm_one": qgemm(1),
+    "qgemm_sets3_bm128": qgemm(3, bm=128),
+    "qgemm_one_bm128": qgemm(1, bm=128),
+    "qgemm_sets3_affine": qgemm(3, affine=True),
+    "qgemm_one_affine": qgemm(1, affine=True),
+    "qgemm_sets3_affine_bm128": qgemm(3, bm=128, affine=True),
+    "qgemm_one_affine_bm128": qgemm(1, bm=128, affine=True),
+    "qgemm_one_g64": qgemm(1, group=64, post=0),
+    "qgemm_one_affine_g64": qgemm(1, group=64, post=0, affine=True),
     "qgemm_reduce3": ("qgemm_reduce_source", dict(HAS_BIAS=False, POST=5)),
     "append_rows": ("kv_append_source", dict(T="float", HEAD=8, ROT=4, INTER=False, AT_ADD=-2, POS_ADD=0,
                                              AT_ZERO=False, POS_ROWS=False)),
