@@ -217,6 +217,24 @@ static mlxb_array *pool_reduce_axis_view(mlxb_scope *s, mlxb_array *x, const poo
   return mlxb_reduce(s, op, v, &last, 1, false);
 }
 
+/* The taps j in [*first, *end) of [0, k) of a window starting at `start` with dilation d >= 1 that
+ * land on positions start + j * d in [lo, hi): found, not walked, since a hostile kernel_shape may
+ * be 2^31 - 1 taps long (attributes are bounded to int32 at claim, so nothing here overflows);
+ * *end <= *first when none does. */
+static void window_tap_range(int64_t start, int64_t d, int64_t k, int64_t lo, int64_t hi, int64_t *first,
+                             int64_t *end) {
+  *first = lo <= start ? 0 : (lo - start + d - 1) / d;
+  *end = hi <= start ? 0 : (hi - start + d - 1) / d;
+  if (*end > k) *end = k;
+}
+
+/* How many of those taps there are. */
+static int64_t window_taps(int64_t start, int64_t d, int64_t k, int64_t lo, int64_t hi) {
+  int64_t first, end;
+  window_tap_range(start, d, k, lo, hi, &first, &end);
+  return end > first ? end - first : 0;
+}
+
 /* The windows of clipped axis `ax` of x (not padded along it), one by one: window o reduces its
  * taps o * s - pl + j * d that land in [0, in) (a strided slice), or is the pad value where none
  * does; the results concatenated along the axis. */
@@ -235,17 +253,15 @@ static mlxb_array *pool_reduce_axis_clipped(mlxb_scope *s, mlxb_array *x, const 
     return mlxb_slice(s, x, start, stop, step);
   }
   for (int64_t o = 0; o < g->out[ax] && n < POOL_CLIP_MAX_OUT; o++) {
-    int64_t base = o * g->s[ax] - g->pl[ax], d = g->d[ax];
-    int64_t first = base >= 0 ? 0 : (-base + d - 1) / d;
-    int64_t last = g->in[ax] - 1 >= base ? (g->in[ax] - 1 - base) / d : -1;
-    if (last > g->k[ax] - 1) last = g->k[ax] - 1;
-    if (first > last) {
+    int64_t base = o * g->s[ax] - g->pl[ax], d = g->d[ax], first, end;
+    window_tap_range(base, d, g->k[ax], 0, g->in[ax], &first, &end);
+    if (end <= first) {
       parts[n++] = mlxb_broadcast_to(s, value, one, rank);
       continue;
     }
     mlxb_shape(x, stop);
     for (int i = 0; i < rank; i++) start[i] = 0, step[i] = 1;
-    start[a] = base + first * d, stop[a] = base + last * d + 1, step[a] = d;
+    start[a] = base + first * d, stop[a] = base + (end - 1) * d + 1, step[a] = d;
     parts[n++] = mlxb_reduce(s, kind == POOL_MAX ? MLXB_RMAX : MLXB_RSUM, mlxb_slice(s, x, start, stop, step), &a, 1,
                              true);
   }
@@ -295,16 +311,6 @@ static mlxb_array *pool_windows(mlxb_scope *s, mlxb_array *x, const pool_geom *g
   for (int i = 0; i < rank; i++) flat[i] = vd[i];
   flat[rank] = pool_numel(g->k, g->nsp);
   return mlxb_reshape(s, v, flat, rank + 1);
-}
-
-/* How many taps j in [0, k) of a window starting at `start` with dilation d >= 1 land on
- * positions start + j * d in [lo, hi): counted, not walked, since a hostile kernel_shape may be
- * 2^31 - 1 taps long (attributes are bounded to int32 at claim, so nothing here overflows). */
-static int64_t window_taps(int64_t start, int64_t d, int64_t k, int64_t lo, int64_t hi) {
-  int64_t first = lo <= start ? 0 : (lo - start + d - 1) / d;
-  int64_t end = hi <= start ? 0 : (hi - start + d - 1) / d;
-  if (end > k) end = k;
-  return end > first ? end - first : 0;
 }
 
 /* Per output position, how many window elements are real input (count_pad false) or lie within
