@@ -100,8 +100,10 @@
 #            the bridge's checks and the MatMulNBits and LLM tests with it on, then the prompt's
 #            phases with it on and off (alternating) and the prompt's kernel profile each way
 #   slowprobe  why single tests take a minute on the GPU (2026-12-03 durations: an 8x3 SVMClassifier
-#            148 s, tree ensembles 69 s): two of the slowest, each twice in fresh processes, with the
-#            new files in MLX's PTX cache (NVRTC compiles) each time
+#            148 s, tree ensembles 69 s): two of the slowest in fresh processes, programs fused only
+#            when hot (the default, ORT_EP_MLX_GPU_FUSE_AFTER=8), then fused from their first trace
+#            (=1, as before) twice, with the new files in MLX's PTX cache (NVRTC compiles) each time;
+#            then test_runtime.py (the fusion trace's own test)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -536,13 +538,15 @@ if step slowprobe; then
   for k in "test_svm_classifier_post and 3-True-SOFTMAX]" "test_tree_classifier_multiclass and True-SOFTMAX-5"; do
     f=tests/test_ops_ml_svm.py
     case "$k" in *tree*) f=tests/test_ops_ml_trees.py ;; esac
-    for pass in 1 2; do
+    for after in 8 1 1; do
       n0=$(ls "$MLX_PTX_CACHE_DIR" | wc -l) t0=$SECONDS
-      r=$(timeout 150 python3 -m pytest -q -p no:cacheprovider "$f" -k "$k" 2>&1 | tail -1)
-      echo "slowprobe $k pass $pass: $((SECONDS - t0)) s, $(($(ls "$MLX_PTX_CACHE_DIR" | wc -l) - n0)) new PTX files; $r" \
-        >> "$log"
+      r=$(ORT_EP_MLX_GPU_FUSE_AFTER=$after timeout 150 python3 -m pytest -q -p no:cacheprovider "$f" -k "$k" 2>&1 \
+        | tail -1)
+      echo "slowprobe $k fuse_after=$after: $((SECONDS - t0)) s, $(($(ls "$MLX_PTX_CACHE_DIR" | wc -l) - n0)) new PTX" \
+        "files; $r" >> "$log"
     done
   done
+  pytest_q 120 tests/test_runtime.py
 fi
 if step suite; then
   [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')

@@ -3,6 +3,10 @@
 with ORT's CPU EP, and compare the outputs with stated tolerances."""
 from __future__ import annotations
 
+import functools
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -253,8 +257,6 @@ def histogram_probe(probe: str, **env_switches: str):
     where MLX's default device is a GPU the histogram tags their operations "@cpu", which is
     dropped here so that the lines read the same on every machine."""
     import os
-    import subprocess
-    import sys
     tests = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, ORT_EP_MLX_OP_HISTOGRAM="1", **env_switches, PYTHONPATH=child_pythonpath())
     env.pop("ORT_EP_MLX_DEVICE", None)
@@ -287,3 +289,12 @@ def cpu_has(*flags: str) -> bool:
     except OSError:
         return False
     return all(flag in have for flag in flags)
+
+
+@functools.lru_cache(maxsize=None)
+def default_device_is_cpu() -> bool:
+    """The parity tests run on the EP's default device: MLX's GPU where there is one (the CUDA kernels
+    run there instead, scripts/gpu_check.sh)."""
+    out = subprocess.run([sys.executable, "-c", "import mlx.core as mx; print(mx.default_device() == mx.cpu)"],
+                         capture_output=True, text=True, timeout=120)
+    return out.stdout.strip() == "True"

@@ -8,28 +8,18 @@ through the softmax itself). tests/c/test_bridge.c checks the
 primitives' clamping of hostile lengths and positions against a reference of its own."""
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 import sys
 
 import pytest
 
-from parity import child_pythonpath
+from parity import child_pythonpath, default_device_is_cpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SELECTION = ["tests/test_ops_attention.py", "tests/test_ops_contrib_norm.py", "-k",
              "gqa_decode or gqa_rotary or gqa_attributes or gqa_packed or simplified_layer_norm or skip_layer_norm"]
 PRIMITIVES = ("EpCpuDecodeAttention", "EpCpuKvAppend", "EpCpuRmsNorm")
-
-
-@functools.lru_cache(maxsize=None)
-def default_device_is_cpu() -> bool:
-    """The parity tests run on the EP's default device: MLX's GPU where there is one (the CUDA kernels
-    run there instead, scripts/gpu_check.sh)."""
-    out = subprocess.run([sys.executable, "-c", "import mlx.core as mx; print(mx.default_device() == mx.cpu)"],
-                         capture_output=True, text=True, timeout=120)
-    return out.stdout.strip() == "True"
 
 
 def run_selection(switch: str) -> str:

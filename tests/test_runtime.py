@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from parity import child_pythonpath, make_model
+from parity import child_pythonpath, default_device_is_cpu, make_model
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -180,6 +180,22 @@ def test_cpu_compile_traces_without_fusion(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": child_pythonpath()}
     subprocess.run([sys.executable, "-c", JIT_PROBE], env=env, check=True, timeout=300)
     assert not (tmp_path / "mlx").exists(), sorted(p.name for p in (tmp_path / "mlx").rglob("*"))
+
+
+def test_hot_gpu_program_traced_again_with_fusion(tmp_path):
+    """On a GPU a program traces without MLX's fusion (each fused kernel costs an NVRTC compile of
+    seconds on a machine's first use, which a program run a few times never earns back) and once more
+    with it on its ORT_EP_MLX_GPU_FUSE_AFTER-th call (default 8): the same results, and the run report
+    counts that second trace apart. CPU programs never fuse."""
+    feeds = chain_feeds(12)
+    outs, st = run_report(tmp_path, elementwise_chain_model(), {"compile": "1"}, feeds)
+    for f, y in zip(feeds, outs):
+        np.testing.assert_allclose(y, elementwise_chain_reference(f), rtol=1e-5, atol=1e-6)
+    after = int(os.environ.get("ORT_EP_MLX_GPU_FUSE_AFTER") or 8)
+    retraced = (not default_device_is_cpu() and os.environ.get("ORT_EP_MLX_GPU_FUSE") not in ("0", "off")
+                and 1 < after <= 11)
+    assert st["traces"] == 1 and st["compiled_runs"] == 11 and st["eager_runs"] == 1, st
+    assert st["fusion_traces"] == (1 if retraced else 0), st
 
 
 def test_failed_trace_releases_the_trace_lock(tmp_path):

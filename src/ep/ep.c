@@ -29,14 +29,14 @@ static void write_run_report(ep_instance *ep, plan *p) {
   plan_get_stats(p, &st);
   fprintf(f,
           "MLXExecutionProvider run report: cluster '%s' (%d nodes): runs=%llu sig_hits=%llu sig_misses=%llu "
-          "evictions=%llu traces=%llu trace_failures=%llu unexpected_trace_failures=%llu compiled_runs=%llu eager_runs=%llu host_reads=%llu padded_runs=%llu "
+          "evictions=%llu traces=%llu fusion_traces=%llu trace_failures=%llu unexpected_trace_failures=%llu compiled_runs=%llu eager_runs=%llu host_reads=%llu padded_runs=%llu "
           "device_inputs=%llu host_inputs=%llu device_outputs=%llu host_outputs=%llu inplace_outputs=%llu "
           "program_copies=%llu computed_ahead=%llu first_run_ms=%.1f "
           "trace_runs_ms=%.1f bind_ms=%.1f graph_ms=%.1f eval_ms=%.1f copy_ms=%.1f eager_ops=%llu "
           "program_ops=%llu checks=%llu body_traces=%llu body_replays=%llu body_trace_failures=%llu\n",
           plan_name(p), plan_num_nodes(p), (unsigned long long)st.runs, (unsigned long long)st.sig_hits,
           (unsigned long long)st.sig_misses, (unsigned long long)st.evictions, (unsigned long long)st.traces,
-          (unsigned long long)st.trace_failures, (unsigned long long)st.unexpected_trace_failures,
+          (unsigned long long)st.fusion_traces,          (unsigned long long)st.trace_failures, (unsigned long long)st.unexpected_trace_failures,
           (unsigned long long)st.compiled_runs, (unsigned long long)st.eager_runs, (unsigned long long)st.host_reads,
           (unsigned long long)st.padded_runs, (unsigned long long)st.device_inputs, (unsigned long long)st.host_inputs,
           (unsigned long long)st.device_outputs, (unsigned long long)st.host_outputs,

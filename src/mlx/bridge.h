@@ -514,13 +514,17 @@ typedef struct mlxb_program mlxb_program;
 typedef int (*mlxb_trace_fn)(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs,
                              mlxb_array **outputs, int n_outputs);
 /* user must outlive the program. NULL on failure (message in err). Programs for the CPU trace
- * without MLX's kernel fusion (on the CPU it JIT-builds every fused kernel with g++). */
+ * without MLX's kernel fusion (on the CPU it JIT-builds every fused kernel with g++); GPU programs
+ * trace without it until called ORT_EP_MLX_GPU_FUSE_AFTER times, then once more with it. */
 mlxb_program *mlxb_compile(mlxb_device dev, mlxb_trace_fn trace, void *user, int n_outputs, bool shapeless,
                            char *err, size_t err_len);
 /* Calls the program (tracing on first use); outputs are handles of s. 0 ok, -1 error in s. */
 int mlxb_program_call(mlxb_scope *s, mlxb_program *p, mlxb_array *const *inputs, int n_inputs,
                       mlxb_array **outputs, int n_outputs);
 void mlxb_program_free(mlxb_program *p); /* accepts NULL; drops its traces from every thread's cache */
+/* True inside a trace callback when the trace is a hot GPU program's second one, with MLX's fusion
+ * (ORT_EP_MLX_GPU_FUSE_AFTER): the same graph again, counted apart from first traces. */
+bool mlxb_tracing_fused_again(void);
 
 /* ---- signal, random and linear-algebra ops (bridge_fft.cpp, bridge_random.cpp, bridge_linalg.cpp) ---- */
 /* [..., 2] float pairs (real, imaginary) <-> complex64 [...]. */

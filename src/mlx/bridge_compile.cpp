@@ -10,7 +10,11 @@
  *
  * Fusion: on a GPU, MLX fuses elementwise chains into "Compiled" kernels; on the CPU the same
  * fusion JIT-builds C++ with g++ at run time (about a second per kernel), so CPU programs trace
- * with CompileMode::no_fuse (GPU ones too with ORT_EP_MLX_GPU_FUSE=0). The mode is process-global and MLX reads it in the compiled
+ * with CompileMode::no_fuse (GPU ones too with ORT_EP_MLX_GPU_FUSE=0). On a GPU each fused kernel is
+ * NVRTC-compiled at its first use on a machine (seconds each), which a program run a few times never
+ * earns back: a GPU program is traced unfused first and traced again with fusion (a second MLX
+ * function of its own id) once it has been called ORT_EP_MLX_GPU_FUSE_AFTER times (default 8; 1:
+ * fused from its first call). The mode is process-global and MLX reads it in the compiled
  * function right after our trace callback returns, so a trace holds a process-wide trace lock
  * from the moment the callback starts until the compiled call returns to mlxb_program_call,
  * which restores the default mode and releases it. Replays never call the callback and never
@@ -20,6 +24,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <mutex>
 
@@ -39,8 +45,14 @@ struct mlxb_program {
   void *user;
   int n_outputs;
   bool traced; /* false when MLX compile is disabled: fn then calls the callback on every call */
+  bool shapeless;
   std::uintptr_t id;
-  array_fn fn;
+  array_fn fn;                     /* traced unfused on a GPU until the program is hot */
+  std::atomic<std::uint64_t> calls{0};
+  std::once_flag fused_once;       /* fused_fn made on the call that finds the program hot */
+  std::atomic<bool> fused_ready{false};
+  std::uintptr_t fused_id = 0;
+  array_fn fused_fn;
   std::mutex caches_mutex;
   std::vector<mx::detail::CompileCacheWeakPtr> caches; /* of the threads that traced it */
 };
@@ -59,11 +71,23 @@ bool gpu_fusion_enabled() {
   return on;
 }
 
-void trace_lock_acquire(mlxb_device dev) {
+/* Calls of a GPU program before it is traced again with fusion (ORT_EP_MLX_GPU_FUSE_AFTER). */
+std::uint64_t gpu_fuse_after() {
+  static const std::uint64_t n = [] {
+    const char *v = std::getenv("ORT_EP_MLX_GPU_FUSE_AFTER");
+    char *end = nullptr;
+    unsigned long long x = v && *v ? std::strtoull(v, &end, 10) : 8;
+    return static_cast<std::uint64_t>(end && *end ? 8 : x < 1 ? 1 : x);
+  }();
+  return n;
+}
+
+thread_local bool tracing_fused_again; /* run_trace is tracing a hot program's fused function */
+
+void trace_lock_acquire(bool fuse) {
   if (holds_trace_lock) return;
   trace_mutex.lock();
   holds_trace_lock = true;
-  bool fuse = dev == MLXB_DEVICE_GPU && gpu_fusion_enabled();
   mx::set_compile_mode(fuse ? mx::CompileMode::enabled : mx::CompileMode::no_fuse);
 }
 
@@ -102,11 +126,22 @@ void remember_tracing_thread(mlxb_program *p) {
   p->caches.push_back(std::move(cache));
 }
 
-std::vector<mx::array> run_trace(mlxb_program *p, const std::vector<mx::array> &inputs) {
+/* Resets tracing_fused_again when a trace ends, also by an exception. */
+struct fused_trace_flag {
+  explicit fused_trace_flag(bool on) { tracing_fused_again = on; }
+  fused_trace_flag(const fused_trace_flag &) = delete;
+  fused_trace_flag &operator=(const fused_trace_flag &) = delete;
+  ~fused_trace_flag() { tracing_fused_again = false; }
+};
+
+/* fused: the trace of a hot program's fused function (only ever on a GPU with fusion on) */
+std::vector<mx::array> run_trace(mlxb_program *p, const std::vector<mx::array> &inputs, bool fused) {
   if (p->traced) {
-    trace_lock_acquire(p->device);
+    bool fuse_now = p->device == MLXB_DEVICE_GPU && gpu_fusion_enabled() && (fused || gpu_fuse_after() <= 1);
+    trace_lock_acquire(fuse_now);
     remember_tracing_thread(p);
   }
+  fused_trace_flag flag(fused);
   mlxb_scope tmp(p->device == MLXB_DEVICE_GPU ? mx::Device(mx::Device::gpu) : mx::Device(mx::Device::cpu));
   std::vector<mlxb_array *> in;
   in.reserve(inputs.size());
@@ -126,8 +161,23 @@ std::vector<mx::array> run_trace(mlxb_program *p, const std::vector<mx::array> &
 /* The traced function; a named type so that mlxb_compile can tell whether MLX compiled it. */
 struct trace_entry {
   mlxb_program *p;
-  std::vector<mx::array> operator()(const std::vector<mx::array> &inputs) const { return run_trace(p, inputs); }
+  bool fused;
+  std::vector<mx::array> operator()(const std::vector<mx::array> &inputs) const { return run_trace(p, inputs, fused); }
 };
+
+/* The function a call runs: the unfused one until a GPU program with fusion on is hot (its
+ * ORT_EP_MLX_GPU_FUSE_AFTER-th call), the fused one from then on. */
+const array_fn &function_for_call(mlxb_program *p) {
+  if (!p->traced || p->device != MLXB_DEVICE_GPU || !gpu_fusion_enabled() || gpu_fuse_after() <= 1) return p->fn;
+  if (p->fused_ready.load(std::memory_order_acquire)) return p->fused_fn;
+  if (p->calls.fetch_add(1, std::memory_order_relaxed) + 1 < gpu_fuse_after()) return p->fn;
+  std::call_once(p->fused_once, [p] {
+    p->fused_id = new_program_id();
+    p->fused_fn = mx::detail::compile(array_fn(trace_entry{p, true}), p->fused_id, p->shapeless);
+    p->fused_ready.store(true, std::memory_order_release);
+  });
+  return p->fused_fn;
+}
 
 } // namespace
 
@@ -142,8 +192,9 @@ mlxb_program *mlxb_compile(mlxb_device dev, mlxb_trace_fn trace, void *user, int
     p->trace = trace;
     p->user = user;
     p->n_outputs = n_outputs;
+    p->shapeless = shapeless;
     p->id = new_program_id();
-    p->fn = mx::detail::compile(array_fn(trace_entry{p}), p->id, shapeless);
+    p->fn = mx::detail::compile(array_fn(trace_entry{p, false}), p->id, shapeless);
     /* With compile disabled (MLX_DISABLE_COMPILE, mx::disable_compile) MLX hands our function
      * back: it then runs on every call, nothing is traced and MLX's mode is not ours to set. */
     p->traced = p->fn.target<trace_entry>() == nullptr;
@@ -165,17 +216,22 @@ int mlxb_program_call(mlxb_scope *s, mlxb_program *p, mlxb_array *const *inputs,
     std::vector<mx::array> out;
     {
       trace_lock_release_guard release; /* a trace inside fn took the lock; MLX has used the mode by now */
-      out = p->fn(to_arrays(const_cast<const mlxb_array *const *>(inputs), n_inputs));
+      out = function_for_call(p)(to_arrays(const_cast<const mlxb_array *const *>(inputs), n_inputs));
     }
     if (static_cast<int>(out.size()) != n_outputs) throw bridge_error("program returned a different output count");
     for (int i = 0; i < n_outputs; i++) outputs[i] = scope_keep(s, std::move(out[static_cast<size_t>(i)]));
   });
 }
 
+bool mlxb_tracing_fused_again(void) { return tracing_fused_again; }
+
 void mlxb_program_free(mlxb_program *p) {
   if (!p) return;
   try {
-    for (const auto &cache : p->caches) mx::detail::compile_erase(cache, p->id); /* expired: no-op */
+    for (const auto &cache : p->caches) { /* expired: no-op */
+      mx::detail::compile_erase(cache, p->id);
+      if (p->fused_ready.load(std::memory_order_acquire)) mx::detail::compile_erase(cache, p->fused_id);
+    }
   } catch (...) {
   }
   try {

@@ -376,7 +376,10 @@ static int trace_body(void *user, mlxb_scope *s, mlxb_array *const *inputs, int 
     }
   outputs[g->n_outputs] = checks_summary(s, &checks);
   keep_trace_checks(p, &bp->checks, &bp->checks_known, &checks);
-  PLAN_STAT_ADD(p, body_traces, 1);
+  if (mlxb_tracing_fused_again())
+    PLAN_STAT_ADD(p, fusion_traces, 1);
+  else
+    PLAN_STAT_ADD(p, body_traces, 1);
   rc = 0;
 done:
   if (rc) {
@@ -625,7 +628,10 @@ static int trace_cluster_with(sig_entry *e, const int *alias, mlxb_scope *s, mlx
     goto done;
   }
   keep_trace_checks(p, &e->checks, &e->checks_known, &checks);
-  PLAN_STAT_ADD(p, traces, 1);
+  if (mlxb_tracing_fused_again())
+    PLAN_STAT_ADD(p, fusion_traces, 1);
+  else
+    PLAN_STAT_ADD(p, traces, 1);
   rc = 0;
 done:
   if (rc) {

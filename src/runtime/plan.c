@@ -279,6 +279,7 @@ void plan_get_stats(const plan *p, plan_stats *out) {
   out->sig_misses = __atomic_load_n(&p->stats.sig_misses, __ATOMIC_RELAXED);
   out->evictions = __atomic_load_n(&p->stats.evictions, __ATOMIC_RELAXED);
   out->traces = __atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED);
+  out->fusion_traces = __atomic_load_n(&p->stats.fusion_traces, __ATOMIC_RELAXED);
   out->trace_failures = __atomic_load_n(&p->stats.trace_failures, __ATOMIC_RELAXED);
   out->unexpected_trace_failures = __atomic_load_n(&p->stats.unexpected_trace_failures, __ATOMIC_RELAXED);
   out->compiled_runs = __atomic_load_n(&p->stats.compiled_runs, __ATOMIC_RELAXED);

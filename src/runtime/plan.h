@@ -43,6 +43,7 @@ typedef struct plan_stats {
   uint64_t sig_misses;
   uint64_t evictions;     /* signatures dropped by the LRU */
   uint64_t traces;        /* MLX traces of the cluster (compile mode) */
+  uint64_t fusion_traces; /* second traces of hot GPU programs, with MLX's fusion (mlxb_tracing_fused_again) */
   uint64_t trace_failures; /* signatures whose trace failed (they run eagerly from then on) */
   uint64_t unexpected_trace_failures; /* trace failures (cluster or body) no lowering refused by design
                                          (op_trace_refuse): a debug build fails the Run on them */
