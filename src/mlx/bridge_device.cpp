@@ -270,14 +270,19 @@ unsigned copy_grid_x(unsigned long long largest) {
   return static_cast<unsigned>(std::min<unsigned long long>(std::max(chunks, 1ull), 1024ull));
 }
 
+/* Appends a copy's descriptor to b (COPY_BATCH at most) and keeps its largest copy in bytes (the
+ * grid's width). */
+void batch_add(batch_copies_abi &b, unsigned long long &largest, const void *from, void *to, size_t width,
+               size_t height, size_t src_pitch, size_t dst_pitch, bool zero_tail) {
+  b.c[b.n++] = {from, to, width, height, src_pitch, dst_pitch, zero_tail ? 1ull : 0ull};
+  largest = std::max<unsigned long long>(largest, (zero_tail ? dst_pitch : width) * height);
+}
+
 void launch_copies(const device_state &s, void *fn, const queued_copy *c, size_t n) {
   batch_copies_abi b{};
   unsigned long long largest = 0;
-  for (size_t i = 0; i < n; i++) {
-    b.c[i] = {c[i].from, c[i].to, c[i].width, c[i].height, c[i].src_pitch, c[i].dst_pitch, c[i].zero_tail ? 1ull : 0ull};
-    largest = std::max<unsigned long long>(largest, (c[i].zero_tail ? c[i].dst_pitch : c[i].width) * c[i].height);
-  }
-  b.n = static_cast<int>(n);
+  for (size_t i = 0; i < n; i++)
+    batch_add(b, largest, c[i].from, c[i].to, c[i].width, c[i].height, c[i].src_pitch, c[i].dst_pitch, c[i].zero_tail);
   log_copy("a Run's outputs or pads (copy kernel; the largest)", static_cast<size_t>(largest), n);
   void *params[] = {&b};
   cuda_check(s,
@@ -623,11 +628,9 @@ class program_copies : public mx::Primitive {
       for (size_t j = 0; j < n; j++) {
         const program_copy &c = copies_[i + j];
         void *to = c.out >= 0 ? cuda_buffer_address(outputs.at(static_cast<size_t>(c.out))) : c.to;
-        b.c[j] = {cuda_buffer_address(inputs[c.src]), to, c.width, c.height, c.src_pitch, c.dst_pitch,
-                  c.zero_tail ? 1ull : 0ull};
-        largest = std::max<unsigned long long>(largest, (c.zero_tail ? c.dst_pitch : c.width) * c.height);
+        batch_add(b, largest, cuda_buffer_address(inputs[c.src]), to, c.width, c.height, c.src_pitch, c.dst_pitch,
+                  c.zero_tail);
       }
-      b.n = static_cast<int>(n);
       log_copy("a Run's outputs or pads (copy kernel in the program; the largest)", static_cast<size_t>(largest), n);
       void *params[] = {&b};
       encode_kernel_node(stream(), fn, copy_grid_x(largest), static_cast<unsigned>(n), COPY_THREADS, params, inputs,
