@@ -104,6 +104,9 @@
 #            when hot (the default, ORT_EP_MLX_GPU_FUSE_AFTER=8), then fused from their first trace
 #            (=1, as before) twice, with the new files in MLX's PTX cache (NVRTC compiles) each time;
 #            then test_runtime.py (the fusion trace's own test)
+#   both     affine and copyprog in one call's time (tenth session): the bridge's checks and one test
+#            run with both switches on (plus test_runtime.py: GPU programs fused only when hot), then
+#            each switch's A/B (prompt for affine, decode loop for copyprog)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -398,6 +401,18 @@ if step gemmprof; then
   timeout 120 python3 bench/decode_kernels.py --mode prefill_device --short 4 --long 12 --top 24 --by-grid \
     >> "$log" 2>&1
   timeout 120 python3 bench/decode_kernels.py --mode io --short 8 --long 24 --top 16 --by-grid >> "$log" 2>&1
+fi
+if step both; then
+  # 2026-12-05 (tenth session): the ninth session's two opt-in switches checked together, then timed apart
+  cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
+  ORT_EP_MLX_QGEMM_AFFINE=1 ORT_EP_MLX_COPY_IN_PROGRAM=1 timeout 120 build-gpu/test_bridge 2>&1 \
+    | grep -E "program copies|FAIL|checks" | tail -6 >> "$log"
+  ORT_EP_MLX_QGEMM_AFFINE=1 ORT_EP_MLX_COPY_IN_PROGRAM=1 pytest_q 240 -n 14 tests/test_runtime.py \
+    tests/test_ops_contrib_quant.py tests/test_llm_generation.py tests/test_ops_moe.py tests/test_device_memory.py \
+    tests/test_buckets.py tests/test_genai.py
+  probe_ab ORT_EP_MLX_QGEMM_AFFINE "1 0 1 0" prompt 'loop 0|phases' --mode io --steps 0 --loops 10 --phases
+  probe_ab ORT_EP_MLX_COPY_IN_PROGRAM "1 0 1 0" decode 'loop 1|phases|program_copies' --mode io --steps 64 --loops 2 \
+    --phases
 fi
 if step copyprog; then
   # 2026-12-05 (ninth session, no GPU lent): outputs into ORT's device buffers by a copy-kernel node of
