@@ -105,8 +105,8 @@
 #            (=1, as before) twice, with the new files in MLX's PTX cache (NVRTC compiles) each time;
 #            then test_runtime.py (the fusion trace's own test)
 #   both     affine and copyprog in one call's time (tenth session): the bridge's checks and one test
-#            run with both switches on (plus test_runtime.py: GPU programs fused only when hot), then
-#            each switch's A/B (prompt for affine, decode loop for copyprog)
+#            run with both switches on (plus test_runtime.py: GPU programs fused only when hot)
+#   bothperf then each switch's A/B (prompt for affine, decode loop for copyprog)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -410,6 +410,8 @@ if step both; then
   ORT_EP_MLX_QGEMM_AFFINE=1 ORT_EP_MLX_COPY_IN_PROGRAM=1 pytest_q 240 -n 14 tests/test_runtime.py \
     tests/test_ops_contrib_quant.py tests/test_llm_generation.py tests/test_ops_moe.py tests/test_device_memory.py \
     tests/test_buckets.py tests/test_genai.py
+fi
+if step bothperf; then
   probe_ab ORT_EP_MLX_QGEMM_AFFINE "1 0 1 0" prompt 'loop 0|phases' --mode io --steps 0 --loops 10 --phases
   probe_ab ORT_EP_MLX_COPY_IN_PROGRAM "1 0 1 0" decode 'loop 1|phases|program_copies' --mode io --steps 64 --loops 2 \
     --phases
