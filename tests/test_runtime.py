@@ -198,6 +198,42 @@ def test_hot_gpu_program_traced_again_with_fusion(tmp_path):
     assert st["fusion_traces"] == (1 if retraced else 0), st
 
 
+RETRACE_PROBE = """
+import sys, threading
+import numpy as np
+import onnxruntime_ep_mlx as mlx_ep
+from test_runtime import chain_feeds, elementwise_chain_model, elementwise_chain_reference
+sess = mlx_ep.session(elementwise_chain_model(), options={"device": "cpu", "compile": "1", "report": sys.argv[1]},
+                      strict=True)
+feeds = chain_feeds(12)
+def run(feeds):
+    for f in feeds:
+        np.testing.assert_allclose(sess.run(None, f)[0], elementwise_chain_reference(f), rtol=1e-5, atol=1e-6)
+run(feeds)  # the second trace on the 8th call
+threads = [threading.Thread(target=run, args=(feeds,)) for _ in range(4)]  # each thread traces for itself
+for t in threads: t.start()
+for t in threads: t.join()
+del sess
+"""
+
+
+def test_hot_program_second_trace_on_the_cpu(tmp_path):
+    """The hot program's second trace (what a GPU program takes to fuse) exercised on the CPU
+    (ORT_EP_MLX_RETRACE_CPU=1, where it still fuses nothing): the same results on the calling thread
+    and on four more, one first trace counted, the fused traces apart, every trace dropped with the
+    session (the child process exits cleanly)."""
+    report = tmp_path / "report.txt"
+    env = {**os.environ, "ORT_EP_MLX_RETRACE_CPU": "1", "ORT_EP_MLX_GPU_FUSE_AFTER": "8",
+           "PYTHONPATH": child_pythonpath()}
+    subprocess.run([sys.executable, "-c", RETRACE_PROBE, str(report)], env=env, check=True, timeout=300)
+    st = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+    # the calling thread: eager, then trace, replays, the second trace at call 8; four threads later:
+    # the program is hot already, so each traces its fused function only (MLX caches per thread; with
+    # MLX 0.32.4 a thread's first two calls of a program both trace, hence up to two a thread)
+    assert st["runs"] == 60 and st["eager_runs"] == 1 and st["compiled_runs"] == 59, st
+    assert st["traces"] == 1 and 1 + 4 <= st["fusion_traces"] <= 1 + 2 * 4, st
+
+
 def test_failed_trace_releases_the_trace_lock(tmp_path):
     """A trace that fails (a Reshape fed by data) must not keep the process-wide trace lock:
     another thread traces afterwards, and this thread again."""

@@ -82,6 +82,16 @@ std::uint64_t gpu_fuse_after() {
   return n;
 }
 
+/* ORT_EP_MLX_RETRACE_CPU=1 (for tests): CPU programs take a hot program's second trace as well,
+ * still without fusion (the CPU never fuses), so that path runs where there is no GPU (CI). */
+bool retrace_on_cpu() {
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_RETRACE_CPU");
+    return v && !std::strcmp(v, "1");
+  }();
+  return on;
+}
+
 thread_local bool tracing_fused_again; /* run_trace is tracing a hot program's fused function */
 
 void trace_lock_acquire(bool fuse) {
@@ -168,7 +178,8 @@ struct trace_entry {
 /* The function a call runs: the unfused one until a GPU program with fusion on is hot (its
  * ORT_EP_MLX_GPU_FUSE_AFTER-th call), the fused one from then on. */
 const array_fn &function_for_call(mlxb_program *p) {
-  if (!p->traced || p->device != MLXB_DEVICE_GPU || !gpu_fusion_enabled() || gpu_fuse_after() <= 1) return p->fn;
+  bool tiered = p->device == MLXB_DEVICE_GPU ? gpu_fusion_enabled() : retrace_on_cpu();
+  if (!p->traced || !tiered || gpu_fuse_after() <= 1) return p->fn;
   if (p->fused_ready.load(std::memory_order_acquire)) return p->fused_fn;
   if (p->calls.fetch_add(1, std::memory_order_relaxed) + 1 < gpu_fuse_after()) return p->fn;
   std::call_once(p->fused_once, [p] {
