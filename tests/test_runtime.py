@@ -198,6 +198,33 @@ def test_hot_gpu_program_traced_again_with_fusion(tmp_path):
     assert st["fusion_traces"] == (1 if retraced else 0), st
 
 
+def test_one_trace_per_thread(tmp_path):
+    """Each thread that runs a signature traces it once (MLX's compile cache is per thread): four more
+    threads after the first, four more traces, and every thread's results right."""
+    report = tmp_path / "report.txt"
+    sess = mlx_ep.session(elementwise_chain_model(), options={"device": "cpu", "compile": "1", "report": str(report)},
+                          strict=True)
+    feeds = chain_feeds(5)
+    errors = []
+
+    def run():
+        try:
+            for f in feeds:
+                np.testing.assert_allclose(sess.run(None, f)[0], elementwise_chain_reference(f), rtol=1e-5, atol=1e-6)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    run()
+    for _ in range(4):
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+    del sess
+    assert not errors, errors
+    st = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
+    assert st["runs"] == 25 and st["eager_runs"] == 1 and st["traces"] == 1 + 4, st
+
+
 RETRACE_PROBE = """
 import sys, threading
 import numpy as np
@@ -228,10 +255,9 @@ def test_hot_program_second_trace_on_the_cpu(tmp_path):
     subprocess.run([sys.executable, "-c", RETRACE_PROBE, str(report)], env=env, check=True, timeout=300)
     st = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", report.read_text().split("run report:")[1])}
     # the calling thread: eager, then trace, replays, the second trace at call 8; four threads later:
-    # the program is hot already, so each traces its fused function only (MLX caches per thread; with
-    # MLX 0.32.4 a thread's first two calls of a program both trace, hence up to two a thread)
+    # the program is hot already, so each traces its fused function once (MLX caches per thread)
     assert st["runs"] == 60 and st["eager_runs"] == 1 and st["compiled_runs"] == 59, st
-    assert st["traces"] == 1 and 1 + 4 <= st["fusion_traces"] <= 1 + 2 * 4, st
+    assert st["traces"] == 1 and st["fusion_traces"] == 1 + 4, st
 
 
 def test_failed_trace_releases_the_trace_lock(tmp_path):
