@@ -136,6 +136,20 @@ static int layernorm_stats_output(op_ctx *c, int i, mlxb_array *v, const int64_t
   return op_set_output(c, i, op_util_cast(s, mlxb_reshape(s, v, shape, rank), (mlxb_dtype)t));
 }
 
+/* Whether p (absent: true) broadcasts to x's dims one way: its rank at most x's and each of its
+ * dims, right-aligned, 1 or x's. ORT's CPU kernel refuses any other Scale or B (and MLX's two-way
+ * broadcast would give Y another shape than X). */
+static bool broadcasts_to(const mlxb_array *p, const int64_t *dims, int rank) {
+  if (!p) return true;
+  int pr = mlxb_ndim(p);
+  if (pr > rank) return false;
+  for (int i = 1; i <= pr; i++) {
+    int64_t d = mlxb_dim(p, pr - i);
+    if (d != 1 && d != dims[rank - i]) return false;
+  }
+  return true;
+}
+
 static int lower_layernorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
@@ -147,6 +161,9 @@ static int lower_layernorm(op_ctx *c, const op_def *def) {
   for (int k = axis; k < rank; k++) norm_size *= dims[k];
   if (norm_size == 0) /* ORT's CPU kernel refuses an empty normalized block */
     return op_fail(c, "Size of X.shape[axis:] must be at least 1, got 0");
+  if (!broadcasts_to(scale, dims, rank) || !broadcasts_to(bias, dims, rank))
+    return op_fail(c, "Scale and (optional) bias must match X.shape[axis:] or be NumPy-broadcastable to it "
+                      "(each no higher in rank than X, every dimension 1 or X's)");
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   bool want_mean = op_has_output(c, 1), want_inv = op_has_output(c, 2);
   mlxb_dtype t = mlxb_type(x);
@@ -381,8 +398,8 @@ static const op_def defs[] = {
   OP_ROW("", "LayerNormalization", 1, 17, .inputs = {2, 3}, .outputs = {1, 3}, .dtypes = DT_FLOAT,
          .claim = claim_stash_f32, .lower = lower_layernorm,
          .doc = "Opset 17, and the opset-1 schema ORT registers in the ai.onnx domain for older models (same "
-                "semantics). Any axis (normalized over axis..end), epsilon, optional B, Scale broadcast over the "
-                "normalized dims; Mean and InvStdDev outputs. Statistics in float32 (float64 for float64). Declined: "
+                "semantics). Any axis (normalized over axis..end), epsilon, optional B, Scale and B broadcast one way "
+                "to X (refused otherwise, as ORT refuses them); Mean and InvStdDev outputs. Statistics in float32 (float64 for float64). Declined: "
                 "stash_type != 1."),
   OP_ROW("", "RMSNormalization", 23, 23, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
          .claim = claim_stash_f32, .lower = lower_rmsnorm,
