@@ -150,6 +150,11 @@ static bool broadcasts_to(const mlxb_array *p, const int64_t *dims, int rank) {
   return true;
 }
 
+static int refuse_norm_params(op_ctx *c) {
+  return op_fail(c, "Scale and (optional) bias must match X.shape[axis:] or be NumPy-broadcastable to it (each no "
+                    "higher in rank than X, every dimension 1 or X's)");
+}
+
 static int lower_layernorm(op_ctx *c, const op_def *def) {
   mlxb_scope *s = op_scope(c);
   mlxb_array *x = op_input(c, 0), *scale = op_input(c, 1), *bias = op_input(c, 2);
@@ -161,9 +166,7 @@ static int lower_layernorm(op_ctx *c, const op_def *def) {
   for (int k = axis; k < rank; k++) norm_size *= dims[k];
   if (norm_size == 0) /* ORT's CPU kernel refuses an empty normalized block */
     return op_fail(c, "Size of X.shape[axis:] must be at least 1, got 0");
-  if (!broadcasts_to(scale, dims, rank) || !broadcasts_to(bias, dims, rank))
-    return op_fail(c, "Scale and (optional) bias must match X.shape[axis:] or be NumPy-broadcastable to it "
-                      "(each no higher in rank than X, every dimension 1 or X's)");
+  if (!broadcasts_to(scale, dims, rank) || !broadcasts_to(bias, dims, rank)) return refuse_norm_params(c);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   bool want_mean = op_has_output(c, 1), want_inv = op_has_output(c, 2);
   mlxb_dtype t = mlxb_type(x);
@@ -189,6 +192,7 @@ static int lower_rmsnorm(op_ctx *c, const op_def *def) {
   int rank;
   int axis = norm_dims_axis(c, x, dims, &rank);
   if (axis < 0) return -1;
+  if (!broadcasts_to(scale, dims, rank)) return refuse_norm_params(c);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x);
   if (axis == rank - 1 && t != MLXB_F64 && is_vector_of(scale, dims[axis]) && mlxb_type(scale) == t)
@@ -404,7 +408,8 @@ static const op_def defs[] = {
   OP_ROW("", "RMSNormalization", 23, 23, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
          .claim = claim_stash_f32, .lower = lower_rmsnorm,
          .doc = "Any axis (normalized over axis..end), epsilon; float32 statistics, then scale in T (the ONNX "
-                "function). Declined: stash_type != 1."),
+                "function); Scale broadcast one way to X (refused otherwise, as ORT refuses it). Declined: "
+                "stash_type != 1."),
   OP_ROW("", "BatchNormalization", 7, 15, .inputs = {5, 5}, .outputs = {1, 5}, .dtypes = DT_FLOAT,
          .claim = claim_batchnorm, .lower = lower_batchnorm,
          .doc = "Inference form, rank >= 2, channel axis 1; scale/B/mean/var may have other float types (opset 15). "

@@ -404,22 +404,28 @@ def test_roi_align_scaled_roi_not_finite():
     sess.run(None, {"x": x, "r": np.array([[0, 0, 2, 2]], np.float32), "b": b})
 
 
+NORMS = [("LayerNormalization", 17), ("RMSNormalization", 23)]
+
+
+@pytest.mark.parametrize("op,opset", NORMS)
 @pytest.mark.parametrize("x_shape,scale_shape,axis", [([1, 3], [3, 1], -2), ([1], [0], 0), ([2, 4], [1, 2, 4], 1)])
-def test_layernorm_scale_not_broadcastable_to_x(x_shape, scale_shape, axis):
-    """LayerNormalization's Scale must broadcast one way to X (ORT 1.31's CPU kernel: no higher in rank,
-    every dimension 1 or X's); ORT refuses the rest and so does the EP, where MLX's two-way broadcast
-    would have given Y another shape than X's (found by the fuzzer, seeds 792108 and 792943)."""
+def test_norm_scale_not_broadcastable_to_x(op, opset, x_shape, scale_shape, axis):
+    """LayerNormalization's and RMSNormalization's Scale must broadcast one way to X (ORT 1.31's CPU
+    kernels: no higher in rank, every dimension 1 or X's); ORT refuses the rest and so does the EP,
+    where MLX's two-way broadcast would have given Y another shape than X's (found by the fuzzer,
+    seeds 792108 and 792943)."""
     x = np.linspace(-1, 1, int(np.prod(x_shape)), dtype=np.float32).reshape(x_shape)
     scale = np.full(scale_shape, 0.5, np.float32)
-    node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=axis)
-    model = make_model([node], [("x", F, x_shape), ("s", F, scale_shape)], [("y", F, None)], opset=17)
-    check_refused(model, {"x": x, "s": scale}, r"LayerNormalization.*must match X.shape\[axis:\] or be NumPy-broadcastable")
+    node = helper.make_node(op, ["x", "s"], ["y"], axis=axis)
+    model = make_model([node], [("x", F, x_shape), ("s", F, scale_shape)], [("y", F, None)], opset=opset)
+    check_refused(model, {"x": x, "s": scale}, op + r".*must match X.shape\[axis:\] or be NumPy-broadcastable")
 
 
-def test_layernorm_scale_per_row():
+@pytest.mark.parametrize("op,opset", NORMS)
+def test_norm_scale_per_row(op, opset):
     """A Scale that varies over the rows before the normalized axis, which ORT 1.31 accepts (one way to X)."""
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     good = {"x": x, "s": np.array([[0.5], [2.0]], np.float32)}
-    node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=1)
-    model = make_model([node], [("x", F, [2, 4]), ("s", F, [2, 1])], [("y", F, None)], opset=17)
+    node = helper.make_node(op, ["x", "s"], ["y"], axis=1)
+    model = make_model([node], [("x", F, [2, 4]), ("s", F, [2, 1])], [("y", F, None)], opset=opset)
     check_hostile(model, good, good, None)
