@@ -144,7 +144,8 @@ struct fused_trace_flag {
   ~fused_trace_flag() { tracing_fused_again = false; }
 };
 
-/* fused: the trace of a hot program's fused function (only ever on a GPU with fusion on) */
+/* fused: the trace of a hot program's second function (fused on a GPU with fusion on; on the CPU,
+ * where only ORT_EP_MLX_RETRACE_CPU asks for it, unfused like every CPU trace) */
 std::vector<mx::array> run_trace(mlxb_program *p, const std::vector<mx::array> &inputs, bool fused) {
   if (p->traced) {
     bool fuse_now = p->device == MLXB_DEVICE_GPU && gpu_fusion_enabled() && (fused || gpu_fuse_after() <= 1);
@@ -176,7 +177,8 @@ struct trace_entry {
 };
 
 /* The function a call runs: the unfused one until a GPU program with fusion on is hot (its
- * ORT_EP_MLX_GPU_FUSE_AFTER-th call), the fused one from then on. */
+ * ORT_EP_MLX_GPU_FUSE_AFTER-th call), the fused one from then on (CPU programs the same way under
+ * ORT_EP_MLX_RETRACE_CPU, for tests). */
 const array_fn &function_for_call(mlxb_program *p) {
   bool tiered = p->device == MLXB_DEVICE_GPU ? gpu_fusion_enabled() : retrace_on_cpu();
   if (!p->traced || !tiered || gpu_fuse_after() <= 1) return p->fn;
