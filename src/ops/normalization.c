@@ -403,8 +403,8 @@ static const op_def defs[] = {
          .claim = claim_stash_f32, .lower = lower_layernorm,
          .doc = "Opset 17, and the opset-1 schema ORT registers in the ai.onnx domain for older models (same "
                 "semantics). Any axis (normalized over axis..end), epsilon, optional B, Scale and B broadcast one way "
-                "to X (refused otherwise, as ORT refuses them); Mean and InvStdDev outputs. Statistics in float32 (float64 for float64). Declined: "
-                "stash_type != 1."),
+                "to X (refused otherwise, as ORT refuses them); Mean and InvStdDev outputs. Statistics in float32 "
+                "(float64 for float64). Declined: stash_type != 1."),
   OP_ROW("", "RMSNormalization", 23, 23, .inputs = {2, 2}, .outputs = {1, 1}, .dtypes = DT_FLOAT,
          .claim = claim_stash_f32, .lower = lower_rmsnorm,
          .doc = "Any axis (normalized over axis..end), epsilon; float32 statistics, then scale in T (the ONNX "
