@@ -192,6 +192,16 @@ const array_fn &function_for_call(mlxb_program *p) {
   return p->fused_fn;
 }
 
+/* MLX files a trace under the thread's default stream; on a thread whose stream did not exist yet,
+ * the first call's trace was not found by the second call, which traced again (MLX 0.32.4, every
+ * new thread). Making the stream before a thread's first program call keeps it to one trace. */
+void make_thread_stream() {
+  thread_local bool made = false;
+  if (made) return;
+  (void)mx::default_stream(mx::default_device());
+  made = true;
+}
+
 } // namespace
 
 extern "C" {
@@ -229,10 +239,7 @@ int mlxb_program_call(mlxb_scope *s, mlxb_program *p, mlxb_array *const *inputs,
     std::vector<mx::array> out;
     {
       trace_lock_release_guard release; /* a trace inside fn took the lock; MLX has used the mode by now */
-      /* MLX files a trace under the thread's default stream; on a thread whose stream did not exist
-       * yet, the first call's trace was not found by the second call, which traced again (MLX
-       * 0.32.4, every new thread). Making the stream first keeps it to one trace a thread. */
-      (void)mx::default_stream(mx::default_device());
+      make_thread_stream();
       out = function_for_call(p)(to_arrays(const_cast<const mlxb_array *const *>(inputs), n_inputs));
     }
     if (static_cast<int>(out.size()) != n_outputs) throw bridge_error("program returned a different output count");

@@ -162,15 +162,8 @@ static mlxb_array *transpose_2d(mlxb_scope *s, mlxb_array *x) {
 /* Whether Gemm's C (or none) broadcasts to [M, N] one way, as ONNX asks (a: A as multiplied, after
  * transA): else addmm below reports it. */
 static bool gemm_bias_fits(const mlxb_array *bias, const mlxb_array *a, const mlxb_array *b, const ir_node *n) {
-  if (!bias) return true;
-  int rank = mlxb_ndim(bias);
   int64_t out[2] = {mlxb_dim(a, 0), mlxb_dim(b, ir_attr_int(n, "transB", 0) ? 0 : 1)};
-  if (rank > 2) return false;
-  for (int i = 0; i < rank; i++) {
-    int64_t d = mlxb_dim(bias, i);
-    if (d != 1 && d != out[2 - rank + i]) return false;
-  }
-  return true;
+  return op_util_broadcasts_to(bias, out, 2);
 }
 
 /* Gemm's result, or NULL with the failure recorded. relu: a Relu node that alone reads a plain

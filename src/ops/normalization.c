@@ -136,20 +136,7 @@ static int layernorm_stats_output(op_ctx *c, int i, mlxb_array *v, const int64_t
   return op_set_output(c, i, op_util_cast(s, mlxb_reshape(s, v, shape, rank), (mlxb_dtype)t));
 }
 
-/* Whether p (absent: true) broadcasts to x's dims one way: its rank at most x's and each of its
- * dims, right-aligned, 1 or x's. ORT's CPU kernel refuses any other Scale or B (and MLX's two-way
- * broadcast would give Y another shape than X). */
-static bool broadcasts_to(const mlxb_array *p, const int64_t *dims, int rank) {
-  if (!p) return true;
-  int pr = mlxb_ndim(p);
-  if (pr > rank) return false;
-  for (int i = 1; i <= pr; i++) {
-    int64_t d = mlxb_dim(p, pr - i);
-    if (d != 1 && d != dims[rank - i]) return false;
-  }
-  return true;
-}
-
+/* ORT's CPU kernels refuse a Scale or B that does not broadcast one way to X (op_util_broadcasts_to). */
 static int refuse_norm_params(op_ctx *c) {
   return op_fail(c, "Scale and (optional) bias must match X.shape[axis:] or be NumPy-broadcastable to it (each no "
                     "higher in rank than X, every dimension 1 or X's)");
@@ -166,7 +153,8 @@ static int lower_layernorm(op_ctx *c, const op_def *def) {
   for (int k = axis; k < rank; k++) norm_size *= dims[k];
   if (norm_size == 0) /* ORT's CPU kernel refuses an empty normalized block */
     return op_fail(c, "Size of X.shape[axis:] must be at least 1, got 0");
-  if (!broadcasts_to(scale, dims, rank) || !broadcasts_to(bias, dims, rank)) return refuse_norm_params(c);
+  if (!op_util_broadcasts_to(scale, dims, rank) || !op_util_broadcasts_to(bias, dims, rank))
+    return refuse_norm_params(c);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   bool want_mean = op_has_output(c, 1), want_inv = op_has_output(c, 2);
   mlxb_dtype t = mlxb_type(x);
@@ -192,7 +180,7 @@ static int lower_rmsnorm(op_ctx *c, const op_def *def) {
   int rank;
   int axis = norm_dims_axis(c, x, dims, &rank);
   if (axis < 0) return -1;
-  if (!broadcasts_to(scale, dims, rank)) return refuse_norm_params(c);
+  if (!op_util_broadcasts_to(scale, dims, rank)) return refuse_norm_params(c);
   float eps = ir_attr_float(op_node(c), "epsilon", 1e-5f);
   mlxb_dtype t = mlxb_type(x);
   if (axis == rank - 1 && t != MLXB_F64 && is_vector_of(scale, dims[axis]) && mlxb_type(scale) == t)

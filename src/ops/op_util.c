@@ -96,6 +96,17 @@ int op_util_dims(op_ctx *c, const mlxb_array *x, int64_t *dims) {
   return rank;
 }
 
+bool op_util_broadcasts_to(const mlxb_array *p, const int64_t *dims, int rank) {
+  if (!p) return true;
+  int pr = mlxb_ndim(p);
+  if (pr > rank) return false;
+  for (int i = 1; i <= pr; i++) {
+    int64_t d = mlxb_dim(p, pr - i);
+    if (d != 1 && d != dims[rank - i]) return false;
+  }
+  return true;
+}
+
 mlxb_array *op_util_iota(mlxb_scope *s, int64_t start, int64_t n, int axis, int rank, mlxb_dtype t) {
   if (rank < 1 || rank > OP_UTIL_MAX_RANK || axis < 0 || axis >= rank) {
     mlxb_set_error(s, "iota of an unsupported rank or axis");

@@ -43,6 +43,10 @@ int64_t op_util_mul_sat(int64_t a, int64_t b);     /* a * b, INT64_MAX past int6
 int op_util_input_dims(op_ctx *c, int i, mlxb_array **x, int64_t *dims);
 /* x's dims (dims holds OP_UTIL_MAX_RANK); the rank, or -1 with the failure recorded. */
 int op_util_dims(op_ctx *c, const mlxb_array *x, int64_t *dims);
+/* Whether p (absent: true) broadcasts one way to a shape of `rank` dims: its rank at most `rank`
+ * and each of its dims, right-aligned, 1 or the shape's (ONNX's unidirectional broadcasting; MLX's
+ * two-way broadcast would give another shape). */
+bool op_util_broadcasts_to(const mlxb_array *p, const int64_t *dims, int rank);
 /* start, start + 1, ..., start + n - 1 of dtype t along `axis` of a rank-`rank` shape of ones,
  * so that it broadcasts against arrays holding n entries on that axis (positions, masks). */
 mlxb_array *op_util_iota(mlxb_scope *s, int64_t start, int64_t n, int axis, int rank, mlxb_dtype t);

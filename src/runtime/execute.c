@@ -344,6 +344,12 @@ static void keep_trace_checks(plan *p, check_list *into, bool *known, check_list
   pthread_mutex_unlock(&p->lock);
 }
 
+/* Counts a successful trace in *first (a plan_stats field of p), or, for a hot GPU program's second
+ * trace with MLX's fusion, in fusion_traces. */
+static void count_trace(plan *p, uint64_t *first) {
+  __atomic_fetch_add(mlxb_tracing_fused_again() ? &p->stats.fusion_traces : first, 1, __ATOMIC_RELAXED);
+}
+
 static int trace_body(void *user, mlxb_scope *s, mlxb_array *const *inputs, int n_inputs, mlxb_array **outputs,
                       int n_outputs) {
   body_program *bp = user;
@@ -376,10 +382,7 @@ static int trace_body(void *user, mlxb_scope *s, mlxb_array *const *inputs, int 
     }
   outputs[g->n_outputs] = checks_summary(s, &checks);
   keep_trace_checks(p, &bp->checks, &bp->checks_known, &checks);
-  if (mlxb_tracing_fused_again())
-    PLAN_STAT_ADD(p, fusion_traces, 1);
-  else
-    PLAN_STAT_ADD(p, body_traces, 1);
+  count_trace(p, &p->stats.body_traces);
   rc = 0;
 done:
   if (rc) {
@@ -628,10 +631,7 @@ static int trace_cluster_with(sig_entry *e, const int *alias, mlxb_scope *s, mlx
     goto done;
   }
   keep_trace_checks(p, &e->checks, &e->checks_known, &checks);
-  if (mlxb_tracing_fused_again())
-    PLAN_STAT_ADD(p, fusion_traces, 1);
-  else
-    PLAN_STAT_ADD(p, traces, 1);
+  count_trace(p, &p->stats.traces);
   rc = 0;
 done:
   if (rc) {
