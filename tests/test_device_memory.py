@@ -189,3 +189,31 @@ def test_shared_kv_buffer_written_in_place(tmp_path):
     else:
         # one-token steps after each signature's first (eager) Run: at least half of the 11
         assert st["inplace_outputs"] % n_kv == 0 and st["inplace_outputs"] >= 6 * n_kv, st
+
+
+def test_output_shapes_following_fed_bounds():
+    """A Slice whose bounds are fed at Run: one signature, output shapes that follow the data. Such
+    outputs are never asked of ORT before the Run (the first Run's [4, 3] once was, on the second
+    Run, for an input of that shape in device memory: "output 0 changed dtype or shape within its
+    signature"; the fuzzer's data pool, seed 200119)."""
+    from onnx import TensorProto, helper
+    from parity import run_cpu
+    model = make_model([helper.make_node("Slice", ["x", "starts", "ends"], ["y"])],
+                       [("x", TensorProto.FLOAT, [4, 3]), ("starts", TensorProto.INT64, [1]),
+                        ("ends", TensorProto.INT64, [1])], [("y", TensorProto.FLOAT, None)])
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    sess = mlx_ep.session(model, strict=True)
+    for lo, hi in [(0, 4), (1, 3), (0, 4), (2, 4), (3, 1)]:
+        feeds = {"x": x, "starts": np.array([lo], np.int64), "ends": np.array([hi], np.int64)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], run_cpu(model, feeds)[0])
+
+
+@pytest.mark.parametrize("t", [30, 130])
+def test_lowering_pads_a_device_input(t):
+    """LinearAttention's chunked form pads its inputs, fed in device memory, to whole chunks while it
+    is lowered. The pad is the lowering's own operation: a pad queued for the Run's input stage
+    (decode buckets) was read unfilled there (every output wrong on the GPU)."""
+    from parity import assert_parity
+    from test_ops_linear_attention import la_case
+    model, f = la_case(1, t, 4, 2, 8, 8, "gated_delta", "head", "head", True)
+    assert_parity(model, f, rtol=1e-5, atol=1e-5)

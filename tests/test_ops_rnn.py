@@ -386,17 +386,29 @@ def test_wide_hidden(op, batch, hidden, lbr):
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.skipif(not cpu_has("avx512f"), reason="the two-panel AVX2 product is the only one without AVX-512")
-def test_wide_hidden_without_avx512():
-    """Where the CPU has AVX-512 the product takes four panels at a time; the two-panel AVX2 form
-    (every AVX2 CPU's) is checked here with the switch off, in a fresh process (read once)."""
+def _wide_hidden_in_child(**switches):
+    """test_wide_hidden in a fresh process with the EP's switches (each read once per process)."""
     import os
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, ORT_EP_MLX_CPU_AVX512="0", PYTHONPATH=child_pythonpath())
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(), **switches)
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                          "test_wide_hidden and not without"], env=env, capture_output=True, text=True,
+                          "test_wide_hidden and not without and not own_blas"], env=env, capture_output=True, text=True,
                          timeout=600, cwd=root)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "8 passed" in out.stdout, out.stdout[-3000:]
+
+
+@pytest.mark.skipif(not cpu_has("avx512f"), reason="the two-panel AVX2 product is the only one without AVX-512")
+def test_wide_hidden_without_avx512():
+    """Where the CPU has AVX-512 the product takes four panels at a time; the two-panel AVX2 form
+    (every AVX2 CPU's) is checked here with the switch off."""
+    _wide_hidden_in_child(ORT_EP_MLX_CPU_AVX512="0")
+
+
+def test_wide_hidden_with_mlx_own_blas():
+    """With MLX's own BLAS (what a process that imported MLX before the EP gets): a constant R and an
+    R fed at Run still give bit-identical outputs, because W is packed at Compile either way (an R
+    fed at Run once left W to MLX's matmul, whose BLAS rounds otherwise: the GPU machine's suite)."""
+    _wide_hidden_in_child(ORT_EP_MLX_BLAS="off")

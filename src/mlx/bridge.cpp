@@ -386,7 +386,9 @@ int mlxb_init(char *err, size_t err_len) {
 }
 
 namespace {
-std::mutex gpu_mutex; /* see mlxb_exclusive_begin */
+/* see mlxb_exclusive_begin; recursive because ORT allocates a Run's device outputs through us
+ * (mlxb_device_alloc takes it too) from inside the Run that holds it */
+std::recursive_mutex gpu_mutex;
 }
 
 void mlxb_exclusive_begin(mlxb_device dev) {

@@ -41,7 +41,8 @@ const char *mlxb_cpu_blas_describe(void);
 
 /* Serializes MLX work on devices whose backend is not safe for concurrent use from several
  * threads: MLX 0.32.4's CUDA backend crashed (SIGSEGV/SIGABRT) when threads built and evaluated
- * graphs at once on the H200, so GPU work takes a process-wide lock; CPU work does not. Every
+ * graphs at once on the H200, so GPU work takes a process-wide lock; CPU work does not. ORT's calls
+ * into the EP's device memory (allocations, data transfer) take the same lock. Re-entrant; every
  * begin is paired with an end on the same thread. */
 void mlxb_exclusive_begin(mlxb_device dev);
 void mlxb_exclusive_end(mlxb_device dev);
@@ -86,13 +87,12 @@ mlxb_array *mlxb_from_data_padded(mlxb_scope *s, const void *data, const int64_t
 /* Wraps one of our device buffers (mlxb_device_owns) without a copy; the caller keeps it alive
  * and unchanged while the scope may read it. */
 mlxb_array *mlxb_borrow_device(mlxb_scope *s, const void *data, const int64_t *dims, int rank, mlxb_dtype t);
-/* a padded with `pad` zero rows after its last along axis. An evaluated row-major array of the EP's
- * device memory may be queued (mlxb_device_prepare fills it). */
+/* a padded with `pad` zero rows after its last along axis, in the scope's graph. */
 mlxb_array *mlxb_pad_axis(mlxb_scope *s, const mlxb_array *a, int axis, int64_t pad);
 /* Pads each arrays[i] whose axes[i] >= 0 with `pad` zero rows along that axis, replacing it in
  * the list: the evaluated device inputs among them as one operation of the Run's own graph where
- * mlxb_copy_into_device_available(s) (no fill and wait before the program), the others as
- * mlxb_pad_axis does. 0 ok, -1 error. */
+ * mlxb_copy_into_device_available(s) (no fill and wait before the program), else queued for
+ * mlxb_device_prepare (which must come next), the others as mlxb_pad_axis does. 0 ok, -1 error. */
 int mlxb_pad_inputs(mlxb_scope *s, mlxb_array **arrays, const int *axes, int n, int64_t pad);
 mlxb_array *mlxb_scalar_f64(mlxb_scope *s, double v, mlxb_dtype t);
 mlxb_array *mlxb_scalar_i64(mlxb_scope *s, int64_t v, mlxb_dtype t);
@@ -151,7 +151,7 @@ bool mlxb_copy_into_device_available(const mlxb_scope *s);
  * sources must be made row-major (mlxb_contiguous). NULL on error. */
 mlxb_array *mlxb_copy_into_device(mlxb_scope *s, mlxb_array *const *arrays, int n, const mlxb_output_copy *copies,
                                   int n_copies);
-/* Fills the device inputs mlxb_pad_axis queued on s (one kernel launch on CUDA); must run after the
+/* Fills the device inputs mlxb_pad_inputs queued on s (one kernel launch on CUDA); must run after the
  * Run's inputs are bound and before anything reads them. 0 ok, -1 error. */
 int mlxb_device_prepare(mlxb_scope *s);
 /* Reads an integer or bool array as int64 values (n must equal its size). */

@@ -397,6 +397,7 @@ void *mlxb_device_alloc(size_t bytes) {
   if (!mlxb_device_memory_available()) return nullptr;
   device_state &s = state();
   try {
+    gpu_exclusive one;
     size_t want = bytes ? bytes : 1; /* ORT expects distinct non-NULL blocks */
     mx::allocator::Buffer b = mx::allocator::allocator().malloc(want);
     void *p = b.ptr() ? buffer_address(s, b) : nullptr;
@@ -418,6 +419,7 @@ void mlxb_device_free(void *p) {
   if (!p) return;
   device_state &s = state();
   try {
+    gpu_exclusive one;
     std::unique_lock<std::mutex> g(s.lock);
     auto it = s.live.find(reinterpret_cast<uintptr_t>(p));
     if (it == s.live.end()) return;
@@ -442,6 +444,7 @@ int mlxb_device_copy(void *const *dst, const void *const *src, const size_t *byt
   device_state &s = state();
   try {
     if (!s.ready) throw bridge_error("no device memory");
+    gpu_exclusive one;
     std::optional<context_scope> ctx;
     if (s.kind == backend::cuda) ctx.emplace(s);
     for (size_t i = 0; i < n; i++) copy_bytes(s, dst[i], src[i], bytes[i]);
@@ -532,18 +535,21 @@ std::optional<mx::array> queue_pad(mlxb_scope *s, const mx::array &x, int axis, 
   return out;
 }
 
+/* x with pad zero rows after its last along axis, as one copy kernel of the graph: the zero rows are
+ * a broadcast view, not a filled buffer. */
+mx::array pad_in_graph(mlxb_scope *s, const mx::array &x, int axis, int64_t pad) {
+  if (axis < 0 || axis >= static_cast<int>(x.ndim()) || pad < 0) throw bridge_error("invalid padding axis");
+  mx::StreamOrDevice d = dtype_dev(s, x.dtype());
+  mx::Shape rows = x.shape();
+  rows[axis] = to_i32(pad, "padding");
+  mx::array zeros = mx::broadcast_to(mx::array(0, x.dtype()), rows, d);
+  return mx::concatenate({x, zeros}, axis, d);
+}
+
+/* Never queued: a lowering pads after mlxb_device_prepare has filled the Run's queued pads, so a
+ * buffer queued here would be read unfilled. */
 mlxb_array *mlxb_pad_axis(mlxb_scope *s, const mlxb_array *a, int axis, int64_t pad) {
-  return guard(s, "mlxb_pad_axis", [&] {
-    const mx::array &x = arr(a);
-    if (axis < 0 || axis >= static_cast<int>(x.ndim()) || pad < 0) throw bridge_error("invalid padding axis");
-    if (auto queued = queue_pad(s, x, axis, pad)) return *queued;
-    /* one copy kernel: the zero rows are a broadcast view, not a filled buffer */
-    mx::StreamOrDevice d = dtype_dev(s, x.dtype());
-    mx::Shape rows = x.shape();
-    rows[axis] = to_i32(pad, "padding");
-    mx::array zeros = mx::broadcast_to(mx::array(0, x.dtype()), rows, d);
-    return mx::concatenate({x, zeros}, axis, d);
-  });
+  return guard(s, "mlxb_pad_axis", [&] { return pad_in_graph(s, arr(a), axis, pad); });
 }
 
 int mlxb_write_device(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep, void *dst, size_t bytes) {
@@ -726,8 +732,10 @@ int mlxb_pad_inputs(mlxb_scope *s, mlxb_array **arrays, const int *axes, int n, 
       bool takes = in_program && axis < static_cast<int>(x.ndim()) && x.size() > 0 && x.dtype() != mx::bool_ &&
                    (x.dtype() != mx::float64 || is_cpu_scope(s)) && x.status() == mx::array::Status::available &&
                    x.flags().row_contiguous;
-      if (!takes) {
-        mlxb_array *padded = mlxb_pad_axis(s, arrays[i], axis, pad);
+      if (!takes) { /* binding time: a queued pad is filled by mlxb_device_prepare, which comes next */
+        std::optional<mx::array> queued;
+        if (axis < static_cast<int>(x.ndim())) queued = queue_pad(s, x, axis, pad);
+        mlxb_array *padded = queued ? scope_keep(s, std::move(*queued)) : mlxb_pad_axis(s, arrays[i], axis, pad);
         if (!padded) throw bridge_error(s->error);
         arrays[i] = padded;
         continue;

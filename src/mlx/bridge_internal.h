@@ -54,6 +54,16 @@ struct mlxb_scope {
 
 namespace mlxb_detail {
 
+/* The GPU's process-wide lock (mlxb_exclusive_begin), for ORT's calls into the EP's device memory:
+ * their driver calls (copies on the legacy stream, its synchronization, allocations and frees) must
+ * not fall inside another thread's Run, whose CUDA graph capture they break (MLX then aborts). */
+struct gpu_exclusive {
+  gpu_exclusive() { mlxb_exclusive_begin(MLXB_DEVICE_GPU); }
+  ~gpu_exclusive() { mlxb_exclusive_end(MLXB_DEVICE_GPU); }
+  gpu_exclusive(const gpu_exclusive &) = delete;
+  gpu_exclusive &operator=(const gpu_exclusive &) = delete;
+};
+
 /* Thrown inside a bridge function when a required array argument is NULL. */
 struct null_arg {};
 

@@ -317,11 +317,16 @@ static int prepare_rnn(op_ctx *c, const op_def *def, void **state) {
   rnn_attrs a;
   char why[200];
   mlxb_scope *s = op_scope(c);
-  mlxb_array *r = op_input(c, 2);
-  if (!mlxb_gemm_packed_available(s) || !r || mlxb_ndim(r) != 3) return 0;
-  if (!rnn_parse(op_node(c), def->arg, &a, why, sizeof why)) return 0; /* the lowering reports it */
-  const int64_t gh = gates_of(a.kind) * mlxb_dim(r, 2);
-  mlxb_array *w = packable_weight(c, 1, gh);
+  if (!mlxb_gemm_packed_available(s) || !rnn_parse(op_node(c), def->arg, &a, why, sizeof why))
+    return 0; /* the lowering reports a bad node */
+  /* An R fed at Run has no value here: W is packed alone, its rows G * hidden_size, else its own */
+  mlxb_array *r = op_input(c, 2), *w = op_input(c, 1);
+  int64_t gh = r && mlxb_ndim(r) == 3 ? gates_of(a.kind) * mlxb_dim(r, 2)
+               : a.hidden > 0         ? gates_of(a.kind) * a.hidden
+               : w && mlxb_ndim(w) == 3 ? mlxb_dim(w, 1)
+                                        : 0;
+  if (gh <= 0) return 0;
+  w = packable_weight(c, 1, gh);
   r = packable_weight(c, 2, gh);
   if (!w && !r) return 0;
   rnn_prepared *kept = calloc(1, sizeof *kept);

@@ -29,6 +29,7 @@ typedef struct run_state {
   seq_value *seqs;
   host_value *host;
   int n_values;
+  bool data_read; /* the lowering read a value that depends on data on the host (op_note_host_read) */
 } run_state;
 
 static int run_state_init_frame(run_state *r, const graph_frame *f, mlxb_scope *s) {
@@ -198,6 +199,7 @@ static int lower_nodes(plan *p, run_state *r, const host_value *known, bool trac
               .host = r->host, .known = known, .tracing = tracing, .checks = checks, .alias = r->alias,
               .ahead = ahead, .d = d};
   int rc = lower_frame(&c, r);
+  r->data_read = c.data_read;
   free(ahead);
   return rc;
 }
@@ -538,12 +540,19 @@ int op_eval(op_ctx *c, mlxb_array *const *arrays, int n) {
   return 0;
 }
 
+void op_note_host_read(op_ctx *c, int v) {
+  PLAN_STAT_ADD(c->plan, host_reads, 1);
+  if (!c->outer && v >= 0 && c->plan->shape_derived[v]) return; /* the signature fixes it */
+  while (c->outer) c = c->outer;
+  c->data_read = true;
+}
+
 int op_read_ints(op_ctx *c, mlxb_array *a, int64_t *out, int max) {
   if (c->tracing) return op_trace_refuse(c, "a value is read on the host but depends on data");
   if (!a) return op_check(c) ? -1 : op_fail(c, "no value to read");
   size_t n = mlxb_size(a);
   if (n > (size_t)max) return op_fail(c, "%zu values to read (at most %d)", n, max);
-  PLAN_STAT_ADD(c->plan, host_reads, 1);
+  op_note_host_read(c, -1);
   if (mlxb_read_i64(c->s, a, out, n)) return op_check(c);
   return (int)n;
 }
@@ -582,7 +591,7 @@ static host_value *take_shape_derived(const plan *p, host_value *host) {
 }
 
 static int run_eager(plan *p, mlxb_scope *s, mlxb_array *const *in, const sig_entry *e, mlxb_array **results,
-                     check_list *checks, host_value **derived_out, diag *d) {
+                     check_list *checks, host_value **derived_out, bool *data_read, diag *d) {
   run_state r;
   int rc = -1;
   if (run_state_init(&r, p, s)) {
@@ -591,6 +600,7 @@ static int run_eager(plan *p, mlxb_scope *s, mlxb_array *const *in, const sig_en
   }
   for (int i = 0; i < p->g->n_inputs; i++) r.vals[p->g->inputs[i]] = in[i];
   if (lower_nodes(p, &r, e ? e->host : NULL, false, checks, d)) goto done;
+  *data_read = r.data_read;
   for (int i = 0; i < p->g->n_outputs; i++) results[i] = r.vals[p->g->outputs[i]];
   if (checks->n > 0) results[p->g->n_outputs] = checks_summary(s, checks);
   if (derived_out) *derived_out = take_shape_derived(p, r.host);
@@ -834,7 +844,11 @@ int plan_execute(plan *p, const rt_tensor *inputs, int n_inputs, rt_output_alloc
   if (e && p->compile && find_aliases(p, e, inputs, n_inputs, &rp, &ob, alloc, user, d)) goto done;
   int compiled = e && p->compile ? run_compiled(p, s, f.in, e, &ob, f.results, &compiled_checks, d) : 1;
   if (compiled < 0) goto done;
-  if (compiled > 0 && run_eager(p, s, f.in, e, f.results, &eager_checks, e ? NULL : &derived, d)) goto done;
+  bool data_read = false;
+  if (compiled > 0 && run_eager(p, s, f.in, e, f.results, &eager_checks, e ? NULL : &derived, &data_read, d))
+    goto done;
+  /* outputs whose shapes may follow the data are never asked of ORT before a Run (find_aliases) */
+  if (data_read) out_binding_forget_shapes(&ob);
   /* the size of the graph about to run, sampled when a signature is new or was just traced */
   if (!e || __atomic_load_n(&p->stats.traces, __ATOMIC_RELAXED) != traces_before)
     stat_max(compiled > 0 ? &p->stats.eager_ops : &p->stats.program_ops,

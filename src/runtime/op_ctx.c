@@ -279,7 +279,7 @@ int op_input_ints(op_ctx *c, int i, int64_t *out, int max) {
   host_value *h = &c->host[v];
   if (!h->ints) {
     if (c->tracing) return op_trace_refuse(c, "input %d is read on the host but depends on data", i);
-    PLAN_STAT_ADD(c->plan, host_reads, 1);
+    op_note_host_read(c, v);
     mlxb_array *a = c->vals[v];
     if (!a) return op_fail(c, "input %d has no value", i);
     size_t n = mlxb_size(a);
@@ -302,7 +302,7 @@ int op_input_doubles(op_ctx *c, int i, double *out, int max) {
   mlxb_array *a = op_input(c, i);
   if (!a) return op_fail(c, "input %d is absent", i);
   if (c->tracing) return op_trace_refuse(c, "input %d is read on the host inside a trace", i);
-  PLAN_STAT_ADD(c->plan, host_reads, 1);
+  op_note_host_read(c, c->node->inputs[i]);
   size_t n = mlxb_size(a);
   if (n > (size_t)max) return op_fail(c, "input %d has %zu values (at most %d)", i, n, max);
   if (mlxb_read_f64(c->s, a, out, n)) return op_check(c);

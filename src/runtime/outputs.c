@@ -42,6 +42,8 @@ void out_binding_free(out_binding *ob) {
   if (ob->shapes != ob->shapes_stack) free(ob->shapes);
 }
 
+void out_binding_forget_shapes(out_binding *ob) { ob->record = false; }
+
 int64_t *out_binding_take_shapes(const out_binding *ob) {
   if (!ob->n || !ob->record) return NULL;
   size_t bytes = sizeof *ob->shapes * (size_t)ob->n * OUT_SHAPE_STRIDE;

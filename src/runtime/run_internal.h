@@ -33,7 +33,13 @@ struct op_ctx {
   mlxb_array **ahead; /* per node of the cluster's graph: its output computed ahead (op_compute_for);
                          NULL outside the cluster graph's own lowering */
   diag *d;
+  bool data_read;     /* the cluster's own context: a value depending on data was read (op_note_host_read) */
 };
+
+/* Counts a host read (the run report's host_reads) of value v of c->g (-1: an array of no value)
+ * and, unless the signature alone fixes it (a shape-derived value of the cluster's graph), marks the
+ * Run's lowering as having read data (the outermost context's data_read). */
+void op_note_host_read(op_ctx *c, int v);
 
 int seq_copy(seq_value *dst, const seq_value *src);
 
@@ -81,6 +87,9 @@ int out_binding_init(out_binding *ob, int n, bool record);
 void out_binding_free(out_binding *ob);
 /* The shapes a recording Run wrote, malloc'd for a new signature entry (NULL: none, or no memory). */
 int64_t *out_binding_take_shapes(const out_binding *ob);
+/* The Run's output shapes are not the signature's alone (they followed data read on the host):
+ * none are kept for find_aliases. */
+void out_binding_forget_shapes(out_binding *ob);
 bool out_binding_any_alias(const out_binding *ob);
 void out_binding_drop_aliases(out_binding *ob); /* the aliases hold only for a program traced with them */
 /* Before a program runs: asks ORT for the outputs that could be an input's own buffer. 0 or -1. */
