@@ -107,6 +107,8 @@
 #   both     affine and copyprog in one call's time (tenth session): the bridge's checks and one test
 #            run with both switches on (plus test_runtime.py: GPU programs fused only when hot)
 #   bothperf then each switch's A/B (prompt for affine, decode loop for copyprog)
+#   refixed  the failures of the 2026-12-06 suite run (fixed on the CPU since): their families, then
+#            three times the one-process sequence that aborted (linear attention, RNN, concurrency)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -564,6 +566,18 @@ if step slowprobe; then
     done
   done
   pytest_q 120 tests/test_runtime.py
+fi
+if step refixed; then
+  # 2026-12-06 (eleventh session): the suite's failures of that day's lease, fixed on the CPU since:
+  # the families, then the sequence that aborted in one process (linear attention and RNN tests, then
+  # the 8-thread concurrency tests, CUDA graphs on) three times, each with its abort message if any
+  pytest_q 200 -n 14 tests/test_ops_linear_attention.py tests/test_ops_rnn.py tests/test_ops_pool.py \
+    tests/test_device_memory.py tests/test_ops_control.py
+  for i in 1 2 3; do
+    timeout 120 python3 -m pytest -q -s -p no:cacheprovider tests/test_ops_linear_attention.py tests/test_ops_rnn.py \
+      tests/test_concurrency.py > /tmp/refixed.txt 2>&1
+    echo "sequence $i: rc=$? $(grep -a -o 'what():.*' /tmp/refixed.txt | head -1) $(tail -1 /tmp/refixed.txt)" >> "$log"
+  done
 fi
 if step suite; then
   [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')
