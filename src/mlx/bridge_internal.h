@@ -56,7 +56,9 @@ namespace mlxb_detail {
 
 /* The GPU's process-wide lock (mlxb_exclusive_begin), for ORT's calls into the EP's device memory:
  * their driver calls (copies on the legacy stream, its synchronization, allocations and frees) must
- * not fall inside another thread's Run, whose CUDA graph capture they break (MLX then aborts). */
+ * not fall inside another thread's Run. MLX captures some launches in cudaStreamCaptureModeGlobal,
+ * which such a call from any thread invalidates, and checks the capture's end in a destructor: the
+ * process terminates (8 threads on the H200, 2026-12-06). */
 struct gpu_exclusive {
   gpu_exclusive() { mlxb_exclusive_begin(MLXB_DEVICE_GPU); }
   ~gpu_exclusive() { mlxb_exclusive_end(MLXB_DEVICE_GPU); }
