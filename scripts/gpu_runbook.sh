@@ -109,6 +109,8 @@
 #   bothperf then each switch's A/B (prompt for affine, decode loop for copyprog)
 #   refixed  the failures of the 2026-12-06 suite run (fixed on the CPU since): their families, then
 #            three times the one-process sequence that aborted (linear attention, RNN, concurrency)
+#   constants a GPU plan's constants prefetched to the GPU at Compile or not: decode loop A/B and
+#            kernel profiles (the embedding gather's 159 us a step)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -577,6 +579,16 @@ if step refixed; then
     timeout 120 python3 -m pytest -q -s -p no:cacheprovider tests/test_ops_linear_attention.py tests/test_ops_rnn.py \
       tests/test_concurrency.py > /tmp/refixed.txt 2>&1
     echo "sequence $i: rc=$? $(grep -a -o 'what():.*' /tmp/refixed.txt | head -1) $(tail -1 /tmp/refixed.txt)" >> "$log"
+  done
+fi
+if step constants; then
+  # 2026-12-06 (eleventh session, after its lease): a GPU plan's constants prefetched to the GPU at
+  # Compile (ORT_EP_MLX_PREFETCH_CONSTANTS): the decode loop's phases and kernel profile each way
+  probe_ab ORT_EP_MLX_PREFETCH_CONSTANTS "1 0 1 0" decode 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
+  for v in 1 0; do
+    echo "ORT_EP_MLX_PREFETCH_CONSTANTS=$v kernels:" >> "$log"
+    ORT_EP_MLX_PREFETCH_CONSTANTS=$v timeout 120 python3 bench/decode_kernels.py --mode io --short 8 --long 24 \
+      --top 8 >> "$log" 2>&1
   done
 fi
 if step suite; then

@@ -58,6 +58,9 @@ bool mlxb_device_memory_available(void); /* whether it was turned on */
 void *mlxb_device_alloc(size_t bytes);      /* NULL on failure */
 void mlxb_device_free(void *p);             /* accepts NULL and foreign pointers (ignored) */
 bool mlxb_device_owns(const void *p, size_t bytes); /* [p, p+bytes) lies in one of our buffers */
+/* Advises the evaluated arrays of s (a plan's constants) to live on the GPU and moves them there
+ * (CUDA unified memory with device memory on; elsewhere nothing). */
+void mlxb_prefer_device_constants(mlxb_scope *s);
 /* Copies n blocks (any direction: host or device memory on either side) and waits for them. */
 int mlxb_device_copy(void *const *dst, const void *const *src, const size_t *bytes, size_t n, char *err,
                      size_t err_len);

@@ -236,6 +236,7 @@ int plan_create(ir_graph *g, const plan_config *cfg, const char *name, plan **ou
   p->top.g = g, p->top.defs = p->defs, p->top.const_arrays = p->const_arrays;
   bool failed = check_claims(p, d) || upload_constants(p, g, p->const_arrays, d) ||
                 frame_build_bodies(p, &p->top, d) || frame_prepare(p, &p->top, d);
+  if (!failed && dev == MLXB_DEVICE_GPU) mlxb_prefer_device_constants(p->consts);
   mlxb_exclusive_end(dev);
   if (failed) {
     plan_free(p);
