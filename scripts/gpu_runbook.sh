@@ -108,7 +108,8 @@
 #            run with both switches on (plus test_runtime.py: GPU programs fused only when hot)
 #   bothperf then each switch's A/B (prompt for affine, decode loop for copyprog)
 #   refixed  the failures of the 2026-12-06 suite run (fixed on the CPU since): their families, then
-#            three times the one-process sequence that aborted (linear attention, RNN, concurrency)
+#            the one-process sequence that aborted (linear attention, RNN, concurrency) three times
+#            with the shared GPU stream and once with each thread's own
 #   constants a GPU plan's constants prefetched to the GPU at Compile or not: decode loop A/B and
 #            kernel profiles (the embedding gather's 159 us a step)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
@@ -575,10 +576,11 @@ if step refixed; then
   # the 8-thread concurrency tests, CUDA graphs on) three times, each with its abort message if any
   pytest_q 200 -n 14 tests/test_ops_linear_attention.py tests/test_ops_rnn.py tests/test_ops_pool.py \
     tests/test_device_memory.py tests/test_ops_control.py
-  for i in 1 2 3; do
-    timeout 120 python3 -m pytest -q -s -p no:cacheprovider tests/test_ops_linear_attention.py tests/test_ops_rnn.py \
-      tests/test_concurrency.py > /tmp/refixed.txt 2>&1
-    echo "sequence $i: rc=$? $(grep -a -o 'what():.*' /tmp/refixed.txt | head -1) $(tail -1 /tmp/refixed.txt)" >> "$log"
+  for v in 1 1 1 0; do # the shared GPU stream (ORT_EP_MLX_SHARED_GPU_STREAM) three times, then each thread's own
+    ORT_EP_MLX_SHARED_GPU_STREAM=$v timeout 120 python3 -m pytest -q -s -p no:cacheprovider \
+      tests/test_ops_linear_attention.py tests/test_ops_rnn.py tests/test_concurrency.py > /tmp/refixed.txt 2>&1
+    echo "sequence (shared stream $v): rc=$? $(grep -a -o 'what():.*' /tmp/refixed.txt | head -1)" \
+      "$(tail -1 /tmp/refixed.txt)" >> "$log"
   done
 fi
 if step constants; then

@@ -389,10 +389,37 @@ namespace {
 /* see mlxb_exclusive_begin; recursive because ORT allocates a Run's device outputs through us
  * (mlxb_device_alloc takes it too) from inside the Run that holds it */
 std::recursive_mutex gpu_mutex;
+
+/* ORT_EP_MLX_SHARED_GPU_STREAM (on): every thread's GPU work goes to one stream of the process
+ * (MLX's thread-unsafe kind, which any thread may use; the lock above serializes them). MLX 0.32
+ * otherwise gives each thread a stream of its own, with its CUDA stream, command encoder and CUDA
+ * graph cache, and destroys them when the thread exits: outside any Run, so while another thread
+ * captures a CUDA graph in MLX's global capture mode, which such driver calls break (the process
+ * aborted with 8 threads on the H200, 2026-12-06). One stream also keeps one graph cache for a
+ * server's pool of threads. */
+void use_shared_gpu_stream() {
+  static const bool on = env_switch_on("ORT_EP_MLX_SHARED_GPU_STREAM");
+  thread_local bool done = false;
+  if (!on || done) return;
+  done = true;
+  static const std::optional<mx::Stream> shared = []() -> std::optional<mx::Stream> {
+    try {
+      return mx::new_thread_unsafe_stream(mx::Device(mx::Device::gpu));
+    } catch (...) { /* no GPU: nothing to share */
+      return std::nullopt;
+    }
+  }();
+  if (shared) mx::set_default_stream(*shared);
 }
+} // namespace
 
 void mlxb_exclusive_begin(mlxb_device dev) {
-  if (dev == MLXB_DEVICE_GPU) gpu_mutex.lock();
+  if (dev != MLXB_DEVICE_GPU) return;
+  gpu_mutex.lock();
+  try {
+    use_shared_gpu_stream();
+  } catch (...) { /* the thread keeps MLX's own stream */
+  }
 }
 
 void mlxb_exclusive_end(mlxb_device dev) {
