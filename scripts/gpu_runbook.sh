@@ -111,7 +111,8 @@
 #            the one-process sequence that aborted (linear attention, RNN, concurrency) three times
 #            with the shared GPU stream and once with each thread's own
 #   constants a GPU plan's constants prefetched to the GPU at Compile or not: decode loop A/B and
-#            kernel profiles (the embedding gather's 159 us a step)
+#            kernel profiles (the embedding gather's 159 us a step; the mask reduction's 147 us,
+#            whose 8-byte output sat in MLX's read-mostly scalar pool, should be gone either way)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
