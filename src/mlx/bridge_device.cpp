@@ -434,7 +434,10 @@ void *mlxb_device_alloc(size_t bytes) {
   try {
     gpu_exclusive one;
     size_t want = bytes ? bytes : 1; /* ORT expects distinct non-NULL blocks */
-    mx::allocator::Buffer b = mx::allocator::allocator().malloc(want);
+    /* Never from MLX's scalar pool (its CUDA allocator's blocks of at most 8 bytes, in read-mostly
+     * pages that MLX's own scalars share): a Run's one-token input ids and positions, written there
+     * by the host, would invalidate the GPU's copy of those pages every step. */
+    mx::allocator::Buffer b = mx::allocator::allocator().malloc(std::max<size_t>(want, 16));
     void *p = b.ptr() ? buffer_address(s, b) : nullptr;
     if (!p) return nullptr;
     std::lock_guard<std::mutex> g(s.lock);
