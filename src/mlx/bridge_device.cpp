@@ -384,24 +384,12 @@ bool prefetch_constants_wanted() {
 void mlxb_prefer_device_constants(mlxb_scope *s) {
   if (!s || !prefetch_constants_wanted()) return;
   device_state &st = state();
-  if (!st.ready || st.kind != backend::cuda || !st.cuda.mem_advise || !st.cuda.mem_prefetch) return;
+  if (!st.ready || st.kind != backend::cuda) return;
   try {
     gpu_exclusive one;
-    context_scope ctx(st);
-    cu_mem_location gpu{CU_MEM_LOCATION_TYPE_DEVICE, 0};
-    for (const mx::array &a : s->arrays) {
-      /* evaluated, past MLX's scalar pool (pages the host writes), not float64 (the CPU stream's) */
-      if (a.status() != mx::array::Status::available || a.dtype() == mx::float64 ||
-          a.data_size() * a.itemsize() < prefetch_floor())
-        continue;
-      cu_deviceptr p = dptr(cuda_buffer_address(a));
-      size_t bytes = a.data_size() * a.itemsize();
-      if (!p) continue;
-      st.cuda.mem_advise(p, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, gpu);
-      st.cuda.mem_advise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, gpu);
-      st.cuda.mem_prefetch(p, bytes, gpu, 0, nullptr);
-    }
-    finish_copies(st);
+    for (const mx::array &a : s->arrays) /* evaluated, not float64 (the CPU stream's); prefer_device skips small ones */
+      if (a.status() == mx::array::Status::available && a.dtype() != mx::float64)
+        prefer_device(st, cuda_buffer_address(a), a.data_size() * a.itemsize());
   } catch (...) { /* advice only: the constants stay where they are */
   }
 }
