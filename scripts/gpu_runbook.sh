@@ -113,8 +113,6 @@
 #   constants a GPU plan's constants prefetched to the GPU at Compile or not: decode loop A/B and
 #            kernel profiles (the embedding gather's 159 us a step; the mask reduction's 147 us,
 #            whose 8-byte output sat in MLX's read-mostly scalar pool, should be gone either way)
-#   reads    host-bound outputs read by the driver or by memcpy (ORT_EP_MLX_DRIVER_READS): the tests
-#            that read outputs, the IOBinding and plain decode loops' phases each way
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
 #            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
@@ -595,14 +593,6 @@ if step constants; then
     ORT_EP_MLX_PREFETCH_CONSTANTS=$v timeout 120 python3 bench/decode_kernels.py --mode io --short 8 --long 24 \
       --top 8 >> "$log" 2>&1
   done
-fi
-if step reads; then
-  # 2026-12-06 (twelfth session): host-bound outputs read by the driver instead of a memcpy that
-  # faults unified pages over (ORT_EP_MLX_DRIVER_READS): the IOBinding loop (logits to the host) and
-  # the plain loop (every output to the host), phases each way; the tests that read outputs
-  pytest_q 200 -n 8 tests/test_device_memory.py tests/test_buckets.py tests/test_llm_generation.py
-  probe_ab ORT_EP_MLX_DRIVER_READS "1 0 1 0" io 'loop 1|phases' --mode io --steps 64 --loops 2 --phases
-  probe_ab ORT_EP_MLX_DRIVER_READS "1 0" plain 'loop 1|phases' --mode plain --steps 64 --loops 2 --phases
 fi
 if step suite; then
   [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')

@@ -87,9 +87,7 @@ void array_copy_out(mlxb_scope *s, const mx::array &a, void *dst, size_t bytes) 
     throw bridge_error("buffer holds " + std::to_string(bytes) + " bytes, array needs " + std::to_string(want));
   if (want == 0) return;
   if (!dst) throw bridge_error("null destination");
-  mx::array src = evaluated_row_major(s, a);
-  if (driver_read_rows(src, want, dst, want, want, 1)) return;
-  std::memcpy(dst, src.data<uint8_t>(), want);
+  std::memcpy(dst, evaluated_row_major(s, a).data<uint8_t>(), want);
 }
 
 /* Splits a row-major shape around `axis`: outer = the product of the dims before it, row = the
@@ -707,7 +705,6 @@ int mlxb_read_prefix(mlxb_scope *s, const mlxb_array *a, int axis, int64_t keep,
     if (bytes != outer * take) throw bridge_error("destination size does not match the prefix");
     if (!bytes) return;
     if (!dst) throw bridge_error("null destination");
-    if (driver_read_rows(src, have, dst, take, take, outer)) return;
     const uint8_t *from = src.data<uint8_t>();
     for (size_t o = 0; o < outer; o++) std::memcpy(static_cast<uint8_t *>(dst) + o * take, from + o * have, take);
   });

@@ -369,26 +369,6 @@ void prefetch_copied_inputs(device_state &s, void *const *dst, const void *const
   }
 }
 
-/* ORT_EP_MLX_DRIVER_READS (on, with device memory): a GPU array read into host memory (a Run's
- * host-bound outputs, the logits of a decode step bound to the CPU; values the host reads for
- * shapes) is copied by the driver rather than by memcpy. MLX's buffers are unified memory resident
- * on the GPU: a host memcpy faults their pages over to the host (the 300 KB of a decode step's
- * logits: 0.26 ms of "copy out" a step on the H100, 2026-12-06), and the next kernel that MLX's
- * buffer cache hands the same buffer faults them back. The driver's copy reads them where they are.
- * Reads below ORT_EP_MLX_DRIVER_READ_MIN bytes (default 1024) stay memcpy. A failed driver copy
- * turns the driver reads off for the process and the caller copies with memcpy. */
-bool driver_reads_wanted(size_t bytes) {
-  static const bool on = env_switch_on("ORT_EP_MLX_DRIVER_READS");
-  static const size_t floor = [] {
-    const char *v = std::getenv("ORT_EP_MLX_DRIVER_READ_MIN");
-    long long n = v ? std::atoll(v) : 1024;
-    return n > 0 ? static_cast<size_t>(n) : size_t{1};
-  }();
-  return on && bytes >= floor;
-}
-
-std::atomic<bool> driver_reads_failed{false};
-
 /* ORT_EP_MLX_PREFETCH_CONSTANTS (on): a GPU plan's constants, copied into unified memory by the host
  * at Compile, are advised to live on the GPU and prefetched there once. Left on the host, a sparse
  * reader faults their pages over a few at a time on every Run: on the H100 (2026-12-06) a decode
@@ -421,32 +401,6 @@ bool mlxb_detail::cuda_buffer_layout_matches() {
   bool ok = rec->size >= 64 && rec->device == -1 && rec->data == b.raw_ptr();
   mx::allocator::allocator().free(b);
   return ok;
-}
-
-bool mlxb_detail::driver_read_rows(const mx::array &src, size_t src_pitch, void *dst, size_t dst_pitch, size_t width,
-                                   size_t height) {
-  device_state &st = state();
-  if (!st.ready || st.kind == backend::none || !width || !height) return false;
-  if (driver_reads_failed.load(std::memory_order_relaxed) || !driver_reads_wanted(width * height)) return false;
-  try {
-    gpu_exclusive one;
-    const char *from = device_address(st, src);
-    if (st.kind == backend::host) {
-      copy_rows(st, dst, dst_pitch, from, src_pitch, width, height);
-      return true;
-    }
-    context_scope ctx(st);
-    log_copy("a host read (driver)", width * height);
-    if (height == 1)
-      cuda_check(st, st.cuda.memcpy_async(dptr(dst), dptr(from), width, nullptr), "cuMemcpyAsync");
-    else
-      copy_rows(st, dst, dst_pitch, from, src_pitch, width, height);
-    finish_copies(st);
-    return true;
-  } catch (...) {
-    driver_reads_failed.store(true, std::memory_order_relaxed);
-    return false;
-  }
 }
 
 bool mlxb_device_memory_enable(bool on_host) {

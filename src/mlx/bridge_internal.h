@@ -289,12 +289,6 @@ inline std::vector<mx::array> to_arrays(const mlxb_array *const *xs, int n) {
 /* a evaluated, as a row-major buffer (copied only when a is a strided view); bridge.cpp. */
 mx::array evaluated_row_major(mlxb_scope *s, const mx::array &a);
 
-/* height rows of width bytes of the evaluated row-major src (pitch src_pitch, from its first
- * element) copied into host memory at dst (pitch dst_pitch) by the driver, where device memory is on
- * (bridge_device.cpp, ORT_EP_MLX_DRIVER_READS); false: nothing copied, the caller copies. */
-bool driver_read_rows(const mx::array &src, size_t src_pitch, void *dst, size_t dst_pitch, size_t width,
-                      size_t height);
-
 /* One of our CUDA kernels (bridge_kernels*.cpp) in MLX's custom-kernel form: the body reads its
  * inputs and writes its outputs by these names, and <input>_shape[] where it needs a shape. */
 struct cuda_kernel_spec {
