@@ -369,13 +369,19 @@ void prefetch_copied_inputs(device_state &s, void *const *dst, const void *const
   }
 }
 
-/* ORT_EP_MLX_PREFETCH_CONSTANTS (on): a GPU plan's constants, copied into unified memory by the host
- * at Compile, are advised to live on the GPU and prefetched there once. Left on the host, a sparse
- * reader faults their pages over a few at a time on every Run: on the H100 (2026-12-06) a decode
- * step's quantized embedding gather, one new row of a 68 MB table a step, took 159 us of device time
- * for 896 values (the prompt's 128 rows 60 us). */
+/* ORT_EP_MLX_PREFETCH_CONSTANTS=1 (opt-in): a GPU plan's constants, copied into unified memory by
+ * the host at Compile, advised to live on the GPU and prefetched there once. Written for a decode
+ * step's quantized embedding gather (one row of a 68 MB table, 159 us of device time on the H100,
+ * 2026-12-06 at a050631), it lost when timed (H100, 2026-12-06 twelfth session, IOBinding decode
+ * loop, alternating processes): decode medians 6.92 and 6.28 ms against 4.72 and 5.44, a step's
+ * device time 1924 against 1418 us (its attention kernels slower, a 294 us device-to-managed copy
+ * each step). The gather's 159 us was gone either way: ORT's buffers for the one-token ids no longer
+ * share MLX's read-mostly scalar pages. */
 bool prefetch_constants_wanted() {
-  static const bool on = env_switch_on("ORT_EP_MLX_PREFETCH_CONSTANTS");
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_PREFETCH_CONSTANTS");
+    return v && !std::strcmp(v, "1");
+  }();
   return on;
 }
 
