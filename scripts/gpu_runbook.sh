@@ -603,11 +603,15 @@ if step suite; then
   [ "$left" -lt "${SUITE_TIMEOUT:-420}" ] && SUITE_TIMEOUT=$left
   # SUITE_FILES: a part of the suite (test files or folders), else all of it; the slowest tests
   # (where the GPU suite's time goes: it runs ~25x slower per test than on the CPU) in durations.txt
-  timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --durations=60 \
+  rm -f /tmp/gpu_tests.txt
+  # ORT_EP_MLX_TESTLOG: every test's seconds and outcome as it ends (a run cut by the limit keeps
+  # them: what it reached, where its time went)
+  ORT_EP_MLX_TESTLOG=/tmp/gpu_tests.txt timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --durations=60 \
     --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py ${SUITE_FILES:-tests} \
     > /tmp/gpu_suite.txt 2>&1
   tail -4 /tmp/gpu_suite.txt >> "$log"
   sed -n '/slowest .*durations/,/^=/p' /tmp/gpu_suite.txt > "$OUT/durations.txt"
+  [ -f /tmp/gpu_tests.txt ] && xz -9 < /tmp/gpu_tests.txt > "$OUT/tests.txt.xz"
 fi
 echo "== done $(date +%T)" >> "$log"
 save_ptx_cache "$MLX_PTX_CACHE_DIR" # with what the steps compiled

@@ -18,9 +18,17 @@ except FileNotFoundError:  # not built yet: the tests that need the library say 
 def pytest_runtest_logreport(report):
     """With ORT_EP_MLX_FAILLOG=PATH, every failing test's report is appended to PATH as it happens
     (in the controlling process under pytest-xdist, which also reports a crashed worker's test), so a
-    run cut short by a time limit still leaves its failures: how scripts/gpu_check.sh keeps them."""
+    run cut short by a time limit still leaves its failures: how scripts/gpu_check.sh keeps them.
+    ORT_EP_MLX_TESTLOG=PATH does the same for every test (seconds, outcome, id): what such a run
+    reached and where its time went."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    done = os.environ.get("ORT_EP_MLX_TESTLOG")
+    if done and (report.when == "call" or (report.when == "setup" and not report.passed)):
+        with open(done, "a") as f:  # ORT_EP_MLX_TESTLOG=PATH: each test's seconds and outcome as it ends
+            f.write(f"{report.duration:.2f} {report.outcome} {report.nodeid}\n")
     path = os.environ.get("ORT_EP_MLX_FAILLOG")
-    if not path or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not path or not report.failed:
         return
     with open(path, "a") as f:
         f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-3000:]}\n")
