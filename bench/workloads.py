@@ -112,10 +112,12 @@ def _decoder_configs() -> dict:
     # `mid`: a small Qwen2-style decoder MLX's CPU backend gets through in seconds on 2 cores.
     mid = LLMConfig(hidden=512, layers=8, heads=8, kv_heads=2, intermediate=1408, vocab=32000, context=2048,
                     rope_theta=1000000.0, qkv_bias=True)
-    return {"tiny": TINY, "mid": mid, "qwen2.5-0.5b": QWEN25_05B}
+    # `mid-acc4`: the same with MatMulNBits' accuracy_level 4, what onnxruntime-genai's builder writes
+    # for CPU (ORT's CPU EP quantizes the activations to int8 per block and takes integer products)
+    return {"tiny": TINY, "mid": mid, "mid-acc4": mid, "qwen2.5-0.5b": QWEN25_05B}
 
 
-DECODER_CONFIGS = ("tiny", "mid", "qwen2.5-0.5b")
+DECODER_CONFIGS = ("tiny", "mid", "mid-acc4", "qwen2.5-0.5b")
 PROMPT = 128
 LONG_PROMPT = 2048
 CACHE = os.environ.get("ORT_EP_MLX_BENCH_CACHE", os.path.join(tempfile.gettempdir(), "onnxruntime-ep-mlx-bench"))
@@ -125,10 +127,16 @@ def decoder_config(name: str):
     return _decoder_configs()[name]
 
 
+def accuracy_level(name: str) -> int:
+    """MatMulNBits' accuracy_level of a decoder config's model: 4 for the -acc4 ones, else unset."""
+    return 4 if name.endswith("-acc4") else 0
+
+
 def describe_decoder(name: str) -> str:
     c = decoder_config(name)
+    acc = f", accuracy_level {accuracy_level(name)}" if accuracy_level(name) else ""
     return (f"hidden {c.hidden}, {c.layers} layers, {c.heads} heads, {c.kv_heads} KV heads, "
-            f"intermediate {c.intermediate}, vocab {c.vocab}; int4 MatMulNBits/GatherBlockQuantized, block 32")
+            f"intermediate {c.intermediate}, vocab {c.vocab}; int4 MatMulNBits/GatherBlockQuantized, block 32{acc}")
 
 
 IO_DTYPES = ("float32", "float16")
@@ -147,7 +155,7 @@ def _decoder_model(name: str, io_dtype: str = "float32") -> bytes:
     if os.path.exists(path):
         with open(path, "rb") as f:
             return f.read()
-    model = make_llm(cfg, weights="int4", io_dtype=io_dtype, block_size=32)
+    model = make_llm(cfg, weights="int4", io_dtype=io_dtype, block_size=32, accuracy_level=accuracy_level(name))
     tmp = f"{path}.{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(model)

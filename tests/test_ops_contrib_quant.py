@@ -251,6 +251,34 @@ def test_matmul_nbits_computed_ahead(tmp_path, dtype, rows):
         f"per lowering {per}: {_ahead_counts(stats)}"
 
 
+@pytest.mark.parametrize("rows", [1, 5])
+def test_matmul_nbits_int8_siblings(tmp_path, rows):
+    """accuracy_level 4 (ORT quantizes A to int8 per block, MLAS CompInt8) on Q/K/V-like siblings of
+    one float32 A, Q followed by a constant bias Add, and a fourth projection of the same A without
+    the attribute: on a CPU scope whose sets task takes float32, A is quantized once (one task,
+    EpCpuQuantizeBlocks) and the three int8-path siblings go together (the first hands the other two
+    and Q's Add: 3 per lowering); the float32-path node never joins them (its A is not quantized).
+    Elsewhere each node computes alone. Every output against ORT's CPU EP."""
+    k, block, bits = 96, 32, 4
+    rng = np.random.default_rng(41)
+    kb = k // block
+    nodes, consts = [], []
+    for name, n, acc in (("q", 32, 4), ("k", 16, 4), ("v", 16, 4), ("f", 24, 0)):
+        consts.append((f"B_{name}", rng.integers(0, 256, size=(n, kb, block * bits // 8), dtype=np.uint8)))
+        consts.append((f"s_{name}", (rng.random((n, kb)) * 0.02 + 0.005).astype(np.float32)))
+        nodes.append(helper.make_node("MatMulNBits", ["A", f"B_{name}", f"s_{name}"], [f"Y_{name}"], domain=MS, K=k,
+                                      N=n, bits=bits, block_size=block, accuracy_level=acc))
+    consts.append(("add_q", rng.standard_normal(32).astype(np.float32)))
+    nodes.append(helper.make_node("Add", ["Y_q", "add_q"], ["Q"]))
+    nodes.append(helper.make_node("Concat", ["Q", "Y_k", "Y_v", "Y_f"], ["Y"], axis=-1))
+    model = make_model(nodes, [("A", TensorProto.FLOAT, [1, rows, k])], [("Y", TensorProto.FLOAT, None)], consts,
+                       domains=[(MS, 1)])
+    feeds = {"A": rng.standard_normal((1, rows, k)).astype(np.float32)}
+    stats = _three_runs_against_cpu(tmp_path, model, feeds, np.float32, (1, rows, 88))
+    per = 3 if _cpu_sets_take(np.float32) else 0
+    assert stats["computed_ahead"] == per * _lowerings(stats), f"per lowering {per}: {_ahead_counts(stats)}"
+
+
 def _lowerings(stats) -> int:
     """How often the cluster was lowered: eager Runs, first traces and a hot GPU program's fused trace."""
     return stats["traces"] + stats["eager_runs"] + stats["fusion_traces"]

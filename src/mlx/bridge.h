@@ -362,6 +362,13 @@ mlxb_array *mlxb_sdpa(mlxb_scope *s, const mlxb_array *q, const mlxb_array *k, c
 bool mlxb_qgemv_available(const mlxb_scope *s, mlxb_dtype t, int bits, int group_size);
 mlxb_array *mlxb_qgemv(mlxb_scope *s, const mlxb_array *x, const mlxb_array *w, const mlxb_array *scales,
                        const mlxb_array *biases, int group_size, int bits);
+/* MatMulNBits' accuracy_level 4 quantization of A as MLAS does it, per block of `block` elements of
+ * x's last axis (a multiple of it): the float32 values q * scale, scale = max|x| / 127 and
+ * q = x * (127 / max|x|) rounded half to even (a block of zeros gives zeros, one with NaN gives NaN),
+ * what MLX's reduction and elementwise operations give, in one task on a CPU scope (float32 x on
+ * x86-64: mlxb_quantize_blocks_available). */
+bool mlxb_quantize_blocks_available(const mlxb_scope *s, mlxb_dtype t);
+mlxb_array *mlxb_quantize_blocks(mlxb_scope *s, const mlxb_array *x, int64_t block);
 /* The same for up to MLXB_QGEMV_MAX_SETS weight sets of one K in one launch (sibling projections of
  * one input): out[i] = x times set i, rounded to x's dtype, then (where add, when given, has a
  * non-NULL add[i] [N_i]) add[i] added and rounded again, as a following Add node would. 0 ok, -1

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -597,4 +598,61 @@ std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, c
 #endif
 }
 
+namespace {
+
+/* Quantization of A per block (mlxb_quantize_blocks): the parameters of EpCpuQuantizeBlocks. */
+struct quantize_params {
+  int64_t block;
+};
+
+/* One block as MLX's operations give it: amax a NaN-propagating max of |x|, then each value's
+ * division, multiplication and rounding in float32, in the same order (nothing to fuse). */
+void quantize_block(const float *x, float *y, int64_t n) {
+  float amax = 0.0f;
+  bool nan = false;
+  for (int64_t i = 0; i < n; i++) {
+    float v = std::fabs(x[i]);
+    nan |= std::isnan(v);
+    amax = v > amax ? v : amax;
+  }
+  if (nan) amax = std::numeric_limits<float>::quiet_NaN();
+  const float scale = amax / 127.0f, inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; i++) y[i] = std::nearbyint(x[i] * inv) * scale;
+}
+
+void quantize_task(const quantize_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  const int64_t n = static_cast<int64_t>(out[0].size());
+  const float *x = in[0].data<float>();
+  float *y = out[0].data<float>();
+  for (int64_t at = 0; at < n; at += p.block) quantize_block(x + at, y + at, std::min(p.block, n - at));
+}
+
+} // namespace
+
 } // namespace mlxb_detail
+
+using namespace mlxb_detail;
+
+bool mlxb_quantize_blocks_available(const mlxb_scope *s, mlxb_dtype t) {
+#if defined(EP_CPU_KERNELS)
+  static const bool on = env_switch_on("ORT_EP_MLX_CPU_GEMV");
+  return on && s && is_cpu_scope(s) && t == MLXB_F32;
+#else
+  (void)s, (void)t;
+  return false;
+#endif
+}
+
+mlxb_array *mlxb_quantize_blocks(mlxb_scope *s, const mlxb_array *x, int64_t block) {
+  return guard(s, "mlxb_quantize_blocks", [&] {
+    const mx::array &xa = arr(x);
+    if (!mlxb_quantize_blocks_available(s, from_mx(xa.dtype())))
+      throw bridge_error("block quantization: a CPU scope's float32 only");
+    if (block < 1 || xa.ndim() < 1 || xa.shape(-1) % block)
+      throw bridge_error("block quantization: blocks must tile the last axis");
+    quantize_params p;
+    std::memset(&p, 0, sizeof p);
+    p.block = block;
+    return make_task(s, "EpCpuQuantizeBlocks", p, quantize_task, {xa}, {xa.shape()}, {mx::float32}).at(0);
+  });
+}

@@ -116,6 +116,7 @@ static bool claim_matmul_nbits(claim_ctx *c, const op_def *def) {
  * scale = max|a| / 127 and q = round_half_even(a * (127 / max|a|)); the integer dot products
  * times both scales equal the float dot product of q * scale with the dequantized weights. */
 static mlxb_array *mnb_quantize_a(mlxb_scope *s, mlxb_array *x, int64_t block, int64_t k_blocks) {
+  if (x && mlxb_quantize_blocks_available(s, mlxb_type(x))) return mlxb_quantize_blocks(s, x, block);
   int rank = mlxb_ndim(x);
   int64_t dims[OP_UTIL_MAX_RANK + 1];
   if (rank < 1 || rank >= OP_UTIL_MAX_RANK) return NULL;
@@ -309,8 +310,8 @@ static mlxb_array *mnb_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_a
  * too. On MLX's CUDA backend that is one GEMV launch instead of three projections and three adds,
  * and for a prompt's many rows one tensor-core GEMM launch (and one reduction) for the group;
  * elsewhere the same quantized matmuls and adds each node would run. Siblings have kept weights
- * (prepare) and no bias input, g_idx or int8 path; each node finds the same siblings from the
- * graph, so they agree. A sibling whose Add was folded gets the biased result as its own output,
+ * (prepare), no bias input or g_idx, and all take the int8 path (A quantized per block first; a
+ * CPU scope's only) or none; each node finds the same siblings from the graph, so they agree. A sibling whose Add was folded gets the biased result as its own output,
  * which nothing else reads. */
 static bool mnb_node_int8(const ir_graph *g, const ir_node *n, const mnb_attrs *a) {
   bool has_gidx = n->n_inputs > MNB_GIDX && n->inputs[MNB_GIDX] >= 0;
@@ -326,7 +327,9 @@ static bool mnb_is_sibling(const op_ctx *c, const ir_node *n, const ir_node *me,
   if (b.k != a->k || b.bits != a->bits || b.block != a->block) return false;
   for (int i = MNB_GIDX; i < n->n_inputs; i++)
     if (n->inputs[i] >= 0) return false; /* g_idx or bias */
-  return !mnb_node_int8(op_graph(c), n, &b);
+  /* siblings quantize A alike or not at all: an int8-path group (a CPU scope's, lower_matmul_nbits)
+   * shares A quantized once */
+  return mnb_node_int8(op_graph(c), n, &b) == mnb_node_int8(op_graph(c), me, a);
 }
 
 /* Node self's group among its siblings (itself included, in node order) into group[]; the count,
@@ -559,7 +562,8 @@ static mlxb_array *mnb_output_ahead(op_ctx *c, const mnb_attrs *a, mlxb_array *x
 static int lower_matmul_nbits_normed(op_ctx *c, const op_def *def, const ir_node *n, int v, op_normed *norm) {
   mlxb_scope *s = op_scope(c);
   mnb_attrs a = mnb_read_attrs(n);
-  if (!op_can_compute_for(c) || n->n_inputs <= MNB_A || n->inputs[MNB_A] != v || !mnb_is_sibling(c, n, n, &a))
+  if (!op_can_compute_for(c) || n->n_inputs <= MNB_A || n->inputs[MNB_A] != v || !mnb_is_sibling(c, n, n, &a) ||
+      mnb_node_int8(op_graph(c), n, &a)) /* A is quantized after the norm */
     return 1;
   int64_t k = mlxb_ndim(norm->x) > 0 ? mlxb_dim(norm->x, -1) : 0, rows = k > 0 ? (int64_t)mlxb_size(norm->x) / k : 0;
   mlxb_dtype t = mlxb_type(norm->x);
@@ -671,6 +675,10 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   /* on the CPU the sets task takes any number of rows (more than one: tiles and BLAS), so a prompt's
    * siblings, bias Adds and gated MLP are one task too */
   bool cpu_sets = mlxb_scope_device(s) == MLXB_DEVICE_CPU && mlxb_qgemv_available(s, t, (int)a.bits, mnb_group(&a));
+  if (int8_path && cpu_sets) { /* A quantized as MLAS does, then the products of any float32 A */
+    x = mnb_quantize_a(s, pad_last(s, x, kp), a.block, a.k_blocks);
+    int8_path = false;
+  }
   bool grouped = rows <= MNB_GEMV_MAX_ROWS || cpu_sets || mnb_takes_split(c, &a, x, int8_path);
   if (grouped && !int8_path && !has_gidx && !op_has_input(c, MNB_BIAS)) {
     mlxb_array *y = mnb_output_ahead(c, &a, pad_last(s, x, kp), out_dims, rank);

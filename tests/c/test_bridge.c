@@ -544,6 +544,40 @@ static void test_quantized_matmul_rows(mlxb_scope *s) {
   }
 }
 
+/* mlxb_quantize_blocks (one CPU task) against the MLX operations MatMulNBits' int8 path used before
+ * it (contrib_quant.c's mnb_quantize_a), bit for bit: blocks of 32 with values whose quantized
+ * form lands on halves (rounded to even), a block of zeros, one holding NaN and one infinity. */
+static void test_quantize_blocks(mlxb_scope *s) {
+  enum { ROWS = 2, K = 128, B = 32 };
+  if (!mlxb_quantize_blocks_available(s, MLXB_F32)) return;
+  float x[ROWS * K];
+  for (int i = 0; i < ROWS * K; i++) /* halves, and 127 first in each block: a * (127 / 127) is a half */
+    x[i] = i % B ? (float)((i * 37) % 253 - 126) + 0.5f : (i / B) % 2 ? -127.0f : 127.0f;
+  for (int i = 32; i < 64; i++) x[i] = 0.0f;
+  x[70] = NAN;
+  x[K + 5] = INFINITY;
+  for (int i = K + 64; i < K + 96; i++) x[i] = (float)(i % 7) * 1e-3f - 2.5e-3f;
+  int64_t dims[2] = {ROWS, K}, d3[3] = {ROWS, K / B, B};
+  mlxb_array *xa = f32(s, x, dims, 2), *xb = mlxb_reshape(s, xa, d3, 3);
+  int last = 2;
+  mlxb_array *amax = mlxb_reduce(s, MLXB_RMAX, mlxb_unary(s, MLXB_ABS, xb), &last, 1, true);
+  mlxb_array *c127 = mlxb_scalar_f64(s, 127.0, MLXB_F32), *zero = mlxb_scalar_f64(s, 0.0, MLXB_F32);
+  mlxb_array *inv = mlxb_where(s, mlxb_binary(s, MLXB_NOT_EQUAL, amax, zero), mlxb_binary(s, MLXB_DIV, c127, amax), zero);
+  mlxb_array *q = mlxb_unary(s, MLXB_ROUND, mlxb_binary(s, MLXB_MUL, xb, inv));
+  mlxb_array *want = mlxb_reshape(s, mlxb_binary(s, MLXB_MUL, q, mlxb_binary(s, MLXB_DIV, amax, c127)), dims, 2);
+  mlxb_array *got = mlxb_quantize_blocks(s, xa, B);
+  float g[ROWS * K], w[ROWS * K];
+  int rc = got && want ? mlxb_read(s, got, g, sizeof g) | mlxb_read(s, want, w, sizeof w) : -1;
+  CHECK(rc == 0, "quantize_blocks: %s", mlxb_error(s));
+  if (rc) return;
+  int differ = 0;
+  for (int i = 0; i < ROWS * K; i++) differ += !(isnan(g[i]) && isnan(w[i])) && memcmp(&g[i], &w[i], sizeof g[i]);
+  CHECK(differ == 0, "quantize_blocks: %d of %d values differ from MLX's operations", differ, ROWS * K);
+  CHECK(isnan(g[64]) && g[32] == 0.0f && !signbit(g[32]), "quantize_blocks: the NaN block, the zero block");
+  CHECK(mlxb_quantize_blocks(s, xa, 48) == NULL, "quantize_blocks: blocks that do not tile K are refused");
+  mlxb_clear_error(s);
+}
+
 /* mlxb_dequant_f32 against mlxb_dequantize, bit for bit: 4-bit weights [3, 64] in groups of 32
  * with float32 scales of full precision and nonzero biases (the kernel on a CUDA scope with
  * ORT_EP_MLX_DEQUANT_KERNEL=1, MLX's dequantization elsewhere). */
@@ -1062,6 +1096,7 @@ int main(void) {
   test_float64_intermediate(s);
   test_quantized_matmul_rows(s);
   test_dequant_f32(s);
+  test_quantize_blocks(s);
   test_qgemm_split(s);
   test_int_reduce_rows(s);
   test_decode_step(s);
