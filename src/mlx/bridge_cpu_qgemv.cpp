@@ -50,6 +50,45 @@ namespace {
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
+/* Quantization of A per block (mlxb_quantize_blocks): the parameters of EpCpuQuantizeBlocks. */
+struct quantize_params {
+  int64_t block;
+};
+
+/* One block as MLX's operations give it: amax a NaN-propagating max of |x|, then each value's
+ * division, multiplication and rounding in float32, in the same order (nothing to fuse). */
+void quantize_block(const float *x, float *y, int64_t n) {
+  float amax = 0.0f;
+  bool nan = false;
+  for (int64_t i = 0; i < n; i++) {
+    float v = std::fabs(x[i]);
+    nan |= std::isnan(v);
+    amax = v > amax ? v : amax;
+  }
+  if (nan) amax = std::numeric_limits<float>::quiet_NaN();
+  const float scale = amax / 127.0f, inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; i++) y[i] = std::nearbyint(x[i] * inv) * scale;
+}
+
+void quantize_rows(const float *x, float *y, int64_t n, int64_t block) {
+  for (int64_t at = 0; at < n; at += block) quantize_block(x + at, y + at, std::min(block, n - at));
+}
+
+void quantize_task(const quantize_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  quantize_rows(in[0].data<float>(), out[0].data<float>(), static_cast<int64_t>(out[0].size()), p.block);
+}
+
+/* The block of x's quantization when x is the pending result of mlxb_quantize_blocks (its input in
+ * *source), else 0: the sets task then quantizes x itself, one operation fewer per group of
+ * products (an operation of MLX's CPU stream costs tens of microseconds, a decode step has ~30). */
+int64_t pending_quantization(const mx::array &x, mx::array *source) {
+  if (!x.has_primitive() || x.status() == mx::array::Status::available) return 0;
+  auto *q = dynamic_cast<const cpu_task<quantize_params> *>(&x.primitive());
+  if (!q || q->function() != quantize_task || x.inputs().size() != 1) return 0;
+  *source = x.inputs()[0];
+  return q->params().block;
+}
+
 #if defined(EP_CPU_KERNELS)
 
 /* The 32 nibbles of four words as floats, in element order (element 8w + j = nibble j of word w,
@@ -432,8 +471,8 @@ void qgemm_4bit_panels(const float *x, const gemv_args *sets, int n_sets, int64_
  * a bias is MatMulNBits' product alone (cpu_qgemv). */
 class ep_cpu_qgemv_sets : public mx::Primitive {
  public:
-  ep_cpu_qgemv_sets(mx::Stream stream, int sets, int group, unsigned biased, bool swiglu)
-      : mx::Primitive(stream), sets_(sets), group_(group), biased_(biased), swiglu_(swiglu) {}
+  ep_cpu_qgemv_sets(mx::Stream stream, int sets, int group, unsigned biased, bool swiglu, int64_t quant_block)
+      : mx::Primitive(stream), sets_(sets), group_(group), biased_(biased), swiglu_(swiglu), quant_block_(quant_block) {}
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
     /* more than one row: the sets' products go tile by tile through BLAS (qgemm_4bit), the tile
@@ -447,9 +486,9 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
     cpu_task_arrays held;
     auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
     encoder.dispatch([held = std::move(held), sets = sets_, group = group_, biased = biased_, swiglu = swiglu_,
-                      many_rows, tile, tile_cols]() mutable {
+                      quant_block = quant_block_, many_rows, tile, tile_cols]() mutable {
       try {
-        run(held.ins, held.outs, sets, group, biased, swiglu, many_rows, tile.get(), tile_cols);
+        run(held.ins, held.outs, sets, group, biased, swiglu, quant_block, many_rows, tile.get(), tile_cols);
       } catch (...) { /* a split x not allocated; a task must never let an exception reach MLX's scheduler */
         for (auto &out : held.outs)
           std::fill(out.data<float>(), out.data<float>() + out.size(), std::numeric_limits<float>::quiet_NaN());
@@ -465,17 +504,21 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
 
   bool is_equivalent(const mx::Primitive &other) const override {
     auto *o = dynamic_cast<const ep_cpu_qgemv_sets *>(&other);
-    return o && o->sets_ == sets_ && o->group_ == group_ && o->biased_ == biased_ && o->swiglu_ == swiglu_;
+    return o && o->sets_ == sets_ && o->group_ == group_ && o->biased_ == biased_ && o->swiglu_ == swiglu_ &&
+           o->quant_block_ == quant_block_;
   }
 
  private:
   /* inputs: x, then w, scales and biases (float32) or zero points (uint8) of each set, then the
-   * sets' adds (x where a set has none) */
+   * sets' adds (x where a set has none); quant_block: x quantized per block first (pending_quantization) */
   static void run(const std::vector<mx::array> &in, std::vector<mx::array> &out, int sets, int group, unsigned biased,
-                  bool swiglu, bool many_rows, float *tile, int64_t tile_cols) {
+                  bool swiglu, int64_t quant_block, bool many_rows, float *tile, int64_t tile_cols) {
     const mx::array &x = in[0];
     const int k = x.shape(-1);
     const int64_t rows = static_cast<int64_t>(x.size()) / k;
+    std::vector<float> quantized(quant_block ? x.size() : 0);
+    if (quant_block) quantize_rows(x.data<float>(), quantized.data(), static_cast<int64_t>(x.size()), quant_block);
+    const float *xs = quant_block ? quantized.data() : x.data<float>();
     gemv_args set[MLXB_QGEMV_MAX_SETS];
     for (int i = 0; i < sets; i++) {
       const mx::array &w = in[1 + 3 * i], &third = in[3 + 3 * i];
@@ -483,10 +526,10 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
       set[i] = gemv_args{nullptr, nullptr, in[2 + 3 * i].data<float>(), zp ? nullptr : third.data<float>(), nullptr,
                          zp ? third.data<uint8_t>() : nullptr, w.data<uint32_t>(), out[i].data<float>(), w.shape(0),
                          zp && third.shape(0) > 1 ? third.shape(1) : 0, k, group};
-      if (tile) qgemm_4bit(x.data<float>(), set[i], rows, tile, tile_cols);
+      if (tile) qgemm_4bit(xs, set[i], rows, tile, tile_cols);
     }
-    if (!many_rows) qgemv_4bit_sets(x.data<float>(), set, sets, k, group);
-    else if (!tile) qgemm_4bit_panels(x.data<float>(), set, sets, rows);
+    if (!many_rows) qgemv_4bit_sets(xs, set, sets, k, group);
+    else if (!tile) qgemm_4bit_panels(xs, set, sets, rows);
     for (int i = 0; i < sets; i++) {
       const int64_t n = set[i].n;
       float *y = set[i].y;
@@ -511,6 +554,7 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
   int sets_, group_;
   unsigned biased_;
   bool swiglu_;
+  int64_t quant_block_;
 };
 
 bool cpu_has_avx2_fma() {
@@ -576,7 +620,9 @@ std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, c
   const int k = x.shape(-1);
   if (k / group > MAX_GROUPS) throw bridge_error("quantized GEMV: more than 8192 groups in a row");
   cpu_pool_start(); /* its threads start here, where a failure is the scope's error, not in the task */
-  std::vector<mx::array> ins = {row_major(x, dev)};
+  mx::array source = x;
+  const int64_t quant_block = pending_quantization(x, &source);
+  std::vector<mx::array> ins = {row_major(source, dev)};
   for (const auto &a : sets) ins.push_back(row_major(a, dev));
   unsigned biased = 0;
   for (int i = 0; i < n_sets; i++) {
@@ -590,44 +636,13 @@ std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, c
     shapes.push_back(shape);
   }
   std::vector<mx::Dtype> dtypes(shapes.size(), mx::float32);
-  auto prim = std::make_shared<ep_cpu_qgemv_sets>(mx::to_stream(dev), n_sets, group, biased, swiglu);
+  auto prim = std::make_shared<ep_cpu_qgemv_sets>(mx::to_stream(dev), n_sets, group, biased, swiglu, quant_block);
   return mx::array::make_arrays(std::move(shapes), dtypes, prim, std::move(ins));
 #else
   (void)s, (void)x, (void)sets, (void)adds, (void)group, (void)swiglu;
   throw bridge_error("cpu_qgemv_sets: x86-64 only");
 #endif
 }
-
-namespace {
-
-/* Quantization of A per block (mlxb_quantize_blocks): the parameters of EpCpuQuantizeBlocks. */
-struct quantize_params {
-  int64_t block;
-};
-
-/* One block as MLX's operations give it: amax a NaN-propagating max of |x|, then each value's
- * division, multiplication and rounding in float32, in the same order (nothing to fuse). */
-void quantize_block(const float *x, float *y, int64_t n) {
-  float amax = 0.0f;
-  bool nan = false;
-  for (int64_t i = 0; i < n; i++) {
-    float v = std::fabs(x[i]);
-    nan |= std::isnan(v);
-    amax = v > amax ? v : amax;
-  }
-  if (nan) amax = std::numeric_limits<float>::quiet_NaN();
-  const float scale = amax / 127.0f, inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-  for (int64_t i = 0; i < n; i++) y[i] = std::nearbyint(x[i] * inv) * scale;
-}
-
-void quantize_task(const quantize_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
-  const int64_t n = static_cast<int64_t>(out[0].size());
-  const float *x = in[0].data<float>();
-  float *y = out[0].data<float>();
-  for (int64_t at = 0; at < n; at += p.block) quantize_block(x + at, y + at, std::min(p.block, n - at));
-}
-
-} // namespace
 
 } // namespace mlxb_detail
 

@@ -61,6 +61,8 @@ class cpu_task : public mx::Primitive {
   }
 
   const char *name() const override { return name_; }
+  const P &params() const { return p_; }
+  task_fn function() const { return fn_; }
 
   bool is_equivalent(const mx::Primitive &other) const override {
     auto *o = dynamic_cast<const cpu_task<P> *>(&other);

@@ -576,6 +576,25 @@ static void test_quantize_blocks(mlxb_scope *s) {
   CHECK(isnan(g[64]) && g[32] == 0.0f && !signbit(g[32]), "quantize_blocks: the NaN block, the zero block");
   CHECK(mlxb_quantize_blocks(s, xa, 48) == NULL, "quantize_blocks: blocks that do not tile K are refused");
   mlxb_clear_error(s);
+  /* a GEMV of the pending quantization quantizes in its own task: the same products, bit for bit,
+   * as of the quantization evaluated first (NaN block and infinity left out) */
+  if (!mlxb_qgemv_available(s, MLXB_F32, 4, B)) return;
+  enum { N = 8 };
+  x[70] = 1.0f, x[K + 5] = -3.0f;
+  uint32_t packed[N * K / 8];
+  float scale[N * K / B], bias[N * K / B];
+  for (int i = 0; i < N * K / 8; i++) packed[i] = 0x9e3779b9u * (uint32_t)(i + 1);
+  for (int i = 0; i < N * K / B; i++) scale[i] = 0.01f * (float)(i % 5 + 1), bias[i] = -0.03f * (float)(i % 3);
+  mlxb_array *wq = mlxb_from_data(s, packed, (int64_t[]){N, K / 8}, 2, MLXB_U32);
+  mlxb_array *sc = f32(s, scale, (int64_t[]){N, K / B}, 2), *bi = f32(s, bias, (int64_t[]){N, K / B}, 2);
+  mlxb_array *xs = f32(s, x, dims, 2), *evaluated = mlxb_quantize_blocks(s, xs, B);
+  rc = mlxb_eval(s, &evaluated, 1);
+  mlxb_array *folded = mlxb_qgemv(s, mlxb_quantize_blocks(s, xs, B), wq, sc, bi, B, 4);
+  mlxb_array *apart = mlxb_qgemv(s, evaluated, wq, sc, bi, B, 4);
+  float y1[ROWS * N], y2[ROWS * N];
+  rc |= folded && apart ? mlxb_read(s, folded, y1, sizeof y1) | mlxb_read(s, apart, y2, sizeof y2) : -1;
+  CHECK(rc == 0, "quantize_blocks then qgemv: %s", mlxb_error(s));
+  CHECK(rc || !memcmp(y1, y2, sizeof y1), "quantize_blocks then qgemv: the folded quantization differs");
 }
 
 /* mlxb_dequant_f32 against mlxb_dequantize, bit for bit: 4-bit weights [3, 64] in groups of 32
