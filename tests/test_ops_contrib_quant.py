@@ -94,6 +94,19 @@ def test_matmul_nbits_blocks(bits, block, acc, dtype):
     compare(*nbits_model(256, 48, bits, block, acc, dtype, seed=bits * 1000 + block))
 
 
+@pytest.mark.parametrize("k", [128, 384])
+@pytest.mark.parametrize("block", [32, 64, 128])
+@pytest.mark.parametrize("zp", [None, "u8"])
+def test_matmul_nbits_int8_one_row(k, block, zp):
+    """accuracy_level 4 on one row of float32 A, the decode step's form: on a CPU with AVX-512 VNNI
+    the EP sums each block's int8 x times 4-bit weight products exactly in integers, as ORT's MLAS
+    does (elsewhere the float32 products of the quantized A); a row whose values span very
+    different magnitudes per block, against ORT's CPU EP."""
+    model, feeds = nbits_model(k, 40, 4, block, acc=4, zp=zp, a_shape=(1, 1), seed=k + block)
+    feeds["A"] *= np.repeat(np.float32([1e-3, 1.0, 30.0, 0.2]), k // 4)[None, None, :]
+    compare(model, feeds)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("acc", [0, 4])
 @pytest.mark.parametrize("zp", ["u8", "float"])

@@ -305,6 +305,134 @@ void qgemv_4bit_sets(const float *x, const gemv_args *sets, int n_sets, int k, i
   cpu_parallel_for(job.start[n_sets], gemv_job_rows, &job);
 }
 
+/* accuracy_level 4's products as integers (ORT's MLAS CompInt8 computes them so): x quantized per
+ * block to int8 as quantize_block does (q in [-127, 127], scale amax / 127), each 4-bit weight's
+ * product with its q summed exactly in int32 by AVX-512 VNNI, four elements a lane, then per block
+ * (q_w - z) scaled by the weight's scale times x's: y = sum_b scale_w scale_x sum_k q_x (q_w - z).
+ * The same values as the float32 products of the quantized x up to float32 rounding. For one row,
+ * integer zero points, blocks equal to the groups and K a multiple of 128 (a chunk: 16 words, 1 to
+ * 4 blocks); anything else, and a row with a non-finite block, takes the float32 products. */
+struct int8_row {
+  std::vector<int32_t> even, odd;  /* per word: q_x of its elements 0, 2, 4, 6 and 1, 3, 5, 7 as bytes */
+  std::vector<int32_t> word_sums;  /* per word: the sum of its eight q_x */
+  std::vector<float> lane_scale;   /* per word: its block's scale_x */
+  bool finite = true;
+};
+
+int8_row quantize_int8_row(const float *x, int k, int block) {
+  int8_row r;
+  const int words = k / 8;
+  r.even.resize(words), r.odd.resize(words), r.word_sums.resize(words), r.lane_scale.resize(words);
+  std::vector<int8_t> q(k);
+  for (int b = 0; b < k / block; b++) {
+    float amax = 0.0f;
+    for (int i = 0; i < block; i++) amax = std::max(amax, std::fabs(x[b * block + i]));
+    if (!std::isfinite(amax)) r.finite = false;
+    if (!r.finite) return r;
+    const float scale = amax / 127.0f, inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < block; i++) q[b * block + i] = static_cast<int8_t>(std::nearbyint(x[b * block + i] * inv));
+    for (int w = b * block / 8; w < (b + 1) * block / 8; w++) r.lane_scale[w] = scale;
+  }
+  for (int w = 0; w < words; w++) {
+    const int8_t *e = q.data() + 8 * w;
+    uint32_t ev = 0, od = 0;
+    int32_t sum = 0;
+    for (int j = 0; j < 4; j++) {
+      ev |= static_cast<uint32_t>(static_cast<uint8_t>(e[2 * j])) << (8 * j);
+      od |= static_cast<uint32_t>(static_cast<uint8_t>(e[2 * j + 1])) << (8 * j);
+      sum += e[2 * j] + e[2 * j + 1];
+    }
+    r.even[w] = static_cast<int32_t>(ev), r.odd[w] = static_cast<int32_t>(od), r.word_sums[w] = sum;
+  }
+  return r;
+}
+
+bool cpu_has_vnni512() {
+  static const bool yes = cpu_avx512_available() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni") && env_switch_on("ORT_EP_MLX_CPU_VNNI");
+  return yes;
+}
+
+struct int8_job {
+  const int8_row *row;
+  gemv_args set[MLXB_QGEMV_MAX_SETS];
+  int64_t start[MLXB_QGEMV_MAX_SETS + 1];
+  int sets;
+};
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized" /* GCC 12's AVX-512 headers, see gemv_columns_512 */
+#pragma GCC diagnostic ignored "-Wuninitialized"
+/* Columns n0 .. n0 + R - 1 together: x's vectors loaded once for the R, R independent chains. */
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void int8_columns_r(const int8_row &r,
+                                                                                         const gemv_args &a, int64_t n0) {
+  const int words = a.k / 8, groups = a.k / a.group, words_per_block = a.group / 8, blocks_per_chunk = 16 / words_per_block;
+  alignas(64) int32_t lane_block[16];
+  for (int l = 0; l < 16; l++) lane_block[l] = l / words_per_block;
+  const __m512i lane_index = _mm512_load_si512(lane_block), nibbles = _mm512_set1_epi32(0x0f0f0f0f);
+  const __mmask16 chunk_blocks = static_cast<__mmask16>((1u << blocks_per_chunk) - 1);
+  __m512 acc[R];
+  for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
+  for (int c = 0; c < words; c += 16) {
+    const int b0 = c / words_per_block;
+    const __m512i even = _mm512_loadu_si512(r.even.data() + c), odd = _mm512_loadu_si512(r.odd.data() + c);
+    const __m512i sums = _mm512_loadu_si512(r.word_sums.data() + c);
+    const __m512 x_scale = _mm512_loadu_ps(r.lane_scale.data() + c);
+    for (int j = 0; j < R; j++) {
+      const int64_t n = n0 + j;
+      const __m512i w = _mm512_loadu_si512(a.w + n * words + c);
+      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, nibbles), even);
+      dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi32(w, 4), nibbles), odd);
+      const __m512i z = _mm512_permutexvar_epi32(
+          lane_index, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(chunk_blocks, a.zero_points + n * a.zp_row_stride + b0)));
+      dot = _mm512_sub_epi32(dot, _mm512_mullo_epi32(z, sums));
+      const __m512 ws = _mm512_permutexvar_ps(lane_index, _mm512_maskz_loadu_ps(chunk_blocks, a.scales + n * groups + b0));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws, x_scale), acc[j]);
+    }
+  }
+  for (int j = 0; j < R; j++) a.y[n0 + j] = _mm512_reduce_add_ps(acc[j]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void int8_columns(const int8_row &r, const gemv_args &a,
+                                                                                  int64_t lo, int64_t hi) {
+  int64_t n = lo;
+  for (; n + 4 <= hi; n += 4) int8_columns_r<4>(r, a, n);
+  for (; n < hi; n++) int8_columns_r<1>(r, a, n);
+}
+#pragma GCC diagnostic pop
+
+void int8_job_rows(const void *ctx, int64_t lo, int64_t hi) {
+  const auto &job = *static_cast<const int8_job *>(ctx);
+  for (int i = 0; i < job.sets; i++) {
+    const int64_t from = std::max(lo, job.start[i]) - job.start[i], to = std::min(hi, job.start[i + 1]) - job.start[i];
+    if (from < to) int8_columns(*job.row, job.set[i], from, to);
+  }
+}
+
+/* Whether one row of x against these sets takes the integer products (int8_columns). */
+bool int8_products_take(const gemv_args *sets, int n_sets, int k, int group, int64_t quant_block) {
+  if (!cpu_has_vnni512() || quant_block != group || k % 128 || group % 32 || group > 128) return false;
+  for (int i = 0; i < n_sets; i++)
+    if (!sets[i].zero_points) return false;
+  return true;
+}
+
+/* y_i for one row x quantized per block and each set i, as integer products; false (nothing
+ * written) where a block of x is not finite. */
+bool qgemv_int8_sets(const float *x, const gemv_args *sets, int n_sets, int k, int group) {
+  const int8_row r = quantize_int8_row(x, k, group);
+  if (!r.finite) return false;
+  int8_job job{};
+  job.row = &r, job.sets = n_sets;
+  for (int i = 0; i < n_sets; i++) {
+    job.set[i] = sets[i];
+    job.start[i + 1] = job.start[i] + sets[i].n;
+  }
+  cpu_parallel_for(job.start[n_sets], int8_job_rows, &job);
+  return true;
+}
+
 /* The set's weight rows [lo, hi) dequantized as weight_at() gives them into dst (row n at
  * (n - lo) * k). */
 __attribute__((target("avx2,fma"))) void dequantize_rows(const gemv_args &a, int64_t lo, int64_t hi, float *dst) {
@@ -528,8 +656,12 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
                          zp && third.shape(0) > 1 ? third.shape(1) : 0, k, group};
       if (tile) qgemm_4bit(xs, set[i], rows, tile, tile_cols);
     }
-    if (!many_rows) qgemv_4bit_sets(xs, set, sets, k, group);
-    else if (!tile) qgemm_4bit_panels(xs, set, sets, rows);
+    if (many_rows) {
+      if (!tile) qgemm_4bit_panels(xs, set, sets, rows);
+    } else if (!quant_block || !int8_products_take(set, sets, k, group, quant_block) ||
+               !qgemv_int8_sets(x.data<float>(), set, sets, k, group)) {
+      qgemv_4bit_sets(xs, set, sets, k, group);
+    }
     for (int i = 0; i < sets; i++) {
       const int64_t n = set[i].n;
       float *y = set[i].y;
