@@ -105,6 +105,13 @@ def test_matmul_nbits_int8_one_row(k, block, zp):
     model, feeds = nbits_model(k, 40, 4, block, acc=4, zp=zp, a_shape=(1, 1), seed=k + block)
     feeds["A"] *= np.repeat(np.float32([1e-3, 1.0, 30.0, 0.2]), k // 4)[None, None, :]
     compare(model, feeds)
+    # a block holding an infinity: NaN everywhere, as ORT gives; NaN gives NaN (ORT's MLAS leaves NaN
+    # out of its block maximum and gives finite values: the EP keeps the float32 products' NaN)
+    feeds["A"][0, 0, 5] = np.inf
+    compare(model, feeds)
+    feeds["A"][0, 0, 5] = np.nan
+    for (got,) in run_mlx_each(model, feeds):
+        assert np.isnan(got).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

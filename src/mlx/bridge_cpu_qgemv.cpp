@@ -326,8 +326,11 @@ int8_row quantize_int8_row(const float *x, int k, int block) {
   std::vector<int8_t> q(k);
   for (int b = 0; b < k / block; b++) {
     float amax = 0.0f;
-    for (int i = 0; i < block; i++) amax = std::max(amax, std::fabs(x[b * block + i]));
-    if (!std::isfinite(amax)) r.finite = false;
+    for (int i = 0; i < block; i++) {
+      const float v = std::fabs(x[b * block + i]);
+      if (!(v <= std::numeric_limits<float>::max())) r.finite = false; /* NaN or infinity */
+      amax = std::max(amax, v);
+    }
     if (!r.finite) return r;
     const float scale = amax / 127.0f, inv = amax != 0.0f ? 127.0f / amax : 0.0f;
     for (int i = 0; i < block; i++) q[b * block + i] = static_cast<int8_t>(std::nearbyint(x[b * block + i] * inv));
