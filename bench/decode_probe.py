@@ -32,7 +32,7 @@ import onnxruntime as ort  # noqa: E402
 
 import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
 from llm import empty_past, make_llm, step_feeds  # noqa: E402
-from workloads import decoder_config  # noqa: E402
+from workloads import accuracy_level, decoder_config  # noqa: E402
 
 
 def _sampler(name):
@@ -183,7 +183,7 @@ def main():
     extra_options = dict(o.split("=", 1) for o in args.option)
     cfg = decoder_config(args.config)
     t0 = time.perf_counter()
-    model = make_llm(cfg, weights="int4", io_dtype=args.dtype, block_size=32)
+    model = make_llm(cfg, weights="int4", io_dtype=args.dtype, block_size=32, accuracy_level=accuracy_level(args.config))
     print(f"model built in {time.perf_counter() - t0:.1f} s ({len(model) / 1e6:.0f} MB)", flush=True)
     prompt = np.random.default_rng(1).integers(0, cfg.vocab, size=(1, args.prompt_tokens), dtype=np.int64)
     modes = ["plain", "io", "shared"] if args.mode == "all" else ["plain", "io"] if args.mode == "both" else [args.mode]

@@ -647,9 +647,15 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
     const mx::array &x = in[0];
     const int k = x.shape(-1);
     const int64_t rows = static_cast<int64_t>(x.size()) / k;
-    std::vector<float> quantized(quant_block ? x.size() : 0);
-    if (quant_block) quantize_rows(x.data<float>(), quantized.data(), static_cast<int64_t>(x.size()), quant_block);
-    const float *xs = quant_block ? quantized.data() : x.data<float>();
+    std::vector<float> quantized; /* x quantized as float32 values, where the float32 products take it */
+    const float *xs = x.data<float>();
+    auto quantize_x = [&] {
+      if (!quant_block) return;
+      quantized.resize(x.size());
+      quantize_rows(x.data<float>(), quantized.data(), static_cast<int64_t>(x.size()), quant_block);
+      xs = quantized.data();
+    };
+    if (many_rows) quantize_x();
     gemv_args set[MLXB_QGEMV_MAX_SETS];
     for (int i = 0; i < sets; i++) {
       const mx::array &w = in[1 + 3 * i], &third = in[3 + 3 * i];
@@ -663,6 +669,7 @@ class ep_cpu_qgemv_sets : public mx::Primitive {
       if (!tile) qgemm_4bit_panels(xs, set, sets, rows);
     } else if (!quant_block || !int8_products_take(set, sets, k, group, quant_block) ||
                !qgemv_int8_sets(x.data<float>(), set, sets, k, group)) {
+      quantize_x();
       qgemv_4bit_sets(xs, set, sets, k, group);
     }
     for (int i = 0; i < sets; i++) {
