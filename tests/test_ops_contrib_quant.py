@@ -5,6 +5,7 @@ tolerance is relative to the output's magnitude: both sides sum K products in di
 from __future__ import annotations
 
 import functools
+import os
 import re
 
 import numpy as np
@@ -315,7 +316,8 @@ def _cpu_sets_take(dtype) -> bool:
     float32 on x86-64 with AVX2 and FMA, the EP's default device MLX's CPU."""
     from test_cpu_decode import default_device_is_cpu
     from parity import cpu_has
-    return dtype == np.float32 and cpu_has("avx2", "fma") and default_device_is_cpu()
+    switched_off = os.environ.get("ORT_EP_MLX_CPU_GEMV") in ("0", "off")
+    return dtype == np.float32 and cpu_has("avx2", "fma") and default_device_is_cpu() and not switched_off
 
 
 def _cuda_gemv():

@@ -112,29 +112,6 @@ static bool claim_matmul_nbits(claim_ctx *c, const op_def *def) {
   return true;
 }
 
-/* MLAS's int8 quantization of A (accuracy_level 4): per block of the padded K axis,
- * scale = max|a| / 127 and q = round_half_even(a * (127 / max|a|)); the integer dot products
- * times both scales equal the float dot product of q * scale with the dequantized weights. */
-static mlxb_array *mnb_quantize_a(mlxb_scope *s, mlxb_array *x, int64_t block, int64_t k_blocks) {
-  if (x && mlxb_quantize_blocks_available(s, mlxb_type(x))) return mlxb_quantize_blocks(s, x, block);
-  int rank = mlxb_ndim(x);
-  int64_t dims[OP_UTIL_MAX_RANK + 1];
-  if (rank < 1 || rank >= OP_UTIL_MAX_RANK) return NULL;
-  mlxb_shape(x, dims);
-  dims[rank - 1] = k_blocks;
-  dims[rank] = block;
-  mlxb_array *xb = mlxb_reshape(s, x, dims, rank + 1);
-  int last = rank;
-  mlxb_array *amax = mlxb_reduce(s, MLXB_RMAX, mlxb_unary(s, MLXB_ABS, xb), &last, 1, true);
-  mlxb_array *c127 = mlxb_scalar_f64(s, 127.0, MLXB_F32), *zero = mlxb_scalar_f64(s, 0.0, MLXB_F32);
-  mlxb_array *scale = mlxb_binary(s, MLXB_DIV, amax, c127);
-  mlxb_array *inv =
-      mlxb_where(s, mlxb_binary(s, MLXB_NOT_EQUAL, amax, zero), mlxb_binary(s, MLXB_DIV, c127, amax), zero);
-  mlxb_array *q = mlxb_unary(s, MLXB_ROUND, mlxb_binary(s, MLXB_MUL, xb, inv));
-  dims[rank - 1] = k_blocks * block;
-  return mlxb_reshape(s, mlxb_binary(s, MLXB_MUL, q, scale), dims, rank);
-}
-
 /* Zero points as float32 [N, k_blocks]: unpacked from uint8, cast from T, or 2^(bits-1). */
 static mlxb_array *mnb_zero_points(op_ctx *c, const mnb_attrs *a) {
   mlxb_scope *s = op_scope(c);
@@ -676,7 +653,7 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
    * siblings, bias Adds and gated MLP are one task too */
   bool cpu_sets = mlxb_scope_device(s) == MLXB_DEVICE_CPU && mlxb_qgemv_available(s, t, (int)a.bits, mnb_group(&a));
   if (int8_path && cpu_sets) { /* A quantized as MLAS does, then the products of any float32 A */
-    x = mnb_quantize_a(s, pad_last(s, x, kp), a.block, a.k_blocks);
+    x = op_util_quantize_blocks(s, pad_last(s, x, kp), a.block);
     int8_path = false;
   }
   bool grouped = rows <= MNB_GEMV_MAX_ROWS || cpu_sets || mnb_takes_split(c, &a, x, int8_path);
@@ -699,7 +676,7 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
     y = mlxb_matmul(s, xf, mlxb_transpose(s, mnb_dequant_weights(c, &a, scales, zp, zp_float), (int[]){1, 0}, 2));
   } else {
     xf = pad_last(s, xf, kp); /* the padding meets weights of the last block's tail: 0 * w */
-    if (int8_path) xf = mnb_quantize_a(s, xf, a.block, a.k_blocks);
+    if (int8_path) xf = op_util_quantize_blocks(s, xf, a.block);
     if (a.block >= 32)
       y = mnb_quantized_matmul(c, &a, xf, scales, zp);
     else

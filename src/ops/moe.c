@@ -337,28 +337,6 @@ static moe_route route_qmoe(mlxb_scope *s, const moe_attrs *a, mlxb_array *logit
 
 /* ---- expert projections -------------------------------------------------------------------- */
 
-/* MLAS's int8 quantization of activations per block of the K axis: scale = max|x| / 127 and
- * q = round_half_even(x * (127 / max|x|)) (0 for an all-zero block); returns q * scale, whose
- * float products with the weights equal MLAS's scaled integer dot products. */
-static mlxb_array *quantize_activations(mlxb_scope *s, mlxb_array *x, int64_t block) {
-  int64_t dims[OP_UTIL_MAX_RANK + 1];
-  int rank = mlxb_ndim(x);
-  if (rank < 1 || rank >= OP_UTIL_MAX_RANK) return NULL;
-  mlxb_shape(x, dims);
-  int64_t k = dims[rank - 1];
-  dims[rank - 1] = k / block;
-  dims[rank] = block;
-  mlxb_array *xb = mlxb_reshape(s, x, dims, rank + 1);
-  int last = rank;
-  mlxb_array *amax = mlxb_reduce(s, MLXB_RMAX, mlxb_unary(s, MLXB_ABS, xb), &last, 1, true);
-  mlxb_array *c127 = num(s, 127.0), *zero = num(s, 0.0);
-  mlxb_array *scale = mlxb_binary(s, MLXB_DIV, amax, c127);
-  mlxb_array *inv = mlxb_where(s, mlxb_binary(s, MLXB_NOT_EQUAL, amax, zero), mlxb_binary(s, MLXB_DIV, c127, amax), zero);
-  mlxb_array *q = mlxb_unary(s, MLXB_ROUND, op_util_mul(s, xb, inv));
-  dims[rank - 1] = k;
-  return mlxb_reshape(s, op_util_mul(s, q, scale), dims, rank);
-}
-
 /* Input i of the node as float32, restricted to the experts `idx` (all when NULL). */
 static mlxb_array *expert_input(op_ctx *c, int i, mlxb_array *idx, mlxb_dtype t) {
   mlxb_scope *s = op_scope(c);
@@ -422,7 +400,7 @@ static mlxb_array *fc_quantized(op_ctx *c, const moe_attrs *a, const moe_fc *fc,
 /* y [B, M, n] = x [B or 1, M, k] @ W[idx]^T + b[idx], in float32. */
 static mlxb_array *fc_apply(op_ctx *c, const moe_attrs *a, const moe_fc *fc, mlxb_array *x, mlxb_array *idx) {
   mlxb_scope *s = op_scope(c);
-  if (fc->int8_act) x = quantize_activations(s, x, a->block);
+  if (fc->int8_act) x = op_util_quantize_blocks(s, x, a->block);
   mlxb_array *y;
   if (a->quantized) {
     y = fc_quantized(c, a, fc, x, idx);

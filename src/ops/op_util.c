@@ -397,3 +397,24 @@ const ir_node *op_util_sole_reader(const op_ctx *c, const ir_node *n) {
 bool op_util_is_relu(const ir_node *n) {
   return !strcmp(n->op_type, "Relu") && !*n->domain && n->n_inputs == 1 && n->n_outputs == 1;
 }
+
+mlxb_array *op_util_quantize_blocks(mlxb_scope *s, mlxb_array *x, int64_t block) {
+  if (x && mlxb_quantize_blocks_available(s, mlxb_type(x))) return mlxb_quantize_blocks(s, x, block);
+  int rank = x ? mlxb_ndim(x) : 0;
+  int64_t dims[OP_UTIL_MAX_RANK + 1];
+  if (rank < 1 || rank >= OP_UTIL_MAX_RANK || block < 1) return NULL;
+  mlxb_shape(x, dims);
+  int64_t k = dims[rank - 1];
+  dims[rank - 1] = k / block;
+  dims[rank] = block;
+  mlxb_array *xb = mlxb_reshape(s, x, dims, rank + 1);
+  int last = rank;
+  mlxb_array *amax = mlxb_reduce(s, MLXB_RMAX, mlxb_unary(s, MLXB_ABS, xb), &last, 1, true);
+  mlxb_array *c127 = mlxb_scalar_f64(s, 127.0, MLXB_F32), *zero = mlxb_scalar_f64(s, 0.0, MLXB_F32);
+  mlxb_array *scale = mlxb_binary(s, MLXB_DIV, amax, c127);
+  mlxb_array *inv =
+      mlxb_where(s, mlxb_binary(s, MLXB_NOT_EQUAL, amax, zero), mlxb_binary(s, MLXB_DIV, c127, amax), zero);
+  mlxb_array *q = mlxb_unary(s, MLXB_ROUND, mlxb_binary(s, MLXB_MUL, xb, inv));
+  dims[rank - 1] = k;
+  return mlxb_reshape(s, mlxb_binary(s, MLXB_MUL, q, scale), dims, rank);
+}

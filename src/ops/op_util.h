@@ -72,6 +72,13 @@ int op_util_input_double(op_ctx *c, int i, double *v);
  * as ORT and MLX both store them) along its last axis: [..., L] -> [..., L * 8 / bits], still
  * uint8. NULL for a NULL input, or a rank outside [1, OP_UTIL_MAX_RANK]. */
 mlxb_array *op_util_unpack_bits(mlxb_scope *s, mlxb_array *packed, int bits);
+/* MLAS's int8 quantization of float32 activations per block of `block` elements of the last axis (a
+ * multiple of it), what ORT's CPU EP does for accuracy_level 4: scale = max|x| / 127 and
+ * q = round_half_even(x * (127 / max|x|)) (0 for an all-zero block; NaN propagates); returns
+ * q * scale, whose float products with the weights are MLAS's scaled integer dot products. One task
+ * of the bridge's on a CPU scope (mlxb_quantize_blocks), MLX's operations elsewhere. NULL for a
+ * NULL input or a rank outside [1, OP_UTIL_MAX_RANK). */
+mlxb_array *op_util_quantize_blocks(mlxb_scope *s, mlxb_array *x, int64_t block);
 
 /* ---- host tables ------------------------------------------------------------------------- */
 /* A host int64 table as an MLX int32 array of n entries (index tables are small; int32 halves the
