@@ -21,6 +21,11 @@
  * w), float32 scales, float32 biases or uint8 zero points, groups of a multiple of 32. Anything else, and any CPU without
  * AVX2 and FMA, stays on MLX (cpu_qgemv_takes). ORT_EP_MLX_CPU_GEMV=0 turns them off.
  *
+ * MatMulNBits' accuracy_level 4 (ORT quantizes x to int8 per block, MLAS CompInt8): the block
+ * quantization is a task here too (EpCpuQuantizeBlocks, mlxb_quantize_blocks), which a sets task
+ * reading it takes over (pending_quantization); one row is then summed in integers where the CPU
+ * has AVX-512 VNNI (int8_columns), else as the float32 products of the quantized x.
+ *
  * The work is enqueued on MLX's CPU stream like MLX's own CPU ops (its command encoder), holding
  * its input arrays until it has run. */
 #include "mlx/bridge_cpu_task.h"
