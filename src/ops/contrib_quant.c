@@ -288,8 +288,8 @@ static mlxb_array *mnb_gemv(op_ctx *c, const mnb_attrs *a, mlxb_array *x, mlxb_a
  * and for a prompt's many rows one tensor-core GEMM launch (and one reduction) for the group;
  * elsewhere the same quantized matmuls and adds each node would run. Siblings have kept weights
  * (prepare), no bias input or g_idx, and all take the int8 path (A quantized per block first; a
- * CPU scope's only) or none; each node finds the same siblings from the graph, so they agree. A sibling whose Add was folded gets the biased result as its own output,
- * which nothing else reads. */
+ * CPU scope's only) or none; each node finds the same siblings from the graph, so they agree. A
+ * sibling whose Add was folded gets the biased result as its own output, which nothing else reads. */
 static bool mnb_node_int8(const ir_graph *g, const ir_node *n, const mnb_attrs *a) {
   bool has_gidx = n->n_inputs > MNB_GIDX && n->inputs[MNB_GIDX] >= 0;
   int32_t zp_t = n->n_inputs > MNB_ZP && n->inputs[MNB_ZP] >= 0 ? g->values[n->inputs[MNB_ZP]].dtype : ONNX_UNDEFINED;
@@ -654,6 +654,7 @@ static int lower_matmul_nbits(op_ctx *c, const op_def *def) {
   bool cpu_sets = mlxb_scope_device(s) == MLXB_DEVICE_CPU && mlxb_qgemv_available(s, t, (int)a.bits, mnb_group(&a));
   if (int8_path && cpu_sets) { /* A quantized as MLAS does, then the products of any float32 A */
     x = op_util_quantize_blocks(s, pad_last(s, x, kp), a.block);
+    if (!x) return op_check(c) ? -1 : op_fail(c, "A's block quantization failed");
     int8_path = false;
   }
   bool grouped = rows <= MNB_GEMV_MAX_ROWS || cpu_sets || mnb_takes_split(c, &a, x, int8_path);
