@@ -120,7 +120,7 @@ sanitize: $(VENV)/.stamp-$(MLX_BACKEND) $(if $(ORT_INCLUDE_DIR),,$(FETCHED_HEADE
 	  build-asan/test_c_api $(CURDIR)/build-asan/libonnxruntime_ep_mlx.so tests/data/add_relu.onnx
 	LD_PRELOAD="$(ASAN_RT)" ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ORT_EP_MLX_LIBRARY=$(CURDIR)/build-asan/libonnxruntime_ep_mlx.so \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/hostile tests/fuzz tests/test_cpu_qgemv.py tests/test_cpu_gemm.py tests/test_cpu_blas.py tests/test_cpu_unary.py tests/test_cpu_decode.py tests/test_ops_rnn.py tests/test_ops_pool.py tests/test_ops_shape.py -k "not beyond_memory"
+	  $(PY) -m pytest -q -p no:cacheprovider tests/hostile tests/fuzz tests/test_cpu_qgemv.py tests/test_ops_contrib_quant.py tests/test_cpu_gemm.py tests/test_cpu_blas.py tests/test_cpu_unary.py tests/test_cpu_decode.py tests/test_ops_rnn.py tests/test_ops_pool.py tests/test_ops_shape.py -k "not beyond_memory"
 
 # A long differential fuzzing run (docs/RELIABILITY.md): make fuzz FUZZ_COUNT=10000 FUZZ_SEED=0
 FUZZ_COUNT ?= 10000
