@@ -791,6 +791,59 @@ std::vector<mx::array> cpu_qgemv_sets(const mlxb_scope *s, const mx::array &x, c
 #endif
 }
 
+/* GatherBlockQuantized on MLX's CPU stream (cpu_gather_bq): the parameters of EpCpuGatherBQ. */
+struct gather_bq_params {
+  int64_t n, rest, d, rows, pd, nb, zpd, block;
+  int32_t bits, has_zp, half; /* half: float16 scales and output, else float32 */
+};
+
+template <typename S>
+void gather_bq_rows(const gather_bq_params &p, const std::vector<mx::array> &in, S *out) {
+  const uint8_t *data = in[0].data<uint8_t>(), *zps = in[3].data<uint8_t>();
+  const int64_t *idx = in[1].data<int64_t>();
+  const S *scales = in[2].data<S>();
+  const int per = 8 / p.bits;
+  const unsigned mask = (1u << p.bits) - 1u;
+  for (int64_t i = 0; i < p.n; i++) {
+    int64_t row = idx[i];
+    if (row < 0) row += p.rows;
+    S *dst = out + i * p.rest * p.d;
+    if (row < 0 || row >= p.rows) { /* outside the table: a zero row, as ORT gives */
+      std::fill(dst, dst + p.rest * p.d, static_cast<S>(0.0f));
+      continue;
+    }
+    for (int64_t r = 0; r < p.rest; r++) {
+      const int64_t base = row * p.rest + r;
+      for (int64_t e = 0; e < p.d; e++) {
+        const int64_t blk = e / p.block;
+        const float q = static_cast<float>((data[base * p.pd + e / per] >> ((e % per) * p.bits)) & mask);
+        const float z = p.has_zp ? static_cast<float>((zps[base * p.zpd + blk / per] >> ((blk % per) * p.bits)) & mask)
+                                 : static_cast<float>(1 << (p.bits - 1));
+        dst[r * p.d + e] = static_cast<S>((q - z) * static_cast<float>(scales[base * p.nb + blk]));
+      }
+    }
+  }
+}
+
+void gather_bq_task(const gather_bq_params &p, const std::vector<mx::array> &in, std::vector<mx::array> &out) {
+  if (p.half) return gather_bq_rows(p, in, out[0].data<mx::float16_t>());
+  gather_bq_rows(p, in, out[0].data<float>());
+}
+
+mx::array cpu_gather_bq(const mlxb_scope *s, const mx::array &data, const mx::array &indices, const mx::array &scales,
+                        const std::optional<mx::array> &zero_points, int bits, int64_t block, mx::Shape shape,
+                        int64_t rest, int64_t zpd) {
+  gather_bq_params p;
+  std::memset(&p, 0, sizeof p);
+  p.n = static_cast<int64_t>(indices.size()), p.rest = rest, p.rows = data.shape(0), p.pd = data.shape(-1);
+  p.d = p.pd * (8 / bits), p.nb = scales.shape(-1), p.zpd = zpd, p.block = block, p.bits = bits;
+  p.has_zp = zero_points.has_value(), p.half = scales.dtype() == mx::float16;
+  mx::array idx = indices.dtype() == mx::int64 ? indices : mx::astype(indices, mx::int64, scope_dev(s));
+  return make_task(s, "EpCpuGatherBQ", p, gather_bq_task, {data, idx, scales, zero_points ? *zero_points : data},
+                   {std::move(shape)}, {scales.dtype()})
+      .at(0);
+}
+
 } // namespace mlxb_detail
 
 using namespace mlxb_detail;

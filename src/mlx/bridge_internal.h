@@ -289,6 +289,13 @@ inline std::vector<mx::array> to_arrays(const mlxb_array *const *xs, int n) {
 /* a evaluated, as a row-major buffer (copied only when a is a strided view); bridge.cpp. */
 mx::array evaluated_row_major(mlxb_scope *s, const mx::array &a);
 
+/* GatherBlockQuantized as one task on MLX's CPU stream (bridge_cpu_qgemv.cpp), with mlxb_gather_bq's
+ * arguments checked by it: out `shape` in the scales' dtype, rest the data's middle axes' product,
+ * zpd the zero points' bytes a row. */
+mx::array cpu_gather_bq(const mlxb_scope *s, const mx::array &data, const mx::array &indices, const mx::array &scales,
+                        const std::optional<mx::array> &zero_points, int bits, int64_t block, mx::Shape shape,
+                        int64_t rest, int64_t zpd);
+
 /* One of our CUDA kernels (bridge_kernels*.cpp) in MLX's custom-kernel form: the body reads its
  * inputs and writes its outputs by these names, and <input>_shape[] where it needs a shape. */
 struct cuda_kernel_spec {

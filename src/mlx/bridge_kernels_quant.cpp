@@ -964,14 +964,14 @@ int mlxb_qgemm_split_sets(mlxb_scope *s, const mlxb_array *x, int n_sets, const 
 
 bool mlxb_gather_bq_available(const mlxb_scope *s) {
   static const bool on = env_switch_on("ORT_EP_MLX_GATHER_BQ_KERNEL");
-  return on && s && is_cuda_gpu(s);
+  return on && s && (is_cuda_gpu(s) || is_cpu_scope(s));
 }
 
 mlxb_array *mlxb_gather_bq(mlxb_scope *s, const mlxb_array *data, const mlxb_array *indices, const mlxb_array *scales,
                            const mlxb_array *zero_points, int bits, int64_t block) {
   return guard(s, "mlxb_gather_bq", [&] {
     const mx::array &da = arr(data), &ia = arr(indices), &sa = arr(scales);
-    if (!mlxb_gather_bq_available(s)) throw bridge_error("quantized gather: MLX's CUDA backend only");
+    if (!mlxb_gather_bq_available(s)) throw bridge_error("quantized gather: MLX's CUDA backend or a CPU scope only");
     if ((bits != 2 && bits != 4 && bits != 8) || block < 1 || block > (1 << 20))
       throw bridge_error("quantized gather: bits 2, 4 or 8 and a positive block");
     if (da.dtype() != mx::uint8 || da.ndim() < 2 || sa.ndim() != da.ndim() || !mx::issubdtype(ia.dtype(), mx::integer) ||
@@ -991,13 +991,16 @@ mlxb_array *mlxb_gather_bq(mlxb_scope *s, const mlxb_array *data, const mlxb_arr
       zpd = za.shape(-1);
     }
     int64_t n = static_cast<int64_t>(ia.size()), total = n * rest * d;
-    const int64_t limit = std::numeric_limits<int>::max();
-    if (n > limit || rest > limit || d > limit || rows > limit || total > limit - 256)
-      throw bridge_error("quantized gather: too many values for one launch");
     mx::Shape shape = ia.shape();
     for (int k = 1; k < static_cast<int>(da.ndim()); k++) shape.push_back(k + 1 < static_cast<int>(da.ndim()) ? da.shape(k) : static_cast<int>(d));
     auto dev = scope_dev(s);
     if (total == 0) return mx::zeros(shape, sa.dtype(), dev);
+    if (is_cpu_scope(s))
+      return cpu_gather_bq(s, da, ia, sa, zero_points ? std::optional<mx::array>(arr(zero_points)) : std::nullopt, bits,
+                           block, shape, rest, zpd);
+    const int64_t limit = std::numeric_limits<int>::max();
+    if (n > limit || rest > limit || d > limit || rows > limit || total > limit - 256)
+      throw bridge_error("quantized gather: too many values for one launch");
     int threads = 256;
     return run_cuda_kernel(gather_bq_kernel,
         {da, ia, sa, zero_points ? arr(zero_points) : da,
