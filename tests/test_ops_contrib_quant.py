@@ -113,6 +113,10 @@ def test_matmul_nbits_int8_one_row(k, block, zp):
     feeds["A"][0, 0, 5] = np.nan
     for (got,) in run_mlx_each(model, feeds):
         assert np.isnan(got).all()
+    # a block so small that 127 / max|x| overflows (and a zero in it): the float32 products, NaN
+    feeds["A"][0, 0, :block] = np.float32(1e-39) * np.arange(block, dtype=np.float32) / block
+    for (got,) in run_mlx_each(model, feeds):
+        assert np.isnan(got).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

@@ -336,8 +336,9 @@ int8_row quantize_int8_row(const float *x, int k, int block) {
       if (!(v <= std::numeric_limits<float>::max())) r.finite = false; /* NaN or infinity */
       amax = std::max(amax, v);
     }
-    if (!r.finite) return r;
     const float scale = amax / 127.0f, inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    if (!(inv <= std::numeric_limits<float>::max())) r.finite = false; /* amax tiny enough to overflow it */
+    if (!r.finite) return r;
     for (int i = 0; i < block; i++) q[b * block + i] = static_cast<int8_t>(std::nearbyint(x[b * block + i] * inv));
     for (int w = b * block / 8; w < (b + 1) * block / 8; w++) r.lane_scale[w] = scale;
   }
