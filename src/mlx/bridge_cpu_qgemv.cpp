@@ -60,9 +60,15 @@ struct quantize_params {
   int64_t block;
 };
 
-/* One block as MLX's operations give it: amax a NaN-propagating max of |x|, then each value's
- * division, multiplication and rounding in float32, in the same order (nothing to fuse). */
-void quantize_block(const float *x, float *y, int64_t n) {
+/* A block's quantization scale and its inverse as MLX's operations give them: amax a
+ * NaN-propagating max of |x|, scale = amax / 127, inv = 127 / amax (0 for a zero block).
+ * integral: every value finite and inv too, so x * inv rounds to an integer in [-127, 127]. */
+struct block_scale {
+  float scale, inv;
+  bool integral;
+};
+
+block_scale measure_block(const float *x, int64_t n) {
   float amax = 0.0f;
   bool nan = false;
   for (int64_t i = 0; i < n; i++) {
@@ -72,7 +78,15 @@ void quantize_block(const float *x, float *y, int64_t n) {
   }
   if (nan) amax = std::numeric_limits<float>::quiet_NaN();
   const float scale = amax / 127.0f, inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-  for (int64_t i = 0; i < n; i++) y[i] = std::nearbyint(x[i] * inv) * scale;
+  const float most = std::numeric_limits<float>::max();
+  return {scale, inv, amax <= most && inv <= most};
+}
+
+/* One block as MLX's operations give it: each value's division, multiplication and rounding in
+ * float32, in the same order (nothing to fuse). */
+void quantize_block(const float *x, float *y, int64_t n) {
+  const block_scale b = measure_block(x, n);
+  for (int64_t i = 0; i < n; i++) y[i] = std::nearbyint(x[i] * b.inv) * b.scale;
 }
 
 void quantize_rows(const float *x, float *y, int64_t n, int64_t block) {
@@ -330,17 +344,11 @@ int8_row quantize_int8_row(const float *x, int k, int block) {
   r.even.resize(words), r.odd.resize(words), r.word_sums.resize(words), r.lane_scale.resize(words);
   std::vector<int8_t> q(k);
   for (int b = 0; b < k / block; b++) {
-    float amax = 0.0f;
-    for (int i = 0; i < block; i++) {
-      const float v = std::fabs(x[b * block + i]);
-      if (!(v <= std::numeric_limits<float>::max())) r.finite = false; /* NaN or infinity */
-      amax = std::max(amax, v);
-    }
-    const float scale = amax / 127.0f, inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-    if (!(inv <= std::numeric_limits<float>::max())) r.finite = false; /* amax tiny enough to overflow it */
+    const block_scale m = measure_block(x + b * block, block);
+    r.finite = m.integral; /* else NaN, an infinity, or a max so small that 127 / max overflows */
     if (!r.finite) return r;
-    for (int i = 0; i < block; i++) q[b * block + i] = static_cast<int8_t>(std::nearbyint(x[b * block + i] * inv));
-    for (int w = b * block / 8; w < (b + 1) * block / 8; w++) r.lane_scale[w] = scale;
+    for (int i = 0; i < block; i++) q[b * block + i] = static_cast<int8_t>(std::nearbyint(x[b * block + i] * m.inv));
+    for (int w = b * block / 8; w < (b + 1) * block / 8; w++) r.lane_scale[w] = m.scale;
   }
   for (int w = 0; w < words; w++) {
     const int8_t *e = q.data() + 8 * w;
@@ -375,11 +383,10 @@ struct int8_job {
 /* Columns n0 .. n0 + R - 1 together: x's vectors loaded once for the R, R independent chains. */
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void int8_columns_r(const int8_row &r,
-                                                                                         const gemv_args &a, int64_t n0) {
+                                                                                         const gemv_args &a, int64_t n0,
+                                                                                         __m512i lane_index) {
   const int words = a.k / 8, groups = a.k / a.group, words_per_block = a.group / 8, blocks_per_chunk = 16 / words_per_block;
-  alignas(64) int32_t lane_block[16];
-  for (int l = 0; l < 16; l++) lane_block[l] = l / words_per_block;
-  const __m512i lane_index = _mm512_load_si512(lane_block), nibbles = _mm512_set1_epi32(0x0f0f0f0f);
+  const __m512i nibbles = _mm512_set1_epi32(0x0f0f0f0f);
   const __mmask16 chunk_blocks = static_cast<__mmask16>((1u << blocks_per_chunk) - 1);
   __m512 acc[R];
   for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
@@ -405,9 +412,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void int8
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void int8_columns(const int8_row &r, const gemv_args &a,
                                                                                   int64_t lo, int64_t hi) {
+  alignas(64) int32_t lane_block[16]; /* a chunk's lane -> its block within the chunk */
+  for (int l = 0; l < 16; l++) lane_block[l] = l / (a.group / 8);
+  const __m512i lane_index = _mm512_load_si512(lane_block);
   int64_t n = lo;
-  for (; n + 4 <= hi; n += 4) int8_columns_r<4>(r, a, n);
-  for (; n < hi; n++) int8_columns_r<1>(r, a, n);
+  for (; n + 4 <= hi; n += 4) int8_columns_r<4>(r, a, n, lane_index);
+  for (; n < hi; n++) int8_columns_r<1>(r, a, n, lane_index);
 }
 #pragma GCC diagnostic pop
 
