@@ -166,6 +166,8 @@ std::vector<mx::array> run_trace(mlxb_program *p, const std::vector<mx::array> &
     if (!o) throw bridge_error("trace produced no array for an output");
     result.push_back(arr(o));
   }
+  /* a GPU program's runs of our kernels as single operations: MLX's host cost is per operation */
+  if (p->traced && !p->shapeless && p->device == MLXB_DEVICE_GPU) return chain_kernels(result);
   return result;
 }
 

@@ -511,6 +511,11 @@ void cpu_softmax_rows(const float *in, float *out, int64_t rows, int64_t m);
  * the output pointers (null for the outputs `unused` marks), then `scalars`, on grid/block as
  * MLX's custom kernels count them. */
 bool direct_launch_ready();
+/* A traced GPU program's outputs with its runs of our kernels (launched by the primitive above)
+ * grouped into chains, each one MLX operation that launches its kernels in order
+ * (ORT_EP_MLX_KERNEL_CHAINS=0: the outputs as they are; also where nothing is chained or the
+ * direct launch path is closed). Called inside the trace, before MLX records it. */
+std::vector<mx::array> chain_kernels(const std::vector<mx::array> &outputs);
 /* One launch of CUDA function fn (in MLX's context) as a node of `stream`'s command encoder, after
  * the work that writes `inputs` and before whatever reads `outputs` (MLX's dependency tracking;
  * the outputs' buffers already set); args as cuLaunchKernel takes them. Throws where the direct

@@ -21,9 +21,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace mlxb_detail {
 
@@ -43,6 +45,14 @@ using primary_retain_fn = int (*)(void **, int);
 using device_get_fn = int (*)(int *, int);
 using ctx_push_fn = int (*)(void *);
 using ctx_pop_fn = int (*)(void **);
+using completed_fn = void (*)(void *, std::function<void()>);
+using graph_create_fn = int (*)(void **, unsigned);
+using graph_add_kernel_fn = int (*)(void **, void *, void *const *, size_t, const void *);
+using graph_instantiate_fn = int (*)(void **, void *, unsigned long long);
+using graph_destroy_fn = int (*)(void *);
+using graph_set_params_fn = int (*)(void *, void *, const void *);
+using graph_launch_fn = int (*)(void *, void *);
+using stream_ctx_fn = int (*)(void *, void **);
 
 struct launch_api {
   encoder_for_fn encoder_for = nullptr;
@@ -54,6 +64,16 @@ struct launch_api {
   device_get_fn device_get = nullptr;
   ctx_push_fn ctx_push = nullptr;
   ctx_pop_fn ctx_pop = nullptr;
+  completed_fn add_completed = nullptr; /* kernel chains only (their internal buffers' lifetime) */
+  /* a chain launched as one CUDA graph (chain_graph_ready) */
+  graph_create_fn graph_create = nullptr;
+  graph_add_kernel_fn graph_add_kernel = nullptr;
+  graph_instantiate_fn graph_instantiate = nullptr;
+  graph_destroy_fn graph_destroy = nullptr, graph_exec_destroy = nullptr;
+  graph_set_params_fn graph_set_params = nullptr;
+  graph_launch_fn graph_launch = nullptr;
+  stream_ctx_fn stream_ctx = nullptr;
+  bool graphs = false;
   bool ready = false;
 };
 
@@ -77,10 +97,50 @@ const launch_api &api() {
               bind(cuda, "cuDevicePrimaryCtxRetain", x.primary_retain) && bind(cuda, "cuDeviceGet", x.device_get) &&
               bind(cuda, "cuCtxPushCurrent_v2", x.ctx_push) && bind(cuda, "cuCtxPopCurrent_v2", x.ctx_pop);
     x.ready = ok && cuda_buffer_layout_matches();
+    if (x.ready)
+      bind(RTLD_DEFAULT, "_ZN3mlx4core2cu14CommandEncoder21add_completed_handlerESt8functionIFvvEE", x.add_completed);
+    x.graphs = x.ready && x.add_completed && bind(cuda, "cuGraphCreate", x.graph_create) &&
+               bind(cuda, "cuGraphAddKernelNode_v2", x.graph_add_kernel) &&
+               bind(cuda, "cuGraphInstantiateWithFlags", x.graph_instantiate) &&
+               bind(cuda, "cuGraphDestroy", x.graph_destroy) && bind(cuda, "cuGraphExecDestroy", x.graph_exec_destroy) &&
+               bind(cuda, "cuGraphExecKernelNodeSetParams_v2", x.graph_set_params) &&
+               bind(cuda, "cuGraphLaunch", x.graph_launch) && bind(cuda, "cuStreamGetCtx", x.stream_ctx);
     return x;
   }();
   return a;
 }
+
+/* Whether a chain may launch as one CUDA graph on the stream of MLX's command encoder
+ * (ORT_EP_MLX_CHAIN_GRAPHS, on): the driver's graph functions were found, MLX's own CUDA graphs are
+ * off (MLX_USE_CUDA_GRAPHS=0, which the library sets unless the user chose: with them on, MLX's
+ * pending graph would launch after ours), and MLX is the version whose encoder layout
+ * encoder_stream reads. */
+bool chain_graph_ready() {
+  static const bool ready = [] {
+    const char *graphs = std::getenv("MLX_USE_CUDA_GRAPHS");
+    return api().graphs && env_switch_on("ORT_EP_MLX_CHAIN_GRAPHS") && graphs && !std::strcmp(graphs, "0") &&
+           !std::strcmp(mx::version(), "0.32.4");
+  }();
+  return ready;
+}
+
+/* The CUDA stream of MLX 0.32.4's command encoder: its first member is a reference to its device,
+ * its second the stream handle (mlx/backend/cuda/device.h; no virtual functions). */
+void *encoder_stream(void *encoder) {
+  void *stream = nullptr;
+  std::memcpy(&stream, static_cast<char *>(encoder) + sizeof(void *), sizeof stream);
+  return stream;
+}
+
+/* CUDA_KERNEL_NODE_PARAMS_v2 as the driver API lays it out. */
+struct kernel_node_params {
+  void *func;
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  void **params;
+  void **extra;
+  void *kern;
+  void *ctx;
+};
 
 /* Kernel name -> its function, loaded once per process (modules are never unloaded: a graph
  * built earlier may still launch them). */
@@ -144,38 +204,74 @@ class ep_cuda_kernel : public mx::Primitive {
   }
 
   void eval_gpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
-    const launch_api &a = api();
     for (auto &out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
+    std::vector<const mx::array *> ins, outs;
+    for (const auto &in : inputs) ins.push_back(&in);
+    for (const auto &out : outputs) outs.push_back(&out);
+    launch_args args = arguments(ins, outs);
+    encode(api().encoder_for(stream()), ins, outs, args);
+  }
+
+  /* The launch's argument values, checked before anything is launched: the input pointers, the
+   * output pointers (null where this launch has no array), then the int scalars. */
+  struct launch_args {
     std::vector<void *> addresses;
-    addresses.reserve(inputs.size() + outputs.size());
-    for (const auto &in : inputs) {
+    std::vector<void *> pointers; /* what cuLaunchKernel takes: one pointer to each value */
+  };
+
+  launch_args arguments(const std::vector<const mx::array *> &inputs,
+                        const std::vector<const mx::array *> &outputs) const {
+    launch_args l;
+    l.addresses.reserve(inputs.size() + static_cast<size_t>(n_outputs_));
+    for (const mx::array *in : inputs) {
       /* the graph was built with these made row-major (launch_precompiled): a view here is a bug */
-      if (row_contiguous_ && !(in.size() <= 1 || in.flags().row_contiguous))
+      if (row_contiguous_ && !(in->size() <= 1 || in->flags().row_contiguous))
         throw std::runtime_error(name_ + ": an input is not row-major");
-      addresses.push_back(in.size() ? cuda_buffer_address(in) : nullptr);
+      l.addresses.push_back(in->size() ? cuda_buffer_address(*in) : nullptr);
     }
-    /* the kernel's output parameters in order: null where this launch has no array (unused_) */
     size_t next = 0;
     for (int i = 0; i < n_outputs_; i++) {
       if ((unused_ >> i) & 1u) {
-        addresses.push_back(nullptr);
+        l.addresses.push_back(nullptr);
         continue;
       }
       if (next >= outputs.size()) throw std::runtime_error(name_ + ": fewer outputs than parameters");
-      const mx::array &out = outputs[next++];
-      addresses.push_back(out.size() ? cuda_buffer_address(out) : nullptr);
+      const mx::array *out = outputs[next++];
+      l.addresses.push_back(out->size() ? cuda_buffer_address(*out) : nullptr);
     }
-    /* the driver copies the argument values when the node is added: pointers into the members do */
-    std::vector<void *> args;
-    args.reserve(addresses.size() + scalars_.size());
-    for (auto &p : addresses) args.push_back(&p);
-    for (const int &v : scalars_) args.push_back(const_cast<int *>(&v));
-    void *encoder = a.encoder_for(stream());
-    for (const auto &in : inputs) a.set_input(encoder, in);
-    for (const auto &out : outputs) a.set_output(encoder, out);
-    if (!grid_.x || !grid_.y || !grid_.z) return;
-    a.add_kernel(encoder, function_->get(), grid_, block_, dim3_abi{1, 1, 1}, 0, args.data());
+    if (grid_.x && grid_.y && grid_.z) (void)function_->get(); /* a failed compile throws before any launch */
+    return l;
   }
+
+  /* Declares the arrays to MLX's command encoder (its dependency tracking) and adds the kernel;
+   * the driver copies the argument values when the node is added. */
+  void encode(void *encoder, const std::vector<const mx::array *> &inputs,
+              const std::vector<const mx::array *> &outputs, launch_args &l) const {
+    const launch_api &a = api();
+    for (const mx::array *in : inputs) a.set_input(encoder, *in);
+    for (const mx::array *out : outputs) a.set_output(encoder, *out);
+    if (!launches()) return;
+    a.add_kernel(encoder, function_->get(), grid_, block_, dim3_abi{1, 1, 1}, 0, argument_pointers(l));
+  }
+
+  bool launches() const { return grid_.x && grid_.y && grid_.z; }
+
+  /* The launch as a CUDA graph's kernel node; l's pointers are valid until l changes. */
+  kernel_node_params node_params(launch_args &l) const {
+    return {function_->get(), grid_.x, grid_.y, grid_.z, block_.x, block_.y, block_.z, 0, argument_pointers(l),
+            nullptr, nullptr, nullptr};
+  }
+
+ private:
+  void **argument_pointers(launch_args &l) const {
+    l.pointers.clear();
+    l.pointers.reserve(l.addresses.size() + scalars_.size());
+    for (auto &p : l.addresses) l.pointers.push_back(&p);
+    for (const int &v : scalars_) l.pointers.push_back(const_cast<int *>(&v));
+    return l.pointers.data();
+  }
+
+ public:
 
   const char *name() const override { return "EpCudaKernel"; }
 
@@ -188,6 +284,375 @@ class ep_cuda_kernel : public mx::Primitive {
   int n_outputs_;    /* the kernel's output parameters */
   uint32_t unused_;  /* those that get no array: a null pointer */
 };
+
+/* A chain: several of our kernels as one MLX operation (ep_cuda_chain, made after a trace by
+ * chain_kernels). What MLX spends per operation on the host (the compiled program's replay making
+ * each array, the eval's graph walk, per-operation bookkeeping and buffer releases) is paid once a
+ * chain; the kernels launch one after the other on the chain's stream, in the trace's order.
+ * Buffers the chain's kernels pass only among themselves are no outputs of the operation: they are
+ * allocated at its launch and released by MLX's command encoder when the stream has run past it. */
+class ep_cuda_chain : public mx::Primitive {
+ public:
+  struct step {
+    std::shared_ptr<ep_cuda_kernel> kernel;
+    std::vector<int> inputs;  /* >= 0: the chain's input; < 0: ~slot, an earlier step's output */
+    std::vector<int> outputs; /* the slots of the arrays this kernel makes, in its order */
+  };
+  struct slot {
+    mx::Shape shape;
+    mx::Dtype dtype;
+    int output; /* the chain's output index, or -1: internal */
+  };
+
+  ep_cuda_chain(mx::Stream stream, std::vector<step> steps, std::vector<slot> slots, int n_internal)
+      : mx::Primitive(stream), steps_(std::move(steps)), slots_(std::move(slots)), n_internal_(n_internal) {}
+
+  void eval_cpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
+    throw std::runtime_error("a chain of CUDA kernels has no CPU form");
+  }
+
+  void eval_gpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
+    const launch_api &a = api();
+    auto internal = std::make_shared<std::vector<mx::array>>();
+    internal->reserve(static_cast<size_t>(n_internal_)); /* no reallocation: slot_arrays points into it */
+    std::vector<const mx::array *> slot_arrays(slots_.size());
+    for (size_t i = 0; i < slots_.size(); i++) {
+      const slot &sl = slots_[i];
+      if (sl.output >= 0) {
+        mx::array &out = outputs.at(static_cast<size_t>(sl.output));
+        out.set_data(mx::allocator::malloc(out.nbytes()));
+        slot_arrays[i] = &out;
+        continue;
+      }
+      size_t n = sl.dtype.size();
+      for (int d : sl.shape) n *= static_cast<size_t>(d);
+      internal->push_back(mx::array(mx::allocator::malloc(n), sl.shape, sl.dtype));
+      slot_arrays[i] = &internal->back();
+    }
+    /* every step's arguments first: a check that throws does so before any kernel is launched */
+    std::vector<std::vector<const mx::array *>> ins(steps_.size()), outs(steps_.size());
+    std::vector<ep_cuda_kernel::launch_args> args(steps_.size());
+    for (size_t k = 0; k < steps_.size(); k++) {
+      for (int i : steps_[k].inputs)
+        ins[k].push_back(i >= 0 ? &inputs.at(static_cast<size_t>(i)) : slot_arrays.at(static_cast<size_t>(~i)));
+      for (int o : steps_[k].outputs) outs[k].push_back(slot_arrays.at(static_cast<size_t>(o)));
+      args[k] = steps_[k].kernel->arguments(ins[k], outs[k]);
+    }
+    void *encoder = a.encoder_for(stream());
+    if (!internal->empty()) a.add_completed(encoder, [internal] {});
+    if (chain_graph_ready() && launch_graph(encoder_stream(encoder), args)) return;
+    for (size_t k = 0; k < steps_.size(); k++) steps_[k].kernel->encode(encoder, ins[k], outs[k], args[k]);
+  }
+
+  const char *name() const override { return "EpCudaKernelChain"; }
+
+ private:
+  /* The chain as one CUDA graph, instantiated at its first launch; later launches update the
+   * nodes whose pointers changed (the driver copies the values) and launch it again. A driver
+   * refusal leaves the chain on launches one by one from then on. */
+  struct graph_state {
+    std::mutex mu;
+    bool off = false;
+    void *exec = nullptr;
+    std::vector<void *> nodes;                  /* per step; null where a step launches nothing */
+    std::vector<std::vector<void *>> addresses; /* per step, as the exec holds them */
+    graph_state() = default;
+    graph_state(const graph_state &) = delete;
+    graph_state &operator=(const graph_state &) = delete;
+    ~graph_state() {
+      if (exec) api().graph_exec_destroy(exec); /* an exec in flight is freed when it completes */
+    }
+  };
+
+  bool instantiate(void *stream, std::vector<ep_cuda_kernel::launch_args> &args) {
+    const launch_api &a = api();
+    void *ctx = nullptr, *graph = nullptr, *popped = nullptr, *prev = nullptr;
+    if (!stream || a.stream_ctx(stream, &ctx) || !ctx || a.ctx_push(ctx)) return false;
+    bool ok = !a.graph_create(&graph, 0);
+    graph_.nodes.assign(steps_.size(), nullptr);
+    for (size_t k = 0; ok && k < steps_.size(); k++) {
+      if (!steps_[k].kernel->launches()) continue;
+      kernel_node_params p = steps_[k].kernel->node_params(args[k]);
+      ok = !a.graph_add_kernel(&graph_.nodes[k], graph, prev ? &prev : nullptr, prev ? 1 : 0, &p);
+      prev = graph_.nodes[k];
+    }
+    if (ok) ok = !a.graph_instantiate(&graph_.exec, graph, 0);
+    if (graph) a.graph_destroy(graph);
+    a.ctx_pop(&popped);
+    if (!ok) graph_.exec = nullptr;
+    graph_.addresses.clear();
+    for (const auto &l : args) graph_.addresses.push_back(l.addresses);
+    return ok;
+  }
+
+  bool update(std::vector<ep_cuda_kernel::launch_args> &args) {
+    for (size_t k = 0; k < steps_.size(); k++) {
+      if (!graph_.nodes[k] || args[k].addresses == graph_.addresses[k]) continue;
+      kernel_node_params p = steps_[k].kernel->node_params(args[k]);
+      if (api().graph_set_params(graph_.exec, graph_.nodes[k], &p)) return false;
+      graph_.addresses[k] = args[k].addresses;
+    }
+    return true;
+  }
+
+  bool launch_graph(void *stream, std::vector<ep_cuda_kernel::launch_args> &args) {
+    std::lock_guard<std::mutex> lock(graph_.mu);
+    if (graph_.off) return false;
+    bool ok = graph_.exec ? update(args) : instantiate(stream, args);
+    ok = ok && !api().graph_launch(graph_.exec, stream);
+    graph_.off = !ok;
+    return ok;
+  }
+
+  std::vector<step> steps_;
+  std::vector<slot> slots_;
+  int n_internal_;
+  graph_state graph_;
+};
+
+/* ORT_EP_MLX_KERNEL_CHAINS (on): chain_kernels rewrites traced GPU programs. */
+bool chains_enabled() {
+  static const bool on = env_switch_on("ORT_EP_MLX_KERNEL_CHAINS");
+  return on;
+}
+
+/* ORT_EP_MLX_LOG_CHAINS=1: one line per rewritten trace on stderr (kernels, chains, buffers). */
+bool log_chains() {
+  static const bool on = [] {
+    const char *v = std::getenv("ORT_EP_MLX_LOG_CHAINS");
+    return v && !std::strcmp(v, "1");
+  }();
+  return on;
+}
+
+/* A chain's outputs, internal buffers included, stay under this many bytes: its buffers are all
+ * allocated when it launches, where single operations' buffers come and go one by one. */
+constexpr size_t chain_max_bytes = size_t{64} << 20;
+
+/* One operation of the trace: the arrays one primitive makes (or one input/constant array). */
+struct trace_unit {
+  std::vector<mx::array> arrays; /* a primitive's outputs in its order, or the one array */
+  ep_cuda_kernel *kernel = nullptr;
+};
+
+const void *unit_key(const mx::array &a) {
+  return a.has_primitive() ? static_cast<const void *>(a.primitive_ptr().get())
+                           : reinterpret_cast<const void *>(a.id());
+}
+
+/* The trace's operations in an order where each comes after its inputs (an iterative depth-first
+ * walk from the outputs: programs are thousands of operations deep). */
+std::vector<trace_unit> trace_units(const std::vector<mx::array> &outputs,
+                                    std::unordered_map<const void *, size_t> &index) {
+  std::vector<trace_unit> units;
+  std::unordered_set<const void *> entered;
+  std::vector<std::pair<mx::array, size_t>> stack;
+  for (const auto &root : outputs) {
+    if (entered.count(unit_key(root))) continue;
+    entered.insert(unit_key(root));
+    stack.emplace_back(root, 0);
+    while (!stack.empty()) {
+      auto &[a, next] = stack.back();
+      if (next < a.inputs().size()) {
+        const mx::array &in = a.inputs()[next++];
+        if (entered.insert(unit_key(in)).second) stack.emplace_back(in, 0);
+        continue;
+      }
+      trace_unit u;
+      if (a.has_primitive()) {
+        u.arrays = a.outputs();
+        u.kernel = dynamic_cast<ep_cuda_kernel *>(a.primitive_ptr().get());
+      } else {
+        u.arrays.push_back(a);
+      }
+      index.emplace(unit_key(a), units.size());
+      units.push_back(std::move(u));
+      stack.pop_back();
+    }
+  }
+  return units;
+}
+
+size_t array_bytes(const mx::array &a) {
+  size_t n = a.dtype().size();
+  for (int d : a.shape()) n *= static_cast<size_t>(d);
+  return n;
+}
+
+std::vector<mx::array> chained(const std::vector<mx::array> &outputs);
+
+} // namespace
+
+std::vector<mx::array> chain_kernels(const std::vector<mx::array> &outputs) {
+  if (!chains_enabled() || !api().ready || !api().add_completed) return outputs;
+  try {
+    return chained(outputs);
+  } catch (const std::exception &) { /* the trace as it was: one operation per kernel */
+    return outputs;
+  }
+}
+
+namespace {
+
+/* Runs of kernels, in the units' order, each kernel joining the open run when none of its inputs
+ * outside the run depends on the run (else the run would need its own result) and the run's
+ * buffers stay under chain_max_bytes. */
+std::vector<std::vector<size_t>> kernel_runs(const std::vector<trace_unit> &units,
+                                             const std::unordered_map<const void *, size_t> &index) {
+  std::vector<std::vector<size_t>> runs;
+  std::vector<char> in_open(units.size(), 0), tainted(units.size(), 0); /* tainted: depends on the open run */
+  size_t open_bytes = 0;
+  for (size_t u = 0; u < units.size(); u++) {
+    const trace_unit &unit = units[u];
+    bool depends = false, fits = true;
+    for (const auto &in : unit.arrays.front().inputs()) {
+      size_t i = index.at(unit_key(in));
+      if (in_open[i] || tainted[i]) depends = true;
+      if (tainted[i]) fits = false;
+    }
+    if (!unit.kernel) {
+      tainted[u] = depends;
+      continue;
+    }
+    size_t bytes = 0;
+    for (const auto &a : unit.arrays) bytes += array_bytes(a);
+    bool same_stream = !runs.empty() && units[runs.back().front()].kernel->stream() == unit.kernel->stream();
+    if (runs.empty() || !fits || !same_stream || open_bytes + bytes > chain_max_bytes) {
+      runs.emplace_back();
+      std::fill(in_open.begin(), in_open.end(), 0);
+      std::fill(tainted.begin(), tainted.end(), 0);
+      open_bytes = 0;
+    }
+    runs.back().push_back(u);
+    in_open[u] = 1;
+    open_bytes += bytes;
+  }
+  return runs;
+}
+
+/* Who reads each array: the units whose inputs name it; the trace's outputs are read by all. */
+struct readers_map {
+  std::unordered_map<std::uintptr_t, std::vector<size_t>> of;
+  std::unordered_set<std::uintptr_t> outputs;
+
+  bool read_outside(const mx::array &a, const std::unordered_set<size_t> &inside) const {
+    if (outputs.count(a.id())) return true;
+    auto it = of.find(a.id());
+    if (it == of.end()) return false;
+    for (size_t r : it->second)
+      if (!inside.count(r)) return true;
+    return false;
+  }
+};
+
+size_t exported_count(const std::vector<trace_unit> &units, const std::vector<size_t> &members, size_t from,
+                      size_t to, const readers_map &readers) {
+  std::unordered_set<size_t> inside(members.begin() + static_cast<long>(from), members.begin() + static_cast<long>(to));
+  size_t n = 0;
+  for (size_t m = from; m < to; m++)
+    for (const auto &a : units[members[m]].arrays) n += readers.read_outside(a, inside);
+  return n;
+}
+
+/* A chain makes one MLX array per buffer read outside it, each listing the others as siblings, on
+ * every replay: a run with many such buffers (an IOBinding decode step's presents) is cut into
+ * chains of at most chain_max_exported. */
+constexpr size_t chain_max_exported = 8;
+
+std::vector<std::vector<size_t>> split_run(const std::vector<trace_unit> &units, const std::vector<size_t> &run,
+                                           const readers_map &readers) {
+  std::vector<std::vector<size_t>> chains;
+  size_t from = 0;
+  for (size_t to = 1; to <= run.size(); to++) {
+    bool last = to == run.size();
+    if (!last && exported_count(units, run, from, to + 1, readers) <= chain_max_exported) continue;
+    chains.emplace_back(run.begin() + static_cast<long>(from), run.begin() + static_cast<long>(to));
+    from = to;
+  }
+  return chains;
+}
+
+std::vector<mx::array> chained(const std::vector<mx::array> &outputs) {
+  std::unordered_map<const void *, size_t> index;
+  std::vector<trace_unit> units = trace_units(outputs, index);
+  readers_map readers;
+  for (const auto &o : outputs) readers.outputs.insert(o.id());
+  for (size_t u = 0; u < units.size(); u++)
+    for (const auto &in : units[u].arrays.front().inputs()) readers.of[in.id()].push_back(u);
+  std::vector<std::vector<size_t>> chains;
+  for (const auto &run : kernel_runs(units, index))
+    for (auto &c : split_run(units, run, readers))
+      if (c.size() >= 2) chains.push_back(std::move(c));
+  std::unordered_map<std::uintptr_t, mx::array> replaced; /* a kernel's array -> its chain's */
+  std::vector<char> in_chain(units.size(), 0);
+  size_t kernels_chained = 0, internal_total = 0;
+  for (const auto &members : chains) {
+    std::unordered_set<size_t> inside(members.begin(), members.end());
+    std::vector<ep_cuda_chain::step> steps;
+    std::vector<ep_cuda_chain::slot> slots;
+    std::vector<mx::array> chain_inputs, exported;
+    std::unordered_map<std::uintptr_t, int> input_of, slot_of;
+    int n_internal = 0;
+    for (size_t u : members) {
+      const trace_unit &unit = units[u];
+      ep_cuda_chain::step st;
+      st.kernel = std::static_pointer_cast<ep_cuda_kernel>(unit.arrays.front().primitive_ptr());
+      for (const auto &in : unit.arrays.front().inputs()) {
+        if (auto it = slot_of.find(in.id()); it != slot_of.end()) {
+          st.inputs.push_back(~it->second);
+          continue;
+        }
+        auto [it, made] = input_of.emplace(in.id(), static_cast<int>(chain_inputs.size()));
+        if (made) { /* an earlier chain's output: read from that chain */
+          auto r = replaced.find(in.id());
+          chain_inputs.push_back(r != replaced.end() ? r->second : in);
+        }
+        st.inputs.push_back(it->second);
+      }
+      for (const auto &a : unit.arrays) {
+        int out = -1;
+        if (readers.read_outside(a, inside)) {
+          out = static_cast<int>(exported.size());
+          exported.push_back(a);
+        } else {
+          n_internal++;
+        }
+        slot_of.emplace(a.id(), static_cast<int>(slots.size()));
+        st.outputs.push_back(static_cast<int>(slots.size()));
+        slots.push_back({a.shape(), a.dtype(), out});
+      }
+      steps.push_back(std::move(st));
+    }
+    if (exported.empty()) throw std::logic_error("a chain nothing reads"); /* every unit leads to an output */
+    mx::Stream stream = units[members.front()].kernel->stream();
+    std::vector<mx::Shape> shapes;
+    std::vector<mx::Dtype> dtypes;
+    for (const auto &e : exported) shapes.push_back(e.shape()), dtypes.push_back(e.dtype());
+    auto prim = std::make_shared<ep_cuda_chain>(stream, std::move(steps), std::move(slots), n_internal);
+    std::vector<mx::array> made = mx::array::make_arrays(std::move(shapes), dtypes, prim, chain_inputs);
+    for (size_t i = 0; i < exported.size(); i++) replaced.emplace(exported[i].id(), made[i]);
+    for (size_t u : members) in_chain[u] = 1;
+    kernels_chained += members.size(), internal_total += static_cast<size_t>(n_internal);
+  }
+  if (log_chains())
+    fprintf(stderr, "[mlx ep] kernel chains: %zu kernels in %zu chains, %zu internal buffers (%zu operations traced)\n",
+            kernels_chained, chains.size(), internal_total, units.size());
+  if (replaced.empty()) return outputs;
+  /* the operations outside the chains now read the chains' outputs */
+  for (size_t u = 0; u < units.size(); u++) {
+    if (in_chain[u]) continue;
+    for (auto &a : units[u].arrays)
+      for (auto &in : a.inputs())
+        if (auto it = replaced.find(in.id()); it != replaced.end()) in = it->second;
+  }
+  std::vector<mx::array> result;
+  result.reserve(outputs.size());
+  for (const auto &o : outputs) {
+    auto it = replaced.find(o.id());
+    result.push_back(it != replaced.end() ? it->second : o);
+  }
+  return result;
+}
 
 unsigned blocks(int threads, int per_block) {
   return per_block > 0 && threads > 0 ? static_cast<unsigned>((threads + per_block - 1) / per_block) : 0u;
