@@ -812,10 +812,7 @@ static bool binary_sunk(const mlxb_scope *s, mlxb_binary_op op, const mx::array 
  * so each such operation runs as one of MLX's precompiled kernels: a launch more per operation,
  * against seconds once per machine. ORT_EP_MLX_FUSE_INDEX_MATH=1 lets MLX fuse them. */
 static mx::array unfused_index_math(const mlxb_scope *s, const mx::array &y) {
-  static const bool fuse = [] {
-    const char *v = std::getenv("ORT_EP_MLX_FUSE_INDEX_MATH");
-    return v && !std::strcmp(v, "1");
-  }();
+  static const bool fuse = env_opt_in("ORT_EP_MLX_FUSE_INDEX_MATH");
   enum { SMALL = 4096 };
   if (fuse || !is_cuda_gpu(s) || y.size() > SMALL || (y.dtype() != mx::bool_ && !mx::issubdtype(y.dtype(), mx::integer)))
     return y;

@@ -85,10 +85,7 @@ std::uint64_t gpu_fuse_after() {
 /* ORT_EP_MLX_RETRACE_CPU=1 (for tests): CPU programs take a hot program's second trace as well,
  * still without fusion (the CPU never fuses), so that path runs where there is no GPU (CI). */
 bool retrace_on_cpu() {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_RETRACE_CPU");
-    return v && !std::strcmp(v, "1");
-  }();
+  static const bool on = env_opt_in("ORT_EP_MLX_RETRACE_CPU");
   return on;
 }
 

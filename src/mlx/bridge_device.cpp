@@ -187,10 +187,7 @@ void *buffer_address(const device_state &s, mx::allocator::Buffer &b) {
 /* ORT_EP_MLX_LOG_COPIES=1: every copy this file issues on CUDA, one stderr line each (what, bytes):
  * a diagnosis of which copies a Run makes, beside a kernel profile's memcpy rows. */
 void log_copy(const char *what, size_t bytes, size_t count = 1) {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_LOG_COPIES");
-    return v && !std::strcmp(v, "1");
-  }();
+  static const bool on = env_opt_in("ORT_EP_MLX_LOG_COPIES");
   if (on) std::fprintf(stderr, "[mlx ep] copy %s: %zu bytes in %zu\n", what, bytes, count);
 }
 
@@ -378,10 +375,7 @@ void prefetch_copied_inputs(device_state &s, void *const *dst, const void *const
  * each step). The gather's 159 us was gone either way: ORT's buffers for the one-token ids no longer
  * share MLX's read-mostly scalar pages. */
 bool prefetch_constants_wanted() {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_PREFETCH_CONSTANTS");
-    return v && !std::strcmp(v, "1");
-  }();
+  static const bool on = env_opt_in("ORT_EP_MLX_PREFETCH_CONSTANTS");
   return on;
 }
 

@@ -326,6 +326,11 @@ inline bool env_switch_on(const char *name) {
   const char *v = std::getenv(name);
   return !v || (std::strcmp(v, "0") && std::strcmp(v, "off"));
 }
+/* An opt-in environment switch: on only when set to 1 (read by the caller once). */
+inline bool env_opt_in(const char *name) {
+  const char *v = std::getenv(name);
+  return v && !std::strcmp(v, "1");
+}
 
 /* MLX 0.32's cu::CudaBuffer, what an array's buffer pointer points at on MLX's CUDA backend: read
  * (never written) for device addresses, after cuda_buffer_layout_matches() said it is this. */

@@ -744,10 +744,7 @@ std::vector<mx::array> qgemv_launch(mlxb_scope *s, const mlxb_array *x, int n_se
  * the normed launches (about 5 us longer each, 48 a step) normalizes its row again, and the step's
  * chain of dependent launches is that much longer. */
 bool mlxb_qgemv_norm_available(const mlxb_scope *s, mlxb_dtype t, int64_t k) {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_NORM_IN_GEMV");
-    return v && !std::strcmp(v, "1");
-  }();
+  static const bool on = env_opt_in("ORT_EP_MLX_NORM_IN_GEMV");
   bool float_type = t == MLXB_F32 || t == MLXB_F16 || t == MLXB_BF16;
   return on && s && is_cuda_gpu(s) && float_type && k > 0 && k <= MLXB_QGEMV_NORM_MAX_K;
 }
@@ -838,10 +835,7 @@ int qgemm_tile_m(int64_t m, int bits) {
  * two halves. Written in a session without a GPU (checked by tools/cuda_emu, compiled by
  * tools/check_cuda_kernels.py): opt-in until a lease has timed it. */
 bool qgemm_affine() {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_QGEMM_AFFINE");
-    return v && !std::strcmp(v, "1");
-  }();
+  static const bool on = env_opt_in("ORT_EP_MLX_QGEMM_AFFINE");
   return on;
 }
 

@@ -418,10 +418,7 @@ bool chains_enabled() {
 
 /* ORT_EP_MLX_LOG_CHAINS=1: one line per rewritten trace on stderr (kernels, chains, buffers). */
 bool log_chains() {
-  static const bool on = [] {
-    const char *v = std::getenv("ORT_EP_MLX_LOG_CHAINS");
-    return v && !std::strcmp(v, "1");
-  }();
+  static const bool on = env_opt_in("ORT_EP_MLX_LOG_CHAINS");
   return on;
 }
 
