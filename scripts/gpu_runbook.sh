@@ -14,6 +14,10 @@
 #            kernels' ops (norms, MatMulNBits, GroupQueryAttention, device memory) with it on
 #   graphs   bench/decode_probe.py's IOBinding and shared loops with MLX's CUDA graphs on and off
 #            (MLX_USE_CUDA_GRAPHS): whether graph capture helps a step of ~750 small kernels
+#   chains   our kernels' chains (docs/ARCHITECTURE.md, "Chains"): what each decode trace became
+#            (ORT_EP_MLX_LOG_CHAINS), then the decode loops' phases with chains as CUDA graphs, chains
+#            launched kernel by kernel, and no chains (ORT_EP_MLX_KERNEL_CHAINS, ORT_EP_MLX_CHAIN_GRAPHS),
+#            two alternating rounds
 #   hostprof where a shared-buffer step's host time goes: the compiled program's MLX operations by
 #            ONNX op type (tools/op_histogram.py), the EP's phases per decode Run (shared and
 #            IOBinding loops, bench/decode_probe.py --phases) with the run report, and a
@@ -187,6 +191,23 @@ if step graphs; then
       MLX_USE_CUDA_GRAPHS=$g timeout 120 python3 bench/decode_probe.py --mode "$mode" --steps 64 2>&1 | grep "loop 1" >> "$log"
     done
   done
+fi
+if step chains; then
+  for mode in io shared; do
+    ORT_EP_MLX_LOG_CHAINS=1 timeout 100 python3 bench/decode_probe.py --mode "$mode" --steps 16 --loops 2 2>&1 \
+      | grep -E "kernel chains" | sort | uniq -c >> "$log"
+  done
+  for round in 1 2; do
+    for cfg in "1 1" "1 0" "0 0"; do
+      set -- $cfg
+      for mode in io shared; do
+        echo "ORT_EP_MLX_KERNEL_CHAINS=$1 ORT_EP_MLX_CHAIN_GRAPHS=$2 $mode: $(ORT_EP_MLX_KERNEL_CHAINS=$1 \
+          ORT_EP_MLX_CHAIN_GRAPHS=$2 timeout 100 python3 bench/decode_probe.py --mode "$mode" --steps 64 --loops 2 \
+          --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
+      done
+    done
+  done
+  set --
 fi
 if step hostprof; then
   ORT_EP_MLX_OP_HISTOGRAM=1 timeout 120 python3 bench/decode_probe.py --mode shared --steps 4 --loops 1 \
