@@ -15,6 +15,30 @@ except FileNotFoundError:  # not built yet: the tests that need the library say 
     pass
 
 
+_setup_seconds = {}  # nodeid -> its setup's seconds, until its call is reported
+
+
+def log_test_phases(path, report):
+    """ORT_EP_MLX_TESTLOG=PATH: a line per test as its call ends (or its setup, where it never gets
+    a call): the seconds of its setup and call (a module's fixtures are paid in its first test's
+    setup), its outcome and id, then the setup's seconds apart; a teardown of 0.1 s or more, or one
+    that fails, gets a line of its own."""
+    line = None
+    if report.when == "setup":
+        if report.passed:
+            _setup_seconds[report.nodeid] = report.duration
+        else:
+            line = f"{report.duration:.2f} {report.outcome} {report.nodeid} setup={report.duration:.2f}"
+    elif report.when == "call":
+        setup = _setup_seconds.pop(report.nodeid, 0.0)
+        line = f"{setup + report.duration:.2f} {report.outcome} {report.nodeid} setup={setup:.2f}"
+    elif report.duration >= 0.1 or not report.passed:
+        line = f"{report.duration:.2f} teardown-{report.outcome} {report.nodeid}"
+    if line:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
 def pytest_runtest_logreport(report):
     """With ORT_EP_MLX_FAILLOG=PATH, every failing test's report is appended to PATH as it happens
     (in the controlling process under pytest-xdist, which also reports a crashed worker's test), so a
@@ -24,9 +48,8 @@ def pytest_runtest_logreport(report):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     done = os.environ.get("ORT_EP_MLX_TESTLOG")
-    if done and (report.when == "call" or (report.when == "setup" and not report.passed)):
-        with open(done, "a") as f:  # ORT_EP_MLX_TESTLOG=PATH: each test's seconds and outcome as it ends
-            f.write(f"{report.duration:.2f} {report.outcome} {report.nodeid}\n")
+    if done:
+        log_test_phases(done, report)
     path = os.environ.get("ORT_EP_MLX_FAILLOG")
     if not path or not report.failed:
         return
