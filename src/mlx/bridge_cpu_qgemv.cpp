@@ -333,39 +333,43 @@ void qgemv_4bit_sets(const float *x, const gemv_args *sets, int n_sets, int k, i
  * 4 blocks); anything else, and a row with a non-finite block, takes the float32 products. */
 struct int8_row {
   std::vector<int32_t> even, odd;  /* per word: q_x of its elements 0, 2, 4, 6 and 1, 3, 5, 7 as bytes */
-  std::vector<int32_t> word_sums;  /* per word: the sum of its eight q_x */
   std::vector<float> lane_scale;   /* per word: its block's scale_x */
+  std::vector<float> block_sums;   /* per block: scale_x times the sum of its q_x (the zero points' term) */
   bool finite = true;
 };
 
 int8_row quantize_int8_row(const float *x, int k, int block) {
   int8_row r;
   const int words = k / 8;
-  r.even.resize(words), r.odd.resize(words), r.word_sums.resize(words), r.lane_scale.resize(words);
+  r.even.resize(words), r.odd.resize(words), r.lane_scale.resize(words), r.block_sums.resize(k / block);
   std::vector<int8_t> q(k);
   for (int b = 0; b < k / block; b++) {
     const block_scale m = measure_block(x + b * block, block);
     r.finite = m.integral; /* else NaN, an infinity, or a max so small that 127 / max overflows */
     if (!r.finite) return r;
-    for (int i = 0; i < block; i++) q[b * block + i] = static_cast<int8_t>(std::nearbyint(x[b * block + i] * m.inv));
+    int32_t sum = 0;
+    for (int i = 0; i < block; i++) {
+      q[b * block + i] = static_cast<int8_t>(std::nearbyint(x[b * block + i] * m.inv));
+      sum += q[b * block + i];
+    }
     for (int w = b * block / 8; w < (b + 1) * block / 8; w++) r.lane_scale[w] = m.scale;
+    r.block_sums[b] = m.scale * static_cast<float>(sum);
   }
   for (int w = 0; w < words; w++) {
     const int8_t *e = q.data() + 8 * w;
     uint32_t ev = 0, od = 0;
-    int32_t sum = 0;
     for (int j = 0; j < 4; j++) {
       ev |= static_cast<uint32_t>(static_cast<uint8_t>(e[2 * j])) << (8 * j);
       od |= static_cast<uint32_t>(static_cast<uint8_t>(e[2 * j + 1])) << (8 * j);
-      sum += e[2 * j] + e[2 * j + 1];
     }
-    r.even[w] = static_cast<int32_t>(ev), r.odd[w] = static_cast<int32_t>(od), r.word_sums[w] = sum;
+    r.even[w] = static_cast<int32_t>(ev), r.odd[w] = static_cast<int32_t>(od);
   }
   return r;
 }
 
 bool cpu_has_vnni512() {
   static const bool yes = cpu_avx512_available() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vnni") && env_switch_on("ORT_EP_MLX_CPU_VNNI");
   return yes;
 }
@@ -380,11 +384,37 @@ struct int8_job {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized" /* GCC 12's AVX-512 headers, see gemv_columns_512 */
 #pragma GCC diagnostic ignored "-Wuninitialized"
-/* Columns n0 .. n0 + R - 1 together: x's vectors loaded once for the R, R independent chains. */
+/* acc less column n's zero points' term, sum over blocks of scale_w z scale_x sum(q_x), 16 blocks a
+ * vector (the lanes are summed after). */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 less_zero_point_term(const int8_row &r,
+                                                                                         const gemv_args &a, int64_t n,
+                                                                                         int groups, __m512 acc) {
+  const uint8_t *z = a.zero_points + n * a.zp_row_stride;
+  const float *ws = a.scales + n * groups;
+  for (int b = 0; b < groups; b += 16) {
+    const __mmask16 m = groups - b >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (groups - b)) - 1);
+    const __m512 zs = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, z + b))),
+                                    _mm512_maskz_loadu_ps(m, ws + b));
+    acc = _mm512_fnmadd_ps(zs, _mm512_maskz_loadu_ps(m, r.block_sums.data() + b), acc);
+  }
+  return acc;
+}
+
+/* The lane sums of four vectors, in order: halves added, then pairs, as a transposition would. */
+__attribute__((target("avx512f,avx512dq"))) inline __m128 lane_sums4(const __m512 *v) {
+  __m256 h[4];
+  for (int j = 0; j < 4; j++) h[j] = _mm256_add_ps(_mm512_castps512_ps256(v[j]), _mm512_extractf32x8_ps(v[j], 1));
+  const __m256 a = _mm256_hadd_ps(h[0], h[1]), b = _mm256_hadd_ps(h[2], h[3]); /* v0 v0 v1 v1 | ... per 128 */
+  const __m256 c = _mm256_hadd_ps(a, b);                                        /* v0 v1 v2 v3 | v0 v1 v2 v3 */
+  return _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+}
+
+/* Columns n0 .. n0 + R - 1 together: x's vectors loaded once for the R, R independent chains. The
+ * inner loop takes sum scale_w scale_x q_x q_w per word; the zero points' term, a few blocks' worth
+ * of work, comes after it (less_zero_point_term), and four columns' lanes are summed together. */
 template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void int8_columns_r(const int8_row &r,
-                                                                                         const gemv_args &a, int64_t n0,
-                                                                                         __m512i lane_index) {
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))) inline void int8_columns_r(
+    const int8_row &r, const gemv_args &a, int64_t n0, __m512i lane_index) {
   const int words = a.k / 8, groups = a.k / a.group, words_per_block = a.group / 8, blocks_per_chunk = 16 / words_per_block;
   const __m512i nibbles = _mm512_set1_epi32(0x0f0f0f0f);
   const __mmask16 chunk_blocks = static_cast<__mmask16>((1u << blocks_per_chunk) - 1);
@@ -393,24 +423,25 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void int8
   for (int c = 0; c < words; c += 16) {
     const int b0 = c / words_per_block;
     const __m512i even = _mm512_loadu_si512(r.even.data() + c), odd = _mm512_loadu_si512(r.odd.data() + c);
-    const __m512i sums = _mm512_loadu_si512(r.word_sums.data() + c);
     const __m512 x_scale = _mm512_loadu_ps(r.lane_scale.data() + c);
     for (int j = 0; j < R; j++) {
       const int64_t n = n0 + j;
       const __m512i w = _mm512_loadu_si512(a.w + n * words + c);
       __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, nibbles), even);
       dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi32(w, 4), nibbles), odd);
-      const __m512i z = _mm512_permutexvar_epi32(
-          lane_index, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(chunk_blocks, a.zero_points + n * a.zp_row_stride + b0)));
-      dot = _mm512_sub_epi32(dot, _mm512_mullo_epi32(z, sums));
       const __m512 ws = _mm512_permutexvar_ps(lane_index, _mm512_maskz_loadu_ps(chunk_blocks, a.scales + n * groups + b0));
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws, x_scale), acc[j]);
     }
   }
-  for (int j = 0; j < R; j++) a.y[n0 + j] = _mm512_reduce_add_ps(acc[j]);
+  for (int j = 0; j < R; j++) acc[j] = less_zero_point_term(r, a, n0 + j, groups, acc[j]);
+  if constexpr (R == 4) {
+    _mm_storeu_ps(a.y + n0, lane_sums4(acc));
+  } else {
+    for (int j = 0; j < R; j++) a.y[n0 + j] = _mm512_reduce_add_ps(acc[j]);
+  }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void int8_columns(const int8_row &r, const gemv_args &a,
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"))) void int8_columns(const int8_row &r, const gemv_args &a,
                                                                                   int64_t lo, int64_t hi) {
   alignas(64) int32_t lane_block[16]; /* a chunk's lane -> its block within the chunk */
   for (int l = 0; l < 16; l++) lane_block[l] = l / (a.group / 8);
