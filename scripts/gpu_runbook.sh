@@ -45,6 +45,10 @@
 #            now a GPU kernel: none expected) and the decode loops' phases (IOBinding, shared buffer)
 #   prefetch the device-memory prefetch floor (ORT_EP_MLX_PREFETCH_MIN) at 4096 and 65536 bytes,
 #            alternating: the prompt's and a decode step's phases with IOBinding
+#   ncu      Nsight Compute on an IOBinding decode step's kernels, one launch each of the one-launch
+#            decode step (24.7 us a layer on the H100, 2026-12-06, where its arithmetic suggests ~5),
+#            the GEMVs and the norm: duration, throughput against the GPU's peaks, occupancy, warp
+#            stall reasons (ncu.txt in $OUT); chains launched kernel by kernel so each is its own launch
 #   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), the
 #            decoder engines one step after 2048 tokens (bench/gpu_session.sh's longctx), then
 #            decode steps after 128, 1024 and 3072 prompt tokens (IOBinding and a 4096-row shared
@@ -484,6 +488,19 @@ if step prefetch; then
     echo "ORT_EP_MLX_PREFETCH_MIN=$floor decode: $(ORT_EP_MLX_PREFETCH_MIN=$floor timeout 100 python3 \
       bench/decode_probe.py --mode io --steps 64 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
   done
+fi
+if step ncu; then
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$ncu_bin" ]; then
+    ORT_EP_MLX_CHAIN_GRAPHS=0 timeout 400 "$ncu_bin" --clock-control none --target-processes all \
+      --kernel-name regex:'decode_step|qgemv|rms_norm' --launch-skip 400 --launch-count 8 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      python3 bench/decode_probe.py --mode io --steps 24 --loops 1 > "$OUT/ncu.txt" 2>&1
+    grep -E "ort_ep_mlx_|Duration|Achieved Occupancy|Memory Throughput|Compute \(SM\) Throughput|Registers Per" \
+      "$OUT/ncu.txt" | head -60 >> "$log"
+  else
+    echo "no ncu on this machine" >> "$log"
+  fi
 fi
 if step longctx; then
   # a decode step's time against its context (the decode-attention kernel is one block per head and
