@@ -426,6 +426,10 @@ bool log_chains() {
  * allocated when it launches, where single operations' buffers come and go one by one. */
 constexpr size_t chain_max_bytes = size_t{64} << 20;
 
+/* ... and under this many kernels: cutting a run into chains (split_run) costs the square of its
+ * length once per trace. */
+constexpr size_t chain_max_kernels = 512;
+
 /* One operation of the trace: the arrays one primitive makes (or one input/constant array). */
 struct trace_unit {
   std::vector<mx::array> arrays; /* a primitive's outputs in its order, or the one array */
@@ -492,8 +496,8 @@ std::vector<mx::array> chain_kernels(const std::vector<mx::array> &outputs) {
 namespace {
 
 /* Runs of kernels, in the units' order, each kernel joining the open run when none of its inputs
- * outside the run depends on the run (else the run would need its own result) and the run's
- * buffers stay under chain_max_bytes. */
+ * outside the run depends on the run (else the run would need its own result) and the run stays
+ * under chain_max_bytes and chain_max_kernels. */
 std::vector<std::vector<size_t>> kernel_runs(const std::vector<trace_unit> &units,
                                              const std::unordered_map<const void *, size_t> &index) {
   std::vector<std::vector<size_t>> runs;
@@ -514,7 +518,8 @@ std::vector<std::vector<size_t>> kernel_runs(const std::vector<trace_unit> &unit
     size_t bytes = 0;
     for (const auto &a : unit.arrays) bytes += array_bytes(a);
     bool same_stream = !runs.empty() && units[runs.back().front()].kernel->stream() == unit.kernel->stream();
-    if (runs.empty() || !fits || !same_stream || open_bytes + bytes > chain_max_bytes) {
+    if (runs.empty() || !fits || !same_stream || open_bytes + bytes > chain_max_bytes ||
+        runs.back().size() >= chain_max_kernels) {
       runs.emplace_back();
       std::fill(in_open.begin(), in_open.end(), 0);
       std::fill(tainted.begin(), tainted.end(), 0);
