@@ -310,3 +310,33 @@ def test_append_to_session_options():
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     sess = ort.InferenceSession(add_model(), sess_options=so)
     assert sess.get_providers()[0] == mlx_ep.EP_NAME
+
+
+ENV_PROBE = r"""
+import ctypes, sys
+import onnxruntime_ep_mlx as mlx_ep
+mlx_ep.register_execution_provider_library()
+getenv = ctypes.CDLL(None).getenv
+getenv.restype = ctypes.c_char_p
+print(" ".join(f"{n}={(getenv(n.encode()) or b'unset').decode()}" for n in sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_library_sets_mlx_environment_unless_set(preset):
+    """Registering the library sets MLX_ENABLE_TF32, MLX_ENABLE_CACHE_THRASHING_CHECK and
+    MLX_USE_CUDA_GRAPHS to 0 in the process environment (MLX reads them only there), and leaves a
+    value the user set (README, "Options and environment")."""
+    import os
+    import sys
+    from parity import child_pythonpath
+    names = ["MLX_ENABLE_TF32", "MLX_ENABLE_CACHE_THRASHING_CHECK", "MLX_USE_CUDA_GRAPHS"]
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    env["PYTHONPATH"] = child_pythonpath()
+    if preset is not None:
+        env.update({n: preset for n in names})
+    out = subprocess.run([sys.executable, "-c", ENV_PROBE, *names], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    want = preset if preset is not None else "0"
+    assert out.stdout.split() == [f"{n}={want}" for n in names], out.stdout
