@@ -45,10 +45,11 @@
 #            now a GPU kernel: none expected) and the decode loops' phases (IOBinding, shared buffer)
 #   prefetch the device-memory prefetch floor (ORT_EP_MLX_PREFETCH_MIN) at 4096 and 65536 bytes,
 #            alternating: the prompt's and a decode step's phases with IOBinding
-#   ncu      Nsight Compute on an IOBinding decode step's kernels, one launch each of the one-launch
-#            decode step (24.7 us a layer on the H100, 2026-12-06, where its arithmetic suggests ~5),
-#            the GEMVs and the norm: duration, throughput against the GPU's peaks, occupancy, warp
-#            stall reasons (ncu.txt in $OUT); chains launched kernel by kernel so each is its own launch
+#   ncu      Nsight Compute on the decode step's kernels (IOBinding and shared-buffer loops): ten
+#            launches of the one-launch decode step, the GEMVs, the norms and the copy-out, each
+#            with its duration, active cycles and where its loads were served from (device memory or
+#            system memory), by application replay (ncu_io.txt, ncu_shared.txt in $OUT); chains
+#            launched kernel by kernel so each is its own launch
 #   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), the
 #            decoder engines one step after 2048 tokens (bench/gpu_session.sh's longctx), then
 #            decode steps after 128, 1024 and 3072 prompt tokens (IOBinding and a 4096-row shared
@@ -492,12 +493,20 @@ fi
 if step ncu; then
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -n "$ncu_bin" ]; then
-    ORT_EP_MLX_CHAIN_GRAPHS=0 timeout 400 "$ncu_bin" --clock-control none --target-processes all \
-      --kernel-name regex:'decode_step|qgemv|rms_norm' --launch-skip 400 --launch-count 8 \
-      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      python3 bench/decode_probe.py --mode io --steps 24 --loops 1 > "$OUT/ncu.txt" 2>&1
-    grep -E "ort_ep_mlx_|Duration|Achieved Occupancy|Memory Throughput|Compute \(SM\) Throughput|Registers Per" \
-      "$OUT/ncu.txt" | head -60 >> "$log"
+    # application replay, caches and clocks as they are: kernel replay saves and restores unified
+    # memory around each pass, which moves its pages (2026-12-06: 30 us for a 17 us kernel); the
+    # memory apertures say where each kernel's loads were served from (sysmem: over PCIe)
+    metrics=gpu__time_duration.sum,sm__cycles_active.avg,dram__bytes_read.sum,lts__t_sectors_srcunit_tex.sum
+    metrics=$metrics,lts__t_sectors_srcunit_tex_aperture_sysmem.sum,lts__t_sectors_srcunit_tex_aperture_device.sum
+    for mode in io shared; do
+      ORT_EP_MLX_CHAIN_GRAPHS=0 timeout 200 "$ncu_bin" --replay-mode application --cache-control none \
+        --clock-control none --target-processes all --kernel-name regex:'decode_step|qgemv|rms_norm|copy_batch' \
+        --launch-skip 600 --launch-count 10 --metrics "$metrics" \
+        python3 bench/decode_probe.py --mode $mode --steps 24 --loops 1 > "$OUT/ncu_$mode.txt" 2>&1
+      echo "ncu $mode:" >> "$log"
+      grep -E "ort_ep_mlx_[a-z_]+_[0-9a-f]+_sm|aperture|duration|dram__bytes|cycles_active" "$OUT/ncu_$mode.txt" |
+        grep -v PROF | head -70 >> "$log"
+    done
   else
     echo "no ncu on this machine" >> "$log"
   fi

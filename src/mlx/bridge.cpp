@@ -421,6 +421,7 @@ void mlxb_exclusive_begin(mlxb_device dev) {
   if (dev != MLXB_DEVICE_GPU) return;
   gpu_mutex.lock();
   try {
+    drain_scalar_pool();
     use_shared_gpu_stream();
   } catch (...) { /* the thread keeps MLX's own stream */
   }

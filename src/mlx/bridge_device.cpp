@@ -394,6 +394,27 @@ void mlxb_prefer_device_constants(mlxb_scope *s) {
   }
 }
 
+/* ORT_EP_MLX_DRAIN_SCALAR_POOL=1 (an experiment, off): MLX 0.32.4's CUDA allocator serves every
+ * buffer of at most 8 bytes (a kernel's scale and epsilon, a step's sequence lengths, positions and
+ * cast results) from one 64 KiB pool of unified memory advised read-mostly, so the host's writes of
+ * one scalar (a Run's inputs, a new constant) and the GPU's writes of another (a step's lengths)
+ * move or invalidate the pages every kernel reading any of them depends on (H100, 2026-12-06: the
+ * decode step kernel's blocks read three sectors each from system memory, 15-26 us a launch). The
+ * pool is a fixed list of 8192 blocks; taken once and held for the process, MLX then gives small
+ * buffers unified memory of their own (its buffer cache recycles them). */
+void mlxb_detail::drain_scalar_pool() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!env_opt_in("ORT_EP_MLX_DRAIN_SCALAR_POOL") || std::strcmp(mx::version(), "0.32.4") ||
+        mx::metal::is_available() || !mx::is_available(mx::Device::gpu))
+      return;
+    enum { POOL_BLOCKS = 65536 / 8 }; /* MLX 0.32.4: small_pool_size / small_block_size */
+    static auto *held = new std::vector<mx::allocator::Buffer>(); /* never freed */
+    held->reserve(POOL_BLOCKS);
+    for (int i = 0; i < POOL_BLOCKS; i++) held->push_back(mx::allocator::allocator().malloc(8));
+  });
+}
+
 bool mlxb_detail::cuda_buffer_layout_matches() {
   mx::allocator::Buffer b = mx::allocator::allocator().malloc(64);
   if (!b.ptr()) return false;

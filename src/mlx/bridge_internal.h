@@ -343,6 +343,10 @@ struct cuda_buffer_record {
 /* Whether MLX's buffer records have that layout, on a buffer of our own (bridge_device.cpp). */
 bool cuda_buffer_layout_matches();
 
+/* Takes every block of MLX's CUDA scalar pool once per process (bridge_device.cpp), so that buffers
+ * of at most 8 bytes come from MLX's ordinary unified memory. */
+void drain_scalar_pool();
+
 /* The device address of a's first element, from its buffer record. */
 inline char *cuda_buffer_address(const mx::array &a) {
   const auto *rec = static_cast<const cuda_buffer_record *>(a.buffer().ptr());

@@ -179,8 +179,10 @@ std::string nvrtc_compile(const nvrtc_api *api, const std::string &name, const s
   if (api->create(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr) || !prog)
     throw bridge_error("nvrtcCreateProgram failed");
   std::string arch_opt = "--gpu-architecture=" + arch, include_opt = "--include-path=" + include_dir;
-  const char *opts[] = {arch_opt.c_str(), include_opt.c_str(), "--std=c++17"};
-  int rc = api->compile(prog, 3, opts);
+  /* ORT_EP_MLX_PTXAS_REPORT=1: ptxas's registers, spills and shared memory per kernel, on stderr */
+  static const bool report = env_opt_in("ORT_EP_MLX_PTXAS_REPORT");
+  const char *opts[] = {arch_opt.c_str(), include_opt.c_str(), "--std=c++17", "--ptxas-options=-v"};
+  int rc = api->compile(prog, report ? 4 : 3, opts);
   std::string cubin;
   size_t size = 0;
   if (rc == 0 && api->cubin_size(prog, &size) == 0 && size > 0) {
@@ -188,11 +190,12 @@ std::string nvrtc_compile(const nvrtc_api *api, const std::string &name, const s
     if (api->cubin(prog, cubin.data())) cubin.clear();
   }
   std::string log;
-  if (cubin.empty() && api->log_size(prog, &size) == 0 && size > 1) {
+  if ((cubin.empty() || report) && api->log_size(prog, &size) == 0 && size > 1) {
     log.resize(size);
     api->log(prog, log.data());
   }
   api->destroy(&prog);
+  if (report && !cubin.empty()) std::fprintf(stderr, "[mlx ep] ptxas %s:\n%s\n", name.c_str(), log.c_str());
   if (cubin.empty()) throw bridge_error("NVRTC could not compile " + name + ": " + log);
   return cubin;
 }
