@@ -66,10 +66,11 @@ const char *decode_attention_source = R"(
     if (d < HEAD) sacc[warp][d] = acc[i];
   }
   __syncthreads();
+  __shared__ float sw[WARPS];
   float big;
-  const float total = merged_sum(sm, sl, WARPS, &big);
+  const float total = merged_weights(sm, sl, WARPS, sw, &big);
   for (int d = threadIdx.x; d < HEAD; d += blockDim.x) {
-    const float o = merged_output(sm, &sacc[0][d], WARPS, HEAD, big);
+    const float o = weighted_output(sm, sw, &sacc[0][d], WARPS, HEAD);
     if (PARTS == 1) out[(size_t)bh * HEAD + d] = static_cast<T>(total > 0.0f ? o / total : 0.0f);
     else part_acc[(size_t)blockIdx.x * HEAD + d] = o;
   }
@@ -224,10 +225,11 @@ const char *decode_step_source = R"(
     if (d < HEAD) sacc[warp][d] = acc[i];
   }
   __syncthreads();
+  __shared__ float sw[WARPS];
   float big;
-  const float total = merged_sum(sm, sl, WARPS, &big);
+  const float total = merged_weights(sm, sl, WARPS, sw, &big);
   for (int d = threadIdx.x; d < HEAD; d += blockDim.x)
-    out[(size_t)bh * HEAD + d] = static_cast<T>(total > 0.0f ? merged_output(sm, &sacc[0][d], WARPS, HEAD, big) / total : 0.0f);
+    out[(size_t)bh * HEAD + d] = static_cast<T>(total > 0.0f ? weighted_output(sm, sw, &sacc[0][d], WARPS, HEAD) / total : 0.0f);
 )";
 
 /* The partitions of one head's context (decode attention with PARTS > 1: each block's running
@@ -262,6 +264,28 @@ __device__ inline float merged_output(const float* m, const float* acc, int n, i
   const float neg_inf = -__int_as_float(0x7f800000);
   float o = 0.0f;
   for (int i = 0; i < n; i++) o += m[i] == neg_inf ? 0.0f : acc[(size_t)i * stride] * expf(m[i] - big);
+  return o;
+}
+/* The same merge by a whole block, for n states in shared memory (n <= blockDim.x): each state's
+ * weight exp(m - big) (0 for a state that saw no key) computed once, by thread i for state i, into
+ * w; then the rescaled sum, and per channel the weighted outputs. The values and the order of each
+ * sum are merged_sum's and merged_output's; the n exponentials run side by side instead of 2 n in a
+ * row (a one-token block merges 16 warps). Every thread of the block calls it (a barrier inside). */
+__device__ inline float merged_weights(const float* m, const float* l, int n, float* w, float* big) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float b = neg_inf;
+  for (int i = 0; i < n; i++) b = fmaxf(b, m[i]);
+  if ((int)threadIdx.x < n) w[threadIdx.x] = m[threadIdx.x] == neg_inf ? 0.0f : expf(m[threadIdx.x] - b);
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; i < n; i++) total += m[i] == neg_inf ? 0.0f : l[i] * w[i];
+  *big = b;
+  return total;
+}
+__device__ inline float weighted_output(const float* m, const float* w, const float* acc, int n, int stride) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float o = 0.0f;
+  for (int i = 0; i < n; i++) o += m[i] == neg_inf ? 0.0f : acc[(size_t)i * stride] * w[i];
   return o;
 }
 __device__ inline int clamp_position(long long p, int rows) {

@@ -53,11 +53,6 @@ using graph_destroy_fn = int (*)(void *);
 using graph_set_params_fn = int (*)(void *, void *, const void *);
 using graph_launch_fn = int (*)(void *, void *);
 using stream_ctx_fn = int (*)(void *, void **);
-struct mem_location_abi {
-  int type, id; /* CUmemLocation: CU_MEM_LOCATION_TYPE_DEVICE = 1 */
-};
-using mem_advise_fn = int (*)(unsigned long long, size_t, int, mem_location_abi);
-using mem_prefetch_fn = int (*)(unsigned long long, size_t, mem_location_abi, unsigned, void *);
 
 struct launch_api {
   encoder_for_fn encoder_for = nullptr;
@@ -78,8 +73,6 @@ struct launch_api {
   graph_set_params_fn graph_set_params = nullptr;
   graph_launch_fn graph_launch = nullptr;
   stream_ctx_fn stream_ctx = nullptr;
-  mem_advise_fn mem_advise = nullptr;     /* outputs_on_device only */
-  mem_prefetch_fn mem_prefetch = nullptr;
   bool graphs = false;
   bool ready = false;
 };
@@ -112,10 +105,6 @@ const launch_api &api() {
                bind(cuda, "cuGraphDestroy", x.graph_destroy) && bind(cuda, "cuGraphExecDestroy", x.graph_exec_destroy) &&
                bind(cuda, "cuGraphExecKernelNodeSetParams_v2", x.graph_set_params) &&
                bind(cuda, "cuGraphLaunch", x.graph_launch) && bind(cuda, "cuStreamGetCtx", x.stream_ctx);
-    if (x.ready) {
-      bind(cuda, "cuMemAdvise_v2", x.mem_advise);
-      bind(cuda, "cuMemPrefetchAsync_v2", x.mem_prefetch);
-    }
     return x;
   }();
   return a;
@@ -141,33 +130,6 @@ void *encoder_stream(void *encoder) {
   void *stream = nullptr;
   std::memcpy(&stream, static_cast<char *>(encoder) + sizeof(void *), sizeof stream);
   return stream;
-}
-
-/* ORT_EP_MLX_PREFETCH_OUTPUTS=1 (an experiment, off): MLX's allocator hands our kernels unified
- * (managed) memory where its own kernels get device memory, so an output buffer new to the process
- * starts with page faults at its first kernel. Each unified buffer our kernels write is advised to
- * live on the GPU and prefetched there on the encoder's stream, once per buffer address. */
-bool prefetch_outputs_wanted() {
-  static const bool on = env_opt_in("ORT_EP_MLX_PREFETCH_OUTPUTS") && api().mem_advise && api().mem_prefetch &&
-                         !std::strcmp(mx::version(), "0.32.4");
-  return on;
-}
-
-void place_on_device(void *encoder, const mx::array &out) {
-  static std::mutex mu;
-  static auto *seen = new std::unordered_set<const void *>(); /* never destroyed: launches may run at exit */
-  const auto *rec = static_cast<const cuda_buffer_record *>(out.buffer().ptr());
-  if (!rec || !rec->data || rec->device != -1 || rec->size <= 8) return; /* device memory, or MLX's scalar pool */
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!seen->insert(rec->data).second) return;
-  }
-  const launch_api &a = api();
-  const mem_location_abi gpu{1, 0};
-  const auto p = reinterpret_cast<unsigned long long>(rec->data);
-  a.mem_advise(p, rec->size, 3 /* SET_PREFERRED_LOCATION */, gpu);
-  a.mem_advise(p, rec->size, 5 /* SET_ACCESSED_BY */, gpu);
-  a.mem_prefetch(p, rec->size, gpu, 0, encoder_stream(encoder));
 }
 
 /* CUDA_KERNEL_NODE_PARAMS_v2 as the driver API lays it out. */
@@ -247,10 +209,7 @@ class ep_cuda_kernel : public mx::Primitive {
     for (const auto &in : inputs) ins.push_back(&in);
     for (const auto &out : outputs) outs.push_back(&out);
     launch_args args = arguments(ins, outs);
-    void *encoder = api().encoder_for(stream());
-    if (prefetch_outputs_wanted())
-      for (const auto &out : outputs) place_on_device(encoder, out);
-    encode(encoder, ins, outs, args);
+    encode(api().encoder_for(stream()), ins, outs, args);
   }
 
   /* The launch's argument values, checked before anything is launched: the input pointers, the
@@ -380,10 +339,6 @@ class ep_cuda_chain : public mx::Primitive {
       args[k] = steps_[k].kernel->arguments(ins[k], outs[k]);
     }
     void *encoder = a.encoder_for(stream());
-    if (prefetch_outputs_wanted()) {
-      for (const auto &out : outputs) place_on_device(encoder, out);
-      for (const auto &buf : *internal) place_on_device(encoder, buf);
-    }
     if (!internal->empty()) a.add_completed(encoder, [internal] {});
     if (chain_graph_ready() && launch_graph(encoder_stream(encoder), args)) return;
     for (size_t k = 0; k < steps_.size(); k++) steps_[k].kernel->encode(encoder, ins[k], outs[k], args[k]);
