@@ -50,6 +50,9 @@
 #            with its duration, active cycles and where its loads were served from (device memory or
 #            system memory), by application replay (ncu_io.txt, ncu_shared.txt in $OUT); chains
 #            launched kernel by kernel so each is its own launch
+#   attn     the decode step kernel in both decode flows (IOBinding, shared buffer): every kernel's
+#            launches with their spread (bench/kernel_spread.py), then the decode step in Nsight
+#            Compute by application replay (instructions, loads, stall reasons; ncu_attn_*.txt)
 #   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), the
 #            decoder engines one step after 2048 tokens (bench/gpu_session.sh's longctx), then
 #            decode steps after 128, 1024 and 3072 prompt tokens (IOBinding and a 4096-row shared
@@ -510,6 +513,34 @@ if step ncu; then
   else
     echo "no ncu on this machine" >> "$log"
   fi
+fi
+if step attn; then
+  # why the decode step kernel of the shared-buffer loop (onnxruntime-genai's) took 22.6 us a launch
+  # where the IOBinding loop's took 14.6 (H100, 2026-12-06, fourteenth session, every read in device
+  # memory): each loop's kernels with their spread, then the decode step alone in Nsight Compute by
+  # application replay: instructions, loads, active cycles and the warps' stall reasons, each flow
+  for mode in io shared; do
+    echo "spread $mode:" >> "$log"
+    timeout 120 python3 bench/kernel_spread.py --mode $mode --steps 48 --rows 16 2>&1 |
+      grep -A17 '^kernels of' >> "$log"
+  done
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  metrics=gpu__time_duration.sum,sm__cycles_active.avg,smsp__inst_executed.sum,smsp__warps_launched.sum
+  metrics=$metrics,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum
+  metrics=$metrics,lts__t_sectors_srcunit_tex_aperture_sysmem.sum,dram__bytes_read.sum,launch__registers_per_thread
+  metrics=$metrics,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
+  metrics=$metrics,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
+  metrics=$metrics,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio
+  for mode in io shared; do
+    [ -n "$ncu_bin" ] || break
+    ORT_EP_MLX_CHAIN_GRAPHS=0 timeout 200 "$ncu_bin" --replay-mode application --cache-control none \
+      --clock-control none --target-processes all --kernel-name regex:'decode_step' --launch-skip 300 \
+      --launch-count 3 --metrics "$metrics" \
+      python3 bench/decode_probe.py --mode $mode --steps 24 --loops 1 > "$OUT/ncu_attn_$mode.txt" 2>&1
+    echo "ncu decode step, $mode:" >> "$log"
+    grep -E "ort_ep_mlx_decode_step|\.sum|\.avg|\.ratio|registers" "$OUT/ncu_attn_$mode.txt" | grep -v PROF |
+      head -48 >> "$log"
+  done
 fi
 if step longctx; then
   # a decode step's time against its context (the decode-attention kernel is one block per head and
