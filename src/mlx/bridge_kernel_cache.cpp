@@ -245,7 +245,7 @@ bool reads_shape(const cuda_kernel_spec &k, const std::string &input) {
  * precompiled kernel's arguments), gathered back into <input>_shape[] for the body. */
 std::string full_source(const cuda_kernel_spec &k, const std::string &name, const std::vector<mx::array> &inputs,
                         const std::vector<mx::Dtype> &out_dtypes, const cuda_template_args &targs,
-                        std::vector<mx::fast::ScalarArg> &scalars) {
+                        std::vector<mx::fast::ScalarArg> &scalars, int max_threads = 0) {
   std::string params, shapes;
   for (size_t i = 0; i < inputs.size(); i++)
     params += std::string(i ? ", " : "") + "const " + cuda_type(inputs[i].dtype()) + "* " + k.inputs[i];
@@ -262,7 +262,10 @@ std::string full_source(const cuda_kernel_spec &k, const std::string &name, cons
     }
     shapes += "};\n";
   }
-  std::string src = std::string(prelude) + k.header + "\nextern \"C\" __global__ void " + name + "(" + params + ") {\n";
+  /* a block of more than 256 threads is declared (its registers then fit: NVRTC otherwise may take
+   * up to 255 a thread, and the launch fails where registers times threads pass 65536) */
+  std::string bounds = max_threads > 256 ? "__launch_bounds__(" + std::to_string(max_threads) + ") " : "";
+  std::string src = std::string(prelude) + k.header + "\nextern \"C\" __global__ void " + bounds + name + "(" + params + ") {\n";
   src += shapes;
   for (const auto &[arg, value] : targs) {
     if (auto *i = std::get_if<int>(&value)) src += "  constexpr int " + arg + " = " + std::to_string(*i) + ";\n";
@@ -453,7 +456,8 @@ std::vector<mx::array> run_cuda_kernel(const cuda_kernel_spec &k, const std::vec
       if (!arch.empty()) {
         /* the name carries a hash of the source, written with a placeholder where the name goes */
         static const std::string placeholder = "ORT_EP_MLX_KERNEL_NAME";
-        std::string source = full_source(k, placeholder, inputs, out_dtypes, targs, scalars);
+        const int threads = std::get<0>(block) * std::get<1>(block) * std::get<2>(block);
+        std::string source = full_source(k, placeholder, inputs, out_dtypes, targs, scalars, threads);
         name = std::string(k.name) + "_" + hex(fnv1a(source), 16) + "_" + arch;
         source.replace(source.find(placeholder), placeholder.size(), name);
         if (direct && async_compile_enabled()) {
@@ -513,8 +517,11 @@ int check_cuda_kernel_source(const cuda_kernel_spec &k, const std::vector<mx::ar
   }
   std::vector<mx::fast::ScalarArg> scalars;
   std::string name = std::string(k.name) + "_check";
+  int threads = 0; /* a kernel with WARPS launches blocks of that many warps: compiled with their bounds */
+  for (const auto &[arg, value] : targs)
+    if (arg == "WARPS" && std::holds_alternative<int>(value)) threads = 32 * std::get<int>(value);
   try {
-    nvrtc_compile(api, name, full_source(k, name, inputs, out_dtypes, targs, scalars), "sm_90", include_dir);
+    nvrtc_compile(api, name, full_source(k, name, inputs, out_dtypes, targs, scalars, threads), "sm_90", include_dir);
   } catch (const std::exception &e) {
     error = e.what();
     return -1;

@@ -56,7 +56,7 @@ const char *decode_attention_source = R"(
     qv[i] = d < HEAD ? static_cast<float>(static_cast<T>(rotated<T, ROT, INTER>(qp, d, cos, sin, pos))) : 0.0f;
   }
   float m, l;
-  attend_keys<HEAD, WARPS>(qv, lo, hi, warp, lane, scale, cap,
+  attend_keys<HEAD, WARPS, EARLY>(qv, lo, hi, warp, lane, scale, cap,
                            [&](int t, int, int d) { return static_cast<float>(kp[(size_t)t * HEAD + d]); },
                            [&](int t, int, int d) { return static_cast<float>(vp[(size_t)t * HEAD + d]); }, m, l, acc);
   __shared__ float sm[WARPS], sl[WARPS], sacc[WARPS][HEAD];
@@ -217,7 +217,7 @@ const char *decode_step_source = R"(
     return t < at ? (t < P ? static_cast<float>(pv[(size_t)t * HEAD + d]) : 0.0f) : (t == at ? vr[i] : 0.0f);
   };
   float m, l;
-  attend_keys<HEAD, WARPS>(qv, start, len, warp, lane, scale, cap, key, value, m, l, acc);
+  attend_keys<HEAD, WARPS, EARLY>(qv, start, len, warp, lane, scale, cap, key, value, m, l, acc);
   __shared__ float sm[WARPS], sl[WARPS], sacc[WARPS][HEAD];
   if (lane == 0) { sm[warp] = m; sl[warp] = l; }
   for (int i = 0; i < EPL; i++) {
@@ -358,10 +358,22 @@ __device__ inline void kv_write_element(long long idx, int HKV, int L, const A* 
  * per four keys. key(t, i, d) and value(t, i, d) give channel d = lane + 32 i of row t. The same
  * arithmetic as one key at a time (a NaN score poisons the state; scores all -inf give NaN), keys
  * past hi adding nothing. */
-template <int HEAD, typename K, typename V>
+template <int HEAD, bool EARLY = false, typename K, typename V>
 __device__ inline void attend_four(const float* qv, int t0, int hi, int lane, float scale, float cap, K key, V value,
                                    float& m, float& l, float* acc) {
   constexpr int EPL = (HEAD + 31) / 32;
+  /* EARLY: the four value rows loaded with the key rows, before the scores they do not depend on,
+   * so a group of keys waits on memory once rather than twice (the same arithmetic) */
+  float vf[EARLY ? 4 : 1][EARLY ? EPL : 1];
+  if (EARLY) {
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int i = 0; i < EPL; i++) {
+        const int d = lane + 32 * i;
+        vf[EARLY ? j : 0][EARLY ? i : 0] = t0 + j < hi && d < HEAD ? value(t0 + j, i, d) : 0.0f;
+      }
+  }
   float s[4];
 #pragma unroll
   for (int j = 0; j < 4; j++) {
@@ -401,14 +413,14 @@ __device__ inline void attend_four(const float* qv, int t0, int hi, int lane, fl
     float a = acc[i] * corr;
 #pragma unroll
     for (int j = 0; j < 4; j++)
-      if (t0 + j < hi) a += p[j] * value(t0 + j, i, d);
+      if (t0 + j < hi) a += p[j] * (EARLY ? vf[EARLY ? j : 0][EARLY ? i : 0] : value(t0 + j, i, d));
     acc[i] = a;
   }
   m = mn;
 }
 /* A warp's share of one query row's keys [lo, hi) in a float32 online softmax (attend_four: m, l and
  * acc[] as there): four consecutive keys from lo + 4 warp, then every 4 WARPS-th on. */
-template <int HEAD, int WARPS, typename K, typename V>
+template <int HEAD, int WARPS, bool EARLY = false, typename K, typename V>
 __device__ inline void attend_keys(const float* qv, int lo, int hi, int warp, int lane, float scale, float cap, K key,
                                    V value, float& m, float& l, float* acc) {
   constexpr int EPL = (HEAD + 31) / 32;
@@ -416,7 +428,7 @@ __device__ inline void attend_keys(const float* qv, int lo, int hi, int warp, in
 #pragma unroll
   for (int i = 0; i < EPL; i++) acc[i] = 0.0f;
   for (int t0 = lo + 4 * warp; t0 < hi; t0 += 4 * WARPS)
-    attend_four<HEAD>(qv, t0, hi, lane, scale, cap, key, value, m, l, acc);
+    attend_four<HEAD, EARLY>(qv, t0, hi, lane, scale, cap, key, value, m, l, acc);
 }
 )";
 
@@ -567,6 +579,16 @@ static int decode_warps() {
   return warps;
 }
 
+/* ORT_EP_MLX_DECODE_EARLY_VALUES=1 (opt-in until timed on a GPU): the one-token attention kernels
+ * load each group's value rows with its key rows (attend_four's EARLY: one wait on memory per four
+ * keys instead of two; the same arithmetic). Written after the H100 profile of 2026-12-06 (the
+ * decode step 14.6 us a launch for ~150 keys of 64 channels, 14 blocks of 16 warps, each warp two or
+ * three groups of four keys). */
+static bool early_values() {
+  static const bool on = env_opt_in("ORT_EP_MLX_DECODE_EARLY_VALUES");
+  return on;
+}
+
 /* How many blocks share one head's context in decode attention (ORT_EP_MLX_DECODE_PARTS, at most
  * 64; 1, the single pass, by default): a step has one block per head and query, 14 for a batch of
  * one at Qwen2.5-0.5B's shapes on a GPU of 132 multiprocessors, so a long context is walked by few
@@ -642,7 +664,7 @@ mlxb_array *mlxb_decode_attention(mlxb_scope *s, const mlxb_array *q, const mlxb
         {partials * threads, 1, 1}, {threads, 1, 1},
         {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", warps}, {"WINDOW", win},
          {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode attention")},
-         {"POS_ADD", r.add}, {"PARTS", parts}},
+         {"POS_ADD", r.add}, {"PARTS", parts}, {"EARLY", early_values()}},
         s, parts == 1 ? 0xeu : 0x1u); /* the output, or the partitions' running values */
     if (parts == 1) return outs.at(0);
     int merge_threads = (d + 31) / 32 * 32;
@@ -751,7 +773,7 @@ static std::vector<mx::array> decode_step_launch(mlxb_scope *s, const mlxb_array
       {qa.shape(), present, present}, {t, t, t}, {static_cast<int>(blocks * threads), 1, 1}, {threads, 1, 1},
       {{"T", t}, {"HEAD", d}, {"HQ", hq}, {"HKV", hkv}, {"WARPS", warps}, {"WINDOW", win},
        {"ROT", r.dims}, {"INTER", r.interleaved}, {"LEN_ADD", small_offset(length_add, "decode step")},
-       {"POS_ADD", r.add}, {"IN_PLACE", in_place}},
+       {"POS_ADD", r.add}, {"IN_PLACE", in_place}, {"EARLY", early_values()}},
       s, in_place ? 0x6u : 0u); /* in place: no present arrays */
 }
 
