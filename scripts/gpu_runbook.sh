@@ -52,7 +52,8 @@
 #            launched kernel by kernel so each is its own launch
 #   attn     the decode step kernel in both decode flows (IOBinding, shared buffer): every kernel's
 #            launches with their spread (bench/kernel_spread.py), then the decode step in Nsight
-#            Compute by application replay (instructions, loads, stall reasons; ncu_attn_*.txt)
+#            Compute by application replay (instructions, loads, stall reasons; ncu_attn_*.txt);
+#            then ORT_EP_MLX_DECODE_EARLY_VALUES (opt-in): the attention tests with it and an A/B
 #   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), the
 #            decoder engines one step after 2048 tokens (bench/gpu_session.sh's longctx), then
 #            decode steps after 128, 1024 and 3072 prompt tokens (IOBinding and a 4096-row shared
@@ -540,6 +541,21 @@ if step attn; then
     echo "ncu decode step, $mode:" >> "$log"
     grep -E "ort_ep_mlx_decode_step|\.sum|\.avg|\.ratio|registers" "$OUT/ncu_attn_$mode.txt" | grep -v PROF |
       head -48 >> "$log"
+  done
+  # the value rows loaded with the key rows (ORT_EP_MLX_DECODE_EARLY_VALUES, opt-in): the attention
+  # tests with it, then the decode step kernel's launches and the decode loops' phases each way
+  ORT_EP_MLX_DECODE_EARLY_VALUES=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -n 8 \
+    tests/test_ops_attention.py tests/test_device_memory.py tests/test_llm_generation.py 2>&1 | tail -2 >> "$log"
+  for early in 1 0 1 0; do
+    for mode in io shared; do
+      echo "EARLY_VALUES=$early $mode: $(ORT_EP_MLX_DECODE_EARLY_VALUES=$early timeout 100 python3 \
+        bench/decode_probe.py --mode $mode --steps 64 --loops 2 --phases 2>&1 | grep -E 'loop 1|phases' | tr '\n' ' ')" >> "$log"
+    done
+  done
+  for early in 1 0; do
+    echo "EARLY_VALUES=$early kernels:" >> "$log"
+    ORT_EP_MLX_DECODE_EARLY_VALUES=$early timeout 120 python3 bench/kernel_spread.py --mode io --steps 48 --rows 12 \
+      2>&1 | grep -E 'decode_step|qgemv' >> "$log"
   done
 fi
 if step longctx; then
