@@ -579,11 +579,13 @@ static int decode_warps() {
   return warps;
 }
 
-/* ORT_EP_MLX_DECODE_EARLY_VALUES=1 (opt-in until timed on a GPU): the one-token attention kernels
- * load each group's value rows with its key rows (attend_four's EARLY: one wait on memory per four
- * keys instead of two; the same arithmetic). Written after the H100 profile of 2026-12-06 (the
- * decode step 14.6 us a launch for ~150 keys of 64 channels, 14 blocks of 16 warps, each warp two or
- * three groups of four keys). */
+/* ORT_EP_MLX_DECODE_EARLY_VALUES=1 (opt-in): the one-token attention kernels load each group's
+ * value rows with its key rows (attend_four's EARLY: one wait on memory per four keys instead of
+ * two; the same arithmetic). Written after the H100 profile of 2026-12-06 (the decode step 14.6 us a
+ * launch for ~150 keys of 64 channels, 14 blocks of 16 warps, each warp two or three groups of four
+ * keys); on the H100 the same day its attention and device-memory tests passed (304) and decode
+ * Runs did not move (IOBinding 2.71, 2.67 ms against 2.68; shared 2.69, 2.76 against 2.67): the
+ * step's time is not in that wait. */
 static bool early_values() {
   static const bool on = env_opt_in("ORT_EP_MLX_DECODE_EARLY_VALUES");
   return on;
