@@ -413,8 +413,11 @@ void mlxb_detail::drain_scalar_pool() {
       return;
     enum { POOL_BLOCKS = 65536 / 8 }; /* MLX 0.32.4: small_pool_size / small_block_size */
     static auto *held = new std::vector<mx::allocator::Buffer>(); /* never freed */
-    held->reserve(POOL_BLOCKS);
-    for (int i = 0; i < POOL_BLOCKS; i++) held->push_back(mx::allocator::allocator().malloc(8));
+    try {
+      held->reserve(POOL_BLOCKS);
+      for (int i = 0; i < POOL_BLOCKS; i++) held->push_back(mx::allocator::allocator().malloc(8));
+    } catch (...) { /* what was taken stays taken; never tried again (the pool only costs speed) */
+    }
   });
 }
 
