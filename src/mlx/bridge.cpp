@@ -608,6 +608,7 @@ static size_t graph_walk(mlxb_array *const *arrays, size_t n, std::map<std::stri
                          mlxb_array *const *stop = nullptr, size_t n_stop = 0) {
   std::vector<mx::array> stack;
   std::unordered_set<std::uintptr_t> seen;
+  std::unordered_set<const chain_members *> chains;
   for (size_t i = 0; i < n_stop; i++)
     if (stop[i]) seen.insert(arr(stop[i]).id());
   for (size_t i = 0; i < n; i++)
@@ -622,6 +623,9 @@ static size_t graph_walk(mlxb_array *const *arrays, size_t n, std::map<std::stri
       /* on a GPU machine, work placed on the CPU stream shows as such: each crossing costs a fence */
       bool on_cpu = a.primitive().stream().device == mx::Device::cpu && mx::default_device() == mx::Device::gpu;
       (*by_name)[std::string(a.primitive().name()) + (on_cpu ? "@cpu" : "")]++;
+      auto *chain = dynamic_cast<const chain_members *>(&a.primitive());
+      if (chain && chains.insert(chain).second) /* once a chain, whichever of its outputs is met */
+        for (const char *member : chain->member_names()) (*by_name)[std::string(member) + (on_cpu ? "@cpu" : "")]++;
     }
     for (const mx::array &in : a.inputs()) stack.push_back(in);
   }

@@ -165,6 +165,7 @@ std::vector<mx::array> run_trace(mlxb_program *p, const std::vector<mx::array> &
   }
   /* a GPU program's runs of our kernels as single operations: MLX's host cost is per operation */
   if (p->traced && !p->shapeless && p->device == MLXB_DEVICE_GPU) return chain_kernels(result);
+  if (p->traced && !p->shapeless && p->device == MLXB_DEVICE_CPU) return chain_cpu_tasks(result);
   return result;
 }
 

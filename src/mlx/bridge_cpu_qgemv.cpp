@@ -647,10 +647,26 @@ void qgemm_4bit_panels(const float *x, const gemv_args *sets, int n_sets, int64_
  * lowering gives it), gate times that, and that times up. Outputs in the CUDA kernel's order (sets
  * 0-2; swiglu: gate, up, product, sigmoid, gate * sigmoid), in x's leading shape. One set without
  * a bias is MatMulNBits' product alone (cpu_qgemv). */
-class ep_cpu_qgemv_sets : public mx::Primitive {
+class ep_cpu_qgemv_sets : public ep_cpu_primitive {
  public:
   ep_cpu_qgemv_sets(mx::Stream stream, int sets, int group, unsigned biased, bool swiglu, int64_t quant_block)
-      : mx::Primitive(stream), sets_(sets), group_(group), biased_(biased), swiglu_(swiglu), quant_block_(quant_block) {}
+      : ep_cpu_primitive(stream), sets_(sets), group_(group), biased_(biased), swiglu_(swiglu), quant_block_(quant_block) {}
+
+  /* inside a chain: the tile (many rows without AVX-512) allocated here, a failure NaN out */
+  void run_task(const std::vector<mx::array> &ins, std::vector<mx::array> &outs) const override {
+    try {
+      const int k = ins[0].shape(-1);
+      const bool many_rows = ins[0].size() != static_cast<size_t>(k);
+      const bool tiled = many_rows && !cpu_avx512_available();
+      int64_t tile_cols = 0;
+      for (int i = 0; tiled && i < sets_; i++) tile_cols = std::max(tile_cols, tile_columns(ins[1 + 3 * i].shape(0), k));
+      std::unique_ptr<float[]> tile(tiled ? new float[tile_cols * k] : nullptr);
+      run(ins, outs, sets_, group_, biased_, swiglu_, quant_block_, many_rows, tile.get(), tile_cols);
+    } catch (...) {
+      for (auto &out : outs)
+        std::fill(out.data<float>(), out.data<float>() + out.size(), std::numeric_limits<float>::quiet_NaN());
+    }
+  }
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
     /* more than one row: the sets' products go tile by tile through BLAS (qgemm_4bit), the tile

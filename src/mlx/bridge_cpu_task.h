@@ -34,26 +34,37 @@ inline mx::cpu::CommandEncoder &cpu_task_begin(const mx::Stream &stream, const s
   return encoder;
 }
 
+/* A CPU primitive of ours whose work may also run inside another task (a chain's, bridge_cpu_chain.cpp):
+ * run_task is what its own task runs, on outputs already allocated, and never throws (a failure
+ * leaves NaN, all ones, in the outputs: a task must never let an exception reach MLX's scheduler). */
+class ep_cpu_primitive : public mx::Primitive {
+ public:
+  using mx::Primitive::Primitive;
+  virtual void run_task(const std::vector<mx::array> &ins, std::vector<mx::array> &outs) const = 0;
+};
+
+inline void fill_failed_outputs(std::vector<mx::array> &outs) {
+  for (auto &out : outs) std::memset(out.data<char>(), 0xff, out.nbytes());
+}
+
 /* One CPU primitive of ours: outputs allocated, inputs and outputs held by the task, and fn run on
  * MLX's CPU stream. P holds plain parameters, compared byte for byte (is_equivalent: MLX's compile
  * merges equivalent operations), so it is zero-filled before it is set. */
 template <typename P>
-class cpu_task : public mx::Primitive {
+class cpu_task : public ep_cpu_primitive {
  public:
   using task_fn = void (*)(const P &, const std::vector<mx::array> &, std::vector<mx::array> &);
   cpu_task(mx::Stream stream, const char *name, const P &p, task_fn fn)
-      : mx::Primitive(stream), name_(name), p_(p), fn_(fn) {}
+      : ep_cpu_primitive(stream), name_(name), p_(p), fn_(fn) {}
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
     cpu_task_arrays held;
     auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
-    encoder.dispatch([p = p_, fn = fn_, held = std::move(held)]() mutable {
-      try {
-        fn(p, held.ins, held.outs);
-      } catch (...) { /* a task must never let an exception reach MLX's scheduler: NaN (all ones) out */
-        for (auto &out : held.outs) std::memset(out.data<char>(), 0xff, out.nbytes());
-      }
-    });
+    encoder.dispatch([p = p_, fn = fn_, held = std::move(held)]() mutable { run(p, fn, held.ins, held.outs); });
+  }
+
+  void run_task(const std::vector<mx::array> &ins, std::vector<mx::array> &outs) const override {
+    run(p_, fn_, ins, outs);
   }
 
   void eval_gpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
@@ -64,6 +75,16 @@ class cpu_task : public mx::Primitive {
   const P &params() const { return p_; }
   task_fn function() const { return fn_; }
 
+ private:
+  static void run(const P &p, task_fn fn, const std::vector<mx::array> &ins, std::vector<mx::array> &outs) {
+    try {
+      fn(p, ins, outs);
+    } catch (...) {
+      fill_failed_outputs(outs);
+    }
+  }
+
+ public:
   bool is_equivalent(const mx::Primitive &other) const override {
     auto *o = dynamic_cast<const cpu_task<P> *>(&other);
     return o && o->fn_ == fn_ && !std::strcmp(o->name_, name_) && !std::memcmp(&o->p_, &p_, sizeof p_);

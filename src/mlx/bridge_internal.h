@@ -525,6 +525,42 @@ bool direct_launch_ready();
  * (ORT_EP_MLX_KERNEL_CHAINS=0: the outputs as they are; also where nothing is chained or the
  * direct launch path is closed). Called inside the trace, before MLX records it. */
 std::vector<mx::array> chain_kernels(const std::vector<mx::array> &outputs);
+
+/* A chain of operations of ours, as chain_operations hands it to the primitive that runs it: the
+ * steps in the trace's order, each reading the chain's inputs (>= 0) or earlier steps' arrays
+ * (~slot), and every array the steps make (slots): the chain's output `output`, or -1 where only
+ * the chain's own steps read it (allocated when the chain runs). */
+struct chain_step {
+  std::shared_ptr<mx::Primitive> prim;
+  std::vector<int> inputs;
+  std::vector<int> outputs; /* the slots of the arrays this step makes, in its order */
+};
+struct chain_slot {
+  mx::Shape shape;
+  mx::Dtype dtype;
+  int output;
+};
+struct chain_plan {
+  std::vector<chain_step> steps;
+  std::vector<chain_slot> slots;
+  int n_internal = 0;
+};
+/* What a chain's primitive (GPU or CPU) tells the op histogram: its steps' names, counted beside
+ * the chain's own (ORT_EP_MLX_OP_HISTOGRAM; tests read which operations a program computes). */
+struct chain_members {
+  virtual ~chain_members() = default;
+  virtual std::vector<const char *> member_names() const = 0;
+};
+/* The traced outputs with the runs of operations `member` accepts (consecutive in dependency order,
+ * one stream, at most 64 MiB of buffers and 512 operations, at most 8 arrays read outside) each
+ * replaced by one operation of `make`'s primitive; `what` names them in ORT_EP_MLX_LOG_CHAINS's
+ * line. Throws where the trace cannot be rewritten (the caller keeps it as it was). */
+std::vector<mx::array> chain_operations(const std::vector<mx::array> &outputs, bool (*member)(const mx::Primitive &),
+                                        std::shared_ptr<mx::Primitive> (*make)(mx::Stream, chain_plan &&),
+                                        const char *what);
+/* chain_operations for a traced CPU program: runs of our CPU tasks become one task each
+ * (bridge_cpu_chain.cpp; ORT_EP_MLX_CPU_CHAINS=0: the outputs as they are). */
+std::vector<mx::array> chain_cpu_tasks(const std::vector<mx::array> &outputs);
 /* One launch of CUDA function fn (in MLX's context) as a node of `stream`'s command encoder, after
  * the work that writes `inputs` and before whatever reads `outputs` (MLX's dependency tracking;
  * the outputs' buffers already set); args as cuLaunchKernel takes them. Throws where the direct

@@ -291,21 +291,20 @@ class ep_cuda_kernel : public mx::Primitive {
  * chain; the kernels launch one after the other on the chain's stream, in the trace's order.
  * Buffers the chain's kernels pass only among themselves are no outputs of the operation: they are
  * allocated at its launch and released by MLX's command encoder when the stream has run past it. */
-class ep_cuda_chain : public mx::Primitive {
+class ep_cuda_chain : public mx::Primitive, public chain_members {
  public:
   struct step {
     std::shared_ptr<ep_cuda_kernel> kernel;
     std::vector<int> inputs;  /* >= 0: the chain's input; < 0: ~slot, an earlier step's output */
     std::vector<int> outputs; /* the slots of the arrays this kernel makes, in its order */
   };
-  struct slot {
-    mx::Shape shape;
-    mx::Dtype dtype;
-    int output; /* the chain's output index, or -1: internal */
-  };
+  using slot = chain_slot;
 
-  ep_cuda_chain(mx::Stream stream, std::vector<step> steps, std::vector<slot> slots, int n_internal)
-      : mx::Primitive(stream), steps_(std::move(steps)), slots_(std::move(slots)), n_internal_(n_internal) {}
+  ep_cuda_chain(mx::Stream stream, chain_plan &&plan)
+      : mx::Primitive(stream), slots_(std::move(plan.slots)), n_internal_(plan.n_internal) {
+    for (auto &st : plan.steps)
+      steps_.push_back({std::static_pointer_cast<ep_cuda_kernel>(st.prim), std::move(st.inputs), std::move(st.outputs)});
+  }
 
   void eval_cpu(const std::vector<mx::array> &, std::vector<mx::array> &) override {
     throw std::runtime_error("a chain of CUDA kernels has no CPU form");
@@ -345,6 +344,12 @@ class ep_cuda_chain : public mx::Primitive {
   }
 
   const char *name() const override { return "EpCudaKernelChain"; }
+
+  std::vector<const char *> member_names() const override {
+    std::vector<const char *> names;
+    for (const step &st : steps_) names.push_back(st.kernel->name());
+    return names;
+  }
 
  private:
   /* The chain as one CUDA graph, instantiated at its first launch; later launches update the
@@ -433,7 +438,7 @@ constexpr size_t chain_max_kernels = 512;
 /* One operation of the trace: the arrays one primitive makes (or one input/constant array). */
 struct trace_unit {
   std::vector<mx::array> arrays; /* a primitive's outputs in its order, or the one array */
-  ep_cuda_kernel *kernel = nullptr;
+  mx::Primitive *member = nullptr; /* the primitive, where it may join a chain */
 };
 
 const void *unit_key(const mx::array &a) {
@@ -444,7 +449,8 @@ const void *unit_key(const mx::array &a) {
 /* The trace's operations in an order where each comes after its inputs (an iterative depth-first
  * walk from the outputs: programs are thousands of operations deep). */
 std::vector<trace_unit> trace_units(const std::vector<mx::array> &outputs,
-                                    std::unordered_map<const void *, size_t> &index) {
+                                    std::unordered_map<const void *, size_t> &index,
+                                    bool (*member)(const mx::Primitive &)) {
   std::vector<trace_unit> units;
   std::unordered_set<const void *> entered;
   std::vector<std::pair<mx::array, size_t>> stack;
@@ -462,7 +468,7 @@ std::vector<trace_unit> trace_units(const std::vector<mx::array> &outputs,
       trace_unit u;
       if (a.has_primitive()) {
         u.arrays = a.outputs();
-        u.kernel = dynamic_cast<ep_cuda_kernel *>(a.primitive_ptr().get());
+        if (member(a.primitive())) u.member = a.primitive_ptr().get();
       } else {
         u.arrays.push_back(a);
       }
@@ -480,14 +486,20 @@ size_t array_bytes(const mx::array &a) {
   return n;
 }
 
-std::vector<mx::array> chained(const std::vector<mx::array> &outputs);
+bool is_cuda_kernel(const mx::Primitive &p) {
+  return dynamic_cast<const ep_cuda_kernel *>(&p) != nullptr;
+}
+
+std::shared_ptr<mx::Primitive> make_cuda_chain(mx::Stream stream, chain_plan &&plan) {
+  return std::make_shared<ep_cuda_chain>(stream, std::move(plan));
+}
 
 } // namespace
 
 std::vector<mx::array> chain_kernels(const std::vector<mx::array> &outputs) {
   if (!chains_enabled() || !api().ready || !api().add_completed) return outputs;
   try {
-    return chained(outputs);
+    return chain_operations(outputs, is_cuda_kernel, make_cuda_chain, "kernel");
   } catch (const std::exception &) { /* the trace as it was: one operation per kernel */
     return outputs;
   }
@@ -511,13 +523,13 @@ std::vector<std::vector<size_t>> kernel_runs(const std::vector<trace_unit> &unit
       if (in_open[i] || tainted[i]) depends = true;
       if (tainted[i]) fits = false;
     }
-    if (!unit.kernel) {
+    if (!unit.member) {
       tainted[u] = depends;
       continue;
     }
     size_t bytes = 0;
     for (const auto &a : unit.arrays) bytes += array_bytes(a);
-    bool same_stream = !runs.empty() && units[runs.back().front()].kernel->stream() == unit.kernel->stream();
+    bool same_stream = !runs.empty() && units[runs.back().front()].member->stream() == unit.member->stream();
     if (runs.empty() || !fits || !same_stream || open_bytes + bytes > chain_max_bytes ||
         runs.back().size() >= chain_max_kernels) {
       runs.emplace_back();
@@ -574,9 +586,13 @@ std::vector<std::vector<size_t>> split_run(const std::vector<trace_unit> &units,
   return chains;
 }
 
-std::vector<mx::array> chained(const std::vector<mx::array> &outputs) {
+} // namespace
+
+std::vector<mx::array> chain_operations(const std::vector<mx::array> &outputs, bool (*member)(const mx::Primitive &),
+                                        std::shared_ptr<mx::Primitive> (*make)(mx::Stream, chain_plan &&),
+                                        const char *what) {
   std::unordered_map<const void *, size_t> index;
-  std::vector<trace_unit> units = trace_units(outputs, index);
+  std::vector<trace_unit> units = trace_units(outputs, index, member);
   readers_map readers;
   for (const auto &o : outputs) readers.outputs.insert(o.id());
   for (size_t u = 0; u < units.size(); u++)
@@ -590,15 +606,13 @@ std::vector<mx::array> chained(const std::vector<mx::array> &outputs) {
   size_t kernels_chained = 0, internal_total = 0;
   for (const auto &members : chains) {
     std::unordered_set<size_t> inside(members.begin(), members.end());
-    std::vector<ep_cuda_chain::step> steps;
-    std::vector<ep_cuda_chain::slot> slots;
+    chain_plan plan;
     std::vector<mx::array> chain_inputs, exported;
     std::unordered_map<std::uintptr_t, int> input_of, slot_of;
-    int n_internal = 0;
     for (size_t u : members) {
       const trace_unit &unit = units[u];
-      ep_cuda_chain::step st;
-      st.kernel = std::static_pointer_cast<ep_cuda_kernel>(unit.arrays.front().primitive_ptr());
+      chain_step st;
+      st.prim = unit.arrays.front().primitive_ptr();
       for (const auto &in : unit.arrays.front().inputs()) {
         if (auto it = slot_of.find(in.id()); it != slot_of.end()) {
           st.inputs.push_back(~it->second);
@@ -617,28 +631,29 @@ std::vector<mx::array> chained(const std::vector<mx::array> &outputs) {
           out = static_cast<int>(exported.size());
           exported.push_back(a);
         } else {
-          n_internal++;
+          plan.n_internal++;
         }
-        slot_of.emplace(a.id(), static_cast<int>(slots.size()));
-        st.outputs.push_back(static_cast<int>(slots.size()));
-        slots.push_back({a.shape(), a.dtype(), out});
+        slot_of.emplace(a.id(), static_cast<int>(plan.slots.size()));
+        st.outputs.push_back(static_cast<int>(plan.slots.size()));
+        plan.slots.push_back({a.shape(), a.dtype(), out});
       }
-      steps.push_back(std::move(st));
+      plan.steps.push_back(std::move(st));
     }
     if (exported.empty()) throw std::logic_error("a chain nothing reads"); /* every unit leads to an output */
-    mx::Stream stream = units[members.front()].kernel->stream();
+    mx::Stream stream = units[members.front()].member->stream();
     std::vector<mx::Shape> shapes;
     std::vector<mx::Dtype> dtypes;
     for (const auto &e : exported) shapes.push_back(e.shape()), dtypes.push_back(e.dtype());
-    auto prim = std::make_shared<ep_cuda_chain>(stream, std::move(steps), std::move(slots), n_internal);
+    const size_t n_internal = static_cast<size_t>(plan.n_internal);
+    std::shared_ptr<mx::Primitive> prim = make(stream, std::move(plan));
     std::vector<mx::array> made = mx::array::make_arrays(std::move(shapes), dtypes, prim, chain_inputs);
     for (size_t i = 0; i < exported.size(); i++) replaced.emplace(exported[i].id(), made[i]);
     for (size_t u : members) in_chain[u] = 1;
-    kernels_chained += members.size(), internal_total += static_cast<size_t>(n_internal);
+    kernels_chained += members.size(), internal_total += n_internal;
   }
   if (log_chains())
-    fprintf(stderr, "[mlx ep] kernel chains: %zu kernels in %zu chains, %zu internal buffers (%zu operations traced)\n",
-            kernels_chained, chains.size(), internal_total, units.size());
+    fprintf(stderr, "[mlx ep] %s chains: %zu %ss in %zu chains, %zu internal buffers (%zu operations traced)\n", what,
+            kernels_chained, what, chains.size(), internal_total, units.size());
   if (replaced.empty()) return outputs;
   /* the operations outside the chains now read the chains' outputs */
   for (size_t u = 0; u < units.size(); u++) {
@@ -655,6 +670,8 @@ std::vector<mx::array> chained(const std::vector<mx::array> &outputs) {
   }
   return result;
 }
+
+namespace {
 
 unsigned blocks(int threads, int per_block) {
   return per_block > 0 && threads > 0 ? static_cast<unsigned>((threads + per_block - 1) / per_block) : 0u;
