@@ -219,24 +219,6 @@ def test_lowering_pads_a_device_input(t):
     assert_parity(model, f, rtol=1e-5, atol=1e-5)
 
 
-CHAIN_SCRIPT = r"""
-import os, sys
-import numpy as np
-sys.path[:0] = sys.argv[3].split(os.pathsep)
-import onnxruntime_ep_mlx as mlx_ep
-from llm import TINY, empty_past, make_llm, next_past, step_feeds
-sess = mlx_ep.session(make_llm(TINY, weights="int4", block_size=32), strict=True)
-tokens = np.load(sys.argv[2])  # the prompt, then the token each step feeds (ORT's CPU EP's greedy path)
-feeds, logits = step_feeds(TINY, tokens[:, :5], empty_past(TINY)), []
-for step in range(tokens.shape[1] - 5):
-    out = sess.run(None, feeds)
-    logits.append(out[0][:, -1])
-    mask = np.ones((1, feeds["attention_mask"].shape[1] + 1), np.int64)
-    feeds = step_feeds(TINY, tokens[:, 5 + step:6 + step], next_past(TINY, out), mask)
-np.save(sys.argv[1], np.stack(logits))
-"""
-
-
 @pytest.mark.skipif(os.environ.get("ORT_EP_MLX_DEVICE_MEMORY") == "host",
                     reason="kernel chains are made of the EP's CUDA kernels: MLX's CUDA backend only")
 def test_kernel_chains_change_no_result(tmp_path):
@@ -244,31 +226,15 @@ def test_kernel_chains_change_no_result(tmp_path):
     (the default), as chains launched kernel by kernel, and as one operation per kernel (each a
     process of its own: the switches are read once): the chains engage (ORT_EP_MLX_LOG_CHAINS), and
     every step's logits agree with the unchained ones and with ORT's CPU EP."""
-    import subprocess
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.pathsep.join([os.path.join(root, "python"), os.path.join(root, "examples")])
-    # ORT's CPU EP's greedy path: its logits, and the tokens every run below feeds
-    cpu = ort.InferenceSession(make_llm(TINY, weights="int4", block_size=32), providers=["CPUExecutionProvider"])
-    tokens = np.array([[3, 7, 11, 19, 23]], np.int64)
-    feeds, ref_logits = step_feeds(TINY, tokens, empty_past(TINY)), []
-    for _ in range(12):
-        ref = cpu.run(None, feeds)
-        ref_logits.append(ref[0][:, -1])
-        tokens = np.concatenate([tokens, ref[0][:, -1].argmax(-1).reshape(1, 1)], axis=1)
-        mask = np.ones((1, feeds["attention_mask"].shape[1] + 1), np.int64)
-        feeds = step_feeds(TINY, tokens[:, -1:], next_past(TINY, ref), mask)
-    np.save(tmp_path / "tokens.npy", tokens)
+    from chain_runs import decode_in_child, greedy_reference
+    tokens, ref_logits = greedy_reference(tmp_path)
     runs = {}
     for name, chains, graphs in (("graphs", "1", "1"), ("kernels", "1", "0"), ("none", "0", "0")):
-        env = dict(os.environ, ORT_EP_MLX_KERNEL_CHAINS=chains, ORT_EP_MLX_CHAIN_GRAPHS=graphs,
-                   ORT_EP_MLX_LOG_CHAINS="1")
-        out = tmp_path / f"{name}.npy"
-        p = subprocess.run([sys.executable, "-c", CHAIN_SCRIPT, str(out), str(tmp_path / "tokens.npy"), path],
-                           env=env, capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr[-2000:]
-        chained = [int(m) for m in re.findall(r"kernel chains: (\d+) kernels in \d+ chains", p.stderr)]
-        assert (max(chained, default=0) >= 2) == (chains == "1"), p.stderr[-2000:]
-        runs[name] = np.load(out)
+        runs[name], stderr = decode_in_child(tokens, tmp_path / f"{name}.npy",
+                                             {"ORT_EP_MLX_KERNEL_CHAINS": chains, "ORT_EP_MLX_CHAIN_GRAPHS": graphs,
+                                              "ORT_EP_MLX_LOG_CHAINS": "1"})
+        chained = [int(m) for m in re.findall(r"kernel chains: (\d+) kernels in \d+ chains", stderr)]
+        assert (max(chained, default=0) >= 2) == (chains == "1"), stderr[-2000:]
     np.testing.assert_allclose(runs["graphs"], runs["none"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(runs["kernels"], runs["none"], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(runs["graphs"], np.stack(ref_logits), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(runs["graphs"], ref_logits, rtol=2e-3, atol=2e-3)
