@@ -26,10 +26,7 @@ class ep_cpu_chain : public mx::Primitive, public chain_members {
     auto internal = std::make_shared<std::vector<mx::array>>();
     internal->reserve(static_cast<size_t>(plan_->n_internal));
     for (const chain_slot &sl : plan_->slots) {
-      if (sl.output >= 0) continue;
-      size_t n = sl.dtype.size();
-      for (int d : sl.shape) n *= static_cast<size_t>(d);
-      internal->push_back(mx::array(mx::allocator::malloc(n), sl.shape, sl.dtype));
+      if (sl.output < 0) internal->push_back(mx::array(mx::allocator::malloc(sl.bytes()), sl.shape, sl.dtype));
     }
     cpu_task_arrays held;
     auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);

@@ -652,41 +652,26 @@ class ep_cpu_qgemv_sets : public ep_cpu_primitive {
   ep_cpu_qgemv_sets(mx::Stream stream, int sets, int group, unsigned biased, bool swiglu, int64_t quant_block)
       : ep_cpu_primitive(stream), sets_(sets), group_(group), biased_(biased), swiglu_(swiglu), quant_block_(quant_block) {}
 
-  /* inside a chain: the tile (many rows without AVX-512) allocated here, a failure NaN out */
+  /* inside a chain: the tile allocated here, a failure NaN out */
   void run_task(const std::vector<mx::array> &ins, std::vector<mx::array> &outs) const override {
+    const tile_plan t = plan_tile(ins);
     try {
-      const int k = ins[0].shape(-1);
-      const bool many_rows = ins[0].size() != static_cast<size_t>(k);
-      const bool tiled = many_rows && !cpu_avx512_available();
-      int64_t tile_cols = 0;
-      for (int i = 0; tiled && i < sets_; i++) tile_cols = std::max(tile_cols, tile_columns(ins[1 + 3 * i].shape(0), k));
-      std::unique_ptr<float[]> tile(tiled ? new float[tile_cols * k] : nullptr);
-      run(ins, outs, sets_, group_, biased_, swiglu_, quant_block_, many_rows, tile.get(), tile_cols);
+      std::unique_ptr<float[]> tile(t.cols ? new float[t.cols * t.k] : nullptr);
+      run_or_nan(ins, outs, sets_, group_, biased_, swiglu_, quant_block_, t.many_rows, tile.get(), t.cols);
     } catch (...) {
-      for (auto &out : outs)
-        std::fill(out.data<float>(), out.data<float>() + out.size(), std::numeric_limits<float>::quiet_NaN());
+      fill_nan(outs);
     }
   }
 
   void eval_cpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
-    /* more than one row: the sets' products go tile by tile through BLAS (qgemm_4bit), the tile
-     * allocated here, where a failure is an exception of this eval (the bridge's to report) */
-    const int k = inputs[0].shape(-1);
-    const bool many_rows = inputs[0].size() != static_cast<size_t>(k);
-    const bool tiled = many_rows && !cpu_avx512_available(); /* else panels (qgemm_4bit_panels) */
-    int64_t tile_cols = 0;
-    for (int i = 0; tiled && i < sets_; i++) tile_cols = std::max(tile_cols, tile_columns(inputs[1 + 3 * i].shape(0), k));
-    std::shared_ptr<float[]> tile(tiled ? new float[tile_cols * k] : nullptr);
+    /* the tile allocated here, where a failure is an exception of this eval (the bridge's to report) */
+    const tile_plan t = plan_tile(inputs);
+    std::shared_ptr<float[]> tile(t.cols ? new float[t.cols * t.k] : nullptr);
     cpu_task_arrays held;
     auto &encoder = cpu_task_begin(stream(), inputs, outputs, &held);
     encoder.dispatch([held = std::move(held), sets = sets_, group = group_, biased = biased_, swiglu = swiglu_,
-                      quant_block = quant_block_, many_rows, tile, tile_cols]() mutable {
-      try {
-        run(held.ins, held.outs, sets, group, biased, swiglu, quant_block, many_rows, tile.get(), tile_cols);
-      } catch (...) { /* a split x not allocated; a task must never let an exception reach MLX's scheduler */
-        for (auto &out : held.outs)
-          std::fill(out.data<float>(), out.data<float>() + out.size(), std::numeric_limits<float>::quiet_NaN());
-      }
+                      quant_block = quant_block_, t, tile]() mutable {
+      run_or_nan(held.ins, held.outs, sets, group, biased, swiglu, quant_block, t.many_rows, tile.get(), t.cols);
     });
   }
 
@@ -703,6 +688,38 @@ class ep_cpu_qgemv_sets : public ep_cpu_primitive {
   }
 
  private:
+  /* more than one row: without AVX-512 the sets' products go tile by tile through BLAS (qgemm_4bit)
+   * in a tile of cols columns (0: no tile; with AVX-512, panels: qgemm_4bit_panels) */
+  struct tile_plan {
+    int k;
+    bool many_rows;
+    int64_t cols;
+  };
+
+  tile_plan plan_tile(const std::vector<mx::array> &in) const {
+    tile_plan t{in[0].shape(-1), false, 0};
+    t.many_rows = in[0].size() != static_cast<size_t>(t.k);
+    for (int i = 0; t.many_rows && !cpu_avx512_available() && i < sets_; i++)
+      t.cols = std::max(t.cols, tile_columns(in[1 + 3 * i].shape(0), t.k));
+    return t;
+  }
+
+  static void fill_nan(std::vector<mx::array> &out) {
+    for (auto &o : out) std::fill(o.data<float>(), o.data<float>() + o.size(), std::numeric_limits<float>::quiet_NaN());
+  }
+
+  /* run, where a failure (a split x not allocated) leaves NaN: a task must never let an exception
+   * reach MLX's scheduler */
+  static void run_or_nan(const std::vector<mx::array> &in, std::vector<mx::array> &out, int sets, int group,
+                         unsigned biased, bool swiglu, int64_t quant_block, bool many_rows, float *tile,
+                         int64_t tile_cols) {
+    try {
+      run(in, out, sets, group, biased, swiglu, quant_block, many_rows, tile, tile_cols);
+    } catch (...) {
+      fill_nan(out);
+    }
+  }
+
   /* inputs: x, then w, scales and biases (float32) or zero points (uint8) of each set, then the
    * sets' adds (x where a set has none); quant_block: x quantized per block first (pending_quantization) */
   static void run(const std::vector<mx::array> &in, std::vector<mx::array> &out, int sets, int group, unsigned biased,

@@ -539,6 +539,12 @@ struct chain_slot {
   mx::Shape shape;
   mx::Dtype dtype;
   int output;
+
+  size_t bytes() const {
+    size_t n = dtype.size();
+    for (int d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
 };
 struct chain_plan {
   std::vector<chain_step> steps;

@@ -323,9 +323,7 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
         slot_arrays[i] = &out;
         continue;
       }
-      size_t n = sl.dtype.size();
-      for (int d : sl.shape) n *= static_cast<size_t>(d);
-      internal->push_back(mx::array(mx::allocator::malloc(n), sl.shape, sl.dtype));
+      internal->push_back(mx::array(mx::allocator::malloc(sl.bytes()), sl.shape, sl.dtype));
       slot_arrays[i] = &internal->back();
     }
     /* every step's arguments first: a check that throws does so before any kernel is launched */
