@@ -364,14 +364,14 @@ __device__ inline void attend_four(const float* qv, int t0, int hi, int lane, fl
   constexpr int EPL = (HEAD + 31) / 32;
   /* EARLY: the four value rows loaded with the key rows, before the scores they do not depend on,
    * so a group of keys waits on memory once rather than twice (the same arithmetic) */
-  float vf[EARLY ? 4 : 1][EARLY ? EPL : 1];
-  if (EARLY) {
+  float vf[4][EPL]; /* unused (and gone) without EARLY */
+  if constexpr (EARLY) {
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
       for (int i = 0; i < EPL; i++) {
         const int d = lane + 32 * i;
-        vf[EARLY ? j : 0][EARLY ? i : 0] = t0 + j < hi && d < HEAD ? value(t0 + j, i, d) : 0.0f;
+        vf[j][i] = t0 + j < hi && d < HEAD ? value(t0 + j, i, d) : 0.0f;
       }
   }
   float s[4];
@@ -413,7 +413,7 @@ __device__ inline void attend_four(const float* qv, int t0, int hi, int lane, fl
     float a = acc[i] * corr;
 #pragma unroll
     for (int j = 0; j < 4; j++)
-      if (t0 + j < hi) a += p[j] * (EARLY ? vf[EARLY ? j : 0][EARLY ? i : 0] : value(t0 + j, i, d));
+      if (t0 + j < hi) a += p[j] * (EARLY ? vf[j][i] : value(t0 + j, i, d));
     acc[i] = a;
   }
   m = mn;
