@@ -345,14 +345,15 @@ void prefer_device(const device_state &s, void *p, size_t bytes) {
   }
 }
 
-/* A host tensor copied into one of our buffers below the prefetch floor (a Run's input_ids,
- * attention mask, positions: never advised) is prefetched to the GPU after the copy, on the copy's
- * stream: the driver's copy into unified memory leaves those pages on the host. On the H100
- * (2026-12-05, IOBinding decode loop, CUPTI) the first kernel reading such an input took 80-95 us
- * without (the mask's integer reduction, the quantized embedding's gather) and 10 us with, and a
- * step's Run 4.89 against 4.16 ms. ORT_EP_MLX_PREFETCH_COPIES=0 turns it off. */
+/* ORT_EP_MLX_PREFETCH_COPIES=1 (opt-in): a host tensor copied into one of our buffers below the
+ * prefetch floor (a Run's input_ids, attention mask, positions: never advised) is prefetched to the
+ * GPU after the copy. Written when those buffers shared MLX's read-mostly scalar pool (H100,
+ * 2026-12-05: the first kernel reading one took 80-95 us without, 10 us with); with the pool
+ * drained it costs more than it saves (H100, 2026-12-06, IOBinding decode loop, alternating
+ * processes: ORT's bind of the two NumPy inputs 0.43 and 0.42 ms a step with it against 0.32 and
+ * 0.31 without, the step 3.61 and 3.48 against 3.35 and 3.37 ms). */
 void prefetch_copied_inputs(device_state &s, void *const *dst, const void *const *src, const size_t *bytes, size_t n) {
-  static const bool on = env_switch_on("ORT_EP_MLX_PREFETCH_COPIES");
+  static const bool on = env_opt_in("ORT_EP_MLX_PREFETCH_COPIES");
   if (!on || s.kind != backend::cuda || !s.cuda.mem_prefetch) return;
   cu_mem_location gpu{CU_MEM_LOCATION_TYPE_DEVICE, 0};
   for (size_t i = 0; i < n; i++) {

@@ -31,6 +31,8 @@ namespace mlxb_detail {
 
 namespace {
 
+bool log_chains();
+
 /* CUDA's dim3 as the Itanium ABI passes it (three unsigned ints, trivially copyable). */
 struct dim3_abi {
   unsigned x, y, z;
@@ -118,8 +120,14 @@ const launch_api &api() {
 bool chain_graph_ready() {
   static const bool ready = [] {
     const char *graphs = std::getenv("MLX_USE_CUDA_GRAPHS");
-    return api().graphs && env_switch_on("ORT_EP_MLX_CHAIN_GRAPHS") && graphs && !std::strcmp(graphs, "0") &&
-           !std::strcmp(mx::version(), "0.32.4");
+    bool ok = api().graphs && env_switch_on("ORT_EP_MLX_CHAIN_GRAPHS") && graphs && !std::strcmp(graphs, "0") &&
+              !std::strcmp(mx::version(), "0.32.4");
+    if (!ok && log_chains())
+      std::fprintf(stderr,
+                   "onnxruntime-ep-mlx: chains launch kernel by kernel (driver graph functions %s, "
+                   "MLX_USE_CUDA_GRAPHS=%s, MLX %s)\n",
+                   api().graphs ? "found" : "missing", graphs ? graphs : "(unset)", mx::version());
+    return ok;
   }();
   return ready;
 }
@@ -312,9 +320,9 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
 
   void eval_gpu(const std::vector<mx::array> &inputs, std::vector<mx::array> &outputs) override {
     const launch_api &a = api();
-    auto internal = std::make_shared<std::vector<mx::array>>();
-    internal->reserve(static_cast<size_t>(n_internal_)); /* no reallocation: slot_arrays points into it */
+    std::shared_ptr<std::vector<mx::array>> internal = internal_buffers();
     std::vector<const mx::array *> slot_arrays(slots_.size());
+    size_t next_internal = 0;
     for (size_t i = 0; i < slots_.size(); i++) {
       const slot &sl = slots_[i];
       if (sl.output >= 0) {
@@ -323,8 +331,7 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
         slot_arrays[i] = &out;
         continue;
       }
-      internal->push_back(mx::array(mx::allocator::malloc(sl.bytes()), sl.shape, sl.dtype));
-      slot_arrays[i] = &internal->back();
+      slot_arrays[i] = &internal->at(next_internal++);
     }
     /* every step's arguments first: a check that throws does so before any kernel is launched */
     std::vector<std::vector<const mx::array *>> ins(steps_.size()), outs(steps_.size());
@@ -336,6 +343,7 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
       args[k] = steps_[k].kernel->arguments(ins[k], outs[k]);
     }
     void *encoder = a.encoder_for(stream());
+    /* the buffers outlive this launch's kernels (and the chain, should it die first) */
     if (!internal->empty()) a.add_completed(encoder, [internal] {});
     if (chain_graph_ready() && launch_graph(encoder_stream(encoder), args)) return;
     for (size_t k = 0; k < steps_.size(); k++) steps_[k].kernel->encode(encoder, ins[k], outs[k], args[k]);
@@ -356,6 +364,7 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
   struct graph_state {
     std::mutex mu;
     bool off = false;
+    void *graph = nullptr; /* kept while exec lives: its nodes are the handles an update names */
     void *exec = nullptr;
     std::vector<void *> nodes;                  /* per step; null where a step launches nothing */
     std::vector<std::vector<void *>> addresses; /* per step, as the exec holds them */
@@ -364,25 +373,39 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
     graph_state &operator=(const graph_state &) = delete;
     ~graph_state() {
       if (exec) api().graph_exec_destroy(exec); /* an exec in flight is freed when it completes */
+      if (graph) api().graph_destroy(graph);
     }
   };
 
   bool instantiate(void *stream, std::vector<ep_cuda_kernel::launch_args> &args) {
     const launch_api &a = api();
     void *ctx = nullptr, *graph = nullptr, *popped = nullptr, *prev = nullptr;
-    if (!stream || a.stream_ctx(stream, &ctx) || !ctx || a.ctx_push(ctx)) return false;
-    bool ok = !a.graph_create(&graph, 0);
+    if (!stream) return refused("no stream", 0);
+    if (int rc = a.stream_ctx(stream, &ctx); rc || !ctx) return refused("cuStreamGetCtx", rc);
+    if (int rc = a.ctx_push(ctx)) return refused("cuCtxPushCurrent", rc);
+    int rc = a.graph_create(&graph, 0);
+    const char *failed = rc ? "cuGraphCreate" : nullptr;
     graph_.nodes.assign(steps_.size(), nullptr);
-    for (size_t k = 0; ok && k < steps_.size(); k++) {
+    for (size_t k = 0; !rc && k < steps_.size(); k++) {
       if (!steps_[k].kernel->launches()) continue;
       kernel_node_params p = steps_[k].kernel->node_params(args[k]);
-      ok = !a.graph_add_kernel(&graph_.nodes[k], graph, prev ? &prev : nullptr, prev ? 1 : 0, &p);
+      rc = a.graph_add_kernel(&graph_.nodes[k], graph, prev ? &prev : nullptr, prev ? 1 : 0, &p);
+      if (rc) failed = "cuGraphAddKernelNode";
       prev = graph_.nodes[k];
     }
-    if (ok) ok = !a.graph_instantiate(&graph_.exec, graph, 0);
-    if (graph) a.graph_destroy(graph);
+    if (!rc && (rc = a.graph_instantiate(&graph_.exec, graph, 0))) failed = "cuGraphInstantiate";
     a.ctx_pop(&popped);
-    if (!ok) graph_.exec = nullptr;
+    bool ok = !rc;
+    if (!ok) {
+      if (graph) a.graph_destroy(graph);
+      graph_.exec = nullptr;
+      refused(failed, rc);
+    } else {
+      /* cuGraphExecKernelNodeSetParams names a node of the graph the exec was made from: with that
+       * graph destroyed every update failed (CUDA_ERROR_INVALID_VALUE, H100 2026-12-06) and each
+       * chain fell back to launches one by one after its first Run */
+      graph_.graph = graph;
+    }
     graph_.addresses.clear();
     for (const auto &l : args) graph_.addresses.push_back(l.addresses);
     return ok;
@@ -392,7 +415,7 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
     for (size_t k = 0; k < steps_.size(); k++) {
       if (!graph_.nodes[k] || args[k].addresses == graph_.addresses[k]) continue;
       kernel_node_params p = steps_[k].kernel->node_params(args[k]);
-      if (api().graph_set_params(graph_.exec, graph_.nodes[k], &p)) return false;
+      if (int rc = api().graph_set_params(graph_.exec, graph_.nodes[k], &p)) return refused("cuGraphExecKernelNodeSetParams", rc);
       graph_.addresses[k] = args[k].addresses;
     }
     return true;
@@ -402,14 +425,57 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
     std::lock_guard<std::mutex> lock(graph_.mu);
     if (graph_.off) return false;
     bool ok = graph_.exec ? update(args) : instantiate(stream, args);
-    ok = ok && !api().graph_launch(graph_.exec, stream);
+    if (ok) {
+      if (int rc = api().graph_launch(graph_.exec, stream)) ok = refused("cuGraphLaunch", rc);
+    }
     graph_.off = !ok;
     return ok;
+  }
+
+  /* The buffers the chain's kernels pass only among themselves. Up to ORT_EP_MLX_CHAIN_WORKSPACE
+   * bytes (default 4 MiB, a decode step's chains well within it; 0: none) they are allocated once and reused by every launch: launches
+   * of one chain run in order on its one stream, so a launch's kernels never meet another's in
+   * them, and their addresses stay those the chain's CUDA graph holds (no node update, no
+   * allocation per launch: a Qwen2.5-0.5B decode step had 247 such buffers). A larger set (a long
+   * prompt's) is allocated at each launch and released when the stream has run past it. */
+  std::shared_ptr<std::vector<mx::array>> internal_buffers() {
+    std::lock_guard<std::mutex> lock(workspace_mu_);
+    if (workspace_) return workspace_;
+    auto buffers = std::make_shared<std::vector<mx::array>>();
+    buffers->reserve(static_cast<size_t>(n_internal_));
+    size_t bytes = 0;
+    for (const slot &sl : slots_) {
+      if (sl.output >= 0) continue;
+      buffers->push_back(mx::array(mx::allocator::malloc(sl.bytes()), sl.shape, sl.dtype));
+      bytes += sl.bytes();
+    }
+    if (bytes <= workspace_limit()) workspace_ = buffers;
+    return buffers;
+  }
+
+  static size_t workspace_limit() {
+    static const size_t limit = [] {
+      const char *v = std::getenv("ORT_EP_MLX_CHAIN_WORKSPACE");
+      long long n = v && *v ? std::atoll(v) : 4ll << 20;
+      return n > 0 ? static_cast<size_t>(n) : size_t{0};
+    }();
+    return limit;
+  }
+
+  /* A driver refusal of the chain's graph (the chain launches kernel by kernel from then on):
+   * named on stderr with ORT_EP_MLX_LOG_CHAINS=1. Returns false. */
+  bool refused(const char *call, int rc) const {
+    if (log_chains())
+      std::fprintf(stderr, "onnxruntime-ep-mlx: a chain of %zu kernels launches one by one: %s returned %d\n",
+                   steps_.size(), call, rc);
+    return false;
   }
 
   std::vector<step> steps_;
   std::vector<slot> slots_;
   int n_internal_;
+  std::mutex workspace_mu_;
+  std::shared_ptr<std::vector<mx::array>> workspace_; /* internal_buffers' reused set, if any */
   graph_state graph_;
 };
 
