@@ -54,6 +54,11 @@
 #            launches with their spread (bench/kernel_spread.py), then the decode step in Nsight
 #            Compute by application replay (instructions, loads, stall reasons; ncu_attn_*.txt);
 #            then ORT_EP_MLX_DECODE_EARLY_VALUES (opt-in): the attention tests with it and an A/B
+#   split    a decode step's wall time split (bench/step_split.py: binding, run_with_iobinding,
+#            outputs, argmax, and the EP's own Run) for the MLX EP and ORT's CUDA EP (when carried),
+#            alternating, two processes each, then each engine's steps under tools/sampler
+#            (sampler_mlx.txt, sampler_ort_cuda.txt in $OUT); with ORT_EP_MLX_LOG_CHAINS=1 first, so
+#            a chain whose CUDA graph the driver refuses is named
 #   longctx  the GQA tests with decode attention split over blocks (ORT_EP_MLX_DECODE_PARTS=8), the
 #            decoder engines one step after 2048 tokens (bench/gpu_session.sh's longctx), then
 #            decode steps after 128, 1024 and 3072 prompt tokens (IOBinding and a 4096-row shared
@@ -513,6 +518,24 @@ if step ncu; then
     done
   else
     echo "no ncu on this machine" >> "$log"
+  fi
+fi
+if step split; then
+  engines=mlx
+  python3 -c 'import onnxruntime as o; exit("CUDAExecutionProvider" not in o.get_available_providers())' &&
+    engines="mlx ort_cuda"
+  ORT_EP_MLX_LOG_CHAINS=1 timeout 90 python3 bench/decode_probe.py --mode io --steps 16 --loops 1 2>&1 |
+    grep -E "onnxruntime-ep-mlx:|mlx ep\]" | sort | uniq -c | head -10 >> "$log"
+  for round in 1 2; do
+    for e in $engines; do
+      timeout 120 python3 bench/step_split.py --engine "$e" 2>&1 | grep -E "medians of|EP Run" >> "$log"
+    done
+  done
+  if cc -O2 -shared -fPIC -o /tmp/libsampler.so tools/sampler/sampler.c -ldl -lrt -pthread; then
+    for e in $engines; do
+      timeout 150 env SAMPLER_OUT="$OUT/sampler_$e.txt" SAMPLER_TOP=120 SAMPLER_WAIT=1 LD_PRELOAD=/tmp/libsampler.so \
+        python3 bench/step_split.py --engine "$e" --steps 96 > /dev/null 2>&1
+    done
   fi
 fi
 if step attn; then

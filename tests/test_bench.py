@@ -74,3 +74,18 @@ def test_decode_probe_phases_from_trace(tmp_path):
     path.write_text(__import__("json").dumps({"traceEvents": events}))
     text = probe.phase_medians(str(path), skip=1)
     assert text == "Run 6.60, bind 0.01, graph 1.00, eval 5.00, copy out 0.20 (medians in ms over 3 Runs)", text
+
+
+def test_step_split_on_the_host_stand_in():
+    """bench/step_split.py on the host stand-in of device memory: every column of a step's split
+    is printed, and the EP's own Run (from its trace) lies within ORT's run_with_iobinding."""
+    env = dict(os.environ, ORT_EP_MLX_DEVICE_MEMORY="host")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "step_split.py"), "--engine", "mlx",
+                        "--config", "tiny", "--steps", "8", "--loops", "1", "--io-device", "cpu"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    import re
+    split = dict(re.findall(r"(\w+) (\d+\.\d+)", p.stdout.splitlines()[0].split("(ms):")[1]))
+    assert set(split) >= {"bind", "run", "outputs", "numpy", "argmax", "step"}, p.stdout
+    ep_run = float(re.search(r"EP Run (\d+\.\d+) ms", p.stdout).group(1))
+    assert 0 < ep_run <= float(split["run"]), p.stdout
