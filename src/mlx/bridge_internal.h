@@ -527,9 +527,10 @@ bool direct_launch_ready();
 std::vector<mx::array> chain_kernels(const std::vector<mx::array> &outputs);
 
 /* A chain of operations of ours, as chain_operations hands it to the primitive that runs it: the
- * steps in the trace's order, each reading the chain's inputs (>= 0) or earlier steps' arrays
- * (~slot), and every array the steps make (slots): the chain's output `output`, or -1 where only
- * the chain's own steps read it (allocated when the chain runs). */
+ * steps in the trace's order, each reading the chain's inputs (0 <= i < n_inputs), the trace's
+ * constants the chain holds (n_inputs + c: constants[c]) or earlier steps' arrays (~slot), and
+ * every array the steps make (slots): the chain's output `output`, or -1 where only the chain's own
+ * steps read it (allocated when the chain runs). */
 struct chain_step {
   std::shared_ptr<mx::Primitive> prim;
   std::vector<int> inputs;
@@ -550,6 +551,18 @@ struct chain_plan {
   std::vector<chain_step> steps;
   std::vector<chain_slot> slots;
   int n_internal = 0;
+  /* The trace's constants the steps read (weights, scales, a step's scalars: materialized arrays
+   * no operation makes), held by the chain rather than given to MLX as its inputs: MLX's replay of a
+   * compiled program maps every input of every operation and its eval walks them all, each Run (a
+   * Qwen2.5-0.5B decode step's chains read ~740 of them). */
+  std::shared_ptr<const std::vector<mx::array>> constants = std::make_shared<const std::vector<mx::array>>();
+  size_t n_inputs = 0; /* the chain's MLX inputs; step inputs from n_inputs on are constants */
+
+  /* A step's input i, given the chain's MLX inputs (i >= 0). */
+  const mx::array &input(const std::vector<mx::array> &inputs, int i) const {
+    size_t k = static_cast<size_t>(i);
+    return k < n_inputs ? inputs.at(k) : constants->at(k - n_inputs);
+  }
 };
 /* What a chain's primitive (GPU or CPU) tells the op histogram: its steps' names, counted beside
  * the chain's own (ORT_EP_MLX_OP_HISTOGRAM; tests read which operations a program computes). */

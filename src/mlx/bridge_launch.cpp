@@ -309,7 +309,8 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
   using slot = chain_slot;
 
   ep_cuda_chain(mx::Stream stream, chain_plan &&plan)
-      : mx::Primitive(stream), slots_(std::move(plan.slots)), n_internal_(plan.n_internal) {
+      : mx::Primitive(stream), slots_(std::move(plan.slots)), n_internal_(plan.n_internal),
+        n_inputs_(plan.n_inputs), constants_(std::move(plan.constants)) {
     for (auto &st : plan.steps)
       steps_.push_back({std::static_pointer_cast<ep_cuda_kernel>(st.prim), std::move(st.inputs), std::move(st.outputs)});
   }
@@ -338,13 +339,13 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
     std::vector<ep_cuda_kernel::launch_args> args(steps_.size());
     for (size_t k = 0; k < steps_.size(); k++) {
       for (int i : steps_[k].inputs)
-        ins[k].push_back(i >= 0 ? &inputs.at(static_cast<size_t>(i)) : slot_arrays.at(static_cast<size_t>(~i)));
+        ins[k].push_back(i >= 0 ? &input(inputs, i) : slot_arrays.at(static_cast<size_t>(~i)));
       for (int o : steps_[k].outputs) outs[k].push_back(slot_arrays.at(static_cast<size_t>(o)));
       args[k] = steps_[k].kernel->arguments(ins[k], outs[k]);
     }
     void *encoder = a.encoder_for(stream());
-    /* the buffers outlive this launch's kernels (and the chain, should it die first) */
-    if (!internal->empty()) a.add_completed(encoder, [internal] {});
+    /* the buffers and constants outlive this launch's kernels (and the chain, should it die first) */
+    if (!internal->empty() || !constants_->empty()) a.add_completed(encoder, [internal, constants = constants_] {});
     if (chain_graph_ready() && launch_graph(encoder_stream(encoder), args)) return;
     for (size_t k = 0; k < steps_.size(); k++) steps_[k].kernel->encode(encoder, ins[k], outs[k], args[k]);
   }
@@ -472,9 +473,17 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
     return false;
   }
 
+  /* A step's input i (>= 0): the chain's MLX input, or a constant it holds (chain_plan::input). */
+  const mx::array &input(const std::vector<mx::array> &inputs, int i) const {
+    size_t k = static_cast<size_t>(i);
+    return k < n_inputs_ ? inputs.at(k) : constants_->at(k - n_inputs_);
+  }
+
   std::vector<step> steps_;
   std::vector<slot> slots_;
   int n_internal_;
+  size_t n_inputs_;
+  std::shared_ptr<const std::vector<mx::array>> constants_;
   std::mutex workspace_mu_;
   std::shared_ptr<std::vector<mx::array>> workspace_; /* internal_buffers' reused set, if any */
   graph_state graph_;
@@ -653,6 +662,19 @@ std::vector<std::vector<size_t>> split_run(const std::vector<trace_unit> &units,
 
 } // namespace
 
+namespace {
+
+/* A constant of the trace (an array no operation makes that is not one of the program's inputs,
+ * its data already there) that a chain may hold itself instead of taking as an MLX input. */
+bool held_constant(const mx::array &a) {
+  static const bool on = env_switch_on("ORT_EP_MLX_CHAIN_CONSTANTS"); /* 0: every constant an MLX input */
+  return on && !a.has_primitive() && !a.is_tracer() && a.is_available();
+}
+
+constexpr int constant_tag = 1 << 28; /* a step input's mark, while a chain is built, for constants */
+
+} // namespace
+
 std::vector<mx::array> chain_operations(const std::vector<mx::array> &outputs, bool (*member)(const mx::Primitive &),
                                         std::shared_ptr<mx::Primitive> (*make)(mx::Stream, chain_plan &&),
                                         const char *what) {
@@ -672,8 +694,8 @@ std::vector<mx::array> chain_operations(const std::vector<mx::array> &outputs, b
   for (const auto &members : chains) {
     std::unordered_set<size_t> inside(members.begin(), members.end());
     chain_plan plan;
-    std::vector<mx::array> chain_inputs, exported;
-    std::unordered_map<std::uintptr_t, int> input_of, slot_of;
+    std::vector<mx::array> chain_inputs, exported, constants;
+    std::unordered_map<std::uintptr_t, int> input_of, slot_of, constant_of;
     for (size_t u : members) {
       const trace_unit &unit = units[u];
       chain_step st;
@@ -681,6 +703,12 @@ std::vector<mx::array> chain_operations(const std::vector<mx::array> &outputs, b
       for (const auto &in : unit.arrays.front().inputs()) {
         if (auto it = slot_of.find(in.id()); it != slot_of.end()) {
           st.inputs.push_back(~it->second);
+          continue;
+        }
+        if (held_constant(in)) { /* numbered after the chain's inputs once they are all known */
+          auto [it, made] = constant_of.emplace(in.id(), static_cast<int>(constants.size()));
+          if (made) constants.push_back(in);
+          st.inputs.push_back(constant_tag + it->second);
           continue;
         }
         auto [it, made] = input_of.emplace(in.id(), static_cast<int>(chain_inputs.size()));
@@ -705,6 +733,12 @@ std::vector<mx::array> chain_operations(const std::vector<mx::array> &outputs, b
       plan.steps.push_back(std::move(st));
     }
     if (exported.empty()) throw std::logic_error("a chain nothing reads"); /* every unit leads to an output */
+    if (chain_inputs.size() >= static_cast<size_t>(constant_tag)) throw std::logic_error("a chain of too many inputs");
+    plan.n_inputs = chain_inputs.size();
+    for (chain_step &st : plan.steps)
+      for (int &i : st.inputs)
+        if (i >= constant_tag) i = static_cast<int>(plan.n_inputs) + (i - constant_tag);
+    plan.constants = std::make_shared<const std::vector<mx::array>>(std::move(constants));
     mx::Stream stream = units[members.front()].member->stream();
     std::vector<mx::Shape> shapes;
     std::vector<mx::Dtype> dtypes;
