@@ -59,7 +59,7 @@ class ep_cpu_chain : public mx::Primitive, public chain_members {
     for (const chain_step &st : plan.steps) {
       ins.clear(), outs.clear();
       for (int i : st.inputs)
-        ins.push_back(i >= 0 ? plan.input(held.ins, i) : *slot_arrays[static_cast<size_t>(~i)]);
+        ins.push_back(i >= 0 ? plan.constants.input(held.ins, i) : *slot_arrays[static_cast<size_t>(~i)]);
       for (int o : st.outputs) outs.push_back(*slot_arrays[static_cast<size_t>(o)]);
       static_cast<const ep_cpu_primitive &>(*st.prim).run_task(ins, outs);
     }

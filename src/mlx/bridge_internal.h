@@ -547,22 +547,25 @@ struct chain_slot {
     return n;
   }
 };
+/* The trace's constants a chain's steps read (weights, scales, a step's scalars: materialized
+ * arrays no operation makes), held by the chain rather than given to MLX as its inputs: MLX's
+ * replay of a compiled program maps every input of every operation and its eval walks them all,
+ * each Run (a Qwen2.5-0.5B decode step's chains read ~740 of them). */
+struct chain_constants {
+  std::shared_ptr<const std::vector<mx::array>> arrays = std::make_shared<const std::vector<mx::array>>();
+  size_t n_inputs = 0; /* the chain's MLX inputs; step inputs from n_inputs on are constants */
+
+  /* A step's input i (>= 0), given the chain's MLX inputs. */
+  const mx::array &input(const std::vector<mx::array> &inputs, int i) const {
+    size_t k = static_cast<size_t>(i);
+    return k < n_inputs ? inputs.at(k) : arrays->at(k - n_inputs);
+  }
+};
 struct chain_plan {
   std::vector<chain_step> steps;
   std::vector<chain_slot> slots;
   int n_internal = 0;
-  /* The trace's constants the steps read (weights, scales, a step's scalars: materialized arrays
-   * no operation makes), held by the chain rather than given to MLX as its inputs: MLX's replay of a
-   * compiled program maps every input of every operation and its eval walks them all, each Run (a
-   * Qwen2.5-0.5B decode step's chains read ~740 of them). */
-  std::shared_ptr<const std::vector<mx::array>> constants = std::make_shared<const std::vector<mx::array>>();
-  size_t n_inputs = 0; /* the chain's MLX inputs; step inputs from n_inputs on are constants */
-
-  /* A step's input i, given the chain's MLX inputs (i >= 0). */
-  const mx::array &input(const std::vector<mx::array> &inputs, int i) const {
-    size_t k = static_cast<size_t>(i);
-    return k < n_inputs ? inputs.at(k) : constants->at(k - n_inputs);
-  }
+  chain_constants constants;
 };
 /* What a chain's primitive (GPU or CPU) tells the op histogram: its steps' names, counted beside
  * the chain's own (ORT_EP_MLX_OP_HISTOGRAM; tests read which operations a program computes). */

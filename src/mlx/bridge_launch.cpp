@@ -310,7 +310,7 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
 
   ep_cuda_chain(mx::Stream stream, chain_plan &&plan)
       : mx::Primitive(stream), slots_(std::move(plan.slots)), n_internal_(plan.n_internal),
-        n_inputs_(plan.n_inputs), constants_(std::move(plan.constants)) {
+        constants_(std::move(plan.constants)) {
     for (auto &st : plan.steps)
       steps_.push_back({std::static_pointer_cast<ep_cuda_kernel>(st.prim), std::move(st.inputs), std::move(st.outputs)});
   }
@@ -339,13 +339,14 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
     std::vector<ep_cuda_kernel::launch_args> args(steps_.size());
     for (size_t k = 0; k < steps_.size(); k++) {
       for (int i : steps_[k].inputs)
-        ins[k].push_back(i >= 0 ? &input(inputs, i) : slot_arrays.at(static_cast<size_t>(~i)));
+        ins[k].push_back(i >= 0 ? &constants_.input(inputs, i) : slot_arrays.at(static_cast<size_t>(~i)));
       for (int o : steps_[k].outputs) outs[k].push_back(slot_arrays.at(static_cast<size_t>(o)));
       args[k] = steps_[k].kernel->arguments(ins[k], outs[k]);
     }
     void *encoder = a.encoder_for(stream());
     /* the buffers and constants outlive this launch's kernels (and the chain, should it die first) */
-    if (!internal->empty() || !constants_->empty()) a.add_completed(encoder, [internal, constants = constants_] {});
+    if (!internal->empty() || !constants_.arrays->empty())
+      a.add_completed(encoder, [internal, constants = constants_.arrays] {});
     if (chain_graph_ready() && launch_graph(encoder_stream(encoder), args)) return;
     for (size_t k = 0; k < steps_.size(); k++) steps_[k].kernel->encode(encoder, ins[k], outs[k], args[k]);
   }
@@ -473,17 +474,10 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
     return false;
   }
 
-  /* A step's input i (>= 0): the chain's MLX input, or a constant it holds (chain_plan::input). */
-  const mx::array &input(const std::vector<mx::array> &inputs, int i) const {
-    size_t k = static_cast<size_t>(i);
-    return k < n_inputs_ ? inputs.at(k) : constants_->at(k - n_inputs_);
-  }
-
   std::vector<step> steps_;
   std::vector<slot> slots_;
   int n_internal_;
-  size_t n_inputs_;
-  std::shared_ptr<const std::vector<mx::array>> constants_;
+  chain_constants constants_;
   std::mutex workspace_mu_;
   std::shared_ptr<std::vector<mx::array>> workspace_; /* internal_buffers' reused set, if any */
   graph_state graph_;
@@ -734,11 +728,11 @@ std::vector<mx::array> chain_operations(const std::vector<mx::array> &outputs, b
     }
     if (exported.empty()) throw std::logic_error("a chain nothing reads"); /* every unit leads to an output */
     if (chain_inputs.size() >= static_cast<size_t>(constant_tag)) throw std::logic_error("a chain of too many inputs");
-    plan.n_inputs = chain_inputs.size();
+    plan.constants.n_inputs = chain_inputs.size();
     for (chain_step &st : plan.steps)
       for (int &i : st.inputs)
-        if (i >= constant_tag) i = static_cast<int>(plan.n_inputs) + (i - constant_tag);
-    plan.constants = std::make_shared<const std::vector<mx::array>>(std::move(constants));
+        if (i >= constant_tag) i = static_cast<int>(chain_inputs.size()) + (i - constant_tag);
+    plan.constants.arrays = std::make_shared<const std::vector<mx::array>>(std::move(constants));
     mx::Stream stream = units[members.front()].member->stream();
     std::vector<mx::Shape> shapes;
     std::vector<mx::Dtype> dtypes;
