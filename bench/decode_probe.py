@@ -84,6 +84,24 @@ def shared_loop(sess, cfg, dtype, prompt, steps, max_len):
     return times, time.perf_counter() - t0
 
 
+def bind_step(sess, feeds, past, past_names, names, logits_to, presents_to):
+    """A decode step's IOBinding: the token and the mask (and, on the first step, the past) bound
+    from NumPy, the previous step's presents (past, OrtValues) as they are; the logits bound to
+    logits_to, the presents to presents_to."""
+    io = sess.io_binding()
+    io.bind_cpu_input("input_ids", feeds["input_ids"])
+    io.bind_cpu_input("attention_mask", feeds["attention_mask"])
+    for k in past_names:
+        if past is None:
+            io.bind_cpu_input(k, feeds[k])
+        else:
+            io.bind_ortvalue_input(k, past[k])
+    io.bind_output(names[0], logits_to)
+    for n in names[1:]:
+        io.bind_output(n, presents_to)
+    return io
+
+
 def loop(sess, cfg, dtype, prompt, steps, io_device, logits_device=False, sample_at=2, gap_s=0.0):
     """A prompt and `steps` greedy decode steps; the sampler (tools/sampler) runs from step
     sample_at (None: not in this loop). logits_device: with IOBinding the logits stay on the device
@@ -104,17 +122,7 @@ def loop(sess, cfg, dtype, prompt, steps, io_device, logits_device=False, sample
             outs = sess.run(None, feeds)
             logits, past = outs[0], dict(zip(past_names, outs[1:]))
         else:
-            io = sess.io_binding()
-            io.bind_cpu_input("input_ids", feeds["input_ids"])
-            io.bind_cpu_input("attention_mask", feeds["attention_mask"])
-            for k in past_names:
-                if past is None:
-                    io.bind_cpu_input(k, feeds[k])
-                else:
-                    io.bind_ortvalue_input(k, past[k])
-            io.bind_output("logits", io_device if logits_device else "cpu")
-            for n in names[1:]:
-                io.bind_output(n, io_device)
+            io = bind_step(sess, feeds, past, past_names, names, io_device if logits_device else "cpu", io_device)
             sess.run_with_iobinding(io)
             outs = io.get_outputs()
             past = dict(zip(past_names, outs[1:]))

@@ -31,6 +31,7 @@ for folder in ("python", "bench", "examples"):
 
 import onnxruntime as ort  # noqa: E402
 
+from decode_probe import bind_step  # noqa: E402
 from llm import empty_past, make_llm, step_feeds  # noqa: E402
 from workloads import CACHE, accuracy_level, decoder_config  # noqa: E402
 
@@ -74,17 +75,7 @@ def timed_loop(sess, cfg, dtype, device, steps, record, start, stop):
         if record is not None and step == 2:
             start()
         t0 = time.perf_counter()
-        io = sess.io_binding()
-        io.bind_cpu_input("input_ids", feeds["input_ids"])
-        io.bind_cpu_input("attention_mask", feeds["attention_mask"])
-        for k in past_names:
-            if past is None:
-                io.bind_cpu_input(k, feeds[k])
-            else:
-                io.bind_ortvalue_input(k, past[k])
-        io.bind_output("logits", "cpu")
-        for n in names[1:]:
-            io.bind_output(n, device)
+        io = bind_step(sess, feeds, past, past_names, names, "cpu", device)
         t1 = time.perf_counter()
         sess.run_with_iobinding(io)
         t2 = time.perf_counter()
