@@ -278,6 +278,11 @@ def test_matmul_integer_to_float_full_range(per_column):
 def test_dynamic_quantize_matmul(bt, per_column, zero_point, bias):
     a = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)
     b, n = _q((16, 6), bt, 4), 6
+    if bt == np.int8:
+        # A is quantized to the whole uint8 range, and ORT's AVX2 u8 x s8 kernel (CPUs without VNNI)
+        # saturates int16 pair sums: B within [-64, 63] keeps its reference exact
+        # (test_dynamic_quantize_matmul_full_range covers the rest)
+        b = (b // 2).astype(np.int8)
     ins = [("a", a), ("b", b), ("bs", np.linspace(0.01, 0.05, n).astype(np.float32) if per_column else np.array(0.03, np.float32))]
     if zero_point or bias:
         ins.append(("bz", (np.arange(n) % 3).astype(bt) if per_column else np.array(1, bt)) if zero_point else ("", None))
@@ -285,6 +290,25 @@ def test_dynamic_quantize_matmul(bt, per_column, zero_point, bias):
         ins.append(("bias", np.linspace(-1, 1, n).astype(np.float32)))
     model = _ms_model("DynamicQuantizeMatMul", ins)
     assert_parity(model, {k: v for k, v in ins if k}, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_quantize_matmul_full_range():
+    """u8 x s8 with B over its whole range (where ORT's AVX2 kernel saturates) against a float64
+    reference: A quantized as DynamicQuantizeLinear does (uint8, round half to even), then
+    (qa - za) @ (b - bz) * sa * sb + bias."""
+    a = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)
+    b, n = _q((16, 6), np.int8, 4), 6
+    b_scale, b_zero = np.linspace(0.01, 0.05, n).astype(np.float32), (np.arange(n) % 3).astype(np.int8)
+    bias = np.linspace(-1, 1, n).astype(np.float32)
+    ins = [("a", a), ("b", b), ("bs", b_scale), ("bz", b_zero), ("bias", bias)]
+    got = run_mlx(_ms_model("DynamicQuantizeMatMul", ins), dict(ins))[0]
+    lo, hi = min(0.0, float(a.min())), max(0.0, float(a.max()))
+    a_scale = np.float32((hi - lo) / 255)
+    a_zero = int(np.clip(np.rint(-lo / a_scale), 0, 255))
+    qa = np.clip(np.rint(a / a_scale) + a_zero, 0, 255).astype(np.int64)
+    acc = (qa - a_zero) @ (b.astype(np.int64) - b_zero.astype(np.int64))
+    want = acc * (np.float64(a_scale) * b_scale.astype(np.float64)) + bias
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
 # ---- com.microsoft QuantizeLinear / DequantizeLinear ----------------------------------------------
