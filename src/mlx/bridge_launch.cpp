@@ -417,7 +417,8 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
     for (size_t k = 0; k < steps_.size(); k++) {
       if (!graph_.nodes[k] || args[k].addresses == graph_.addresses[k]) continue;
       kernel_node_params p = steps_[k].kernel->node_params(args[k]);
-      if (int rc = api().graph_set_params(graph_.exec, graph_.nodes[k], &p)) return refused("cuGraphExecKernelNodeSetParams", rc);
+      if (int rc = api().graph_set_params(graph_.exec, graph_.nodes[k], &p))
+        return refused("cuGraphExecKernelNodeSetParams", rc);
       graph_.addresses[k] = args[k].addresses;
     }
     return true;
