@@ -21,3 +21,37 @@ save_ptx_cache() {
 suite_chunk() {
   ls tests/test_*.py tests/*/test_*.py | sort | awk -v i="${1%%/*}" -v n="${1##*/}" '(NR - 1) % n == i'
 }
+
+# descendants PID: every process below PID, one per line
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done
+}
+
+# watch_quiet_suite PID TESTLOG QUIET STACKS: while the pytest run PID lives, each time TESTLOG (a line
+# per finished test) has not grown for QUIET seconds, every process of the run: its state, then (the
+# first time only) the Python stacks of pytest and its xdist workers (SIGUSR1: tests/conftest.py
+# registers faulthandler when the test log is on: TESTLOG.stacks-*; a test's own child
+# processes are not signalled, SIGUSR1 would kill them) and every process's native stacks (cuda-gdb,
+# which attaches on these machines), into STACKS. What earlier GPU suite runs left unexplained:
+# whether a run stalls on a test, or after its last one, in a worker's exit.
+watch_quiet_suite() {
+  local pid=$1 testlog=$2 quiet=$3 stacks=$4 last=$SECONDS size=-1 dumped= now p
+  while kill -0 "$pid" 2> /dev/null; do
+    sleep 5
+    now=$(stat -c %s "$testlog" 2> /dev/null || echo 0)
+    [ "$now" != "$size" ] && { size=$now last=$SECONDS; continue; }
+    [ $((SECONDS - last)) -lt "$quiet" ] && continue
+    {
+      echo "== no test finished for $((SECONDS - last)) s ($(date +%T))"
+      ps -o pid,ppid,etimes,stat,rss,wchan:20,args -p "$(descendants "$pid" | paste -sd,)"
+      for p in $([ -n "$dumped" ] || descendants "$pid"); do
+        ps -o args= -p "$p" | grep -q -e pytest -e 'sys.stdin.readline' && kill -USR1 "$p" 2> /dev/null
+        command -v cuda-gdb > /dev/null || continue
+        echo "== native stacks of $p"
+        timeout 60 cuda-gdb -batch -p "$p" -ex "thread apply all bt 24" 2>&1 | grep -E '^(Thread|#)' | head -200
+      done
+    } >> "$stacks" 2>&1
+    last=$SECONDS dumped=1
+  done
+}

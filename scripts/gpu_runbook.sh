@@ -133,7 +133,9 @@
 #            whose 8-byte output sat in MLX's read-mostly scalar pool, should be gone either way)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
-#            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs
+#            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs; when no test has ended
+#            for SUITE_QUIET seconds (default 100), the run's processes and their Python and native
+#            stacks in $OUT/stacks.txt; the log says when the last test ended and when pytest did
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$1
@@ -720,16 +722,25 @@ if step suite; then
   [ "$left" -lt "${SUITE_TIMEOUT:-420}" ] && SUITE_TIMEOUT=$left
   # SUITE_FILES: a part of the suite (test files or folders), else all of it; the slowest tests
   # (where the GPU suite's time goes: it runs ~25x slower per test than on the CPU) in durations.txt
-  rm -f /tmp/gpu_tests.txt
+  rm -f /tmp/gpu_tests.txt /tmp/gpu_tests.txt.stacks-*
   # ORT_EP_MLX_TESTLOG: every test's seconds (setup and call, the setup apart; slow teardowns on
   # lines of their own) and outcome as it ends (a run cut by the limit keeps them: what it reached,
   # where its time went: on 2026-12-06 the calls summed to a quarter of the workers' time)
+  suite_start=$SECONDS
   ORT_EP_MLX_TESTLOG=/tmp/gpu_tests.txt timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --durations=60 \
     --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py ${SUITE_FILES:-tests} \
-    > /tmp/gpu_suite.txt 2>&1
+    > /tmp/gpu_suite.txt 2>&1 &
+  suite_pid=$!
+  watch_quiet_suite "$suite_pid" /tmp/gpu_tests.txt "${SUITE_QUIET:-100}" "$OUT/stacks.txt"
+  wait "$suite_pid"
+  echo "suite: exit $? after $((SECONDS - suite_start)) s; last test line at $(tail -1 /tmp/gpu_tests.txt 2>/dev/null \
+    | grep -o 'at=[0-9.]*')" >> "$log"
   tail -4 /tmp/gpu_suite.txt >> "$log"
   sed -n '/slowest .*durations/,/^=/p' /tmp/gpu_suite.txt > "$OUT/durations.txt"
   [ -f /tmp/gpu_tests.txt ] && xz -9 < /tmp/gpu_tests.txt > "$OUT/tests.txt.xz"
+  for f in /tmp/gpu_tests.txt.stacks-*; do
+    [ -s "$f" ] && { echo "== Python stacks, ${f##*-}"; cat "$f"; } >> "$OUT/stacks.txt"
+  done
 fi
 echo "== done $(date +%T)" >> "$log"
 save_ptx_cache "$MLX_PTX_CACHE_DIR" # with what the steps compiled

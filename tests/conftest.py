@@ -1,5 +1,6 @@
 import os
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -15,14 +16,28 @@ except FileNotFoundError:  # not built yet: the tests that need the library say 
     pass
 
 
+if os.environ.get("ORT_EP_MLX_TESTLOG"):
+    # a run that logs its tests can be asked for every thread's Python stack, each process's into
+    # TESTLOG.stacks-WORKER (scripts/gpu_common.sh's watch_quiet_suite sends SIGUSR1 when no test has
+    # finished for a while)
+    import faulthandler
+    import signal
+
+    _stacks_file = open(
+        f"{os.environ['ORT_EP_MLX_TESTLOG']}.stacks-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}", "a"
+    )
+    faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
+
 _setup_seconds = {}  # nodeid -> its setup's seconds, until its call is reported
+_log_start = time.monotonic()
 
 
 def log_test_phases(path, report):
     """ORT_EP_MLX_TESTLOG=PATH: a line per test as its call ends (or its setup, where it never gets
     a call): the seconds of its setup and call (a module's fixtures are paid in its first test's
     setup), its outcome and id, then the setup's seconds apart; a teardown of 0.1 s or more, or one
-    that fails, gets a line of its own."""
+    that fails, gets a line of its own. Each line ends with the seconds since the controller began
+    and the xdist worker that ran it: when a run's last test ended, and which worker was busy."""
     line = None
     if report.when == "setup":
         if report.passed:
@@ -35,6 +50,8 @@ def log_test_phases(path, report):
     elif report.duration >= 0.1 or not report.passed:
         line = f"{report.duration:.2f} teardown-{report.outcome} {report.nodeid}"
     if line:
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        line += f" at={time.monotonic() - _log_start:.1f} {getattr(worker, 'id', 'main')}"
         with open(path, "a") as f:
             f.write(line + "\n")
 
