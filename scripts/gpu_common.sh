@@ -19,7 +19,7 @@ save_ptx_cache() {
 # suite_chunk I/N: the test files whose index in sorted order is I mod N (the suite over N device
 # calls, each under the 10-minute limit), one per line
 suite_chunk() {
-  ls tests/test_*.py tests/*/test_*.py | sort | awk -v i="${1%%/*}" -v n="${1##*/}" '(NR - 1) % n == i'
+  ls tests/test_*.py tests/*/test_*.py | LC_ALL=C sort | awk -v i="${1%%/*}" -v n="${1##*/}" '(NR - 1) % n == i'
 }
 
 # descendants PID: every process below PID, one per line
