@@ -727,7 +727,7 @@ if step suite; then
   # lines of their own) and outcome as it ends (a run cut by the limit keeps them: what it reached,
   # where its time went: on 2026-12-06 the calls summed to a quarter of the workers' time)
   suite_start=$SECONDS
-  ORT_EP_MLX_TESTLOG=/tmp/gpu_tests.txt timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --durations=60 \
+  ORT_EP_MLX_TESTLOG=/tmp/gpu_tests.txt timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --dist worksteal --durations=60 \
     --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py ${SUITE_FILES:-tests} \
     > /tmp/gpu_suite.txt 2>&1 &
   suite_pid=$!

@@ -7,9 +7,10 @@ The other form they reach the GPU in (the kernel cache's precompiled one) is com
 itself with NVRTC, in build/test_bridge (mlxb_cuda_kernels_selfcheck). Both check that the kernels
 compile, not what they compute: the GPU suite does that.
 
-    tools/check_cuda_kernels.py [--nvcc PATH] [-v]
+    tools/check_cuda_kernels.py [--nvcc PATH] [-v] [-j JOBS]
 """
 import argparse
+import concurrent.futures
 import glob
 import os
 import re
@@ -179,6 +180,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     ap.add_argument("-v", action="store_true")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="nvcc processes at once")
     args = ap.parse_args()
     if not os.path.exists(args.nvcc):
         print("nvcc not found", file=sys.stderr)
@@ -189,15 +191,19 @@ def main():
     if missing or unknown:
         print(f"kernel table out of date: missing {missing}, not described {unknown}", file=sys.stderr)
         return 1
+    def unit_of(source_name):
+        header, inputs, outputs, instances = KERNELS[source_name]
+        return PRELUDE + (strings[header] if header else "") + "".join(
+            wrap(i, source_name, header, inputs, outputs, inst, strings[source_name]) for i, inst in enumerate(instances))
+
     failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for source_name, (header, inputs, outputs, instances) in KERNELS.items():
-            unit = PRELUDE + (strings[header] if header else "") + "".join(
-                wrap(i, source_name, header, inputs, outputs, inst, strings[source_name])
-                for i, inst in enumerate(instances))
-            ok = compile_unit(args.nvcc, tmp, source_name, unit, args.v)
+    # one nvcc per kernel file at a time on every core: serially they took two minutes on the GPU
+    # machine, the GPU suite's longest test
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        done = pool.map(lambda name: compile_unit(args.nvcc, tmp, name, unit_of(name), args.v), KERNELS)
+        for source_name, ok in zip(KERNELS, done):
             failed += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {source_name} ({len(instances)} instantiations)")
+            print(f"{'ok  ' if ok else 'FAIL'} {source_name} ({len(KERNELS[source_name][3])} instantiations)")
     return 1 if failed else 0
 
 
