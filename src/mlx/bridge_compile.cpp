@@ -74,10 +74,8 @@ bool gpu_fusion_enabled() {
 /* Calls of a GPU program before it is traced again with fusion (ORT_EP_MLX_GPU_FUSE_AFTER). */
 std::uint64_t gpu_fuse_after() {
   static const std::uint64_t n = [] {
-    const char *v = std::getenv("ORT_EP_MLX_GPU_FUSE_AFTER");
-    char *end = nullptr;
-    unsigned long long x = v && *v ? std::strtoull(v, &end, 10) : 8;
-    return static_cast<std::uint64_t>(end && *end ? 8 : x < 1 ? 1 : x);
+    long long x = env_number("ORT_EP_MLX_GPU_FUSE_AFTER", 8);
+    return static_cast<std::uint64_t>(x < 1 ? 1 : x);
   }();
   return n;
 }

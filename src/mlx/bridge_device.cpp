@@ -326,8 +326,7 @@ void finish_copies(const device_state &s) {
  * against 0.4-1.4: ORT and the caller read those outputs on the host. */
 size_t prefetch_floor() {
   static const size_t floor = [] {
-    const char *v = std::getenv("ORT_EP_MLX_PREFETCH_MIN");
-    long long n = v ? std::atoll(v) : 65536;
+    long long n = env_number("ORT_EP_MLX_PREFETCH_MIN", 65536);
     return n > 8 ? static_cast<size_t>(n) : size_t{9};
   }();
   return floor;

@@ -331,6 +331,15 @@ inline bool env_opt_in(const char *name) {
   const char *v = std::getenv(name);
   return v && !std::strcmp(v, "1");
 }
+/* An environment number (a count or a size in bytes; read by the caller once, which clamps it):
+ * fallback when unset, empty or not a whole decimal number. */
+inline long long env_number(const char *name, long long fallback) {
+  const char *v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char *end = nullptr;
+  long long n = std::strtoll(v, &end, 10);
+  return *end ? fallback : n;
+}
 
 /* MLX 0.32's cu::CudaBuffer, what an array's buffer pointer points at on MLX's CUDA backend: read
  * (never written) for device addresses, after cuda_buffer_layout_matches() said it is this. */

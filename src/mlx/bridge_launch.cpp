@@ -459,8 +459,7 @@ class ep_cuda_chain : public mx::Primitive, public chain_members {
 
   static size_t workspace_limit() {
     static const size_t limit = [] {
-      const char *v = std::getenv("ORT_EP_MLX_CHAIN_WORKSPACE");
-      long long n = v && *v ? std::atoll(v) : 4ll << 20;
+      long long n = env_number("ORT_EP_MLX_CHAIN_WORKSPACE", 4ll << 20);
       return n > 0 ? static_cast<size_t>(n) : size_t{0};
     }();
     return limit;
