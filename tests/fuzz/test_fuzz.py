@@ -64,3 +64,18 @@ def test_fuzz_case(case, worker):
     # another cause, even a known one, is a change to look at
     if case.get("explained"):
         assert why[:40] == case["explained"][:40], f"explained as {why!r}, saved as {case['explained']!r}"
+
+
+def test_worker_caps_its_data_segment(worker):
+    """The fuzz worker (which runs the EP and, outside the sanitizer, ORT's reference) caps its data
+    segment, so the pools' sizes past memory (2^40 elements) are refused at once on a host that
+    overcommits memory too: there they were paged in until the OOM killer or the timeout ended the
+    worker (the GPU suite's stall of 2026-12-06)."""
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("under the sanitizer ORT's reference runs in a capped child instead")
+    worker.call({"seed": 100_000, "pool": "core"})  # started, past its setup
+    limits = open(f"/proc/{worker.proc.pid}/limits").read()
+    line = next(ln for ln in limits.splitlines() if ln.startswith("Max data size"))
+    soft = line.split()[3]
+    phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert soft != "unlimited" and int(soft) <= min(16 << 30, phys // 4), line
