@@ -724,8 +724,9 @@ if step suite; then
   # (where the GPU suite's time goes: it runs ~25x slower per test than on the CPU) in durations.txt
   rm -f /tmp/gpu_tests.txt /tmp/gpu_tests.txt.stacks-*
   # ORT_EP_MLX_TESTLOG: every test's seconds (setup and call, the setup apart; slow teardowns on
-  # lines of their own) and outcome as it ends (a run cut by the limit keeps them: what it reached,
-  # where its time went: on 2026-12-06 the calls summed to a quarter of the workers' time)
+  # lines of their own), outcome, end time and worker as it ends (a run cut by the limit keeps them:
+  # what it reached and when; on 2026-12-06 the calls summed to a quarter of the workers' time
+  # because one fuzz test stalled for minutes after the rest had ended: tools/fuzz/harness.py)
   suite_start=$SECONDS
   ORT_EP_MLX_TESTLOG=/tmp/gpu_tests.txt timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --dist worksteal --durations=60 \
     --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py ${SUITE_FILES:-tests} \
