@@ -16,6 +16,16 @@ save_ptx_cache() {
   rm -f "$OUT"/ptxcache.tar.xz.part.0[4-9] "$OUT"/ptxcache.tar.xz.part.[1-9]?
 }
 
+# sources_digest: a digest of the sources a run builds and tests (src, python, tests, tools, scripts,
+# the build files). The device machine's copy of the working tree carries a .git of its own that
+# can be older than the tree (on 2026-12-06 it named the previous session's last commit for every
+# call), so a run names what it ran by this digest; `scripts/gpu_common.sh`'s function run here on a
+# checkout gives the same digest for the same files.
+sources_digest() {
+  git ls-files -co --exclude-standard -- src python tests tools scripts CMakeLists.txt Makefile | LC_ALL=C sort -u \
+    | while read -r f; do [ -f "$f" ] && echo "$f"; done | xargs sha1sum | sha1sum | cut -c1-12
+}
+
 # suite_chunk I/N: the test files whose index in sorted order is I mod N (the suite over N device
 # calls, each under the 10-minute limit), one per line
 suite_chunk() {

@@ -174,7 +174,8 @@ probe_ab() {
       | tr '\n' ' ')" >> "$log"
   done
 }
-{ head -3 /tmp/gpu_runbook_build.txt; git log --oneline -1 2>/dev/null; nvidia-smi -L; } >> "$log"
+{ head -3 /tmp/gpu_runbook_build.txt; echo "sources $(sources_digest) (the tree's .git there says: $(git log --oneline -1 2>/dev/null))"
+  nvidia-smi -L; } >> "$log"
 
 if step bridge; then
   cmake --build build-gpu -j "$(nproc)" --target test_bridge > /dev/null 2>&1
