@@ -273,7 +273,7 @@ def cpu_model_probe(module: str, builder: str) -> str:
 
 
 def device_memory_info():
-    """The memory info of the device memory the EP registered (a GPU with ORT_EP_MLX_DEVICE_MEMORY=1),
+    """The memory info of the device memory the EP registered (MLX's CUDA backend, unless ORT_EP_MLX_DEVICE_MEMORY=0),
     or None: MLX's CPU backend, or device memory not enabled."""
     mlx_ep.register_execution_provider_library()
     devices = [d for d in ort.get_ep_devices() if d.ep_name == mlx_ep.ep_name()]

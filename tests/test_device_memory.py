@@ -1,8 +1,8 @@
 """Device memory (src/ep/device_memory.c, src/mlx/bridge_device.cpp): on MLX's CUDA backend the EP
 registers MLX's GPU memory with ORT (an allocator and a data transfer), so an IOBinding keeps a
 decoder's KV cache on the GPU between Runs. These tests need that memory and are skipped where
-MLX has none (its CPU backend, as in CI) or where it is not enabled (ORT_EP_MLX_DEVICE_MEMORY=1,
-experimental); scripts/gpu_check.sh enables it and runs them on the GPU machine.
+MLX has none (its CPU backend, as in CI) or where it is turned off (ORT_EP_MLX_DEVICE_MEMORY=0);
+scripts/gpu_check.sh runs them on the GPU machine.
 Every output is compared with ORT's CPU EP, and the run report proves where the data lived."""
 import gc
 import os
@@ -23,7 +23,7 @@ DEVICE = "cuda"  # Python's alias for OrtDevice(GPU, NVIDIA, 0): the memory the 
 
 
 pytestmark = pytest.mark.skipif(device_memory_info() is None,
-                                reason="no device memory: MLX's CPU backend, or ORT_EP_MLX_DEVICE_MEMORY=1 not set")
+                                reason="no device memory: MLX's CPU backend, or ORT_EP_MLX_DEVICE_MEMORY=0")
 
 
 def report_stats(text):

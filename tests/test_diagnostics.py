@@ -66,7 +66,7 @@ def test_run_report_counts_time_and_io(tmp_path):
     line = report.read_text().split("run report:")[1]
     stats = dict(re.findall(r"(\w+)=([\d.]+)", line))
     # ORT hands the EP host tensors, or device tensors where the EP registered device memory (a GPU
-    # with ORT_EP_MLX_DEVICE_MEMORY=1): every input and output is counted once, on one side
+    # on MLX's CUDA backend): every input and output is counted once, on one side
     on_device = "device" if device_memory_info() is not None else "host"
     off_device = "host" if on_device == "device" else "device"
     assert int(stats[f"{on_device}_inputs"]) == 4 and int(stats[f"{on_device}_outputs"]) == 2
