@@ -132,10 +132,12 @@
 #            kernel profiles (the embedding gather's 159 us a step; the mask reduction's 147 us,
 #            whose 8-byte output sat in MLX's read-mostly scalar pool, should be gone either way)
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
-#            they happen; SUITE_TIMEOUT seconds (default 420); SUITE_FILES: a part of the suite, or
-#            SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs; when no test has ended
-#            for SUITE_QUIET seconds (default 100), the run's processes and their Python and native
-#            stacks in $OUT/stacks.txt; the log says when the last test ended and when pytest did
+#            they happen; SUITE_TIMEOUT seconds a run (default 420; a whole run took 155 s on an
+#            H100 on 2026-12-06), SUITE_REPEAT runs in a row (default 1); SUITE_FILES: a part of
+#            the suite, or SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs; when no
+#            test has ended for SUITE_QUIET seconds (default 100), the run's processes and their
+#            Python and native stacks in $OUT/stacks.txt; the log says when the last test ended and
+#            when pytest did
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 wheels=$1
@@ -714,35 +716,42 @@ if step constants; then
       --top 8 >> "$log" 2>&1
   done
 fi
-if step suite; then
-  [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')
-  # RUNBOOK_DEADLINE=S: the suite stops S seconds after the runbook started (a call's earlier steps
-  # took what they took; the call keeps its 10-minute limit); leave a minute after it for the PTX
-  # cache to be packed into $OUT
-  left=$(( ${RUNBOOK_DEADLINE:-100000} - SECONDS ))
-  [ "$left" -lt "${SUITE_TIMEOUT:-420}" ] && SUITE_TIMEOUT=$left
-  # SUITE_FILES: a part of the suite (test files or folders), else all of it; the slowest tests
-  # (where the GPU suite's time goes: it runs ~25x slower per test than on the CPU) in durations.txt
+# suite_run I: the suite's I-th run of this call (SUITE_FILES, else all of it), within SUITE_TIMEOUT
+# and what is left before RUNBOOK_DEADLINE (a call's earlier steps took what they took; the call
+# keeps its 10-minute limit: leave a minute after it for the PTX cache to be packed into $OUT)
+suite_run() {
+  local i=$1 limit=${SUITE_TIMEOUT:-420} left=$(( ${RUNBOOK_DEADLINE:-100000} - SECONDS )) start=$SECONDS pid rc f
+  [ "$left" -lt "$limit" ] && limit=$left
+  [ "$limit" -gt 0 ] || { echo "suite run $i: no time left" >> "$log"; return; }
   rm -f /tmp/gpu_tests.txt /tmp/gpu_tests.txt.stacks-*
+  echo "== suite run $i" >> "$ORT_EP_MLX_FAILLOG"
   # ORT_EP_MLX_TESTLOG: every test's seconds (setup and call, the setup apart; slow teardowns on
   # lines of their own), outcome, end time and worker as it ends (a run cut by the limit keeps them:
   # what it reached and when; on 2026-12-06 the calls summed to a quarter of the workers' time
   # because one fuzz test stalled for minutes after the rest had ended: tools/fuzz/harness.py)
-  suite_start=$SECONDS
-  ORT_EP_MLX_TESTLOG=/tmp/gpu_tests.txt timeout "${SUITE_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -n 14 --dist worksteal --durations=60 \
-    --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py ${SUITE_FILES:-tests} \
+  ORT_EP_MLX_TESTLOG=/tmp/gpu_tests.txt timeout "$limit" python3 -m pytest -q -p no:cacheprovider -n 14 --dist worksteal \
+    --durations=60 --ignore=tests/test_leaks.py --ignore=tests/test_conformance_runner.py ${SUITE_FILES:-tests} \
     > /tmp/gpu_suite.txt 2>&1 &
-  suite_pid=$!
-  watch_quiet_suite "$suite_pid" /tmp/gpu_tests.txt "${SUITE_QUIET:-100}" "$OUT/stacks.txt"
-  wait "$suite_pid"
-  echo "suite: exit $? after $((SECONDS - suite_start)) s; last test line at $(tail -1 /tmp/gpu_tests.txt 2>/dev/null \
+  pid=$!
+  watch_quiet_suite "$pid" /tmp/gpu_tests.txt "${SUITE_QUIET:-100}" "$OUT/stacks.txt"
+  wait "$pid"
+  rc=$?
+  echo "suite run $i: exit $rc after $((SECONDS - start)) s; last test line at $(tail -1 /tmp/gpu_tests.txt 2>/dev/null \
     | grep -o 'at=[0-9.]*')" >> "$log"
   tail -4 /tmp/gpu_suite.txt >> "$log"
   sed -n '/slowest .*durations/,/^=/p' /tmp/gpu_suite.txt > "$OUT/durations.txt"
-  [ -f /tmp/gpu_tests.txt ] && xz -9 < /tmp/gpu_tests.txt > "$OUT/tests.txt.xz"
+  { echo "== suite run $i"; cat /tmp/gpu_tests.txt 2>/dev/null; } >> /tmp/gpu_tests_all.txt
   for f in /tmp/gpu_tests.txt.stacks-*; do
-    [ -s "$f" ] && { echo "== Python stacks, ${f##*-}"; cat "$f"; } >> "$OUT/stacks.txt"
+    [ -s "$f" ] && { echo "== Python stacks, run $i, ${f##*-}"; cat "$f"; } >> "$OUT/stacks.txt"
   done
+}
+if step suite; then
+  [ -z "${SUITE_CHUNK:-}" ] || SUITE_FILES=$(suite_chunk "$SUITE_CHUNK" | tr '\n' ' ')
+  # SUITE_REPEAT=N whole runs one after the other (issue 13 asks three in a row without a crash);
+  # every run's tests in tests.txt.xz, each under its "== suite run I" line, the faillog likewise
+  rm -f /tmp/gpu_tests_all.txt
+  for i in $(seq 1 "${SUITE_REPEAT:-1}"); do suite_run "$i"; done
+  xz -9 < /tmp/gpu_tests_all.txt > "$OUT/tests.txt.xz"
 fi
 echo "== done $(date +%T)" >> "$log"
 save_ptx_cache "$MLX_PTX_CACHE_DIR" # with what the steps compiled
