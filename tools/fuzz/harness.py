@@ -28,6 +28,7 @@ each with one line "RESULT <json>", flushing before and after; the driver treats
 death as a crash of the request it was on."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -326,22 +327,23 @@ def _ort_answer(sess, feeds):
 # answers come from a child process without the sanitizer (the EP, instrumented, stays here).
 REFERENCE_IN_CHILD = "libasan" in os.environ.get("LD_PRELOAD", "")
 
-# The data and attrs pools ask for sizes past any memory on purpose (2^40 elements). Where the host
-# overcommits memory (the GPU machines) such an allocation succeeds and its pages are touched until
-# the process has tens of GiB and the OOM killer ends it, or the call's timeout does: a crash or a
-# hang of the worker, where a host that does not overcommit refuses the allocation at once (ORT's
-# error; the EP's). The worker and the reference's child cap their data segment (RLIMIT_DATA: private
-# writable memory, which a CUDA context's reserved address space is not) so every host refuses alike.
-DATA_CAP_SOURCE = """
+
 def cap_data_memory():
-    import os, resource
+    """The data and attrs pools ask for sizes past any memory on purpose (2^40 elements). Where the
+    host overcommits memory (the GPU machines) such an allocation succeeds and its pages are touched
+    until the process has tens of GiB and the OOM killer ends it, or the call's timeout does: a crash
+    or a hang of the worker, where a host that does not overcommit refuses the allocation at once
+    (ORT's error; the EP's). The worker and the reference's child cap their data segment
+    (RLIMIT_DATA: private writable memory, which a CUDA context's reserved address space is not), so
+    every host refuses alike."""
+    import os
+    import resource
     cap = min(16 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
     hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
     resource.setrlimit(resource.RLIMIT_DATA, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
-"""
-exec(DATA_CAP_SOURCE)
 
-_CHILD = DATA_CAP_SOURCE + """
+
+_CHILD = inspect.getsource(cap_data_memory) + """
 cap_data_memory()
 import pickle, sys
 import onnxruntime as ort
@@ -570,7 +572,7 @@ def handle(req) -> dict:
 
 def main():
     if not REFERENCE_IN_CHILD:  # under ASan the shadow memory would not fit; ORT answers from the child
-        cap_data_memory()  # noqa: F821 - defined by DATA_CAP_SOURCE
+        cap_data_memory()
     import onnxruntime_ep_mlx as mlx_ep
     mlx_ep.register_execution_provider_library()
     for line in sys.stdin:
