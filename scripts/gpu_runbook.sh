@@ -131,6 +131,9 @@
 #   constants a GPU plan's constants prefetched to the GPU at Compile or not: decode loop A/B and
 #            kernel profiles (the embedding gather's 159 us a step; the mask reduction's 147 us,
 #            whose 8-byte output sat in MLX's read-mostly scalar pool, should be gone either way)
+#   modelprof where a plain Run of the BERT layer and of squeezenet goes (the EP at about 2x ORT's CUDA
+#            EP there, 2026-12-06): wall time and the EP's phases a Run (bench/model_phases.py), the
+#            compiled programs' MLX operations by ONNX op type, and the bench's MLX EP against MLX direct
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
 #            they happen; SUITE_TIMEOUT seconds a run (default 420; a whole run took 155 s on an
 #            H100 on 2026-12-06), SUITE_REPEAT runs in a row (default 1); SUITE_FILES: a part of
@@ -715,6 +718,16 @@ if step constants; then
     ORT_EP_MLX_PREFETCH_CONSTANTS=$v timeout 120 python3 bench/decode_kernels.py --mode io --short 8 --long 24 \
       --top 8 >> "$log" 2>&1
   done
+fi
+if step modelprof; then
+  for w in bert_layer_s128 squeezenet; do
+    timeout 100 python3 bench/model_phases.py --workload "$w" --device gpu >> "$log" 2>&1
+    ORT_EP_MLX_OP_HISTOGRAM=1 timeout 100 python3 bench/model_phases.py --workload "$w" --device gpu --runs 2 \
+      --warmup 1 > "/tmp/hist_$w.txt" 2>&1
+    python3 tools/op_histogram.py "/tmp/hist_$w.txt" --top 8 >> "$log" 2>&1
+  done
+  timeout 150 python3 bench/run.py --device gpu --workloads bert_layer_s128,squeezenet \
+    --engines mlx_ep,mlx_ep_io,mlx_direct --out "$OUT/models.md" 2>&1 | tail -12 >> "$log"
 fi
 # suite_run I: the suite's I-th run of this call (SUITE_FILES, else all of it), within SUITE_TIMEOUT
 # and what is left before RUNBOOK_DEADLINE (a call's earlier steps took what they took; the call
