@@ -135,7 +135,7 @@
 #            EP there, 2026-12-06): wall time and the EP's phases a Run (bench/model_phases.py), the
 #            compiled programs' MLX operations by ONNX op type, and the bench's MLX EP against MLX direct
 #   suite    the whole pytest suite with pytest-xdist (handed over as wheels), failures logged as
-#            they happen; SUITE_TIMEOUT seconds a run (default 420; a whole run took 155 s on an
+#            they happen; SUITE_TIMEOUT seconds a run (default 420; a whole run took 155-166 s on an
 #            H100 on 2026-12-06), SUITE_REPEAT runs in a row (default 1); SUITE_FILES: a part of
 #            the suite, or SUITE_CHUNK=I/N: the files gpu_check.sh's GPU_CHUNK=I/N runs; when no
 #            test has ended for SUITE_QUIET seconds (default 100), the run's processes and their
