@@ -670,7 +670,9 @@ fi
 if step conformance; then
   export GPU_NAME EP_COMMIT
   GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-  EP_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || true)
+  # the device's copy of .git can lag the tree (sources_digest): the call's command names the commit
+  # it was written at (EP_COMMIT=$(git rev-parse --short HEAD) run here) when it can
+  EP_COMMIT=${EP_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
   shards=${CONF_SHARDS:-40} conf_end=$((SECONDS + ${CONF_TIMEOUT:-300})) conf_dir=/tmp/gpu-conformance
   rm -rf "$conf_dir" && mkdir -p "$conf_dir"
   for i in $(seq 0 $((shards - 1))); do
