@@ -169,3 +169,16 @@ def test_conv_chain_keeps_channels_last():
     assert "Matmul=1" in program or "EpCpuGemmPacked=1" in program, program
     program = chain_program("0")  # without the rewrite: the second Conv's input goes back and forth
     assert "Transpose=4 " in program + " ", program
+
+
+def test_node_lines_count_each_operation_once():
+    # ORT_EP_MLX_OP_HISTOGRAM's node lines (tools/op_histogram.py sums them by op type): the second
+    # Conv reads the first's kept channels-last array, not its NCHW input, so a walk stopped at the
+    # node's inputs counted the first convolution again in every later node's line
+    out, programs = histogram_probe(PROBE, ORT_EP_MLX_SINK_TRANSPOSES="1")
+    nodes = [line for line in out.stderr.splitlines() if "] node " in line]
+    assert [line.split("(")[1].split(")")[0] for line in nodes] == ["Conv", "Relu", "Conv", "Relu"], nodes
+    convolutions = [line for line in nodes if "Convolution=" in line or "EpCpuConvPacked=" in line]
+    assert len(convolutions) == 1 and "(Conv)" in convolutions[0], nodes
+    counted = sum(int(line.split("): ")[1].split(" ops")[0]) for line in nodes)
+    assert counted >= int(programs[0].split(" program: ")[1].split(" ops")[0]), (nodes, programs)

@@ -604,27 +604,36 @@ size_t mlxb_size(const mlxb_array *a) {
 
 /* ---- evaluation and host access ---------------------------------------------------------- */
 
-static size_t graph_walk(mlxb_array *const *arrays, size_t n, std::map<std::string, size_t> *by_name,
-                         mlxb_array *const *stop = nullptr, size_t n_stop = 0) {
-  std::vector<mx::array> stack;
+/* What a walk has counted: arrays by id, and chains (a chain's members count once, whichever of
+ * its outputs is met). A tally keeps one across walks (mlxb_op_tally). */
+struct walk_marks {
   std::unordered_set<std::uintptr_t> seen;
   std::unordered_set<const chain_members *> chains;
+};
+
+struct mlxb_op_tally {
+  walk_marks marks;
+};
+
+static size_t graph_walk(mlxb_array *const *arrays, size_t n, std::map<std::string, size_t> *by_name,
+                         walk_marks &marks, mlxb_array *const *stop = nullptr, size_t n_stop = 0) {
+  std::vector<mx::array> stack;
   for (size_t i = 0; i < n_stop; i++)
-    if (stop[i]) seen.insert(arr(stop[i]).id());
+    if (stop[i]) marks.seen.insert(arr(stop[i]).id());
   for (size_t i = 0; i < n; i++)
     if (arrays[i]) stack.push_back(arr(arrays[i]));
   size_t ops = 0;
   while (!stack.empty()) {
     mx::array a = std::move(stack.back());
     stack.pop_back();
-    if (!a.has_primitive() || !seen.insert(a.id()).second) continue;
+    if (!a.has_primitive() || !marks.seen.insert(a.id()).second) continue;
     ops++;
     if (by_name) {
       /* on a GPU machine, work placed on the CPU stream shows as such: each crossing costs a fence */
       bool on_cpu = a.primitive().stream().device == mx::Device::cpu && mx::default_device() == mx::Device::gpu;
       (*by_name)[std::string(a.primitive().name()) + (on_cpu ? "@cpu" : "")]++;
       auto *chain = dynamic_cast<const chain_members *>(&a.primitive());
-      if (chain && chains.insert(chain).second) /* once a chain, whichever of its outputs is met */
+      if (chain && marks.chains.insert(chain).second)
         for (const char *member : chain->member_names()) (*by_name)[std::string(member) + (on_cpu ? "@cpu" : "")]++;
     }
     for (const mx::array &in : a.inputs()) stack.push_back(in);
@@ -634,17 +643,19 @@ static size_t graph_walk(mlxb_array *const *arrays, size_t n, std::map<std::stri
 
 size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n) {
   try {
-    return graph_walk(arrays, n, nullptr);
+    walk_marks marks;
+    return graph_walk(arrays, n, nullptr, marks);
   } catch (...) {
     return 0;
   }
 }
 
-size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *const *stop, size_t n_stop, char *dst,
-                            size_t cap) {
+/* A walk's histogram as "Primitive=count" pairs, most frequent first, into dst (cut at cap). */
+static size_t histogram_text(mlxb_array *const *arrays, size_t n, walk_marks &marks, mlxb_array *const *stop,
+                             size_t n_stop, char *dst, size_t cap) {
   try {
     std::map<std::string, size_t> by_name;
-    size_t ops = graph_walk(arrays, n, &by_name, stop, n_stop);
+    size_t ops = graph_walk(arrays, n, &by_name, marks, stop, n_stop);
     std::vector<std::pair<size_t, std::string>> rows;
     for (auto &kv : by_name) rows.emplace_back(kv.second, kv.first);
     std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
@@ -657,6 +668,35 @@ size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *con
     return 0;
   }
 }
+
+size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *const *stop, size_t n_stop, char *dst,
+                            size_t cap) {
+  try {
+    walk_marks marks;
+    return histogram_text(arrays, n, marks, stop, n_stop, dst, cap);
+  } catch (...) {
+    if (cap) dst[0] = 0;
+    return 0;
+  }
+}
+
+mlxb_op_tally *mlxb_op_tally_new(void) {
+  try {
+    return new mlxb_op_tally();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+size_t mlxb_op_tally_add(mlxb_op_tally *t, mlxb_array *const *arrays, size_t n, char *dst, size_t cap) {
+  if (!t) {
+    if (cap) dst[0] = 0;
+    return 0;
+  }
+  return histogram_text(arrays, n, t->marks, nullptr, 0, dst, cap);
+}
+
+void mlxb_op_tally_free(mlxb_op_tally *t) { delete t; }
 
 int mlxb_eval(mlxb_scope *s, mlxb_array *const *arrays, size_t n) {
   return guard_status(s, "mlxb_eval", [&] {

@@ -126,6 +126,14 @@ size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n);
  * frequent first, written into dst (cut at cap bytes): where a graph's operations go. */
 size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *const *stop, size_t n_stop, char *dst,
                             size_t cap);
+/* A running tally over one trace's lowering: each add counts (and lists, as the histogram does) only
+ * the operations no earlier add of this tally reached, so the per-node counts of a trace add up to
+ * its program's, however a lowering reaches an earlier node's work (e.g. a kept channels-last
+ * array rather than the node's NCHW input). new: NULL when out of memory; add with NULL counts 0. */
+typedef struct mlxb_op_tally mlxb_op_tally;
+mlxb_op_tally *mlxb_op_tally_new(void);
+size_t mlxb_op_tally_add(mlxb_op_tally *t, mlxb_array *const *arrays, size_t n, char *dst, size_t cap);
+void mlxb_op_tally_free(mlxb_op_tally *t);
 /* Copies an array's elements, row-major, into dst (bytes must equal size*itemsize).
  * Evaluates first when needed. 0 ok, -1 error in scope. */
 int mlxb_read(mlxb_scope *s, const mlxb_array *a, void *dst, size_t bytes);

@@ -144,7 +144,9 @@ static size_t graph_size_sampled(const plan *p, mlxb_array *const *results, int 
   return ops;
 }
 
-/* With ORT_EP_MLX_OP_HISTOGRAM set, the operations one node's lowering added (on stderr). */
+/* With ORT_EP_MLX_OP_HISTOGRAM set, the operations one node's lowering added (on stderr): those its
+ * outputs reach that no earlier node's line counted (the cluster's tally), so a trace's lines add up
+ * to its program; without a tally (out of memory), those reached before the node's inputs. */
 static void node_histogram(const op_ctx *c) {
   mlxb_array *outs[64], *ins[64];
   size_t n_out = 0, n_in = 0;
@@ -152,8 +154,11 @@ static void node_histogram(const op_ctx *c) {
     if (c->node->outputs[k] >= 0 && c->vals[c->node->outputs[k]]) outs[n_out++] = c->vals[c->node->outputs[k]];
   for (int k = 0; k < c->node->n_inputs && n_in < 64; k++)
     if (c->node->inputs[k] >= 0 && c->vals[c->node->inputs[k]]) ins[n_in++] = c->vals[c->node->inputs[k]];
+  const op_ctx *root = c;
+  while (root->outer) root = root->outer;
   char text[2048];
-  size_t ops = mlxb_graph_histogram(outs, n_out, ins, n_in, text, sizeof text);
+  size_t ops = root->tally ? mlxb_op_tally_add(root->tally, outs, n_out, text, sizeof text)
+                           : mlxb_graph_histogram(outs, n_out, ins, n_in, text, sizeof text);
   fprintf(stderr, "[mlx ep] node %s (%s): %zu ops: %s\n", c->node->name, c->node->op_type, ops, text);
 }
 
@@ -197,9 +202,10 @@ static int lower_nodes(plan *p, run_state *r, const host_value *known, bool trac
   if (!ahead) return diag_fail(d, "out of memory");
   op_ctx c = {.plan = p, .g = p->g, .f = &p->top, .s = r->s, .run_s = r->s, .vals = r->vals, .seqs = r->seqs,
               .host = r->host, .known = known, .tracing = tracing, .checks = checks, .alias = r->alias,
-              .ahead = ahead, .d = d};
+              .ahead = ahead, .d = d, .tally = tracing && op_histogram_wanted() ? mlxb_op_tally_new() : NULL};
   int rc = lower_frame(&c, r);
   r->data_read = c.data_read;
+  mlxb_op_tally_free(c.tally);
   free(ahead);
   return rc;
 }

@@ -34,6 +34,8 @@ struct op_ctx {
                          NULL outside the cluster graph's own lowering */
   diag *d;
   bool data_read;     /* the cluster's own context: a value depending on data was read (op_note_host_read) */
+  mlxb_op_tally *tally; /* the cluster's own context, tracing with ORT_EP_MLX_OP_HISTOGRAM: what earlier
+                           nodes' lines counted (node_histogram); NULL otherwise */
 };
 
 /* Counts a host read (the run report's host_reads) of value v of c->g (-1: an array of no value)
