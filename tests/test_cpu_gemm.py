@@ -1,7 +1,7 @@
 """MatMul, Gemm and Conv (and RNN/GRU/LSTM's input projection) with a constant float32 weight on the
 CPU through the EP's packed GEMM
 (src/mlx/bridge_cpu_gemm.cpp: the weight packed at Compile into 32-column panels, a 12-row AVX-512
-tile per panel, K in blocks of 4096) against ORT's CPU EP, strict, every Run of the eager/trace/replay
+tile per panel, or the same sums with AVX2 and FMA, K in blocks of 4096) against ORT's CPU EP, strict, every Run of the eager/trace/replay
 triple. Both sides sum the same K products in different orders: float32 tolerances relative to the
 output's magnitude (rtol 1e-5, atol 2e-6 of the largest output). Shapes cross every edge of the
 tiling: rows around 12, columns around 32, K past one block; A of rank 1 to 4; infinities and
@@ -12,17 +12,25 @@ graph as written and as ORT rewrites it). Which kernel ran is read from the op h
 process, with the switch on and off."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from parity import cpu_has, histogram_probe, make_model, run_cpu, run_mlx_each
+from parity import child_pythonpath, cpu_has, histogram_probe, make_model, run_cpu, run_mlx_each
 
 CPU = {"device": "cpu"}
 
 
-needs_kernel = pytest.mark.skipif(not cpu_has("avx512f"), reason="the packed GEMM needs x86-64 with AVX-512F")
+# Products (MatMul, Gemm, the RNNs' projections) take the packed GEMM with AVX-512F only, Conv also
+# with AVX2 and FMA (src/mlx/bridge_cpu_gemm.cpp, cpu_gemm_packed_takes); ORT_EP_MLX_CPU_AVX512=0
+# (as test_avx2_tile_where_avx512_is_off sets it) makes an AVX-512 CPU an AVX2 one
+PRODUCTS_PACKED = cpu_has("avx512f") and os.environ.get("ORT_EP_MLX_CPU_AVX512") not in ("0", "off")
+CONVS_PACKED = PRODUCTS_PACKED or cpu_has("avx2", "fma")
+needs_kernel = pytest.mark.skipif(not CONVS_PACKED, reason="the packed convolution needs x86-64 with AVX2 and FMA")
+needs_products = pytest.mark.skipif(not PRODUCTS_PACKED, reason="packed products need x86-64 with AVX-512F")
 
 
 def matmul_model(a_shape, k, n, seed=0):
@@ -300,7 +308,7 @@ for optimized in (False, True):
 """
 
 
-@needs_kernel
+@needs_products
 def test_linear_epilogue_folds():
     out, _ = histogram_probe(LINEAR_PROBE)
     programs, form = {}, None
@@ -350,7 +358,7 @@ def test_kernel_runs(switch):
     _, programs = histogram_probe(HISTOGRAM_PROBE, **({"ORT_EP_MLX_CPU_GEMM": "0"} if switch == "off" else {}))
     assert len(programs) == 6, programs  # MatMul, Gemm, Conv, Conv + Relu, FusedConv, LSTM (W constant)
     for program in programs[:2]:
-        if switch == "off":
+        if switch == "off" or not PRODUCTS_PACKED:
             assert "EpCpuGemmPacked" not in program and ("Matmul" in program or "AddMM" in program), program
         else:
             assert "EpCpuGemmPacked=1" in program and "Matmul" not in program and "AddMM" not in program, program
@@ -364,4 +372,24 @@ def test_kernel_runs(switch):
         assert "EpCpuConvPacked=1" in programs[2] and "Convolution" not in programs[2], programs[2]
         for program in (conv_relu, fused):
             assert "EpCpuConvPacked=1" in program and "Maximum" not in program and "Add" not in program, program
-        assert "EpCpuGemmPacked=2" in lstm and "Matmul" not in lstm, lstm
+        if PRODUCTS_PACKED:
+            assert "EpCpuGemmPacked=2" in lstm and "Matmul" not in lstm, lstm
+        else:
+            assert "EpCpuGemmPacked" not in lstm and "Matmul=2" in lstm, lstm
+
+
+@pytest.mark.skipif(not (cpu_has("avx512f") and cpu_has("avx2", "fma")),
+                    reason="where the CPU lacks AVX-512 the suite runs the AVX2 tile already")
+def test_avx2_tile_where_avx512_is_off():
+    """Where the CPU has AVX-512 the products and convolutions take its tile; the AVX2 one (every
+    other x86-64 CPU's convolutions: the same sums in the same order) runs here in a fresh process
+    with AVX-512 switched off: the convolutions, the products left to MLX, and which kernel ran."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(), ORT_EP_MLX_CPU_AVX512="0")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                          "test_shapes or test_conv or test_kernel_runs"], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert " passed" in out.stdout and " skipped" not in out.stdout, out.stdout[-3000:]

@@ -470,7 +470,8 @@ bool mlxb_recurrence_available(const mlxb_scope *s);
  * constants), then a [..., K] times it: [..., N] (mlxb_gemm_packed, n = N; a not empty), plus bias
  * (float32 [N], or NULL) and then ReLU (max(v, 0), NaN kept) when relu, in the same pass: what an
  * Add and a Relu node after it compute. Only where mlxb_gemm_packed_available says so (a CPU scope
- * on x86-64 with AVX-512F). */
+ * on x86-64 with AVX-512F); packing and the product also where mlxb_conv_packed_available does
+ * (a Conv's one-tap form is such a product). */
 bool mlxb_gemm_packed_available(const mlxb_scope *s);
 mlxb_array *mlxb_gemm_pack(mlxb_scope *s, const mlxb_array *b, bool transposed);
 mlxb_array *mlxb_gemm_packed(mlxb_scope *s, const mlxb_array *a, const mlxb_array *packed, int64_t n,
@@ -483,6 +484,8 @@ mlxb_array *mlxb_gemm_packed(mlxb_scope *s, const mlxb_array *a, const mlxb_arra
 typedef struct mlxb_conv2d {
   int64_t m, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
 } mlxb_conv2d;
+/* Where mlxb_conv_packed runs: a CPU scope on x86-64 with AVX-512F, or with AVX2 and FMA. */
+bool mlxb_conv_packed_available(const mlxb_scope *s);
 mlxb_array *mlxb_conv_packed(mlxb_scope *s, const mlxb_array *x, const mlxb_array *packed, const mlxb_conv2d *g,
                              const mlxb_array *bias, bool relu);
 /* MaxPool of a float32 [N, C, H, W] on a CPU scope as one operation (src/mlx/bridge_cpu_maxpool.cpp):

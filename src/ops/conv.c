@@ -404,7 +404,7 @@ typedef struct conv_prepared {
 static mlxb_array *conv_pack_weight(op_ctx *c, mlxb_array *wl, mlxb_dtype ct) {
   mlxb_scope *s = op_scope(c);
   int rank = mlxb_ndim(wl);
-  if (!mlxb_gemm_packed_available(s) || ct != MLXB_F32 || ir_attr_int(op_node(c), "group", 1) != 1) return NULL;
+  if (!mlxb_conv_packed_available(s) || ct != MLXB_F32 || ir_attr_int(op_node(c), "group", 1) != 1) return NULL;
   if (rank != 3 && rank != 4) return NULL;
   int64_t dims[2] = {mlxb_dim(wl, 0), mlxb_size(wl) / mlxb_dim(wl, 0)};
   return op_prepare_keep(c, mlxb_gemm_pack(s, mlxb_reshape(s, wl, dims, 2), true));
