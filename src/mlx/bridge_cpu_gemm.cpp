@@ -337,7 +337,7 @@ void product_task(const product_params &, const std::vector<mx::array> &, std::v
  * AVX2 its tile (4 x 16 sums a step) trailed OpenBLAS's SGEMM (a 2-core AMD EPYC without AVX-512,
  * 128 x 768 x 3072: 70-95 against 97-116 GFLOP/s). A convolution takes it with AVX2 and FMA too:
  * there the unfolded windows, one product and the bias and ReLU in its epilogue beat MLX's
- * convolution with its separate Add and Maximum (squeezenet on that machine: 11.3 against 15.7 ms,
+ * convolution with its separate Add and Maximum (squeezenet on that machine: 12.2 against 15.7 ms,
  * the medians of four alternating processes each). */
 bool cpu_gemm_packed_takes(const mlxb_scope *s, bool convolution) {
   static const bool on = env_switch_on("ORT_EP_MLX_CPU_GEMM");
