@@ -616,10 +616,8 @@ struct mlxb_op_tally {
 };
 
 static size_t graph_walk(mlxb_array *const *arrays, size_t n, std::map<std::string, size_t> *by_name,
-                         walk_marks &marks, mlxb_array *const *stop = nullptr, size_t n_stop = 0) {
+                         walk_marks &marks) {
   std::vector<mx::array> stack;
-  for (size_t i = 0; i < n_stop; i++)
-    if (stop[i]) marks.seen.insert(arr(stop[i]).id());
   for (size_t i = 0; i < n; i++)
     if (arrays[i]) stack.push_back(arr(arrays[i]));
   size_t ops = 0;
@@ -651,11 +649,10 @@ size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n) {
 }
 
 /* A walk's histogram as "Primitive=count" pairs, most frequent first, into dst (cut at cap). */
-static size_t histogram_text(mlxb_array *const *arrays, size_t n, walk_marks &marks, mlxb_array *const *stop,
-                             size_t n_stop, char *dst, size_t cap) {
+static size_t histogram_text(mlxb_array *const *arrays, size_t n, walk_marks &marks, char *dst, size_t cap) {
   try {
     std::map<std::string, size_t> by_name;
-    size_t ops = graph_walk(arrays, n, &by_name, marks, stop, n_stop);
+    size_t ops = graph_walk(arrays, n, &by_name, marks);
     std::vector<std::pair<size_t, std::string>> rows;
     for (auto &kv : by_name) rows.emplace_back(kv.second, kv.first);
     std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
@@ -669,11 +666,10 @@ static size_t histogram_text(mlxb_array *const *arrays, size_t n, walk_marks &ma
   }
 }
 
-size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *const *stop, size_t n_stop, char *dst,
-                            size_t cap) {
+size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, char *dst, size_t cap) {
   try {
     walk_marks marks;
-    return histogram_text(arrays, n, marks, stop, n_stop, dst, cap);
+    return histogram_text(arrays, n, marks, dst, cap);
   } catch (...) {
     if (cap) dst[0] = 0;
     return 0;
@@ -693,7 +689,7 @@ size_t mlxb_op_tally_add(mlxb_op_tally *t, mlxb_array *const *arrays, size_t n, 
     if (cap) dst[0] = 0;
     return 0;
   }
-  return histogram_text(arrays, n, t->marks, nullptr, 0, dst, cap);
+  return histogram_text(arrays, n, t->marks, dst, cap);
 }
 
 void mlxb_op_tally_free(mlxb_op_tally *t) { delete t; }

@@ -122,14 +122,14 @@ int mlxb_eval_spinning(mlxb_scope *s, mlxb_array *const *arrays, size_t n, int64
 /* The number of operations (arrays still to compute) the arrays depend on: the graph an eval
  * would run. Siblings of a multi-output primitive count once each. 0 on failure. */
 size_t mlxb_graph_size(mlxb_array *const *arrays, size_t n);
-/* The same count, not walking past the arrays in stop, with "Primitive=count" pairs, most
- * frequent first, written into dst (cut at cap bytes): where a graph's operations go. */
-size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, mlxb_array *const *stop, size_t n_stop, char *dst,
-                            size_t cap);
+/* The same count with "Primitive=count" pairs, most frequent first, written into dst (cut at cap
+ * bytes): where a graph's operations go. */
+size_t mlxb_graph_histogram(mlxb_array *const *arrays, size_t n, char *dst, size_t cap);
 /* A running tally over one trace's lowering: each add counts (and lists, as the histogram does) only
  * the operations no earlier add of this tally reached, so the per-node counts of a trace add up to
  * its program's, however a lowering reaches an earlier node's work (e.g. a kept channels-last
- * array rather than the node's NCHW input). new: NULL when out of memory; add with NULL counts 0. */
+ * array rather than the node's NCHW input). new: NULL when out of memory; add with NULL counts 0
+ * (writes an empty list). */
 typedef struct mlxb_op_tally mlxb_op_tally;
 mlxb_op_tally *mlxb_op_tally_new(void);
 size_t mlxb_op_tally_add(mlxb_op_tally *t, mlxb_array *const *arrays, size_t n, char *dst, size_t cap);

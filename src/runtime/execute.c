@@ -139,26 +139,24 @@ static bool op_histogram_wanted(void) {
 static size_t graph_size_sampled(const plan *p, mlxb_array *const *results, int eager) {
   if (!op_histogram_wanted()) return mlxb_graph_size(results, (size_t)p->g->n_outputs);
   char text[4096];
-  size_t ops = mlxb_graph_histogram(results, (size_t)p->g->n_outputs, NULL, 0, text, sizeof text);
+  size_t ops = mlxb_graph_histogram(results, (size_t)p->g->n_outputs, text, sizeof text);
   fprintf(stderr, "[mlx ep] %s %s: %zu ops: %s\n", p->name, eager ? "eager" : "program", ops, text);
   return ops;
 }
 
 /* With ORT_EP_MLX_OP_HISTOGRAM set, the operations one node's lowering added (on stderr): those its
  * outputs reach that no earlier node's line counted (the cluster's tally), so a trace's lines add up
- * to its program; without a tally (out of memory), those reached before the node's inputs. */
+ * to its program. */
 static void node_histogram(const op_ctx *c) {
-  mlxb_array *outs[64], *ins[64];
-  size_t n_out = 0, n_in = 0;
-  for (int k = 0; k < c->node->n_outputs && n_out < 64; k++)
-    if (c->node->outputs[k] >= 0 && c->vals[c->node->outputs[k]]) outs[n_out++] = c->vals[c->node->outputs[k]];
-  for (int k = 0; k < c->node->n_inputs && n_in < 64; k++)
-    if (c->node->inputs[k] >= 0 && c->vals[c->node->inputs[k]]) ins[n_in++] = c->vals[c->node->inputs[k]];
   const op_ctx *root = c;
   while (root->outer) root = root->outer;
+  if (!root->tally) return; /* not made (out of memory): no node lines */
+  mlxb_array *outs[64];
+  size_t n_out = 0;
+  for (int k = 0; k < c->node->n_outputs && n_out < 64; k++)
+    if (c->node->outputs[k] >= 0 && c->vals[c->node->outputs[k]]) outs[n_out++] = c->vals[c->node->outputs[k]];
   char text[2048];
-  size_t ops = root->tally ? mlxb_op_tally_add(root->tally, outs, n_out, text, sizeof text)
-                           : mlxb_graph_histogram(outs, n_out, ins, n_in, text, sizeof text);
+  size_t ops = mlxb_op_tally_add(root->tally, outs, n_out, text, sizeof text);
   fprintf(stderr, "[mlx ep] node %s (%s): %zu ops: %s\n", c->node->name, c->node->op_type, ops, text);
 }
 
